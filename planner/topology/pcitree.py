@@ -1,0 +1,463 @@
+"""Build a device graph from a list of PCI functions.
+
+Every source that sees the PCI hierarchy function by function (sysfs,
+``lspci -tv``, ``lspci -vvv``, hwloc XML, NCCL XML) turns its input into
+:class:`PciFunction` records and calls :func:`build_pci_topology`, so the
+rules for what is a switch, a slot or a socket live in one place:
+
+- A bridge on a root bus (no bridge above it) is a **root port**: it belongs
+  to its socket's root complex and is not a node of its own.
+- A bridge whose port type is "Upstream Port" — or, when the type is not
+  known, a non-downstream bridge with bridges below it — is a **switch**;
+  the bridges directly below it are its downstream ports. Upstream and
+  downstream ports collapse into one switch node.
+- Other bridges (PCIe-to-PCI bridges, bridges inside a device) are
+  transparent: what is below them attaches to the nearest switch or socket.
+- A port that implements a slot (``SltCap``) or names a physical slot gets a
+  **slot** node between it and its device; an empty slot is a slot node
+  without children.
+- Functions of one device (``bb:dd.*``) are one node; a GPU's audio
+  function does not make a second device.
+- Sockets come from NUMA nodes (one socket per NUMA node unless the caller
+  maps them); a root bus whose NUMA node no source gave hangs under a
+  socket named ``socket?`` and a note says so. Nothing is inferred from bus
+  numbers.
+
+>>> fns = [
+...     PciFunction("0000:00:01.0", class_code="0604", is_bridge=True, secondary_bus=1,
+...                 subordinate_bus=3, numa_node=0, link_cap=(4, 16)),
+...     PciFunction("0000:01:00.0", class_code="0604", is_bridge=True, port_type="upstream",
+...                 secondary_bus=2, subordinate_bus=3, link_cap=(4, 16)),
+...     PciFunction("0000:02:00.0", class_code="0604", is_bridge=True, port_type="downstream",
+...                 secondary_bus=3, subordinate_bus=3, link_cap=(4, 16)),
+...     PciFunction("0000:03:00.0", class_code="0302", vendor_id="10de", name="A100",
+...                 link_cap=(4, 16)),
+... ]
+>>> topo = build_pci_topology(fns, name="toy")
+>>> [(n.kind.value, n.id) for n in topo.nodes() if n.kind.value in ("switch", "gpu")]
+[('switch', 'switch:0000:01:00.0'), ('gpu', 'pci:0000:03:00.0')]
+>>> topo.parent("pci:0000:03:00.0").id
+'switch:0000:01:00.0'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.errors import TopologyError
+from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
+from planner.topology.pcie import DEFAULT_EFFICIENCY
+
+_ADDR = re.compile(r"^(?:([0-9a-f]{4,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
+
+#: typical per-direction bandwidths used when no source gives a figure; each
+#: use is flagged ``bandwidth_source="default"`` and noted in the topology.
+DEFAULT_INTER_SOCKET_BYTES_PER_S = 41.6e9  # 2 UPI links × 10.4 GT/s × 2 B
+DEFAULT_MEMORY_BYTES_PER_S = 100e9  # 8 DDR4-3200 channels × 25.6 GB/s × ~0.5 sustained
+
+
+def normalize_address(addr: str) -> str:
+    """``DDDD:BB:DD.F`` in lower case, domain ``0000`` when absent.
+
+    >>> normalize_address("85:02.0")
+    '0000:85:02.0'
+    >>> normalize_address("0000:E1:00.0")
+    '0000:e1:00.0'
+    """
+    m = _ADDR.match(addr.strip().lower())
+    if not m:
+        raise TopologyError(f"{addr!r} is not a PCI address like 0000:85:02.0")
+    domain = (m.group(1) or "0000").rjust(4, "0")
+    return f"{domain}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
+
+
+def split_address(addr: str) -> tuple[str, int, int, int]:
+    """(domain, bus, device, function) of a normalised address."""
+    domain, bus, rest = addr.split(":")
+    dev, fn = rest.split(".")
+    return domain, int(bus, 16), int(dev, 16), int(fn)
+
+
+@dataclass(frozen=True)
+class PciFunction:
+    """One PCI function as a source saw it.
+
+    ``link_cap`` / ``link_sta`` are ``(generation, lanes)`` (capability and
+    status at capture time). ``parent`` is the address of the bridge above,
+    when the source gives the tree directly; otherwise the builder finds it
+    from the bridges' bus ranges. ``port_type`` is one of ``"root"``,
+    ``"upstream"``, ``"downstream"``, ``"endpoint"``, ``"legacy-endpoint"``,
+    ``"rc-endpoint"``, ``"pci-bridge"`` or ``None`` when unknown.
+    ``slot`` is the physical slot number or name the port implements (for a
+    bridge) or the device sits in (for an endpoint).
+    """
+
+    address: str
+    class_code: str | None = None  # 4 hex digits, e.g. "0108"
+    vendor_id: str | None = None
+    device_id: str | None = None
+    name: str = ""
+    is_bridge: bool = False
+    secondary_bus: int | None = None
+    subordinate_bus: int | None = None
+    port_type: str | None = None
+    link_cap: tuple[int, int] | None = None
+    link_sta: tuple[int, int] | None = None
+    numa_node: int | None = None
+    slot: str | None = None
+    parent: str | None = None
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
+_NAME_KINDS = (
+    (re.compile(r"non-volatile memory|\bnvme\b|nvm express", re.I), NodeKind.NVME),
+    (re.compile(r"ethernet|infiniband|network|connectx|\bnic\b|efa\b", re.I), NodeKind.NIC),
+    (re.compile(r"3d controller|tesla|a100|h100|v100|geforce|quadro|rtx|instinct|radeon", re.I),
+     NodeKind.GPU),
+)
+
+_GPU_VENDORS = {"10de", "1002"}  # NVIDIA, AMD; a BMC's VGA (Matrox, ASPEED) is not a GPU
+
+
+def classify(fn: PciFunction) -> NodeKind:
+    """The node kind of a non-bridge function, from its class code or, failing that, its name.
+
+    >>> classify(PciFunction("0000:01:00.0", class_code="0108"))
+    <NodeKind.NVME: 'nvme'>
+    >>> classify(PciFunction("0000:03:00.0", class_code="0300", vendor_id="102b"))
+    <NodeKind.OTHER: 'other'>
+    """
+    cc = (fn.class_code or "").lower()
+    if cc:
+        if cc == "0108":
+            return NodeKind.NVME
+        if cc.startswith("02"):
+            return NodeKind.NIC
+        if cc == "0302" or cc.startswith("12"):
+            return NodeKind.GPU
+        if cc.startswith("03"):
+            vendor = (fn.vendor_id or "").lower()
+            if vendor in _GPU_VENDORS or (not vendor and _name_kind(fn.name) == NodeKind.GPU):
+                return NodeKind.GPU
+            return NodeKind.OTHER
+        return NodeKind.OTHER
+    return _name_kind(fn.name)
+
+
+def _name_kind(name: str) -> NodeKind:
+    for pattern, kind in _NAME_KINDS:
+        if pattern.search(name or ""):
+            return kind
+    return NodeKind.OTHER
+
+
+#: classes of root-bus functions that are part of the chipset, not devices
+#: anyone places: host/ISA bridges, system peripherals, memory controllers,
+#: SMBus, signal processing, encryption, and unclassified functions.
+_PLATFORM_CLASS_PREFIXES = ("06", "08", "05", "0c05", "11", "10", "ff", "13")
+
+_KIND_RANK = {NodeKind.GPU: 0, NodeKind.NVME: 1, NodeKind.NIC: 2, NodeKind.OTHER: 3}
+
+
+def _min_link(*links: tuple[int, int] | None) -> tuple[int | None, int | None]:
+    known = [lk for lk in links if lk]
+    if not known:
+        return None, None
+    return min(g for g, _ in known), min(w for _, w in known)
+
+
+def build_pci_topology(
+    functions: Iterable[PciFunction],
+    *,
+    name: str = "",
+    source: str = "",
+    numa_to_socket: Mapping[int, int] | None = None,
+    efficiency: float = DEFAULT_EFFICIENCY,
+    keep_root_bus_platform: bool = False,
+) -> Topology:
+    """Build a :class:`Topology` from PCI functions (see the module doc for the rules).
+
+    ``numa_to_socket`` maps NUMA nodes to socket indices when a source knows
+    that several NUMA nodes share a package (AMD NPS2/NPS4); by default each
+    NUMA node is its own socket.
+    """
+    fns: dict[str, PciFunction] = {}
+    for fn in functions:
+        addr = normalize_address(fn.address)
+        if addr in fns:
+            raise TopologyError(f"PCI function {addr} appears twice in {source or 'the input'}")
+        fns[addr] = fn if fn.address == addr else _with_address(fn, addr)
+
+    parent = {a: _find_parent(a, f, fns) for a, f in fns.items()}
+    children: dict[str | None, list[str]] = {}
+    for a in sorted(fns):
+        children.setdefault(parent[a], []).append(a)
+
+    # Roles of bridges, top-down so that "below a switch" is known first.
+    role: dict[str, str] = {}  # root | usp | dsp | transparent
+
+    def has_bridge_child(a: str) -> bool:
+        return any(fns[c].is_bridge for c in children.get(a, []))
+
+    def assign(a: str) -> None:
+        f = fns[a]
+        if f.is_bridge:
+            p = parent[a]
+            pt = f.port_type
+            if pt == "root" or (p is None and pt in (None, "pci-bridge")):
+                role[a] = "root"
+            elif pt == "downstream" or (pt is None and p is not None and role.get(p) == "usp"):
+                role[a] = "dsp" if p is not None and role.get(p) == "usp" else "transparent"
+            elif pt == "upstream" or (pt is None and has_bridge_child(a)):
+                role[a] = "usp"
+            else:
+                role[a] = "transparent"
+        for c in children.get(a, []):
+            assign(c)
+
+    for a in children.get(None, []):
+        assign(a)
+
+    topo = Topology(name=name, sources=[source] if source else [])
+
+    # Sockets: NUMA node of each root-bus function, or of anything below it.
+    def subtree_numa(a: str) -> int | None:
+        stack = [a]
+        while stack:
+            x = stack.pop()
+            if fns[x].numa_node is not None and fns[x].numa_node >= 0:
+                return fns[x].numa_node
+            stack.extend(children.get(x, []))
+        return None
+
+    socket_id: dict[str, str] = {}  # root-bus function -> socket node id
+    numas_seen: set[int] = set()
+    for a in children.get(None, []):
+        numa = subtree_numa(a)
+        if numa is None:
+            # Functions of one root bus share a root complex: borrow a sibling's NUMA node.
+            dom_bus = a.rsplit(":", 1)[0]
+            numa = next(
+                (subtree_numa(b) for b in children.get(None, [])
+                 if b.rsplit(":", 1)[0] == dom_bus and subtree_numa(b) is not None),
+                None,
+            )
+        if numa is None:
+            socket_id[a] = "socket?"
+        else:
+            numas_seen.add(numa)
+            sock = numa_to_socket.get(numa, numa) if numa_to_socket else numa
+            socket_id[a] = f"socket{sock}"
+
+    sockets = sorted({s for s in socket_id.values()}, key=lambda s: (s == "socket?", s))
+    if not sockets:
+        sockets = ["socket?"]
+    for s in sockets:
+        if s == "socket?":
+            topo.add_node(Node(s, NodeKind.SOCKET, "socket (unknown: no NUMA node given)",
+                               attrs={"inferred": True}))
+            topo.notes.append("some root buses have no NUMA node in the input; they hang under 'socket?'")
+        else:
+            idx = int(s[len("socket"):])
+            numa_nodes = sorted(n for n in numas_seen
+                                if (numa_to_socket.get(n, n) if numa_to_socket else n) == idx)
+            topo.add_node(Node(s, NodeKind.SOCKET, f"socket {idx}",
+                               numa_node=numa_nodes[0] if len(numa_nodes) == 1 else None,
+                               attrs={"numa_nodes": numa_nodes}))
+    add_memory_and_interconnect(topo)
+
+    # Node ids for devices: one per (domain, bus, device).
+    def device_key(a: str) -> str:
+        return a.rsplit(".", 1)[0]
+
+    dev_groups: dict[str, list[str]] = {}
+    for a, f in fns.items():
+        if not f.is_bridge:
+            dev_groups.setdefault(device_key(a), []).append(a)
+
+    # Where the traffic of a bridge's secondary side attaches: a node id and the port's link.
+    attach: dict[str, tuple[str, PciFunction]] = {}
+
+    def upstream_of(a: str) -> tuple[str, PciFunction | None] | None:
+        """(node id, port function) that a function below ``parent[a]`` attaches to."""
+        p = parent[a]
+        if p is None:
+            root = a
+            return socket_id.get(root, sockets[0]), None
+        return attach.get(p)
+
+    def add_slot(port_addr: str, port: PciFunction, up_id: str) -> str:
+        slot_id = f"slot:{port_addr}"
+        designation = port.slot or port_addr
+        topo.add_node(Node(
+            slot_id, NodeKind.SLOT, f"slot {designation}", bus_address=None,
+            numa_node=port.numa_node,
+            attrs={"designation": str(designation), "port": port_addr,
+                   "width_lanes": port.link_cap[1] if port.link_cap else None,
+                   "pcie_gen": port.link_cap[0] if port.link_cap else None,
+                   "in_use": False, "source": "lspci-sltcap"},
+        ))
+        g, w = _min_link(port.link_cap)
+        topo.add_link(Link.pcie(up_id, slot_id, g, w, efficiency))
+        return slot_id
+
+    def visit(a: str) -> None:
+        f = fns[a]
+        r = role.get(a)
+        up = upstream_of(a)
+        if f.is_bridge and up is not None:
+            up_id, up_port = up
+            if r == "root":
+                target = socket_id.get(a, sockets[0])
+                attach[a] = (target, f)
+                if f.slot and f.attrs.get("slot_implemented", True):
+                    attach[a] = (add_slot(a, f, target), f)
+            elif r == "usp":
+                sw_id = f"switch:{a}"
+                topo.add_node(Node(
+                    sw_id, NodeKind.SWITCH, _switch_name(f), bus_address=a,
+                    numa_node=f.numa_node, vendor_id=f.vendor_id, device_id=f.device_id,
+                    attrs={"ports": [a], **({"model": f.name} if f.name else {})},
+                ))
+                g, w = _min_link(up_port.link_cap if up_port else None, f.link_cap)
+                topo.add_link(Link.pcie(up_id, sw_id, g, w, efficiency,
+                                        **_status(f.link_sta)))
+                attach[a] = (sw_id, f)
+            elif r == "dsp":
+                sw_id = up_id
+                sw = topo.node(sw_id)
+                topo.replace_node(sw.with_attrs(ports=[*sw.attrs.get("ports", []), a]))
+                attach[a] = (sw_id, f)
+                if f.slot and f.attrs.get("slot_implemented", True):
+                    attach[a] = (add_slot(a, f, sw_id), f)
+            else:
+                attach[a] = up  # transparent: inherit the nearest real attachment
+        for c in children.get(a, []):
+            visit(c)
+
+    for a in children.get(None, []):
+        visit(a)
+
+    # Devices.
+    for key, addrs in dev_groups.items():
+        addrs.sort()
+        fn0 = fns[addrs[0]]
+        kinds = [classify(fns[x]) for x in addrs]
+        kind = min(kinds, key=lambda k: _KIND_RANK[k])
+        if parent[addrs[0]] is None and kind == NodeKind.OTHER and not keep_root_bus_platform:
+            cc = (fn0.class_code or "ff").lower()
+            if cc.startswith(_PLATFORM_CLASS_PREFIXES) or not fn0.class_code:
+                continue
+        up = upstream_of(addrs[0])
+        if up is None:
+            continue
+        up_id, up_port = up
+        main = next(fns[x] for x, k in zip(addrs, kinds, strict=True) if k == kind)
+        node_id = f"pci:{addrs[0]}"
+        topo.add_node(Node(
+            node_id, kind, main.name or fn0.name, bus_address=addrs[0],
+            numa_node=main.numa_node if main.numa_node is not None and main.numa_node >= 0 else None,
+            vendor_id=main.vendor_id, device_id=main.device_id,
+            attrs={"functions": addrs, **({"class_code": main.class_code} if main.class_code else {}),
+                   **({"slot": main.slot} if main.slot else {}), **dict(main.attrs)},
+        ))
+        g, w = _min_link(up_port.link_cap if up_port else None, main.link_cap)
+        if up_port is None and main.link_cap is None:
+            g = w = None
+        if topo.node(up_id).kind == NodeKind.SLOT:
+            slot = topo.node(up_id)
+            topo.replace_node(slot.with_attrs(in_use=True))
+        topo.add_link(Link.pcie(up_id, node_id, g, w, efficiency, **_status(main.link_sta)))
+
+    _name_switches(topo)
+    return topo
+
+
+def add_memory_and_interconnect(
+    topo: Topology,
+    memory_bytes_per_s: float | None = None,
+    inter_socket_bytes_per_s: float | None = None,
+) -> None:
+    """Give each socket a memory node and join every pair of sockets.
+
+    Without figures from a source, the defaults above are used and flagged
+    ``bandwidth_source="default"`` so that a report can say they are inferred.
+    """
+    sockets = [s for s in topo.nodes(NodeKind.SOCKET)]
+    mem_bw = memory_bytes_per_s or DEFAULT_MEMORY_BYTES_PER_S
+    mem_src = "spec" if memory_bytes_per_s else "default"
+    for s in sockets:
+        mem_id = "mem" + s.id[len("socket"):]
+        if mem_id in topo:
+            continue
+        topo.add_node(Node(mem_id, NodeKind.MEMORY, f"memory of {s.label}", numa_node=s.numa_node))
+        topo.add_link(Link(s.id, mem_id, LinkKind.MEMORY, mem_bw, bandwidth_source=mem_src))
+    xs_bw = inter_socket_bytes_per_s or DEFAULT_INTER_SOCKET_BYTES_PER_S
+    xs_src = "spec" if inter_socket_bytes_per_s else "default"
+    real = [s for s in sockets if s.id != "socket?"]
+    for i, a in enumerate(real):
+        for b in real[i + 1:]:
+            if topo.link_between(a.id, b.id) is None:
+                topo.add_link(Link(a.id, b.id, LinkKind.INTER_SOCKET, xs_bw, bandwidth_source=xs_src))
+
+
+def _name_switches(topo: Topology) -> None:
+    """Number switches in tree order (``switch 0``, ``switch 1``, ...) keeping the model name."""
+    order: list[str] = []
+    for s in topo.nodes(NodeKind.SOCKET):
+        stack = [s.id]
+        while stack:
+            x = stack.pop()
+            if topo.node(x).kind == NodeKind.SWITCH:
+                order.append(x)
+            stack.extend(reversed([c.id for c in topo.children(x)]))
+    for i, sid in enumerate(order):
+        sw = topo.node(sid)
+        topo.replace_node(Node(sw.id, sw.kind, f"switch {i}", sw.bus_address, sw.numa_node,
+                               sw.vendor_id, sw.device_id, sw.attrs))
+
+
+def _switch_name(f: PciFunction) -> str:
+    return f"switch {f.name}" if f.name else "switch"
+
+
+def _status(link_sta: tuple[int, int] | None) -> dict[str, Any]:
+    if not link_sta:
+        return {}
+    return {"current_gen": link_sta[0], "current_lanes": link_sta[1]}
+
+
+def _with_address(fn: PciFunction, addr: str) -> PciFunction:
+    from dataclasses import replace
+
+    return replace(fn, address=addr, parent=normalize_address(fn.parent) if fn.parent else None)
+
+
+def _find_parent(addr: str, fn: PciFunction, fns: Mapping[str, PciFunction]) -> str | None:
+    """The bridge directly above ``addr``: the one whose secondary bus is ``addr``'s bus.
+
+    Falls back to the narrowest bus range that contains the bus, for sources
+    that give ranges but not the secondary bus exactly.
+    """
+    if fn.parent:
+        p = normalize_address(fn.parent)
+        if p not in fns:
+            raise TopologyError(f"PCI function {addr} names parent {p}, which is not in the input")
+        return p
+    domain, bus, _, _ = split_address(addr)
+    best: tuple[int, str] | None = None
+    for b, bf in fns.items():
+        if not bf.is_bridge or bf.secondary_bus is None or b == addr:
+            continue
+        if b.split(":")[0] != domain:
+            continue
+        if bf.secondary_bus == bus:
+            return b
+        lo = bf.secondary_bus
+        hi = bf.subordinate_bus if bf.subordinate_bus is not None else lo
+        if lo <= bus <= hi and (best is None or hi - lo < best[0]):
+            best = (hi - lo, b)
+    return best[1] if best else None

@@ -1,0 +1,21 @@
+"""Shared test helpers: where the real captures live."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("MOMENT_SHARED", REPO.parent / "shared"))
+TOPOLOGY_FIXTURES = SHARED / "fixtures" / "topology"
+GRAPH_FIXTURES = SHARED / "fixtures" / "graphs"
+
+
+def topology_fixture(machine: str, filename: str) -> Path:
+    """Path of a real capture under ``../shared/fixtures/topology``; skips if shared/ is absent."""
+    path = TOPOLOGY_FIXTURES / machine / filename
+    if not path.exists():
+        pytest.skip(f"fixture {path} not present (is ../shared beside the repository?)")
+    return path
