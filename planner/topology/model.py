@@ -264,8 +264,20 @@ class Topology:
         return None
 
     def roots(self) -> list[Node]:
-        """Nodes without a parent: sockets, and anything no source could place."""
-        return [n for n in self.nodes() if self.parent(n.id) is None and n.kind != NodeKind.MEMORY]
+        """Tree roots: sockets, and anything no source could place.
+
+        Memory nodes and fabric nodes reached only by NVLink (an NVSwitch, a
+        CPU's NVLink port) are not roots: they hang off the tree sideways.
+        """
+        out = []
+        for n in self.nodes():
+            if n.kind == NodeKind.MEMORY or self.parent(n.id) is not None:
+                continue
+            kinds = {lk.kind for lk in self._links.values() if n.id in lk.key}
+            if n.kind != NodeKind.SOCKET and kinds and kinds <= {LinkKind.NVLINK}:
+                continue
+            out.append(n)
+        return out
 
     def counts(self) -> dict[str, int]:
         """Number of nodes of every kind (all kinds present, zero included)."""

@@ -115,11 +115,13 @@ class PciFunction:
 _NAME_KINDS = (
     (re.compile(r"non-volatile memory|\bnvme\b|nvm express", re.I), NodeKind.NVME),
     (re.compile(r"ethernet|infiniband|network|connectx|\bnic\b|efa\b", re.I), NodeKind.NIC),
-    (re.compile(r"3d controller|tesla|a100|h100|v100|geforce|quadro|rtx|instinct|radeon", re.I),
+    (re.compile(r"3d controller|\btesla\b|\b[ahv]100\b|geforce|quadro|\brtx\b|\binstinct\b|radeon", re.I),
      NodeKind.GPU),
 )
 
 _GPU_VENDORS = {"10de", "1002"}  # NVIDIA, AMD; a BMC's VGA (Matrox, ASPEED) is not a GPU
+#: display-only VGA chips of those vendors found on server boards (ATI ES1000/RN50)
+_MANAGEMENT_VGA = {("1002", "515e"), ("1002", "5159"), ("1002", "515f")}
 
 
 def classify(fn: PciFunction) -> NodeKind:
@@ -134,12 +136,14 @@ def classify(fn: PciFunction) -> NodeKind:
     if cc:
         if cc == "0108":
             return NodeKind.NVME
-        if cc.startswith("02"):
+        if cc.startswith("02") or cc == "0c06":  # 0c06: InfiniBand on the serial-bus class
             return NodeKind.NIC
         if cc == "0302" or cc.startswith("12"):
             return NodeKind.GPU
         if cc.startswith("03"):
             vendor = (fn.vendor_id or "").lower()
+            if (vendor, (fn.device_id or "").lower()) in _MANAGEMENT_VGA:
+                return NodeKind.OTHER
             if vendor in _GPU_VENDORS or (not vendor and _name_kind(fn.name) == NodeKind.GPU):
                 return NodeKind.GPU
             return NodeKind.OTHER
@@ -296,13 +300,25 @@ def build_pci_topology(
             slot_id, NodeKind.SLOT, f"slot {designation}", bus_address=None,
             numa_node=port.numa_node,
             attrs={"designation": str(designation), "port": port_addr,
+                   **({"secondary_bus": port.secondary_bus} if port.secondary_bus is not None else {}),
                    "width_lanes": port.link_cap[1] if port.link_cap else None,
                    "pcie_gen": port.link_cap[0] if port.link_cap else None,
-                   "in_use": False, "source": "lspci-sltcap"},
+                   "in_use": False, "source": str(port.attrs.get("slot_source", "pcie-sltcap"))},
         ))
         g, w = _min_link(port.link_cap)
         topo.add_link(Link.pcie(up_id, slot_id, g, w, efficiency))
         return slot_id
+
+    def note_port(owner_id: str, addr: str, port: PciFunction) -> None:
+        """Record a port's secondary bus on the socket or switch it belongs to.
+
+        Later joins (dmidecode's empty slots) find a bus's owner from it.
+        """
+        if port.secondary_bus is None:
+            return
+        owner = topo.node(owner_id)
+        buses = {**owner.attrs.get("port_buses", {}), addr: port.secondary_bus}
+        topo.replace_node(owner.with_attrs(port_buses=buses))
 
     def visit(a: str) -> None:
         f = fns[a]
@@ -312,6 +328,7 @@ def build_pci_topology(
             up_id, up_port = up
             if r == "root":
                 target = socket_id.get(a, sockets[0])
+                note_port(target, a, f)
                 attach[a] = (target, f)
                 if f.slot and f.attrs.get("slot_implemented", True):
                     attach[a] = (add_slot(a, f, target), f)
@@ -330,6 +347,7 @@ def build_pci_topology(
                 sw_id = up_id
                 sw = topo.node(sw_id)
                 topo.replace_node(sw.with_attrs(ports=[*sw.attrs.get("ports", []), a]))
+                note_port(sw_id, a, f)
                 attach[a] = (sw_id, f)
                 if f.slot and f.attrs.get("slot_implemented", True):
                     attach[a] = (add_slot(a, f, sw_id), f)
@@ -342,7 +360,7 @@ def build_pci_topology(
         visit(a)
 
     # Devices.
-    for key, addrs in dev_groups.items():
+    for addrs in dev_groups.values():
         addrs.sort()
         fn0 = fns[addrs[0]]
         kinds = [classify(fns[x]) for x in addrs]
