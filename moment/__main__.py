@@ -1,0 +1,5 @@
+import sys
+
+from moment.cli import main
+
+sys.exit(main())
