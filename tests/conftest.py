@@ -19,3 +19,10 @@ def topology_fixture(machine: str, filename: str) -> Path:
     if not path.exists():
         pytest.skip(f"fixture {path} not present (is ../shared beside the repository?)")
     return path
+
+
+def expected_counts() -> dict[str, dict[str, int]]:
+    """``expected.json``: device counts per fixture machine, as ``moment topo --json`` must report them."""
+    import json
+
+    return json.loads(topology_fixture(".", "expected.json").read_text())

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from moment.cli import main
-from tests.conftest import TOPOLOGY_FIXTURES
+from tests.conftest import TOPOLOGY_FIXTURES, topology_fixture
 
 EXPECTED_FILE = TOPOLOGY_FIXTURES / "expected.json"
 EXPECTED = json.loads(EXPECTED_FILE.read_text()) if EXPECTED_FILE.exists() else {}
@@ -104,7 +104,7 @@ def test_bad_input_is_a_clear_error_with_status_2(tmp_path, option, kind):
     bad.write_bytes(BAD_INPUTS[kind])
     argv = [option, str(bad)]
     if option == "--dmidecode":  # dmidecode needs a PCI tree beside it; give a good one
-        argv = ["--lspci-vvv", str(TOPOLOGY_FIXTURES / "dell-poweredge-r640-2x-xeon-gold6230-nvme" / "lspci-vvnn.txt"), *argv]
+        argv = ["--lspci-vvv", str(topology_fixture("dell-poweredge-r640-2x-xeon-gold6230-nvme", "lspci-vvnn.txt")), *argv]
     code, out, err = _run_main(argv)
     assert code == 2, (option, kind, out, err)
     assert "Traceback" not in err and "internal error" not in err
@@ -122,7 +122,7 @@ def _run_main(argv):
 
 
 def test_wrong_command_output_names_the_mixup(tmp_path):
-    dmi = TOPOLOGY_FIXTURES / "dell-poweredge-r640-2x-xeon-gold6230-nvme" / "dmidecode.txt"
+    dmi = topology_fixture("dell-poweredge-r640-2x-xeon-gold6230-nvme", "dmidecode.txt")
     code, _, err = _run_main(["--lspci", str(dmi)])
     assert code == 2 and "dmidecode.txt" in err
 

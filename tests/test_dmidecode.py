@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import topology_fixture
+from tests.conftest import topology_fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

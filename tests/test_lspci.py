@@ -7,12 +7,10 @@ and ``expected.json``; topologies are built through ``build_pci_topology``
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 
 import pytest
-from conftest import TOPOLOGY_FIXTURES, topology_fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +27,7 @@ from planner.topology.lspci import (
 from planner.topology.model import NodeKind, Topology
 from planner.topology.pcitree import PciFunction
 from planner.topology.textio import guess_format, read_text
+from tests.conftest import TOPOLOGY_FIXTURES, expected_counts, topology_fixture
 
 DELL = "dell-poweredge-r640-2x-xeon-gold6230-nvme"
 HPE = "hpe-cray-xd665-2x-epyc9354-h100"
@@ -445,7 +444,7 @@ class TestDetectAndMerge:
 
 
 def test_expected_counts():
-    expected = json.loads((TOPOLOGY_FIXTURES / "expected.json").read_text())
+    expected = expected_counts()
     for machine in (DELL, HPE, ASUS, PUGET, RC4ML):
         counts = machine_topology(machine).counts()
         want = dict(expected[machine])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
@@ -20,7 +19,7 @@ from planner.topology.nvidia_smi import (
     parse_nvidia_smi_topo,
     topology_from_nvidia_smi,
 )
-from tests.conftest import TOPOLOGY_FIXTURES, topology_fixture
+from tests.conftest import expected_counts, topology_fixture
 
 DGX = "dgx-a100-class-8x-a100-sxm-2x-epyc7742-topo"
 ASUS = "asus-esc8000a-e12-epyc9374f-stelline"
@@ -179,7 +178,7 @@ def test_puget_matrix_and_topology():
 
 @pytest.mark.parametrize("machine", MACHINES)
 def test_counts_match_expected_json(machine):
-    expected = json.loads((TOPOLOGY_FIXTURES / "expected.json").read_text())[machine]
+    expected = expected_counts()[machine]
     counts = topo_of(machine).counts()
     for kind in ("gpu", "nic"):
         if kind in expected:
