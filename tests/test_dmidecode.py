@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from tests.conftest import topology_fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,7 @@ from planner.topology.dmidecode import (
 )
 from planner.topology.model import Link, LinkKind, NodeKind
 from planner.topology.pcitree import PciFunction, build_pci_topology
+from tests.conftest import topology_fixture
 
 DELL = "dell-poweredge-r640-2x-xeon-gold6230-nvme"
 HPE = "hpe-cray-xd665-2x-epyc9354-h100"
