@@ -18,23 +18,29 @@ from planner.errors import PlannerError
 EXIT_USAGE = 2
 
 
-def _topo_command(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from planner.topology import jsonio
+def _load_topology(args: argparse.Namespace):
+    """The topology the source options name: captured files, a machine spec, or this machine."""
     from planner.topology.discover import live_topology, topology_from_files
-    from planner.topology.render import topology_tree
 
     files = dict(
         lspci=args.lspci, lspci_vvv=args.lspci_vvv or (), dmidecode=args.dmidecode,
         nvidia_smi=args.nvidia_smi, hwloc=args.hwloc, nccl_topo=args.nccl_topo,
     )
     if args.machine is not None or any(v for v in files.values()):
-        topo = topology_from_files(machine=args.machine, name=args.name, **files)
-    else:
-        topo = live_topology(args.sys_root)
-        if args.name:
-            topo.name = args.name
+        return topology_from_files(machine=args.machine, name=args.name, **files)
+    topo = live_topology(args.sys_root)
+    if args.name:
+        topo.name = args.name
+    return topo
+
+
+def _topo_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from planner.topology import jsonio
+    from planner.topology.render import topology_tree
+
+    topo = _load_topology(args)
     if args.svg:
         from planner.topology.svg import write_svg
 
@@ -42,11 +48,17 @@ def _topo_command(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(jsonio.dumps(topo) + "\n")
     else:
-        console = Console(highlight=False, emoji=False)
+        console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
         console.print(topology_tree(topo, show_other=args.all))
         if args.svg:
             console.print(f"[dim]picture written to {args.svg}[/dim]")
     return 0
+
+
+def _plan_command(args: argparse.Namespace) -> int:
+    from moment import plan_cmd
+
+    return plan_cmd.run(args, _load_topology(args))
 
 
 def _machines_command(args: argparse.Namespace) -> int:
@@ -55,6 +67,108 @@ def _machines_command(args: argparse.Namespace) -> int:
     for name, path in sorted(bundled_machines().items()):
         print(f"{name}\t{path}")
     return 0
+
+
+def _profile_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from planner.capacities import format_size, parse_size, save_capacities
+    from planner.profile import profile_machine
+
+    def number(text: str, what: str, kind: type) -> float:
+        try:
+            return kind(text)
+        except ValueError:
+            raise PlannerError(f"--{what} {text!r}: expected a {'whole ' if kind is int else ''}number") from None
+
+    block = parse_size(args.block_size)
+    file_bytes = parse_size(args.file_size)
+    depth = int(number(args.queue_depth, "queue-depth", int))
+    seconds = number(args.seconds, "seconds", float)
+    for p in args.ssd or ():
+        if not Path(p).exists():
+            raise PlannerError(f"--ssd {p}: no such directory or file")
+    if args.out:  # refuse before measuring for minutes, not after
+        out_dir = Path(args.out).parent
+        if not out_dir.is_dir() or not os.access(out_dir, os.W_OK):
+            raise PlannerError(f"--out {args.out}: directory {out_dir} is missing or not writable")
+    topo = None
+    try:
+        from planner.topology.discover import live_topology
+
+        topo = live_topology(args.sys_root)
+    except PlannerError:
+        pass  # figures are then keyed by bus address rather than node id
+    err = Console(stderr=True, highlight=False, emoji=False)
+    caps = profile_machine(
+        topo, ssd_paths=args.ssd or (), block_bytes=block, queue_depth=depth, seconds=seconds,
+        file_bytes=file_bytes, use_fio=not args.no_fio, memory=not args.no_memory,
+        keep_files=args.keep_file, sys_root=args.sys_root,
+        progress=lambda msg: err.print(f"[dim]… {msg}[/dim]"),
+    )
+
+    def rate(bps: float) -> str:
+        return f"{bps / 1e9:.2f} GB/s" if bps >= 1e9 else f"{bps / 1e6:.1f} MB/s"
+
+    table = Table(title=f"measured on {caps.host}", title_justify="left")
+    for col in ("what", "figure", "tool", "how"):
+        table.add_column(col, overflow="fold")
+    for d in caps.devices:
+        what = d.key + "".join(f"\n{x}" for x in (d.block_device, d.model, d.path) if x)
+        for i, m in enumerate(d.measurements()):
+            iops = f"{m.read_iops / 1e3:.1f} k IOPS · " if m.read_iops is not None else ""
+            how = ", ".join(x for x in (
+                f"{format_size(m.block_bytes)} random reads" if m.block_bytes else None,
+                f"queue depth {m.queue_depth}" if m.queue_depth else None, m.mode,
+                f"{format_size(m.file_bytes)} file" if m.file_bytes else None,
+                f"{m.seconds:g} s" if m.seconds else None, m.jobs) if x)
+            table.add_row(what if i == 0 else "", iops + rate(m.read_bytes_per_s)
+                          + (" (used)" if i == 0 and d.others else ""), m.tool or "", how)
+        fio = next((m for m in d.measurements() if (m.tool or "").startswith("fio")), None)
+        own = next((m for m in d.measurements() if m.tool == "moment-posix"), None)
+        if fio and own and fio.read_iops and own.read_iops:
+            table.add_row("", f"moment-posix / fio = {own.read_iops / fio.read_iops:.2f}", "", "")
+    for mem in caps.memory:
+        table.add_row("memory, " + ("all NUMA nodes" if mem.numa_node is None else f"NUMA node {mem.numa_node}"),
+                      rate(mem.bytes_per_s), mem.method or "",
+                      f"{mem.convention or 'stream-copy'} (read + write), "
+                      f"{format_size(mem.array_bytes or 0)} x {mem.repeats}, {mem.threads} thread(s)")
+    for lk in caps.links:
+        table.add_row(lk.label, rate(lk.bytes_per_s), lk.tool or "",
+                      f"{format_size(lk.transfer_bytes)} copies" if lk.transfer_bytes else "")
+    if caps.pcie_efficiency is not None:
+        table.add_row("PCIe protocol efficiency", f"{caps.pcie_efficiency.value:.3f}", "",
+                      caps.pcie_efficiency.derived_from or "")
+    out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+    out.print(table)
+    if caps.notes:
+        out.print("[bold]not measured, and other notes[/bold]")
+        for note in caps.notes:
+            out.print(f"  • {note}", markup=False)
+    if args.out:
+        path = save_capacities(caps, args.out)
+        out.print(f"capacities written to {path} (schema moment.capacities v1)", markup=False)
+    else:
+        out.print("[dim]not saved: pass --out FILE to keep these figures for planning[/dim]")
+    return 0
+
+
+def _add_source_args(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_argument_group("sources (captured on the machine; combine those of one machine)")
+    src.add_argument("--lspci", metavar="FILE", help="output of `lspci -tv` (or `lspci -t`)")
+    src.add_argument("--lspci-vvv", metavar="FILE", action="append",
+                     help="output of `lspci -vvv` / `-vvnn`, whole or per device (repeatable)")
+    src.add_argument("--dmidecode", metavar="FILE", help="output of `dmidecode` or `dmidecode -t 9`")
+    src.add_argument("--nvidia-smi", metavar="FILE", help="output of `nvidia-smi topo -m`")
+    src.add_argument("--hwloc", metavar="FILE", help="hwloc XML (`lstopo --of xml`)")
+    src.add_argument("--nccl-topo", metavar="FILE", help="NCCL topology XML (NCCL_TOPO_FILE format)")
+    src.add_argument("--machine", metavar="NAME|FILE",
+                     help="a bundled machine spec (moment-a, moment-b) or a YAML spec file")
+    src.add_argument("--name", help="name to give the machine")
+    src.add_argument("--sys-root", metavar="DIR", default="/sys", help=argparse.SUPPRESS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,26 +191,79 @@ def build_parser() -> argparse.ArgumentParser:
             "machine's sysfs (and NVML when NVIDIA GPUs are present)."
         ),
     )
-    src = topo.add_argument_group("sources (captured on the machine; combine those of one machine)")
-    src.add_argument("--lspci", metavar="FILE", help="output of `lspci -tv` (or `lspci -t`)")
-    src.add_argument("--lspci-vvv", metavar="FILE", action="append",
-                     help="output of `lspci -vvv` / `-vvnn`, whole or per device (repeatable)")
-    src.add_argument("--dmidecode", metavar="FILE", help="output of `dmidecode` or `dmidecode -t 9`")
-    src.add_argument("--nvidia-smi", metavar="FILE", help="output of `nvidia-smi topo -m`")
-    src.add_argument("--hwloc", metavar="FILE", help="hwloc XML (`lstopo --of xml`)")
-    src.add_argument("--nccl-topo", metavar="FILE", help="NCCL topology XML (NCCL_TOPO_FILE format)")
-    src.add_argument("--machine", metavar="NAME|FILE",
-                     help="a bundled machine spec (moment-a, moment-b) or a YAML spec file")
-    src.add_argument("--sys-root", metavar="DIR", default="/sys", help=argparse.SUPPRESS)
+    _add_source_args(topo)
     out = topo.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the model as JSON (schema moment.topology v1)")
     out.add_argument("--svg", metavar="FILE", help="write a picture of the device graph")
     out.add_argument("--all", action="store_true", help="also list chipset and other minor devices")
-    out.add_argument("--name", help="name to give the machine")
     topo.set_defaults(func=_topo_command)
+
+    pl = sub.add_parser(
+        "plan",
+        help="recommend where GPUs and NVMe SSDs go (slot layout search with flow models)",
+        description=(
+            "Enumerate the ways to put the GPUs and SSDs into the machine's slots, keep one "
+            "layout per symmetry class, predict each one's time per iteration with a flow "
+            "model, and recommend the best with a slot map and its bottleneck, against the "
+            "paper's classic layouts (a)-(d) and the machine's current layout."
+        ),
+    )
+    _add_source_args(pl)
+    inv = pl.add_argument_group("devices to place (default: the spec's inventory or the machine's own)")
+    inv.add_argument("--gpus", type=int, metavar="N", help="number of GPUs to place")
+    inv.add_argument("--ssds", type=int, metavar="N", help="number of NVMe SSDs to place")
+    inv.add_argument("--gpu-model", metavar="MODEL", help="GPU model (e.g. a100-40gb-pcie, h100-pcie)")
+    inv.add_argument("--ssd-model", metavar="MODEL", help="SSD model (e.g. p5510, samsung-980-pro)")
+    wl = pl.add_argument_group("workload (planner terms: bytes per GPU and per iteration, and cache shares)")
+    wl.add_argument("--demand-gb", type=float, default=1.0, metavar="GB",
+                    help="bytes each GPU reads per iteration, in GB (default 1; scales T, not the ranking)")
+    wl.add_argument("--gpu-cache-share", type=float, default=0.0, metavar="S",
+                    help="share of reads served by a cache replicated on every GPU (default 0)")
+    wl.add_argument("--cpu-cache-share", type=float, default=0.0, metavar="S",
+                    help="share of reads served by host memory (default 0)")
+    wl.add_argument("--capacities", metavar="FILE", help="measured figures from `moment profile`")
+    wl.add_argument("--unknown-link-gbps", type=float, metavar="GB/S",
+                    help="assume this many GB/s per direction for links no source sized")
+    wl.add_argument("--nvlink", action="append", metavar="I-J",
+                    help="what-if: an NVLink bridge between placed GPUs I and J (repeatable)")
+    how = pl.add_argument_group("search and output")
+    how.add_argument("--model", choices=("maxflow", "concurrent"), default="maxflow",
+                     help="flow model: the paper's max-flow, or the stricter concurrent LP")
+    how.add_argument("--top", type=int, default=5, metavar="K", help="layouts to list (default 5)")
+    how.add_argument("--exhaustive", action="store_true",
+                     help="solve every distinct layout instead of pruning by a cut bound")
+    how.add_argument("--json", action="store_true", help="print the plan as JSON")
+    how.add_argument("--svg", metavar="FILE", help="write the recommended layout with its flows")
+    pl.set_defaults(func=_plan_command)
 
     machines = sub.add_parser("machines", help="list the bundled machine specs")
     machines.set_defaults(func=_machines_command)
+
+    prof = sub.add_parser(
+        "profile",
+        help="measure SSD random reads, memory (and GPU copies) here; write a capacities file",
+        description=(
+            "Measure what can be measured on this machine: random aligned reads from a test file "
+            "on each --ssd directory (with fio when installed, and with Moment's own reader), "
+            "DRAM bandwidth, and host/GPU copies when CUDA is present. Writes a capacities file "
+            "(schema moment.capacities v1, docs/capacities.md) for planning."
+        ),
+    )
+    prof.add_argument("--ssd", metavar="PATH", action="append",
+                      help="a directory on an SSD (a test file is written there and removed), "
+                           "or an existing file or block device to read (repeatable)")
+    prof.add_argument("--block-size", metavar="SIZE", default="4KiB", help="read size (default 4KiB)")
+    prof.add_argument("--queue-depth", metavar="N", default="64", help="reads in flight (default 64)")
+    prof.add_argument("--seconds", metavar="S", default="5", help="duration of each read test (default 5)")
+    prof.add_argument("--file-size", metavar="SIZE", default="1GiB",
+                      help="size of the test file written in each --ssd directory (default 1GiB)")
+    prof.add_argument("--no-fio", action="store_true", help="do not run fio even if it is installed")
+    prof.add_argument("--no-memory", action="store_true", help="skip the memory bandwidth test")
+    prof.add_argument("--keep-file", action="store_true", help="keep the test files")
+    prof.add_argument("--out", metavar="FILE",
+                      help="write the capacities here (YAML; JSON if FILE ends in .json)")
+    prof.add_argument("--sys-root", metavar="DIR", default="/sys", help=argparse.SUPPRESS)
+    prof.set_defaults(func=_profile_command)
     return parser
 
 

@@ -298,9 +298,14 @@ class _Reader:
         self.loader: yaml.SafeLoader | None = None
 
     # -- whole document ---------------------------------------------------
+    #: what the document is and the schema it starts with, for messages (subclasses reading
+    #: other YAML formats of the project set their own)
+    document = "a machine spec"
+    schema = SCHEMA
+
     def compose(self) -> YamlNode:
         if not isinstance(self.yaml_text, str):
-            raise ParseError(self.source, None, "the text of a machine spec (a str)",
+            raise ParseError(self.source, None, f"the text of {self.document} (a str)",
                              type(self.yaml_text).__name__)
         try:
             self.loader = yaml.SafeLoader(self.yaml_text)
@@ -312,7 +317,7 @@ class _Reader:
                              "deeper nesting") from None
         if root is None:
             raise ParseError(self.source, None,
-                             f"a machine spec (a YAML mapping starting 'schema: {SCHEMA}')",
+                             f"{self.document} (a YAML mapping starting 'schema: {self.schema}')",
                              "an empty file")
         return root
 

@@ -1,0 +1,193 @@
+"""``moment plan``: print what :func:`planner.plan.plan` decided (the command's output side)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.errors import PlannerError
+from planner.plan import PlanResult, RankedLayout, layout_summary
+
+
+def gbps(x: float) -> str:
+    return "∞" if math.isinf(x) else f"{x / 1e9:.2f}"
+
+
+def _bottleneck_text(entry: RankedLayout, limit: int = 3) -> str:
+    names = []
+    for a, b in entry.result.bottleneck[:limit]:
+        na, nb = entry.placed.node(a), entry.placed.node(b)
+        names.append(f"{na.label} → {nb.label}")
+    if entry.result.saturated_stores:
+        names.append("reads of " + ", ".join(entry.result.saturated_stores[:limit]))
+    more = len(entry.result.bottleneck) - limit
+    return "; ".join(names) + (f" (+{more})" if more > 0 else "") if names else "-"
+
+
+def plan_to_dict(result: PlanResult, top: int) -> dict:
+    """The plan as JSON-able data (``moment plan --json``)."""
+
+    def entry(e: RankedLayout) -> dict:
+        r = e.result
+        return {
+            "rank": e.rank,
+            "labels": list(e.labels),
+            "layout": layout_summary(e.placed),
+            "assignment": [list(a) for a in e.layout.assignment],
+            "multiplicity": e.layout.multiplicity,
+            "seconds_per_iteration": r.seconds_per_iteration,
+            "mean_inlet_bytes_per_s": e.mean_inlet_bytes_per_s,
+            "inlet_bytes_per_s": r.inlet_bytes_per_s,
+            "store_bytes": r.store_bytes,
+            "tier_shares": r.tier_shares,
+            "bottleneck": [list(b) for b in r.bottleneck],
+            "link_utilisation": [[a, b, u] for (a, b), u in sorted(r.link_utilisation.items()) if u > 0],
+        }
+
+    return {
+        "schema": "moment.plan",
+        "version": 1,
+        "machine": result.machine,
+        "model": result.model,
+        "inventory": str(result.inventory),
+        "demand": {
+            "bytes_per_consumer": result.demand.bytes_per_consumer,
+            "accelerator_cache_share": result.demand.accelerator_cache_share,
+            "host_memory_share": result.demand.host_memory_share,
+        },
+        "counts": {"raw": result.search.raw_count, "feasible": result.search.feasible_count,
+                   "distinct": result.search.distinct_count, "solved": result.solved_count},
+        "seconds": result.seconds,
+        "best": entry(result.best),
+        "slot_map": [m.text for m in result.slot_map()],
+        "ranked": [entry(e) for e in result.ranked[:top]],
+        "baselines": {k: (entry(v) if isinstance(v, RankedLayout) else {"not_applicable": v})
+                      for k, v in result.baselines.items()},
+        "gains": {k: result.gain_over(k) for k in result.baselines},
+        "notes": list(result.notes),
+    }
+
+
+def print_plan(result: PlanResult, top: int, console: Console) -> None:
+    s = result.search
+    d = result.demand
+    console.print(
+        f"[bold]{result.machine}[/bold]: place {result.inventory} "
+        f"· model [bold]{result.model}[/bold] · {d.bytes_per_consumer / 1e9:g} GB per GPU per iteration"
+        + (f", GPU cache {d.accelerator_cache_share:.0%}" if d.accelerator_cache_share else "")
+        + (f", host memory {d.host_memory_share:.0%}" if d.host_memory_share else "")
+    )
+    console.print(
+        f"layouts: {s.raw_count:,} raw · {s.feasible_count:,} feasible · {s.distinct_count:,} distinct "
+        f"up to symmetry · {result.solved_count:,} solved · {result.seconds['total']:.2f} s"
+    )
+    table = Table(title=f"top {min(top, len(result.ranked))} layouts", title_justify="left")
+    for col, just in (("#", "right"), ("layout", "left"), ("per-GPU GB/s", "right"),
+                      ("ms/iter", "right"), ("bottleneck", "left"), ("", "left")):
+        table.add_column(col, justify=just, overflow="fold")
+    for e in result.ranked[:top]:
+        table.add_row(str(e.rank), layout_summary(e.placed), gbps(e.mean_inlet_bytes_per_s),
+                      f"{e.seconds_per_iteration * 1e3:.1f}", _bottleneck_text(e), ", ".join(e.labels))
+    console.print(table)
+
+    best = result.best
+    console.print("[bold]Recommended slot map[/bold]")
+    for m in result.slot_map():
+        console.print(f"  {m.text}")
+    inlets = ", ".join(f"{_device_name(g)} {gbps(v)}" for g, v in best.result.inlet_bytes_per_s.items())
+    console.print(f"per-GPU inlet GB/s: {inlets} (mean {gbps(best.mean_inlet_bytes_per_s)}); "
+                  f"{best.seconds_per_iteration * 1e3:.1f} ms per iteration")
+    console.print(f"bottleneck: {_bottleneck_text(best, limit=6)}")
+
+    base = Table(title="against the baselines", title_justify="left")
+    for col, just in (("baseline", "left"), ("layout", "left"), ("per-GPU GB/s", "right"),
+                      ("rank", "right"), ("recommended is", "right")):
+        base.add_column(col, justify=just, overflow="fold")
+    for name, b in result.baselines.items():
+        if isinstance(b, RankedLayout):
+            gain = result.gain_over(name)
+            rank = str(b.rank) if b.rank <= top or result.solved_count == s.distinct_count else f"> {top}"
+            base.add_row(_baseline_name(name, b), layout_summary(b.placed), gbps(b.mean_inlet_bytes_per_s),
+                         rank, f"{gain:.2f}×" if gain is not None else "-")
+        else:
+            base.add_row(_baseline_name(name, None), f"[dim]{b}[/dim]", "-", "-", "-")
+    console.print(base)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def _device_name(node_id: str) -> str:
+    """``gpu2`` → ``GPU 2`` (the numbering of the slot map); other ids unchanged."""
+    for prefix, word in (("gpu", "GPU"), ("ssd", "SSD")):
+        if node_id.startswith(prefix) and node_id[len(prefix):].isdigit():
+            return f"{word} {node_id[len(prefix):]}"
+    return node_id
+
+
+def _baseline_name(name: str, entry: RankedLayout | None) -> str:
+    if name == "current":
+        return "current"
+    label = entry.layout.label if entry is not None and entry.layout.label else ""
+    text = next((part for part in label.split("; ") if part.startswith(f"({name})")), "")
+    return text or f"({name})"
+
+
+def parse_nvlink(pairs: list[str] | None) -> list[tuple[int, int]]:
+    out = []
+    for text in pairs or ():
+        try:
+            a, b = (int(x) for x in text.replace(":", "-").split("-"))
+        except ValueError:
+            raise PlannerError(f"--nvlink {text!r}: expected two GPU numbers like 0-1") from None
+        out.append((a, b))
+    return out
+
+
+def run(args: argparse.Namespace, topo) -> int:
+    from planner.plan import Demand, choose_inventory, plan
+
+    if args.top < 1:
+        raise PlannerError(f"--top {args.top}: expected at least 1")
+    if args.capacities:
+        from planner.capacities import apply_capacities, load_capacities
+
+        topo = apply_capacities(topo, load_capacities(args.capacities))
+    topo, inventory = choose_inventory(
+        topo, spec=args.machine, gpus=args.gpus, ssds=args.ssds,
+        gpu_model=args.gpu_model, ssd_model=args.ssd_model,
+    )
+    demand = Demand(args.demand_gb * 1e9, args.gpu_cache_share, args.cpu_cache_share)
+    result = plan(topo, inventory, demand, model=args.model, top=args.top,
+                  exhaustive=args.exhaustive, nvlink_pairs=parse_nvlink(args.nvlink),
+                  unknown_link_bytes_per_s=args.unknown_link_gbps * 1e9 if args.unknown_link_gbps else None)
+    if args.svg:
+        from planner.topology.svg import write_svg
+
+        best = result.best
+        util = best.result.link_utilisation
+        labels = {k: f"{u:.0%}" for k, u in util.items() if u >= 0.005}
+        write_svg(best.placed, args.svg, title=f"{result.machine}: recommended layout",
+                  highlight_links=best.result.bottleneck, link_labels=_one_direction(labels))
+    if args.json:
+        sys.stdout.write(json.dumps(plan_to_dict(result, args.top), indent=2) + "\n")
+    else:
+        console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+        print_plan(result, args.top, console)
+        if args.svg:
+            console.print(f"[dim]picture written to {args.svg}[/dim]")
+    return 0
+
+
+def _one_direction(labels: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:
+    """Keep the busier direction's label for each link (the picture draws one line per link)."""
+    out: dict[frozenset, tuple[tuple[str, str], str]] = {}
+    for key, text in labels.items():
+        k = frozenset(key)
+        if k not in out or float(text.rstrip("%")) > float(out[k][1].rstrip("%")):
+            out[k] = (key, text)
+    return dict(out.values())
