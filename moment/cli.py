@@ -236,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--svg", metavar="FILE", help="write the recommended layout with its flows")
     pl.set_defaults(func=_plan_command)
 
+    _register_modules(sub)
+
     machines = sub.add_parser("machines", help="list the bundled machine specs")
     machines.set_defaults(func=_machines_command)
 
@@ -265,6 +267,18 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--sys-root", metavar="DIR", default="/sys", help=argparse.SUPPRESS)
     prof.set_defaults(func=_profile_command)
     return parser
+
+
+#: modules that add a subcommand each: ``register(subparsers)`` adds its parser and sets
+#: ``func``; one module per command keeps this file from growing with every command
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def _register_modules(sub) -> None:
+    import importlib
+
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
