@@ -557,7 +557,7 @@ class _Machine:
         if self.flow:
             # a device in a slot is, to a flow, one link from the slot's parent: the lower of
             # the slot's link and the device's own; an empty slot is nothing
-            usual = _usual_efficiency(t)
+            usual = usual_efficiency(t)
             self._placed_in: list[list[str]] = []
             for ci, members in enumerate(self.classes):
                 first = members[0]
@@ -567,7 +567,7 @@ class _Machine:
                     if m not in self.class_fit[ci]:
                         codes.append("")
                         continue
-                    dev = _device_link(t, first, model, "dev", usual)
+                    dev = device_link(t, first, model, "dev", usual)
                     caps = (up.bytes_per_s if up is not None else None, dev.bytes_per_s)
                     cap = _fmt(min(caps)) if None not in caps else "/".join(map(_fmt, caps))
                     codes.append(f"{_esc(f'dev|{model.name}|@{cap}')}[]")
@@ -1270,13 +1270,13 @@ def _pcie_efficiency(lk: Link) -> float | None:
     return lk.bytes_per_s / pcie_bytes_per_s(lk.pcie_gen, lk.lanes, 1.0)
 
 
-def _usual_efficiency(topo: Topology) -> float:
+def usual_efficiency(topo: Topology) -> float:
     """The protocol efficiency most of a topology's gen × width links were computed with."""
     seen = Counter(round(e, 6) for x in topo.links() if (e := _pcie_efficiency(x)) is not None)
     return seen.most_common(1)[0][0] if seen else DEFAULT_EFFICIENCY
 
 
-def _device_link(topo: Topology, slot_id: str, model: DeviceModel, dev_id: str,
+def device_link(topo: Topology, slot_id: str, model: DeviceModel, dev_id: str,
                  usual_efficiency: float) -> Link:
     """The link slot → device a device of ``model`` gets in ``slot_id`` (see :func:`place`)."""
     slot = topo.node(slot_id)
@@ -1365,12 +1365,12 @@ def place(topo: Topology, layout: Layout, inventory: Inventory) -> Topology:
     if dropped:
         out.notes.append(f"{dropped} NVLink link(s) of the devices that moved are gone")
     kinds = dict(layout.kinds) or inventory.kinds()
-    usual = _usual_efficiency(out)
+    usual = usual_efficiency(out)
     for dev_id, _, slot_id, name in _device_ids(work, layout, kinds):
         model = inventory.model(name)
         nid = dev_id if dev_id not in out else f"placed:{dev_id}"
         slot = out.node(slot_id)
-        link = _device_link(out, slot_id, model, nid, usual)
+        link = device_link(out, slot_id, model, nid, usual)
         socket = out.socket_of(slot_id)
         numa = slot.numa_node if slot.numa_node is not None else (
             socket.numa_node if socket is not None else None)

@@ -32,13 +32,13 @@ from planner.inventory import Inventory, with_virtual_slots
 from planner.layout import (
     Layout,
     LayoutSearch,
-    _device_link,
-    _usual_efficiency,
     classic_layouts,
     current_layout,
+    device_link,
     enumerate_layouts,
     place,
     slot_map,
+    usual_efficiency,
 )
 from planner.topology.model import Link, LinkKind, NodeKind, Topology
 from planner.workload import Consumer, Store, Tier, Workload
@@ -238,7 +238,7 @@ class _Bounder:
     def __init__(self, topology: Topology, inventory: Inventory, demand: Demand) -> None:
         work = with_virtual_slots(topology)
         self.work = work
-        self.usual = _usual_efficiency(work)
+        self.usual = usual_efficiency(work)
         self.models = {m.name: m for m in inventory.models}
         moving = {d for d, _ in inventory.installed}
         keep = 1.0 - demand.accelerator_cache_share
@@ -288,7 +288,7 @@ class _Bounder:
     def _device_cap(self, slot: str, model_name: str) -> float:
         key = (slot, model_name)
         if key not in self.link_cache:
-            lk = _device_link(self.work, slot, self.models[model_name], "bound", self.usual)
+            lk = device_link(self.work, slot, self.models[model_name], "bound", self.usual)
             self.link_cache[key] = lk.bytes_per_s if lk.bytes_per_s is not None else math.inf
         return self.link_cache[key]
 
