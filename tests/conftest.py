@@ -26,3 +26,26 @@ def expected_counts() -> dict[str, dict[str, int]]:
     import json
 
     return json.loads(topology_fixture(".", "expected.json").read_text())
+
+
+def graph_fixture(name: str, filename: str = "") -> Path:
+    """Path of a real graph under ``../shared/fixtures/graphs`` (a folder when ``filename`` is empty); skips if absent."""
+    path = GRAPH_FIXTURES / name / filename if filename else GRAPH_FIXTURES / name
+    if not path.exists():
+        pytest.skip(f"fixture {path} not present (is ../shared beside the repository?)")
+    return path
+
+
+def parses_or_refuses(parse, text: str, source: str = "fuzz") -> None:
+    """``parse(text, source)`` returns a result or raises the project's ParseError naming ``source``.
+
+    The shared body of the parsers' fuzz tests: any other exception is a bug.
+    """
+    from planner.errors import ParseError
+
+    try:
+        result = parse(text, source)
+    except ParseError as err:
+        assert err.source == source
+        return
+    assert result is not None

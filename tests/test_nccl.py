@@ -13,7 +13,7 @@ from planner.errors import ParseError
 from planner.topology.model import LinkKind, NodeKind, Topology
 from planner.topology.nccl import NVSWITCH_NODE, nvlink_bytes_per_s, parse_nccl_topo
 from planner.topology.pcie import pcie_bytes_per_s
-from tests.conftest import TOPOLOGY_FIXTURES, topology_fixture
+from tests.conftest import TOPOLOGY_FIXTURES, parses_or_refuses, topology_fixture
 
 AWS = "aws-p4d-24xlarge-nccl"
 AZURE = "azure-ndv4-a100-nccl"
@@ -280,12 +280,7 @@ def test_bad_input_names_source_and_line(text: str, line: int, expected: str) ->
 
 
 def _parse_or_parse_error(text: str) -> None:
-    try:
-        topo = parse_nccl_topo(text, "fuzz.xml")
-    except ParseError as err:
-        assert err.source == "fuzz.xml"
-        return
-    assert isinstance(topo, Topology)
+    parses_or_refuses(parse_nccl_topo, text, "fuzz.xml")
 
 
 @settings(max_examples=150, deadline=None)

@@ -77,7 +77,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.errors import ParseError, TopologyError
+from planner.errors import ParseError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import DEFAULT_EFFICIENCY, ENCODING, GT_PER_S, VALID_WIDTHS
 from planner.topology.pcitree import (
@@ -86,7 +86,7 @@ from planner.topology.pcitree import (
     build_pci_topology,
     classify,
 )
-from planner.topology.xmlsafe import XmlDocument, parse_xml
+from planner.topology.xmlsafe import XmlDocument, build_from_xml
 
 __all__ = ["add_cpu_nvlink", "parse_hwloc_xml", "pcie_links_for_gb_per_s"]
 
@@ -193,13 +193,7 @@ def parse_hwloc_xml(text: str, source: str) -> Topology:
     socket and memory node. Raises :class:`ParseError` on anything that is
     not hwloc XML or that contradicts itself.
     """
-    doc = parse_xml(text, source)
-    try:
-        return _parse(doc, source)
-    except TopologyError as exc:
-        raise ParseError(source, None, "a consistent hwloc topology", str(exc)) from None
-    except RecursionError:
-        raise ParseError(source, None, "an XML tree of reasonable depth") from None
+    return build_from_xml(text, source, _parse, "a consistent hwloc topology")
 
 
 def _parse(doc: XmlDocument, source: str) -> Topology:

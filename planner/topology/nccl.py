@@ -70,7 +70,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.errors import ParseError, TopologyError
+from planner.errors import ParseError
 from planner.topology.hwloc import add_cpu_nvlink
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import GT_PER_S
@@ -80,7 +80,7 @@ from planner.topology.pcitree import (
     build_pci_topology,
     classify,
 )
-from planner.topology.xmlsafe import XmlDocument, parse_xml
+from planner.topology.xmlsafe import XmlDocument, build_from_xml
 
 __all__ = ["NVLINK_GB_PER_S", "nvlink_bytes_per_s", "parse_nccl_topo"]
 
@@ -156,13 +156,7 @@ def parse_nccl_topo(text: str, source: str) -> Topology:
     Raises :class:`ParseError` for anything that is not an NCCL ``<system>``
     file or that contradicts itself (a bus id twice, an unreadable number).
     """
-    doc = parse_xml(text, source)
-    try:
-        return _parse(doc, source)
-    except TopologyError as exc:
-        raise ParseError(source, None, "a consistent NCCL topology", str(exc)) from None
-    except RecursionError:
-        raise ParseError(source, None, "an XML tree of reasonable depth") from None
+    return build_from_xml(text, source, _parse, "a consistent NCCL topology")
 
 
 def _parse(doc: XmlDocument, source: str) -> Topology:

@@ -126,3 +126,21 @@ def parse_xml(text: str, source: str) -> XmlDocument:
     if len(roots) != 1:  # expat already refuses this; kept for clarity
         raise ParseError(source, 1, "one XML root element")
     return XmlDocument(roots[0], line_of, tuple(lines))
+
+
+def build_from_xml(text: str, source: str, build, what: str):
+    """Parse ``text`` safely and hand the document to ``build(doc, source)``.
+
+    A :class:`~planner.errors.TopologyError` from ``build`` (the document
+    contradicts itself) becomes a :class:`ParseError` saying ``what`` was
+    expected, and so does a tree too deep to walk.
+    """
+    from planner.errors import TopologyError
+
+    doc = parse_xml(text, source)
+    try:
+        return build(doc, source)
+    except TopologyError as exc:
+        raise ParseError(source, None, what, str(exc)) from None
+    except RecursionError:
+        raise ParseError(source, None, "an XML tree of reasonable depth") from None
