@@ -35,11 +35,19 @@ they store. Every link kind (pcie, memory, inter-socket, nvlink) constrains
 the flow.
 
 Ties (several flows reaching the same ``T``) are broken the same way in
-both models (``tie_break=True``): earlier tiers first (list tiers fastest
-first), then the least traffic weighted by 1/capacity (local reads, no
-detours); and identical stores hanging identically off the same node (SSDs
-under one switch) always get equal traffic. The reported ``store_bytes``
-are the traffic targets of the data placement (DDAK).
+both models (``tie_break=True``, a second small LP at the optimal ``T``):
+earlier tiers first (list tiers fastest first), then the least traffic
+weighted by 1/capacity (local reads, no detours), then stores of a tier
+loaded in proportion to what each can deliver; identical stores hanging
+identically off the same node (SSDs under one switch) always get equal
+traffic. The reported ``store_bytes`` are the traffic targets of the data
+placement (DDAK). ``tie_break=False`` skips that LP: ``T`` and the
+bottleneck are the same, the flows are whatever the solver found first. It
+is several times faster, which suits ranking many candidate layouts; solve
+the chosen one again with the tie-break for its targets.
+
+Accuracy: ``T`` is exact to about 1e-9 (relative); a link or store carrying
+a share ``q`` of all bytes has its traffic right to about ``1e-9/q``.
 
 >>> from planner.topology.model import Link, Node, NodeKind, Topology
 >>> from planner.workload import Consumer, Store, Tier, Workload
@@ -104,11 +112,22 @@ _BALANCE_WEIGHT = 1e-5
 _DUAL_SHARE = 1e-6
 
 #: HiGHS's feasibility tolerances (default 1e-7) are absolute; a link that
-#: carries 0.1% of the demand would otherwise be off by 1e-4 of its capacity
-_TOLERANCES = {
+#: carries 0.1% of the demand would otherwise be off by 1e-4 of its capacity.
+_SIMPLEX_OPTIONS = {
+    "presolve": False,  # costs more than it saves on LPs this small
     "primal_feasibility_tolerance": 1e-10,
     "dual_feasibility_tolerance": 1e-10,
+    "time_limit": 10.0,  # a safety net: these LPs take milliseconds
+}
+#: tight feasibility tolerances can make the interior-point method loop for
+#: ever, so only its optimality tolerance is tightened, and its iterations
+#: are capped (it needs 10–30); should it fail, the simplex takes over
+_IPM_OPTIONS = {
+    "run_crossover": "off",
+    "presolve": False,  # presolve can leave duals on one of two symmetric links only
     "ipm_optimality_tolerance": 1e-10,
+    "maxiter": 400,
+    "time_limit": 10.0,
 }
 
 #: values below this (in units of ΣD) are reported as 0
@@ -798,8 +817,9 @@ def solve_maxflow(
     should those steps stall. The bottleneck is the min cut at the optimum.
     With ``tie_break`` the flows are then recomputed at that ``T`` by a
     small linear program that prefers early tiers and short paths (see the
-    module docstring); without it they are the max-flow's own, found about
-    three times faster, with the same ``T`` and bottleneck.
+    module docstring); without it they are the integer max-flow's own (each
+    edge right to about 2e-9 of ``ΣD``), several times faster, with the same
+    ``T`` and bottleneck.
 
     ``unknown_link_bytes_per_s`` is the capacity assumed for links whose
     ``bytes_per_s`` is ``None``; without it such a link, if it could carry
@@ -1017,10 +1037,9 @@ class _LP:
             # an interior-point solution without crossover: its duals are
             # strictly complementary, positive on every constraint that binds
             # in all optimal solutions (not just on one per symmetric group)
-            kw = {"method": "highs-ipm",
-                  "options": {"run_crossover": "off", "presolve": False, **_TOLERANCES}}
+            kw = {"method": "highs-ipm", "options": _IPM_OPTIONS}
         else:
-            kw = {"method": "highs-ds", "options": {"presolve": False, **_TOLERANCES}}
+            kw = {"method": "highs-ds", "options": _SIMPLEX_OPTIONS}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OptimizeWarning)
             return linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=self.b_eq,

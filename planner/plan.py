@@ -380,11 +380,14 @@ def plan(
     if not search.distinct:
         raise PlannerError(f"{topology.name}: no feasible layout for {inventory}")
 
-    def evaluate(layout: Layout) -> tuple[Topology, FlowResult]:
+    def evaluate(layout: Layout, tidy: bool = False) -> tuple[Topology, FlowResult]:
+        # Ranking needs T and the binding links only; the tie-break LP that makes the flows
+        # tidy (equal traffic on identical SSDs) costs as much again, so only the winner gets it.
         placed = place(topology, layout, inventory)
         if nvlink_pairs:
             placed = add_nvlinks(placed, nvlink_pairs, nvlink_bytes_per_s)
-        return placed, solve(placed, workload_for(placed, demand), model, **solve_options)
+        return placed, solve(placed, workload_for(placed, demand), model, tie_break=tidy,
+                             **solve_options)
 
     bounder = _Bounder(topology, inventory, demand)
     prune = not exhaustive and not nvlink_pairs and bounder.usable
@@ -422,6 +425,8 @@ def plan(
             solved.append((rep, placed, result))
             by_canonical[rep.canonical] = len(solved) - 1
     solved.sort(key=lambda x: (x[2].seconds_per_iteration, x[0].canonical))
+    best_layout = solved[0][0]
+    solved[0] = (best_layout, *evaluate(best_layout, tidy=True))
     index = {lay.canonical: i for i, (lay, _, _) in enumerate(solved)}
     labels: dict[int, list[str]] = {}
     for name, lay in wanted.items():
