@@ -402,7 +402,7 @@ def reference_maxflow_time(topo: Topology, w: Workload) -> float:
     return hi
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(machines())
 def test_maxflow_never_beats_concurrent_and_both_are_consistent(case):
     topo, w = case
@@ -413,7 +413,7 @@ def test_maxflow_never_beats_concurrent_and_both_are_consistent(case):
     check_consistent(cc, w, topo)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(machines())
 def test_maxflow_time_matches_an_independent_networkx_bisection(case):
     topo, w = case
@@ -421,7 +421,7 @@ def test_maxflow_time_matches_an_independent_networkx_bisection(case):
     assert solve_maxflow(topo, w).seconds_per_iteration == pytest.approx(expected, rel=1e-6)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(machines(nvlink=True))
 def test_nvlink_cycles_keep_the_models_ordered(case):
     topo, w = case

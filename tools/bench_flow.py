@@ -2,7 +2,8 @@
 
     python tools/bench_flow.py [repeats]
 
-Prints milliseconds per solve for each model (median of ``repeats``).
+Prints milliseconds per solve for each model, with and without the tie-break
+(median of ``repeats``; wall clock and CPU time, since the machine may be busy).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from planner.workload import Consumer, Store, Tier, Workload
 
 
 def machine() -> tuple[Topology, Workload]:
-    """2 sockets, 2 switches, 4 GPUs, 8 NVMe, NICs and slots: 40 nodes."""
+    """2 sockets, 2 switches, 4 GPUs, 8 NVMe, NICs, other devices and slots: 40 nodes."""
     t = Topology("bench")
     gpus, ssds = [], []
 
@@ -46,6 +47,7 @@ def machine() -> tuple[Topology, Workload]:
             dev(f"socket{s}", n, NodeKind.NVME, 4, 4)
             ssds.append(n)
         dev(f"socket{s}", f"nic{s}", NodeKind.NIC, 4, 16)
+        dev(f"socket{s}", f"sata{s}", NodeKind.OTHER, 3, 4)
         t.add_node(Node(f"bmc{s}", NodeKind.OTHER))
         t.add_link(Link.pcie(f"socket{s}", f"bmc{s}", 1, 1))
     t.add_link(Link("socket0", "socket1", LinkKind.INTER_SOCKET, 40e9))
@@ -65,15 +67,18 @@ def main(repeats: int = 200) -> None:
     print(f"{len(topo)} nodes, {len(topo.links())} links, {len(work.consumers)} consumers, "
           f"{len(work.stores)} stores")
     for model in ("maxflow", "concurrent"):
-        solve(topo, work, model)  # warm up
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            r = solve(topo, work, model)
-            times.append(time.perf_counter() - t0)
-        print(f"{model:>10}: {statistics.median(times) * 1e3:6.2f} ms median, "
-              f"{min(times) * 1e3:6.2f} ms best; T = {r.seconds_per_iteration * 1e3:.2f} ms, "
-              f"bottleneck {r.bottleneck}")
+        for tie_break in (True, False):
+            solve(topo, work, model, tie_break=tie_break)  # warm up
+            wall, cpu = [], []
+            for _ in range(repeats):
+                t0, c0 = time.perf_counter(), time.process_time()
+                r = solve(topo, work, model, tie_break=tie_break)
+                wall.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
+            print(f"{model:>10} tie_break={tie_break!s:5}: "
+                  f"{statistics.median(wall) * 1e3:6.2f} ms median wall, "
+                  f"{min(wall) * 1e3:6.2f} ms best, {statistics.median(cpu) * 1e3:6.2f} ms CPU; "
+                  f"T = {r.seconds_per_iteration * 1e3:.2f} ms, {len(r.bottleneck)} bottleneck links")
 
 
 if __name__ == "__main__":
