@@ -1,0 +1,188 @@
+"""``moment data``: import public graph formats, describe a dataset directory (and ``synth``).
+
+``register(subparsers)`` adds the ``data`` command with its actions; the
+``synth`` action lives in :mod:`moment.synth_cmd` (``register_synth(data_subparsers)``)
+and is added when that module exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from planner.errors import PlannerError
+
+#: options of `data import` and the formats they apply to (dest -> formats)
+_FORMAT_OPTIONS = {
+    "dataset": ("planetoid",),
+    "undirected": ("ogb", "igb", "edgelist"),
+    "directed": ("npz",),
+    "lcc": ("npz",),
+    "split": ("npz",),
+    "train_per_class": ("npz",),
+    "valid_per_class": ("npz",),
+    "seed": ("npz", "edgelist"),
+    "split_name": ("ogb",),
+    "igb_classes": ("igb",),
+    "features": ("edgelist",),
+    "feature_dim": ("edgelist",),
+    "no_relabel": ("edgelist",),
+}
+_KWARG = {"igb_classes": "classes", "no_relabel": "relabel"}
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n}"
+
+
+def _import_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from training.data import open_dataset
+    from training.importers import detect_format, import_dataset
+
+    fmt = detect_format(args.src) if args.format == "auto" else args.format
+    options = {}
+    for dest, formats in _FORMAT_OPTIONS.items():
+        value = getattr(args, dest)
+        if value is None or value is False:
+            continue
+        if fmt not in formats:
+            flag = "--" + dest.replace("_", "-")
+            raise PlannerError(f"{flag} does not apply to --format {fmt} (it is for {', '.join(formats)})")
+        options[_KWARG.get(dest, dest)] = (not value) if dest == "no_relabel" else value
+    if fmt == "igb" and "classes" in options:
+        options["classes"] = str(options["classes"])
+    err = Console(stderr=True, highlight=False, emoji=False)
+    last = {"stage": None}
+
+    def progress(stage: str, done: int, total: int | None) -> None:
+        if stage != last["stage"] and err.is_terminal:
+            err.print(f"[dim]… {stage}[/dim]")
+        last["stage"] = stage
+
+    dst = import_dataset(Path(args.src), Path(args.dst), format=fmt, name=args.name, overwrite=args.force,
+                         feature_dtype=args.feature_dtype, progress=progress, **options)
+    ds = open_dataset(dst, validate=False)
+    splits = " / ".join(f"{getattr(ds, s).shape[0]:,}" for s in ("train_idx", "valid_idx", "test_idx")
+                        if getattr(ds, s) is not None)
+    # plain text, one line: easy to grep, and never wrapped mid-number
+    print(
+        f"imported {args.src} ({fmt}) to {dst}: {ds.num_nodes:,} nodes, {ds.num_edges:,} CSR edges "
+        f"({'directed' if ds.directed else 'undirected, both directions'}), "
+        + (f"{ds.feature_dim} × {ds.feature_dtype} features, " if ds.features is not None else "no features, ")
+        + (f"{ds.num_classes} classes" if ds.labels is not None else "no labels")
+        + (f", split {splits}" if splits else "")
+    )
+    return 0
+
+
+def _info_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from training.data import dataset_info, open_dataset
+
+    info = dataset_info(open_dataset(args.dir))
+    if args.json:
+        sys.stdout.write(json.dumps(info.to_dict(), indent=2) + "\n")
+        return 0
+    t = Table(title=f"{info.name}  ({args.dir})", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("value", overflow="fold")
+    d = info.in_degree
+    t.add_row("nodes", f"{info.num_nodes:,}")
+    t.add_row("edges (CSR entries)", f"{info.num_edges:,} ({'directed' if info.directed else 'undirected: each edge twice'})")
+    t.add_row("in-degree", f"min {d.min:,} · median {d.median:g} · mean {d.mean:.2f} · p99 {d.p99:g} · max {d.max:,}")
+    t.add_row("isolated nodes", f"{info.isolated_nodes:,}")
+    t.add_row("skew", f"top 1% of vertices hold {100 * info.top1pct_endpoint_share:.1f}% of edge endpoints · Gini {info.gini:.3f}")
+    t.add_row("features", f"{info.feature_dim} × {info.feature_dtype} = {_size(info.feature_bytes)}"
+              if info.feature_dim else "none")
+    t.add_row("graph (indptr + indices)", _size(info.graph_bytes))
+    t.add_row("labels", f"{info.num_classes} classes, {info.labelled_nodes:,} labelled nodes"
+              if info.num_classes else "none")
+    t.add_row("split (train / valid / test)", " / ".join(f"{info.split_sizes.get(k, 0):,}" for k in ("train", "valid", "test"))
+              if info.split_sizes else "none")
+    if info.source:
+        flat = {k: v for k, v in info.source.items() if k != "path" and not isinstance(v, (dict, list))}
+        nested = len(info.source) - len(flat) - ("path" in info.source)
+        t.add_row("source", ", ".join(f"{k}={v}" for k, v in flat.items())
+                  + (" (more with --json)" if nested else "")
+                  + (f"\n{info.source['path']}" if "path" in info.source else ""))
+    Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160).print(t)
+    return 0
+
+
+def _data_usage(parser: argparse.ArgumentParser):
+    def run(args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return 2
+
+    return run
+
+
+def register(subparsers) -> None:
+    """Add ``moment data`` (import, info, and synth when :mod:`moment.synth_cmd` is present)."""
+    from training.importers import FORMATS
+
+    data = subparsers.add_parser(
+        "data", help="import graph datasets, describe them, generate synthetic ones",
+        description="Graph datasets in Moment's directory format (docs/dataset-format.md): "
+                    "memory-mapped CSR, features, labels and splits.",
+    )
+    data.set_defaults(func=_data_usage(data))
+    data_sub = data.add_subparsers(dest="data_command", metavar="ACTION")
+
+    imp = data_sub.add_parser(
+        "import", help="convert a public graph format into a dataset directory",
+        description="Convert Planetoid, gnn-benchmark .npz, OGB node-property, IGB or edge-list "
+                    "data into a dataset directory. Large inputs are converted in chunks with bounded memory; "
+                    "DST appears only when complete.",
+    )
+    imp.add_argument("src", metavar="SRC", help="source file or directory")
+    imp.add_argument("dst", metavar="DST", help="dataset directory to create")
+    imp.add_argument("--format", choices=("auto", *FORMATS), default="auto",
+                     help="source format (default: detect from the file names)")
+    imp.add_argument("--name", help="dataset name to record (default: from the source)")
+    imp.add_argument("--force", action="store_true", help="replace DST if it exists")
+    imp.add_argument("--feature-dtype", choices=("float32", "float16", "float64", "uint8", "int8"),
+                     help="store features with this dtype (default: as the source, float32 for text)")
+    g = imp.add_argument_group("format options")
+    g.add_argument("--dataset", metavar="NAME", help="planetoid: which ind.NAME.* when SRC holds several")
+    g.add_argument("--undirected", action="store_true", default=None,
+                   help="ogb/igb/edgelist: store every edge in both directions "
+                        "(ogb default: as OGB does, for ogbn-products/proteins)")
+    g.add_argument("--directed", action="store_true", help="npz: keep the raw direction (default: symmetrise)")
+    g.add_argument("--lcc", action="store_true", help="npz: keep only the largest connected component")
+    g.add_argument("--split", choices=("random", "none"), help="npz: seeded random per-class split (default) or none")
+    g.add_argument("--train-per-class", type=int, metavar="K", help="npz: training nodes per class (default 20)")
+    g.add_argument("--valid-per-class", type=int, metavar="K", help="npz: validation nodes per class (default 30)")
+    g.add_argument("--seed", type=int, help="npz: split seed; edgelist: random-feature seed (default 0)")
+    g.add_argument("--split-name", metavar="NAME", help="ogb: split/NAME when there are several")
+    g.add_argument("--igb-classes", choices=("19", "2K"), help="igb: label set (default 19)")
+    g.add_argument("--features", choices=("none", "random", "degree"),
+                   help="edgelist: features to generate (default none)")
+    g.add_argument("--feature-dim", type=int, metavar="F", help="edgelist: width of generated features")
+    g.add_argument("--no-relabel", action="store_true",
+                   help="edgelist: keep node ids as they are (num_nodes = max id + 1)")
+    imp.set_defaults(func=_import_command)
+
+    info = data_sub.add_parser("info", help="counts, degree distribution, skew and sizes of a dataset directory")
+    info.add_argument("dir", metavar="DIR", help="dataset directory")
+    info.add_argument("--json", action="store_true", help="print the figures as JSON")
+    info.set_defaults(func=_info_command)
+
+    try:
+        from moment.synth_cmd import register_synth
+    except ModuleNotFoundError as exc:  # the synth command is optional; a broken one must still fail loudly
+        if exc.name != "moment.synth_cmd":
+            raise
+    else:
+        register_synth(data_sub)

@@ -1,0 +1,62 @@
+"""Importers: public graph formats to the dataset directory of :mod:`training.data`.
+
+One module per format, each with ``detect(src) -> bool`` and ``import_<format>(src,
+dst, **options) -> Path``:
+
+========== ============================================ ==========================================
+format     source                                       module
+========== ============================================ ==========================================
+planetoid  directory of ``ind.<name>.*`` pickles         :mod:`training.importers.planetoid`
+npz        gnn-benchmark ``.npz`` file                  :mod:`training.importers.npz`
+ogb        OGB node-property directory (raw/, split/)   :mod:`training.importers.ogb`
+igb        IGB directory (processed/paper/...)          :mod:`training.importers.igb`
+edgelist   SNAP text edge list, optionally gzipped      :mod:`training.importers.edgelist`
+========== ============================================ ==========================================
+
+>>> import_dataset  # doctest: +ELLIPSIS
+<function import_dataset at ...>
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from training.data import DatasetError
+
+#: format name -> (module, import function); detection tries them in this order
+FORMATS: dict[str, tuple[str, str]] = {
+    "planetoid": ("training.importers.planetoid", "import_planetoid"),
+    "ogb": ("training.importers.ogb", "import_ogb"),
+    "igb": ("training.importers.igb", "import_igb"),
+    "npz": ("training.importers.npz", "import_npz"),
+    "edgelist": ("training.importers.edgelist", "import_edgelist"),
+}
+
+
+def detect_format(src: str | Path) -> str:
+    """The format of ``src``, judged by its file names (and, for single files, their first bytes)."""
+    src = Path(src)
+    if not src.exists():
+        raise DatasetError(f"{src}: no such file or directory")
+    for fmt, (mod, _) in FORMATS.items():
+        if importlib.import_module(mod).detect(src):
+            return fmt
+    raise DatasetError(
+        f"{src}: cannot tell its format (expected ind.<name>.* files, an OGB raw/ + split/ directory, an IGB "
+        f"processed/ directory, a gnn-benchmark .npz or a text edge list); pass --format {{{','.join(FORMATS)}}}"
+    )
+
+
+def import_dataset(src: str | Path, dst: str | Path, *, format: str = "auto", **options: Any) -> Path:
+    """Convert ``src`` in ``format`` (``"auto"`` detects it) into the dataset directory ``dst``.
+
+    ``options`` go to the format's import function (``name``, ``overwrite``,
+    ``progress``, ``feature_dtype`` are accepted by every format). Returns ``dst``.
+    """
+    fmt = detect_format(src) if format == "auto" else format
+    if fmt not in FORMATS:
+        raise DatasetError(f"--format {format!r}: expected auto or one of {', '.join(FORMATS)}")
+    mod, func = FORMATS[fmt]
+    return getattr(importlib.import_module(mod), func)(src, dst, **options)

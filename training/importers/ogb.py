@@ -1,0 +1,150 @@
+"""OGB node-property-prediction directories (``ogbn-*``) to a dataset directory.
+
+Layout (OGB's ``ogb/io/README.md``)::
+
+    <dir>/raw/edge.csv.gz           E rows "src,dst" (one direction per pair for undirected graphs)
+    <dir>/raw/num-node-list.csv.gz  the node count (one line)
+    <dir>/raw/node-feat.csv.gz      N rows of F floats                 (optional)
+    <dir>/raw/node-label.csv.gz     N rows of one class id ("nan" = unlabelled)
+    <dir>/split/<scheme>/{train,valid,test}.csv[.gz]   node ids, one per line
+
+Every file is parsed in blocks (``training.importers._text``), so memory is
+bounded by the block and the per-node arrays, not the edge count. An edge
+``src,dst`` means ``dst`` aggregates from ``src`` (as PyG's ``edge_index``).
+OGB adds the reverse edges itself for the datasets whose ``master.csv`` says
+``add_inverse_edge`` (ogbn-products, ogbn-proteins); ``undirected=None`` does the
+same by the directory name, ``True``/``False`` decide explicitly.
+Heterogeneous datasets (ogbn-mag) are not supported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from training.data import DatasetError, DatasetWriter, Progress
+from training.importers._text import DEFAULT_CHUNK_BYTES, iter_rows
+
+#: ogbn datasets whose raw edge list holds one direction per pair (OGB master.csv, add_inverse_edge)
+INVERSE_EDGE_DATASETS = ("ogbn_products", "ogbn_proteins")
+
+
+def _file(raw: Path, stem: str) -> Path | None:
+    for ext in (".csv.gz", ".csv"):
+        if (raw / f"{stem}{ext}").exists():
+            return raw / f"{stem}{ext}"
+    return None
+
+
+def detect(src: Path) -> bool:
+    return src.is_dir() and _file(src / "raw", "edge") is not None
+
+
+def _ids(path: Path, n: int, what: str, chunk_bytes: int) -> np.ndarray:
+    parts = [a[:, 0] for a in iter_rows(path, ncols=1, dtype=np.int64, delimiter=",", chunk_bytes=chunk_bytes)]
+    ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        bad = int(ids.min() if ids.min() < 0 else ids.max())
+        raise DatasetError(f"{path}: {what} node id {bad} outside [0, {n})")
+    return ids
+
+
+def import_ogb(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    name: str | None = None,
+    undirected: bool | None = None,
+    split_name: str | None = None,
+    feature_dtype: str | None = None,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> Path:
+    """Convert the OGB node-property directory ``src`` into the dataset directory ``dst``. Returns ``dst``."""
+    src, dst = Path(src), Path(dst)
+    raw = src / "raw"
+    edge_file = _file(raw, "edge")
+    if edge_file is None:
+        raise DatasetError(f"{src}: no raw/edge.csv.gz; not an OGB node-property dataset directory")
+    if (raw / "relations").is_dir() or _file(raw, "triplet-type-list") is not None:
+        raise DatasetError(f"{src}: a heterogeneous OGB dataset (e.g. ogbn-mag); only homogeneous graphs are supported")
+    feat_file, label_file = _file(raw, "node-feat"), _file(raw, "node-label")
+    num_file = _file(raw, "num-node-list")
+    if num_file is not None:
+        counts = [int(x) for a in iter_rows(num_file, ncols=1, delimiter=",") for x in a[:, 0]]
+        if len(counts) != 1:
+            raise DatasetError(f"{num_file}: {len(counts)} graphs; a node-property dataset has exactly one")
+        n = counts[0]
+    else:  # count the rows of a per-node file, or fall back on the largest edge endpoint
+        per_node = feat_file or label_file
+        if per_node is not None:
+            n = sum(a.shape[0] for a in iter_rows(per_node, ncols=1, dtype=np.float64, delimiter=",", chunk_bytes=chunk_bytes))
+        else:
+            n = 1 + max(int(a.max()) for a in iter_rows(edge_file, ncols=2, delimiter=",", chunk_bytes=chunk_bytes))
+    if undirected is None:
+        undirected = src.resolve().name.replace("-", "_") in INVERSE_EDGE_DATASETS
+    rows = [0]
+
+    def edge_chunks():
+        rows[0] = 0
+        for a in iter_rows(edge_file, ncols=2, dtype=np.int64, delimiter=",", exact_cols=True, chunk_bytes=chunk_bytes):
+            if a.min() < 0 or a.max() >= n:
+                raise DatasetError(f"{edge_file}: node id {int(a.max() if a.max() >= n else a.min())} outside [0, {n}) (num-node-list says {n} nodes)")
+            rows[0] += a.shape[0]
+            yield a[:, 0], a[:, 1]
+
+    split_dir = src / "split"
+    schemes = sorted(p.name for p in split_dir.iterdir() if p.is_dir()) if split_dir.is_dir() else []
+    if split_name is None and len(schemes) > 1:
+        raise DatasetError(f"{split_dir}: several split schemes ({', '.join(schemes)}); pass --split-name")
+    split_name = split_name or (schemes[0] if schemes else None)
+    splits = {}
+    if split_name is not None:
+        sdir = split_dir / split_name
+        if not sdir.is_dir():
+            raise DatasetError(f"{sdir}: no such split scheme (have: {', '.join(schemes) or 'none'})")
+        for part, key in (("train", "train_idx"), ("valid", "valid_idx"), ("test", "test_idx")):
+            f = _file(sdir, part)
+            if f is None:
+                raise DatasetError(f"{sdir}: {part}.csv.gz is missing")
+            splits[key] = _ids(f, n, part, chunk_bytes)
+
+    source = {"format": "ogb", "path": str(src.resolve()), "undirected": bool(undirected), "split": split_name}
+    with DatasetWriter(dst, num_nodes=n, name=name or src.resolve().name, source=source, overwrite=overwrite,
+                       progress=progress) as w:
+        w.write_edges(edge_chunks, undirected=bool(undirected), drop_self_loops=True, dedup=True)
+        w.set_meta(source={**source, "edge_rows": rows[0]})
+        if feat_file is not None:
+            out, row = None, 0
+            for a in _feature_blocks(feat_file, chunk_bytes):
+                if out is None:
+                    out = w.open_features(a.shape[1], feature_dtype or "float32")
+                if a.shape[1] != out.shape[1] or row + a.shape[0] > n:
+                    raise DatasetError(f"{feat_file}: rows must have {out.shape[1]} values and there must be {n} rows")
+                out[row : row + a.shape[0]] = a
+                row += a.shape[0]
+            if row != n:
+                raise DatasetError(f"{feat_file}: {row} rows, expected one per node ({n})")
+        if label_file is not None:
+            parts = list(iter_rows(label_file, ncols=1, dtype=np.float64, delimiter=",", chunk_bytes=chunk_bytes))
+            lab = np.concatenate(parts)[:, 0] if parts else np.zeros(0)
+            if lab.size != n:
+                raise DatasetError(f"{label_file}: {lab.size} rows, expected one per node ({n})")
+            labels = np.where(np.isfinite(lab), lab, -1).astype(np.int64)
+            w.write_labels(labels, num_classes=int(labels.max()) + 1 if labels.size else 0)
+        if splits:
+            w.write_splits(train=splits["train_idx"], valid=splits["valid_idx"], test=splits["test_idx"])
+    return dst
+
+
+def _feature_blocks(path: Path, chunk_bytes: int):
+    """Feature rows in blocks; the width is the number of fields on the first line."""
+    from training.importers._text import iter_line_blocks
+
+    first = next(iter_line_blocks(path, chunk_bytes), None)
+    if first is None:
+        return
+    width = len(first[1].split(b"\n", 1)[0].split(b","))
+    yield from iter_rows(path, ncols=width, dtype=np.float32, delimiter=",", exact_cols=True, chunk_bytes=chunk_bytes)
