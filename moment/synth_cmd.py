@@ -1,0 +1,148 @@
+"""``moment data synth``: write a synthetic power-law graph with learnable labels.
+
+``moment/data_cmd.py`` calls :func:`register_synth` with its sub-parsers; the
+generator itself is :mod:`training.synth`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+from planner.errors import PlannerError
+
+
+def _count(text: str, option: str) -> int:
+    """A whole count written as ``1000000``, ``1_000_000``, ``1e6`` or ``10**6``."""
+    t = text.strip().replace("_", "")
+    try:
+        if "**" in t:
+            base, exp = t.split("**", 1)
+            value = int(base) ** int(exp)
+        elif any(ch in t for ch in ".eE"):
+            f = float(t)
+            if not math.isfinite(f) or f != int(f):
+                raise ValueError
+            value = int(f)
+        else:
+            value = int(t)
+    except (ValueError, OverflowError):
+        raise PlannerError(f"{option} {text!r}: expected a whole number (like 1000000, 1e6 or 10**6)") from None
+    return value
+
+
+def _share(text: str, option: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise PlannerError(f"{option} {text!r}: expected a number such as 0.01") from None
+    if not math.isfinite(value):
+        raise PlannerError(f"{option} {text!r}: expected a finite number")
+    return value
+
+
+def _synth_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from training.synth import SynthSpec, synthesize
+
+    spec = SynthSpec(
+        num_nodes=_count(args.nodes, "--nodes"),
+        num_edges=_count(args.edges, "--edges"),
+        generator=args.generator,
+        skew=None if args.skew is None else _share(args.skew, "--skew"),
+        feature_dim=_count(args.feature_dim, "--feature-dim"),
+        feature_dtype=args.feature_dtype,
+        num_classes=_count(args.classes, "--classes"),
+        homophily=_share(args.homophily, "--homophily"),
+        feature_snr=_share(args.feature_snr, "--feature-snr"),
+        train_share=_share(args.train_share, "--train-share"),
+        valid_share=_share(args.valid_share, "--valid-share"),
+        test_share=_share(args.test_share, "--test-share"),
+        undirected=args.undirected,
+        seed=_count(args.seed, "--seed"),
+    ).validate()
+    chunk = _count(args.chunk_edges, "--chunk-edges")
+    if chunk < 1:
+        raise PlannerError(f"--chunk-edges {args.chunk_edges}: expected a positive whole number")
+
+    err = Console(stderr=True, highlight=False, emoji=False)
+    started = time.perf_counter()
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}"),
+                  TimeElapsedColumn(), console=err, transient=True,
+                  disable=args.quiet or not err.is_terminal) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(stage: str, done: int, total: int | None) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        rep = synthesize(args.dst, spec, chunk_edges=chunk, overwrite=args.force, progress=progress)
+    seconds = time.perf_counter() - started
+    if not args.quiet:
+        dropped = rep.generated_edges - rep.num_edges
+        print(
+            f"{args.dst}: {rep.num_nodes:,} nodes, {rep.num_edges:,} edges stored "
+            f"({rep.generated_edges:,} generated, {dropped:,} self-loops and duplicates dropped), "
+            + (f"{spec.feature_dim} x {spec.feature_dtype} features" if spec.feature_dim else "no features")
+            + f", {spec.num_classes} classes"
+        )
+        print(
+            f"  skew: top 1% of nodes hold {rep.top1pct_in_share:.1%} of in-edges and "
+            f"{rep.top1pct_out_share:.1%} of out-edges (hotness); "
+            f"max in-degree {rep.max_in_degree:,}, max out-degree {rep.max_out_degree:,}; "
+            f"{rep.isolated_nodes:,} isolated nodes"
+        )
+        print(f"  written in {seconds:.1f} s")
+    return 0
+
+
+def register_synth(data_subparsers) -> argparse.ArgumentParser:
+    """Add ``synth`` to the ``moment data`` sub-parsers; returns its parser."""
+    p = data_subparsers.add_parser(
+        "synth",
+        help="write a synthetic power-law graph (R-MAT or Chung-Lu) with learnable labels",
+        description=(
+            "Generate a power-law graph with latent classes and write it as a dataset "
+            "directory, streaming edges and features to disk in chunks (10^8 edges fit in a "
+            "few GB of memory). Features are the node's class centroid plus noise; edges "
+            "prefer the source's class (--homophily), so both an MLP and neighbourhood "
+            "aggregation learn the labels. Self-loops and duplicate edges are dropped. "
+            "The same --seed gives byte-identical files."
+        ),
+    )
+    p.add_argument("dst", metavar="DST", help="dataset directory to create")
+    g = p.add_argument_group("graph")
+    g.add_argument("--nodes", required=True, metavar="N", help="number of nodes (1e6 and 10**6 work)")
+    g.add_argument("--edges", required=True, metavar="M",
+                   help="edges to generate; with --undirected each is stored both ways")
+    g.add_argument("--generator", default="rmat", metavar="rmat|chung-lu",
+                   help="R-MAT (default) or Chung-Lu")
+    g.add_argument("--skew", metavar="S",
+                   help="R-MAT: the quadrant probability a, in [0.25, 1) (default 0.57, Graph500); "
+                        "Chung-Lu: the weight exponent, w_i = (i+1)^-S, in [0, 2] (default 0.7)")
+    g.add_argument("--undirected", action="store_true", help="store every edge in both directions")
+    g.add_argument("--homophily", default="0.7", metavar="H",
+                   help="share of edges whose target is redrawn from the source's class (default 0.7)")
+    f = p.add_argument_group("features and labels")
+    f.add_argument("--feature-dim", default="128", metavar="F", help="feature width (default 128; 0 for none)")
+    f.add_argument("--feature-dtype", default="float32", metavar="float32|float16",
+                   help="feature dtype (default float32)")
+    f.add_argument("--feature-snr", default="2.0", metavar="R",
+                   help="distance of class centroids from the origin, in noise standard deviations (default 2)")
+    f.add_argument("--classes", default="16", metavar="C", help="number of classes (default 16)")
+    f.add_argument("--train-share", default="0.01", metavar="S", help="share of nodes to train on (default 0.01)")
+    f.add_argument("--valid-share", default="0.01", metavar="S", help="validation share (default 0.01)")
+    f.add_argument("--test-share", default="0.02", metavar="S", help="test share (default 0.02)")
+    o = p.add_argument_group("run")
+    o.add_argument("--seed", default="0", metavar="S", help="random seed (default 0)")
+    o.add_argument("--chunk-edges", default=str(1 << 22), metavar="E",
+                   help="edges generated per step: bounds memory, never changes the output (default 4194304)")
+    o.add_argument("--force", action="store_true", help="replace DST if it exists")
+    o.add_argument("--quiet", action="store_true", help="print nothing on success")
+    p.set_defaults(func=_synth_command)
+    return p
+
