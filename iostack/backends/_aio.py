@@ -1,0 +1,203 @@
+"""Linux native AIO (``io_submit``/``io_getevents``) through ``ctypes``: many reads in flight from one thread.
+
+Plain Python threads issuing one ``preadv`` each are limited by per-call
+overhead and the GIL to roughly 60% of what the device gives
+(``shared/notes/io-baseline.md``). Native AIO with O_DIRECT keeps
+``queue_depth`` reads in flight from one thread with two system calls per
+batch of completions, and the bookkeeping is vectorised with numpy, so the
+Python cost per read is a few array elements (what fio's ``libaio`` engine
+does). It only runs asynchronously with O_DIRECT; buffered files use the
+thread engine. ``ctypes`` drops the GIL during each system call, so other
+threads (a training step, another gather) keep running while it waits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+from collections.abc import Callable
+
+import numpy as np
+
+#: (io_setup, io_destroy, io_submit, io_getevents) per architecture
+_NR = {"x86_64": (206, 207, 209, 208), "aarch64": (0, 1, 2, 4)}
+
+IOCB = np.dtype([("data", "<u8"), ("key", "<u4"), ("rw_flags", "<i4"), ("opcode", "<u2"),
+                 ("reqprio", "<i2"), ("fildes", "<u4"), ("buf", "<u8"), ("nbytes", "<u8"),
+                 ("offset", "<i8"), ("reserved2", "<u8"), ("flags", "<u4"), ("resfd", "<u4")])
+EVENT = np.dtype([("data", "<u8"), ("obj", "<u8"), ("res", "<i8"), ("res2", "<i8")])
+assert IOCB.itemsize == 64 and EVENT.itemsize == 32
+
+_libc = None
+
+
+def available() -> str | None:
+    """None when native AIO can be used here, else why not."""
+    if platform.machine() not in _NR or os.name != "posix":
+        return f"no native AIO system call numbers for {platform.machine()}"
+    try:
+        ctx = AioContext(1)
+    except OSError as exc:
+        return f"io_setup failed ({exc.strerror or exc})"
+    ctx.close()
+    return None
+
+
+class AioContext:
+    """One kernel AIO context keeping up to ``depth`` reads in flight.
+
+    The control blocks of a whole call are written in one vectorised step
+    into a preallocated array; the loop then only passes slices of a
+    precomputed pointer array to ``io_submit`` and refills the queue as soon
+    as ``io_getevents`` returns any completion (``min_nr=1``), so the queue
+    stays at ``depth`` until the last reads are out. Python work per loop turn
+    is two system calls and a few numpy operations on the completed events,
+    whatever their number.
+    """
+
+    def __init__(self, depth: int) -> None:
+        global _libc
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.syscall.restype = ctypes.c_long
+        self._sys = _libc.syscall
+        self._nr = _NR[platform.machine()]
+        self.depth = int(depth)
+        self._ctx = ctypes.c_ulong(0)
+        if self._sys(ctypes.c_long(self._nr[0]), ctypes.c_long(self.depth), ctypes.byref(self._ctx)) < 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+        self.events = np.zeros(self.depth, EVENT)
+        self._cap = 0
+        self._grow(max(self.depth, 1024))
+        # a one-entry pointer array for resubmitting a short read
+        self._one = np.zeros(1, np.uint64)
+        #: most reads per ``io_submit``
+        self.submit_batch = self.depth
+
+    def _grow(self, m: int) -> None:
+        """Room for ``m`` control blocks (and their pointers), allocated once and reused."""
+        if m <= self._cap:
+            return
+        cap = max(m, 2 * self._cap)
+        self.iocbs = np.zeros(cap, IOCB)
+        self.ptrs = np.uint64(self.iocbs.ctypes.data) + np.arange(cap, dtype=np.uint64) * np.uint64(IOCB.itemsize)
+        self._cap = cap
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Host memory of the control blocks, pointers and events, bytes."""
+        return self._cap * (IOCB.itemsize + 8) + self.depth * EVENT.itemsize
+
+    def _submit(self, addr: int, k: int) -> int:
+        """``io_submit`` of ``k`` pointers at ``addr``; how many the kernel took (0 on EAGAIN)."""
+        while True:
+            r = self._sys(ctypes.c_long(self._nr[2]), self._ctx, ctypes.c_long(k), ctypes.c_void_p(addr))
+            if r >= 0:
+                return r
+            e = ctypes.get_errno()
+            if e == errno.EINTR:
+                continue
+            if e == errno.EAGAIN:
+                return 0
+            raise OSError(e, f"io_submit: {os.strerror(e)}")
+
+    def run(self, fd: int, offsets: np.ndarray, nbytes: np.ndarray, buf_addrs: np.ndarray,
+            progress: Callable[[int], None] | None = None, every: int = 512) -> None:
+        """Read ``nbytes[i]`` at ``offsets[i]`` of ``fd`` to address ``buf_addrs[i]``, for every ``i``.
+
+        Reads are issued in index order. ``progress(p)``, when given, is
+        called whenever reads ``0..p-1`` have all completed and ``p`` grew by
+        at least ``every`` since the last call (and once with ``p = len``
+        at the end): the caller copies finished data out there, while the
+        remaining reads are in flight. Short reads are continued from where
+        they stopped; an error or a read at the end of the file raises OSError.
+        """
+        m = int(np.size(offsets))
+        if m == 0:
+            if progress is not None:
+                progress(0)
+            return
+        self._grow(m)
+        cb = self.iocbs[:m]
+        cb["data"] = np.arange(m, dtype=np.uint64)
+        cb["opcode"] = 0  # IOCB_CMD_PREAD
+        cb["fildes"] = fd
+        cb["buf"] = buf_addrs
+        cb["nbytes"] = nbytes
+        cb["offset"] = offsets
+        cb_nbytes = cb["nbytes"]
+        ptr0 = self.ptrs.ctypes.data
+        events = self.events
+        ev_addr = events.ctypes.data
+        ev_data, ev_res = events["data"].view(np.int64), events["res"]
+        sys_, nr_get, ctx, depth = self._sys, ctypes.c_long(self._nr[3]), self._ctx, ctypes.c_long(self.depth)
+        one = ctypes.c_long(1)
+        sb = self.submit_batch
+        done = np.zeros(m, np.bool_) if progress is not None else None
+        prefix = since = 0
+        nxt = inflight = 0
+        retry: list[int] = []  # short reads to continue
+        while nxt < m or inflight or retry:
+            while retry and inflight < self.depth:
+                i = retry[-1]
+                self._one[0] = self.ptrs[i]
+                if not self._submit(self._one.ctypes.data, 1):
+                    break
+                retry.pop()
+                inflight += 1
+            k = min(self.depth - inflight, m - nxt)
+            while k > 0:
+                r = self._submit(ptr0 + 8 * nxt, min(k, sb))
+                nxt += r
+                inflight += r
+                k -= r
+                if r == 0:
+                    break  # EAGAIN: reap first (or try again if nothing is in flight)
+            if not inflight:
+                continue
+            r = sys_(nr_get, ctx, one, depth, ctypes.c_void_p(ev_addr), None)
+            if r < 0:
+                e = ctypes.get_errno()
+                if e == errno.EINTR:
+                    continue
+                raise OSError(e, f"io_getevents: {os.strerror(e)}")
+            inflight -= r
+            idx = ev_data[:r]
+            res = ev_res[:r]
+            want = cb_nbytes[idx]
+            if (res != want).any():
+                bad = res != want
+                for i, got in zip(idx[bad].tolist(), res[bad].tolist(), strict=True):
+                    if got < 0:
+                        raise OSError(-got, f"read at offset {int(cb['offset'][i])}: {os.strerror(-got)}")
+                    if got == 0 or got > cb_nbytes[i]:
+                        raise OSError(errno.EIO, f"read at offset {int(cb['offset'][i])} hit the end of the file")
+                    # continue the short read from where it stopped
+                    cb["offset"][i] += got
+                    cb["buf"][i] += got
+                    cb["nbytes"][i] -= got
+                    retry.append(i)
+                idx = idx[~bad]
+            if done is not None:
+                done[idx] = True
+                since += idx.size
+                if since >= every:
+                    since = 0
+                    if prefix < m and done[prefix]:
+                        rest = done[prefix:]
+                        z = int(np.argmin(rest))
+                        prefix = m if rest[z] else prefix + z
+                        progress(prefix)
+        if progress is not None and prefix < m:
+            progress(m)
+
+    def close(self) -> None:
+        if self._ctx.value:
+            self._sys(ctypes.c_long(self._nr[1]), self._ctx)
+            self._ctx = ctypes.c_ulong(0)
+
+    def __del__(self) -> None:
+        self.close()

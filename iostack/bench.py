@@ -1,0 +1,179 @@
+"""I/O benchmarks behind ``moment bench io``: raw random row reads against fio, and the gather stream.
+
+Library functions: they return frozen results and never print; ``progress``
+gets one-line messages.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from iostack.backends.posix import PosixBackend, aligned_empty
+from iostack.bins import PAGE, open_bin, write_bin_file
+from iostack.errors import StoreError
+from iostack.placement import Bin
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RawRun:
+    """One round of ``raw``: fio's and our random-read IOPS on the same file, same block size and depth."""
+
+    fio_iops: float
+    fio_engine: str
+    ours_iops: float
+    ours_engine: str
+    fio_first: bool = True
+
+    @property
+    def ratio(self) -> float:
+        return self.ours_iops / self.fio_iops if self.fio_iops else float("nan")
+
+
+@dataclass(frozen=True)
+class RawResult:
+    path: str
+    file_bytes: int
+    row_bytes: int
+    queue_depth: int
+    direct: bool
+    runs: tuple[RawRun, ...]
+    buffer_bytes: int
+    peak_rss_bytes: int
+
+
+def bench_file(directory: str | os.PathLike[str], file_bytes: int, row_bytes: int = PAGE,
+               progress: Progress | None = None) -> tuple[Path, Bin]:
+    """A bin file of random rows (``file_bytes`` of them) in ``directory``, reused when already there."""
+    rows = max(1, file_bytes // row_bytes)
+    name = f"moment-bench-{rows}x{row_bytes}.dat"
+    b = Bin(0, "ssd", rows, path=name)
+    path = Path(directory) / name
+    try:
+        open_bin(directory, b, min_rows=rows)
+        return path, b
+    except StoreError:
+        pass
+    rng = np.random.default_rng()
+    # real random bytes: a sparse or constant file would not touch the device
+    write_bin_file(path, 0, np.uint8, row_bytes, rows,
+                   lambda a, z: rng.integers(0, 256, (z - a, row_bytes), dtype=np.uint8), progress=progress)
+    return path, b
+
+
+def _ours(backend: PosixBackend, handle, rows: int, seconds: float, batch: int) -> float:
+    rng = np.random.default_rng()
+    out = aligned_empty(batch, handle.info.row_bytes)  # what FeatureStore.gather passes too
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        backend.read_rows(handle, rng.integers(0, rows, batch), out)
+        n += batch
+    return n / (time.perf_counter() - t0)
+
+
+def bench_raw(directory: str | os.PathLike[str], *, file_bytes: int = 4 << 30, row_bytes: int = PAGE,
+              queue_depth: int = 64, seconds: float = 5.0, runs: int = 3, batch: int = 8192,
+              engine: str = "auto", pause_s: float = 1.0, progress: Progress | None = None) -> RawResult:
+    """Random ``row_bytes`` reads of one bin file: fio (io_uring, else libaio/psync) and ours, alternating.
+
+    Same file, block size (= row size, page-aligned), total queue depth, and
+    O_DIRECT when the file system allows it (buffered otherwise, for both).
+    Each run is fio and ours back to back, so the ratio compares the same
+    moment of a noisy machine; the order alternates between runs and each
+    tool starts after the same ``pause_s`` of idle device, so neither side
+    gets a throttled cloud disk's refilled burst more often. ``ours`` is the
+    same :meth:`PosixBackend.read_rows` that :class:`~iostack.store.FeatureStore`
+    calls for its SSD bins (batches of ``batch`` random rows).
+    """
+    from planner.profile import ProfileError, run_fio
+
+    path, b = bench_file(directory, file_bytes, row_bytes, progress)
+    info = open_bin(directory, b)
+    be = PosixBackend(queue_depth=queue_depth, engine=engine,
+                      staging_bytes=max(batch * info.row_stride_bytes, 1 << 20))
+    try:
+        h = be.open(info)
+        out = []
+        for i in range(runs):
+            # Alternate who goes first (fio, ours, ours, fio, ...) and rest the device the same time
+            # before each tool: a cloud disk's throttle refills while idle, and whoever runs right
+            # after an idle gap (fio's start-up is one) gets the burst. A fixed order biased the ratio.
+            fio_first = i % 2 == 0
+            res: dict[str, float] = {}
+            for tool in (("fio", "ours") if fio_first else ("ours", "fio")):
+                time.sleep(pause_s)
+                if progress:
+                    progress(f"run {i + 1}/{runs}: {tool}" + (f" ({be.engine_of(h)})" if tool == "ours" else ""))
+                if tool == "fio":
+                    try:
+                        fio, _ = run_fio(path, block_bytes=info.row_stride_bytes, queue_depth=queue_depth,
+                                         seconds=seconds, file_bytes=info.file_bytes, direct=h.direct)
+                    except ProfileError as exc:
+                        raise StoreError(f"fio: {exc}") from None
+                    res["fio"] = fio.read_iops
+                else:
+                    res["ours"] = _ours(be, h, info.rows, seconds, batch)
+            out.append(RawRun(res["fio"], fio.tool, res["ours"], f"moment-posix-{be.engine_of(h)}", fio_first))
+        return RawResult(str(path), info.file_bytes, info.row_bytes, be.queue_depth, h.direct, tuple(out),
+                         be.buffer_bytes, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    finally:
+        be.close()
+
+
+@dataclass(frozen=True)
+class GatherResult:
+    """The gather stream without training, DLIO-style."""
+
+    batches: int
+    rows: int
+    seconds: float
+    rows_per_s: float
+    bytes_per_s: float
+    tier_share: dict[str, float]
+    latency_p50_s: float
+    latency_p99_s: float
+    memory_bytes: dict[str, int]
+    direct: bool
+
+
+def zipf_ids(num_vertices: int, size: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
+    """``size`` vertex ids, hot-skewed: id ``k`` drawn with weight ``1/(k+1)**alpha`` (vertex 0 hottest)."""
+    w = 1.0 / np.arange(1, num_vertices + 1) ** alpha
+    cdf = np.cumsum(w)
+    return np.minimum(np.searchsorted(cdf, rng.random(size) * cdf[-1]), num_vertices - 1).astype(np.int64)
+
+
+def bench_gather(store, *, batch: int = 8192, seconds: float = 5.0, alpha: float = 1.0,
+                 ids: np.ndarray | None = None, seed: int = 0) -> GatherResult:
+    """Gather batches of hot-skewed ids (or successive slices of ``ids``) for ``seconds``."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    store.reset_stats()
+    lat = []
+    n = k = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        if ids is not None:
+            a = (k * batch) % max(1, ids.size)
+            b_ids = ids[a:a + batch]
+        else:
+            b_ids = zipf_ids(store.num_vertices, batch, alpha, rng)
+        t1 = time.perf_counter()
+        store.gather(torch.from_numpy(b_ids))
+        lat.append(time.perf_counter() - t1)
+        n += b_ids.size
+        k += 1
+    dt = time.perf_counter() - t0
+    share = {t: v["share"] for t, v in store.tier_stats().items()}
+    p50, p99 = np.percentile(lat, [50, 99]).tolist()
+    return GatherResult(k, n, dt, n / dt, n * store.row_bytes / dt, share, p50, p99,
+                        store.memory_bytes(), all(d for d, _ in store.direct_io().values()))

@@ -1,0 +1,263 @@
+"""SSD bin files: one file per SSD bin, rows at fixed offsets, with a JSON sidecar manifest.
+
+Layout of a bin file (``PAGE`` = 4096 bytes, what O_DIRECT needs on the
+devices this runs on):
+
+* rows of ``row_bytes >= PAGE`` start on page boundaries, each padded to a
+  whole number of pages (``row_stride_bytes`` = ``row_bytes`` rounded up to
+  ``PAGE``); 4 KiB rows are therefore exactly page-aligned, one page each;
+* rows of at most ``PAGE / 2`` bytes are packed ``PAGE // row_bytes`` to a page and never straddle
+  two pages (the end of each page is padding), so any row is one page read.
+
+Row ``r`` is at byte ``(r // rows_per_page) * PAGE + (r % rows_per_page) *
+row_bytes`` (packed) or ``r * row_stride_bytes`` (page-aligned). The file is
+written to ``<name>.tmp`` and renamed into place together with its manifest
+``<name>.json`` (dtype, dim, row sizes, count, CRC-32 of the whole file, CRC-32
+of its first block), so a crash never leaves a half-written bin under the
+real name. :func:`open_bin` checks file and manifest before training starts.
+
+>>> import numpy as np, tempfile
+>>> from iostack.placement import simple_placement
+>>> feats = np.arange(12, dtype=np.float32).reshape(6, 2)
+>>> p = simple_placement(6, [("cpu", 2), ("ssd", 4)])
+>>> with tempfile.TemporaryDirectory() as d:
+...     info = write_bins(feats, p, d)[1]
+...     (info.rows, info.row_bytes, info.rows_per_page, open_bin(d, p.bins[1]).rows)
+(4, 8, 512, 4)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import zlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from iostack.errors import StoreError
+from iostack.placement import Bin, Placement
+
+#: alignment of offsets, lengths and buffers for O_DIRECT, bytes
+PAGE = 4096
+
+#: bytes written (and checksummed) per block
+BLOCK_BYTES = 16 << 20
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BinFile:
+    """An SSD bin's file and how its rows are laid out (what the manifest records)."""
+
+    path: str
+    bin_id: int
+    dtype: str
+    dim: int
+    row_bytes: int
+    row_stride_bytes: int
+    rows_per_page: int
+    rows: int
+    file_bytes: int
+    crc32: int
+    crc32_first_block: int
+
+    def offsets(self, rows: np.ndarray) -> np.ndarray:
+        """Byte offset of each of ``rows`` (int64 array) in the file."""
+        rows = np.asarray(rows, np.int64)
+        if self.rows_per_page > 1:
+            return (rows // self.rows_per_page) * PAGE + (rows % self.rows_per_page) * self.row_bytes
+        return rows * self.row_stride_bytes
+
+
+def layout(row_bytes: int) -> tuple[int, int]:
+    """``(row_stride_bytes, rows_per_page)`` for rows of ``row_bytes``.
+
+    >>> layout(4096), layout(100), layout(3000), layout(5000)
+    ((4096, 1), (100, 40), (4096, 1), (8192, 1))
+    """
+    if row_bytes <= 0:
+        raise StoreError(f"rows must have at least one byte, got {row_bytes}")
+    if row_bytes <= PAGE // 2:  # two or more to a page: pack them
+        return row_bytes, PAGE // row_bytes
+    return -(-row_bytes // PAGE) * PAGE, 1
+
+
+def file_bytes_for(rows: int, row_bytes: int) -> int:
+    stride, rpp = layout(row_bytes)
+    return -(-rows // rpp) * PAGE if rpp > 1 else rows * stride
+
+
+def bin_path(directory: str | os.PathLike[str], b: Bin) -> Path:
+    """Where bin ``b``'s file lives: its path, relative to ``directory`` unless absolute."""
+    assert b.path is not None
+    p = Path(b.path)
+    return p if p.is_absolute() else Path(directory) / p
+
+
+def _manifest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def write_bins(features: np.ndarray, placement: Placement, directory: str | os.PathLike[str], *,
+               block_bytes: int = BLOCK_BYTES, progress: Progress | None = None,
+               fsync: bool = True) -> dict[int, BinFile]:
+    """Write every SSD bin's file of ``placement`` from ``features`` (shape ``(V, dim)``, any dtype).
+
+    ``features`` may be a memmap: it is read ``block_bytes`` at a time (in row
+    order of the bin), so memory stays bounded whatever the size. Rows a
+    vertex does not occupy are zeros. Returns ``{bin id: BinFile}``.
+    """
+    feats = np.asarray(features) if not isinstance(features, np.memmap) else features
+    if feats.ndim == 1:
+        feats = feats.reshape(-1, 1)
+    if feats.ndim != 2 or feats.shape[0] != placement.num_vertices:
+        raise StoreError(f"features of shape {tuple(feats.shape)} do not match the placement's "
+                         f"{placement.num_vertices} vertices (want (num_vertices, dim))")
+    row_bytes = feats.shape[1] * feats.dtype.itemsize
+    out: dict[int, BinFile] = {}
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    for b in placement.bins:
+        if b.kind != "ssd":
+            continue
+        verts = placement.vertices_of(b.id)
+        rows = int(placement.row_of[verts[-1]]) + 1 if verts.size else 0
+        vert_at = np.full(rows, -1, np.int64)  # row -> vertex, -1 for an unused row
+        vert_at[placement.row_of[verts]] = verts
+
+        def block(start: int, stop: int, vert_at: np.ndarray = vert_at) -> np.ndarray:
+            v = vert_at[start:stop]
+            blk = np.zeros((v.size, row_bytes), np.uint8)
+            used = v >= 0
+            if used.any():
+                # vertices in row order: a memmap is read front to back when rows follow ids
+                blk[used] = np.ascontiguousarray(feats[v[used]]).view(np.uint8).reshape(-1, row_bytes)
+            return blk
+
+        out[b.id] = write_bin_file(bin_path(directory, b), b.id, feats.dtype, int(feats.shape[1]), rows,
+                                   block, block_bytes=block_bytes, progress=progress, fsync=fsync)
+    return out
+
+
+def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | str, dim: int, rows: int,
+                   block: Callable[[int, int], np.ndarray], *, block_bytes: int = BLOCK_BYTES,
+                   progress: Progress | None = None, fsync: bool = True) -> BinFile:
+    """Write one bin file of ``rows`` rows, ``block(start, stop)`` giving rows ``start..stop-1``.
+
+    ``block`` returns uint8 of shape ``(stop - start, dim * itemsize)``; it is
+    called for ``block_bytes`` worth of rows at a time (bounded memory). The
+    file and its manifest appear under their names only when complete.
+    """
+    path = Path(path)
+    dtype = np.dtype(dtype)
+    row_bytes = dim * dtype.itemsize
+    stride, rpp = layout(row_bytes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    per_block = max(1, block_bytes // PAGE) * rpp if rpp > 1 else max(1, block_bytes // stride)
+    crc = 0
+    try:
+        with open(tmp, "wb") as f:
+            for start in range(0, rows, per_block):
+                stop = min(rows, start + per_block)
+                data = _pad(np.asarray(block(start, stop), np.uint8).reshape(stop - start, row_bytes),
+                            stride, rpp)
+                crc = zlib.crc32(data, crc)
+                f.write(data)
+                if progress is not None and (stop == rows or (start // per_block) % 64 == 63):
+                    progress(f"bin {bin_id}: {stop} of {rows} rows written")
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        with open(tmp, "rb") as f:  # still in the page cache
+            first_crc = zlib.crc32(f.read(BLOCK_BYTES))
+        info = BinFile(path=str(path), bin_id=bin_id, dtype=dtype.str, dim=dim, row_bytes=row_bytes,
+                       row_stride_bytes=stride, rows_per_page=rpp, rows=rows,
+                       file_bytes=file_bytes_for(rows, row_bytes), crc32=crc, crc32_first_block=first_crc)
+        mtmp = _manifest_path(tmp)
+        mtmp.write_text(json.dumps({"format": "moment-bin", "version": 1, **asdict(info)}, indent=1) + "\n")
+        # data first, manifest last: a manifest under the real name always describes a whole file
+        os.replace(tmp, path)
+        os.replace(mtmp, _manifest_path(path))
+        if fsync:  # what the rows of a bench read must come from is the device, not the cache
+            with contextlib.suppress(OSError, AttributeError), open(path, "rb") as f:
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise StoreError(f"{path}: cannot write bin {bin_id}: {exc.strerror or exc}") from None
+    return info
+
+
+def _pad(block: np.ndarray, stride: int, rpp: int) -> bytes:
+    """Rows of ``block`` laid out as in the file: pages of packed rows, or page-padded rows."""
+    n, row_bytes = block.shape
+    if rpp > 1:
+        pages = -(-n // rpp)
+        buf = np.zeros((pages, PAGE), np.uint8)
+        full = np.zeros((pages * rpp, row_bytes), np.uint8)
+        full[:n] = block
+        buf[:, :rpp * row_bytes] = full.reshape(pages, rpp * row_bytes)
+        return buf.tobytes()
+    if stride == row_bytes:
+        return block.tobytes()
+    buf = np.zeros((n, stride), np.uint8)
+    buf[:, :row_bytes] = block
+    return buf.tobytes()
+
+
+def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str | None = None,
+             dim: int | None = None, min_rows: int | None = None, full_check: bool = False) -> BinFile:
+    """Check bin ``b``'s file against its manifest and return its :class:`BinFile`.
+
+    Checks, each failing with a :class:`StoreError` naming the file and the fix:
+    file and manifest exist, the manifest is one of ours for this bin, the file
+    has exactly the bytes the manifest says, the CRC of the first block matches
+    (``full_check``: of the whole file too, reading it all), and dtype, dim and
+    rows match what the caller expects.
+    """
+    path = bin_path(directory, b)
+    man = _manifest_path(path)
+    fix = "rewrite the bins (write_bins / `moment place --write-bins`)"
+    if not path.exists():
+        raise StoreError(f"{path}: bin {b.id} is missing; {fix}")
+    try:
+        data = json.loads(man.read_text())
+    except FileNotFoundError:
+        raise StoreError(f"{man}: the manifest of bin {b.id} is missing; {fix}") from None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{man}: cannot read the manifest of bin {b.id} ({exc}); {fix}") from None
+    if not isinstance(data, dict) or data.get("format") != "moment-bin":
+        raise StoreError(f"{man}: not a bin manifest; {fix}")
+    try:
+        info = BinFile(**{k: data[k] for k in BinFile.__dataclass_fields__})
+    except (KeyError, TypeError) as exc:
+        raise StoreError(f"{man}: field {exc} is missing or malformed; {fix}") from None
+    info = BinFile(**{**asdict(info), "path": str(path)})
+    if info.bin_id != b.id:
+        raise StoreError(f"{man}: describes bin {info.bin_id}, expected bin {b.id}; {fix}")
+    size = path.stat().st_size
+    if size != info.file_bytes:
+        what = "truncated" if size < info.file_bytes else "longer than its manifest says"
+        raise StoreError(f"{path}: bin {b.id} is {what} ({size} bytes, manifest says {info.file_bytes}); {fix}")
+    if dtype is not None and np.dtype(info.dtype) != np.dtype(dtype):
+        raise StoreError(f"{path}: bin {b.id} holds {np.dtype(info.dtype)}, the store expects {np.dtype(dtype)}; {fix}")
+    if dim is not None and info.dim != dim:
+        raise StoreError(f"{path}: bin {b.id} holds rows of dim {info.dim}, the store expects {dim}; {fix}")
+    if min_rows is not None and info.rows < min_rows:
+        raise StoreError(f"{path}: bin {b.id} holds {info.rows} rows, the placement needs {min_rows}; {fix}")
+    with open(path, "rb") as f:
+        first = f.read(BLOCK_BYTES)
+        if info.rows and zlib.crc32(first) != info.crc32_first_block:
+            raise StoreError(f"{path}: bin {b.id} does not match its manifest (checksum of the first block); {fix}")
+        if full_check:
+            crc = zlib.crc32(first)
+            while chunk := f.read(BLOCK_BYTES):
+                crc = zlib.crc32(chunk, crc)
+            if crc != info.crc32:
+                raise StoreError(f"{path}: bin {b.id} is corrupt (CRC-32 {crc:#010x}, manifest says {info.crc32:#010x}); {fix}")
+    return info

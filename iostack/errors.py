@@ -1,0 +1,13 @@
+"""Errors raised by iostack: user-facing ones are :class:`~planner.errors.PlannerError` subclasses."""
+
+from __future__ import annotations
+
+from planner.errors import PlannerError
+
+
+class StoreError(PlannerError):
+    """A placement, a bin file or a backend that cannot serve the store.
+
+    The message names the file (or field) and says how to fix it, e.g. a bin
+    that is truncated, missing or does not match its manifest.
+    """

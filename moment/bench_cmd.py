@@ -1,0 +1,127 @@
+"""``moment bench``: benchmarks. ``moment bench io raw|gather`` measures the feature store's I/O.
+
+``raw``: random row reads from one SSD bin, ours against fio in the same run,
+side by side with the ratio. ``gather``: the training access stream without
+training (hot-skewed Zipf ids, or an id stream from a ``.npy``), DLIO-style.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from planner.errors import PlannerError
+
+
+def register(subparsers) -> None:
+    bench = subparsers.add_parser("bench", help="benchmarks (io: the feature store's reads)")
+    groups = bench.add_subparsers(dest="bench_group", metavar="{io}", required=True)
+    io = groups.add_parser("io", help="feature-store I/O: raw SSD reads vs fio, or the gather stream")
+    which = io.add_subparsers(dest="bench_io", metavar="{raw,gather}", required=True)
+
+    raw = which.add_parser("raw", help="random row reads from one SSD bin: ours vs fio, with the ratio")
+    raw.add_argument("--dir", required=True, help="directory on the SSD to test (a bin file is written there)")
+    raw.add_argument("--file-size", default="4GiB", help="bin file size (default 4GiB; larger than the page cache or O_DIRECT)")
+    raw.add_argument("--row-size", default="4KiB", help="row = block size (default 4KiB)")
+    raw.add_argument("--queue-depth", type=int, default=64, help="reads in flight, both tools (default 64)")
+    raw.add_argument("--seconds", type=float, default=5.0, help="per tool per run (default 5)")
+    raw.add_argument("--runs", type=int, default=3, help="alternating fio/ours runs (default 3)")
+    raw.add_argument("--engine", choices=("auto", "uring", "aio", "threads"), default="auto",
+                     help="our read engine (default auto: io_uring, else native AIO, with O_DIRECT; else threads)")
+    raw.set_defaults(func=_raw)
+
+    g = which.add_parser("gather", help="the gather stream without training: rows/s, GB/s, tier shares, latency")
+    g.add_argument("--dir", help="where the bins are written (default: a temporary directory)")
+    g.add_argument("--vertices", type=int, default=200_000, help="vertices (default 200000)")
+    g.add_argument("--dim", type=int, default=1024, help="float32 features per row (default 1024 = 4 KiB rows)")
+    g.add_argument("--gpu-rows", type=int, default=0, help="rows in a 'gpu' bin (on the CPU without CUDA)")
+    g.add_argument("--cpu-rows", type=int, default=20_000, help="rows in the CPU bin (default 20000)")
+    g.add_argument("--batch", type=int, default=8192, help="ids per gather (default 8192)")
+    g.add_argument("--seconds", type=float, default=5.0)
+    g.add_argument("--alpha", type=float, default=1.0, help="Zipf exponent of the ids (default 1.0)")
+    g.add_argument("--ids", help="a .npy of vertex ids to replay instead of Zipf ids")
+    g.add_argument("--backend", default="auto", choices=("auto", "posix", "kvikio"))
+    g.set_defaults(func=_gather)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+
+
+def _raw(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from iostack.bench import bench_raw
+    from planner.capacities import format_size, parse_size
+
+    if args.queue_depth < 1 or args.runs < 1 or args.seconds <= 0:
+        raise PlannerError("--queue-depth and --runs must be >= 1 and --seconds > 0")
+    d = Path(args.dir)
+    if not d.is_dir():
+        raise PlannerError(f"--dir {d}: no such directory")
+    con = _console()
+    res = bench_raw(d, file_bytes=parse_size(args.file_size), row_bytes=parse_size(args.row_size),
+                    queue_depth=args.queue_depth, seconds=args.seconds, runs=args.runs,
+                    engine=args.engine, progress=lambda m: con.print(f"[dim]{m}[/dim]"))
+    t = Table(title=f"random {format_size(res.row_bytes)} row reads, queue depth {res.queue_depth}, "
+                    f"{'O_DIRECT' if res.direct else 'buffered'}, {format_size(res.file_bytes)} file {res.path}")
+    for c in ("run", "first", "fio", "k IOPS", "ours", "k IOPS", "ours / fio"):
+        t.add_column(c, justify="right" if c not in ("fio", "ours", "first") else "left")
+    for i, r in enumerate(res.runs, 1):
+        t.add_row(str(i), "fio" if r.fio_first else "ours", r.fio_engine, f"{r.fio_iops / 1e3:.1f}",
+                  r.ours_engine, f"{r.ours_iops / 1e3:.1f}", f"{r.ratio:.2f}")
+    fio_sum = sum(r.fio_iops for r in res.runs)
+    ours_sum = sum(r.ours_iops for r in res.runs)
+    t.add_row("all", "", "", f"{fio_sum / len(res.runs) / 1e3:.1f}", "", f"{ours_sum / len(res.runs) / 1e3:.1f}",
+              f"{ours_sum / fio_sum:.2f}" if fio_sum else "-")
+    con.print(t)
+    con.print(f"median ours / fio over {len(res.runs)} runs: {statistics.median(r.ratio for r in res.runs):.2f}")
+    con.print(f"store buffers {format_size(res.buffer_bytes)}, peak RSS {format_size(res.peak_rss_bytes)}")
+    return 0
+
+
+def _gather(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from iostack.bench import bench_gather
+    from iostack.bins import write_bins
+    from iostack.placement import simple_placement
+    from iostack.store import FeatureStore
+    from planner.capacities import format_size
+
+    v, g, c = args.vertices, max(0, args.gpu_rows), max(0, args.cpu_rows)
+    if v < 1 or args.dim < 1 or args.batch < 1 or g + c > v:
+        raise PlannerError("need --vertices >= 1, --dim >= 1, --batch >= 1 and --gpu-rows + --cpu-rows <= --vertices")
+    ids = None
+    if args.ids:
+        try:
+            ids = np.load(args.ids, allow_pickle=False).astype(np.int64).reshape(-1)
+        except (OSError, ValueError) as exc:
+            raise PlannerError(f"--ids {args.ids}: cannot read a .npy of ids ({exc})") from None
+        if ids.size and (ids.min() < 0 or ids.max() >= v):
+            raise PlannerError(f"--ids {args.ids}: ids must lie in 0..{v - 1} (--vertices {v})")
+    con = _console()
+    with tempfile.TemporaryDirectory(dir=args.dir) as d:
+        fpath = Path(d) / "features.npy"
+        feats = np.lib.format.open_memmap(fpath, mode="w+", dtype=np.float32, shape=(v, args.dim))
+        rng = np.random.default_rng(0)
+        for a in range(0, v, 1 << 14):
+            feats[a:a + (1 << 14)] = rng.random((min(v, a + (1 << 14)) - a, args.dim), dtype=np.float32)
+        kinds = [k for k in (("gpu", g), ("cpu", c), ("ssd", v - g - c)) if k[1] > 0]
+        p = simple_placement(v, kinds)
+        con.print(f"[dim]writing bins to {d}[/dim]")
+        write_bins(feats, p, d)
+        with FeatureStore(p, d, features=feats, backend=args.backend) as store:
+            r = bench_gather(store, batch=args.batch, seconds=args.seconds, alpha=args.alpha, ids=ids)
+    con.print(f"{r.batches} gathers of {args.batch} ids in {r.seconds:.1f} s: "
+              f"{r.rows_per_s / 1e3:.1f} k rows/s, {r.bytes_per_s / 1e9:.3f} GB/s "
+              f"(SSD reads {'O_DIRECT' if r.direct else 'buffered'})")
+    con.print("tier hit shares: " + ", ".join(f"{t} {s:.1%}" for t, s in sorted(r.tier_share.items())))
+    con.print(f"gather latency p50 {r.latency_p50_s * 1e3:.2f} ms, p99 {r.latency_p99_s * 1e3:.2f} ms")
+    con.print("store memory: " + ", ".join(f"{k} {format_size(b)}" for k, b in r.memory_bytes.items()))
+    return 0

@@ -1,0 +1,100 @@
+"""SSD-tier reads of the feature store against fio, and the gather stream (not a test).
+
+    python tools/bench_io.py --dir /var/tmp/moment-io [--runs 6 --seconds 5 --engine auto]
+    python tools/bench_io.py --dir /var/tmp/moment-io --skip-gather
+
+``raw``: random 4 KiB row reads of one 4 GiB bin file (written once with random bytes and
+reused), O_DIRECT, queue depth 64: fio's io_uring engine and ours
+(:meth:`iostack.backends.posix.PosixBackend.read_rows`, the very call
+:class:`iostack.store.FeatureStore` makes for SSD bins), alternating which goes first, each
+after the same idle pause. Prints every run side by side with the ratio and the median ratio:
+the issue asks for ours / fio >= 0.90. ``gather``: Zipf-skewed ids through a FeatureStore
+with CPU and SSD tiers (``iostack.bench.bench_gather``): rows/s, GB/s, tier shares, latency,
+and the store's memory (its tiers and read buffers) with the process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from iostack.bench import bench_gather, bench_raw  # noqa: E402
+from iostack.bins import write_bins  # noqa: E402
+from iostack.placement import simple_placement  # noqa: E402
+from iostack.store import FeatureStore  # noqa: E402
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:.1f} MiB"
+
+
+def raw(args: argparse.Namespace) -> None:
+    res = bench_raw(args.dir, file_bytes=args.file_gib << 30, queue_depth=args.queue_depth, seconds=args.seconds,
+                    runs=args.runs, engine=args.engine, progress=lambda m: print(f"  {m}", file=sys.stderr))
+    print(f"raw: random {res.row_bytes} B reads, queue depth {res.queue_depth}, "
+          f"{'O_DIRECT' if res.direct else 'buffered'}, {res.file_bytes >> 30} GiB file {res.path}")
+    print(f"{'run':>3}  {'first':<5}  {'fio':<14}{'k IOPS':>8}  {'ours':<20}{'k IOPS':>8}  {'ours/fio':>8}")
+    for i, r in enumerate(res.runs, 1):
+        print(f"{i:>3}  {'fio' if r.fio_first else 'ours':<5}  {r.fio_engine:<14}{r.fio_iops / 1e3:>8.1f}  "
+              f"{r.ours_engine:<20}{r.ours_iops / 1e3:>8.1f}  {r.ratio:>8.2f}")
+    print(f"median ours/fio {statistics.median(r.ratio for r in res.runs):.2f} over {len(res.runs)} runs "
+          f"(fio median {statistics.median(r.fio_iops for r in res.runs) / 1e3:.1f} k IOPS, "
+          f"ours {statistics.median(r.ours_iops for r in res.runs) / 1e3:.1f} k IOPS)")
+    print(f"read buffers {_mib(res.buffer_bytes)}, peak RSS {_mib(res.peak_rss_bytes)}")
+
+
+def gather(args: argparse.Namespace) -> None:
+    v, dim, cpu_rows = args.vertices, 1024, args.vertices // 10
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="moment-gather-") as d:
+        feats = np.lib.format.open_memmap(Path(d) / "features.npy", mode="w+", dtype=np.float32, shape=(v, dim))
+        rng = np.random.default_rng(0)
+        for a in range(0, v, 1 << 14):
+            feats[a:a + (1 << 14)] = rng.random((min(v, a + (1 << 14)) - a, dim), dtype=np.float32)
+        p = simple_placement(v, [("cpu", cpu_rows), ("ssd", v - cpu_rows)])
+        write_bins(feats, p, d)
+        feats.flush()
+        os.sync()  # the device should not be writing these files back while we time reads
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        with FeatureStore(p, d, features=feats, backend_options={"engine": args.engine}) as store:
+            r = bench_gather(store, batch=8192, seconds=args.seconds, alpha=args.alpha)
+        rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(f"gather: {v} vertices x {dim} float32 (4 KiB rows), CPU tier {cpu_rows} rows, Zipf alpha {args.alpha}, "
+          f"SSD reads {'O_DIRECT' if r.direct else 'buffered'}")
+    print(f"  {r.rows_per_s / 1e3:.1f} k rows/s, {r.bytes_per_s / 1e9:.3f} GB/s over {r.batches} gathers of 8192 ids")
+    print("  tier shares: " + ", ".join(f"{t} {s:.1%}" for t, s in sorted(r.tier_share.items())))
+    print(f"  latency per gather p50 {r.latency_p50_s * 1e3:.1f} ms, p99 {r.latency_p99_s * 1e3:.1f} ms")
+    print("  store memory: " + ", ".join(f"{k} {_mib(b)}" for k, b in r.memory_bytes.items())
+          + f"; peak RSS {_mib(rss0)} before the store, {_mib(rss1)} after the gathers")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", default="/var/tmp/moment-io", help="a directory on the SSD (default /var/tmp/moment-io)")
+    ap.add_argument("--runs", type=int, default=6)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--queue-depth", type=int, default=64)
+    ap.add_argument("--file-gib", type=int, default=4)
+    ap.add_argument("--engine", default="auto", choices=("auto", "aio", "uring", "threads"))
+    ap.add_argument("--vertices", type=int, default=300_000, help="gather: vertices (default 300000, 1.2 GB)")
+    ap.add_argument("--alpha", type=float, default=0.8, help="gather: Zipf exponent (default 0.8)")
+    ap.add_argument("--skip-gather", action="store_true")
+    args = ap.parse_args()
+    Path(args.dir).mkdir(parents=True, exist_ok=True)
+    raw(args)
+    if not args.skip_gather:
+        gather(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
