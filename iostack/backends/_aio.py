@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from iostack.backends.base import CompletedPrefix
+
 #: (io_setup, io_destroy, io_submit, io_getevents) per architecture
 _NR = {"x86_64": (206, 207, 209, 208), "aarch64": (0, 1, 2, 4)}
 
@@ -136,8 +138,7 @@ class AioContext:
         sys_, nr_get, ctx, depth = self._sys, ctypes.c_long(self._nr[3]), self._ctx, ctypes.c_long(self.depth)
         one = ctypes.c_long(1)
         sb = self.submit_batch
-        done = np.zeros(m, np.bool_) if progress is not None else None
-        prefix = since = 0
+        tracker = CompletedPrefix(m, progress, every)
         nxt = inflight = 0
         retry: list[int] = []  # short reads to continue
         while nxt < m or inflight or retry:
@@ -181,18 +182,8 @@ class AioContext:
                     cb["nbytes"][i] -= got
                     retry.append(i)
                 idx = idx[~bad]
-            if done is not None:
-                done[idx] = True
-                since += idx.size
-                if since >= every:
-                    since = 0
-                    if prefix < m and done[prefix]:
-                        rest = done[prefix:]
-                        z = int(np.argmin(rest))
-                        prefix = m if rest[z] else prefix + z
-                        progress(prefix)
-        if progress is not None and prefix < m:
-            progress(m)
+            tracker.completed(idx)
+        tracker.finish()
 
     def close(self) -> None:
         if self._ctx.value:

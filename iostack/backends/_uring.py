@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from iostack.backends.base import CompletedPrefix
+
 _NR_SETUP, _NR_ENTER = 425, 426  # the same on x86_64 and aarch64
 _OFF_SQ_RING, _OFF_CQ_RING, _OFF_SQES = 0, 0x8000000, 0x10000000
 _ENTER_GETEVENTS = 1
@@ -157,8 +159,7 @@ class Uring:
         sqes["buf_index"] = 0
         s_fd[:] = fd
         c_ud, c_res = cqes["user_data"], cqes["res"]
-        done = np.zeros(m, np.bool_) if progress is not None else None
-        prefix = since = 0
+        tracker = CompletedPrefix(m, progress, every)
         nxt = 0
         retry: list[int] = []
         tail = int(sq32[sq_tail_i])
@@ -215,18 +216,8 @@ class Uring:
                     retry.append(i)
                 ci = ci[~bad]
             completed += ci.size
-            if done is not None:
-                done[ci] = True
-                since += ci.size
-                if since >= every:
-                    since = 0
-                    if prefix < m and done[prefix]:
-                        rest = done[prefix:]
-                        z = int(np.argmin(rest))
-                        prefix = m if rest[z] else prefix + z
-                        progress(prefix)
-        if progress is not None and prefix < m:
-            progress(m)
+            tracker.completed(ci)
+        tracker.finish()
 
     def close(self) -> None:
         for mp in self._maps:

@@ -17,6 +17,38 @@ def aligned_empty(rows: int, row_bytes: int) -> np.ndarray:
     return raw[a:a + rows * row_bytes].reshape(rows, row_bytes)
 
 
+class CompletedPrefix:
+    """Tracks reads completing out of order and reports how many leading ones are all done.
+
+    ``progress(p)`` (if given) is called when reads ``0..p-1`` have all
+    completed and at least ``every`` completions arrived since the last call,
+    and once more with ``p = m`` by :meth:`finish`: the caller copies finished
+    data out there while later reads are still in flight.
+    """
+
+    def __init__(self, m: int, progress, every: int) -> None:
+        self.m, self.progress, self.every = m, progress, every
+        self.done = np.zeros(m, np.bool_) if progress is not None else None
+        self.prefix = self.since = 0
+
+    def completed(self, idx: np.ndarray) -> None:
+        if self.done is None:
+            return
+        self.done[idx] = True
+        self.since += idx.size
+        if self.since >= self.every:
+            self.since = 0
+            if self.prefix < self.m and self.done[self.prefix]:
+                rest = self.done[self.prefix:]
+                z = int(np.argmin(rest))
+                self.prefix = self.m if rest[z] else self.prefix + z
+                self.progress(self.prefix)
+
+    def finish(self) -> None:
+        if self.progress is not None and self.prefix < self.m:
+            self.progress(self.m)
+
+
 @dataclass(frozen=True)
 class BinHandle:
     """An open bin: its layout, whether reads bypass the page cache, and why not if they do not."""
