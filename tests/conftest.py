@@ -49,3 +49,16 @@ def parses_or_refuses(parse, text: str, source: str = "fuzz") -> None:
         assert err.source == source
         return
     assert result is not None
+
+
+def assert_parse_error(parse, text: str, line: int | None, expected: str, source: str = "bad.xml") -> None:
+    """``parse(text, source)`` raises ParseError naming ``source`` and ``line``, expecting ``expected``."""
+    from planner.errors import ParseError
+
+    with pytest.raises(ParseError) as info:
+        parse(text, source)
+    err = info.value
+    assert err.source == source
+    assert err.line == line
+    assert expected.lower() in err.expected.lower()
+    assert str(err).startswith(f"{source}:{line}: expected" if line is not None else f"{source}: expected")

@@ -9,10 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.errors import ParseError
 from planner.topology.hwloc import parse_hwloc_xml, pcie_links_for_gb_per_s
 from planner.topology.model import LinkKind, NodeKind, Topology
-from tests.conftest import TOPOLOGY_FIXTURES, parses_or_refuses, topology_fixture
+from tests.conftest import (
+    TOPOLOGY_FIXTURES,
+    assert_parse_error,
+    parses_or_refuses,
+    topology_fixture,
+)
 
 DGX2 = "nvidia-dgx2h-hwloc"
 SL390S = "hp-proliant-sl390s-g7-hwloc"
@@ -360,13 +364,7 @@ def test_pcie_links_for_gb_per_s() -> None:
     ],
 )
 def test_bad_input_names_source_and_line(text: str, line: int, expected: str) -> None:
-    with pytest.raises(ParseError) as info:
-        parse_hwloc_xml(text, "bad.xml")
-    err = info.value
-    assert err.source == "bad.xml"
-    assert err.line == line
-    assert expected.lower() in err.expected.lower()
-    assert str(err).startswith(f"bad.xml:{line}: expected")
+    assert_parse_error(parse_hwloc_xml, text, line, expected)
 
 
 # -- properties: only ParseError or a topology ---------------------------------------------

@@ -9,11 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.errors import ParseError
 from planner.topology.model import LinkKind, NodeKind, Topology
 from planner.topology.nccl import NVSWITCH_NODE, nvlink_bytes_per_s, parse_nccl_topo
 from planner.topology.pcie import pcie_bytes_per_s
-from tests.conftest import TOPOLOGY_FIXTURES, parses_or_refuses, topology_fixture
+from tests.conftest import (
+    TOPOLOGY_FIXTURES,
+    assert_parse_error,
+    parses_or_refuses,
+    topology_fixture,
+)
 
 AWS = "aws-p4d-24xlarge-nccl"
 AZURE = "azure-ndv4-a100-nccl"
@@ -267,13 +271,7 @@ def test_nvlink_table() -> None:
     ],
 )
 def test_bad_input_names_source_and_line(text: str, line: int, expected: str) -> None:
-    with pytest.raises(ParseError) as info:
-        parse_nccl_topo(text, "bad.xml")
-    err = info.value
-    assert err.source == "bad.xml"
-    assert err.line == line
-    assert expected.lower() in err.expected.lower()
-    assert str(err).startswith(f"bad.xml:{line}: expected")
+    assert_parse_error(parse_nccl_topo, text, line, expected)
 
 
 # -- properties: only ParseError or a topology ---------------------------------------------
