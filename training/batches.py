@@ -1,0 +1,123 @@
+"""Which seeds each trainer takes at each step, and the sources that turn them into sampled batches.
+
+Global-batch semantics: at every step of an epoch the world trains on the same
+``batch_size`` seeds that a single process would, whatever the number of ranks.
+The epoch's permutation of the training vertices depends only on ``(seed,
+epoch)``; step ``s`` takes ``perm[s*B:(s+1)*B]`` and rank ``r`` of ``W`` takes
+part ``r`` of ``torch.tensor_split(global_batch, W)``. Every rank therefore runs
+the same number of steps (a rank may get an empty part on a short last batch);
+a trainer that scales its loss by the *global* batch size and all-reduces
+gradients by sum gets exactly the single-process gradient.
+
+A :class:`BatchSource` yields one rank's sampled batches of an epoch in step
+order. :class:`LocalBatchSource` samples in the trainer's own process; the
+sampling server's client (:mod:`training.serve`) implements the same protocol.
+
+>>> import torch
+>>> shares = [epoch_seeds(torch.arange(10), 0, 4, rank=r, world_size=2, seed=1) for r in range(2)]
+>>> [len(s) for s in shares[0]], [len(s) for s in shares[1]]
+([2, 2, 1], [2, 2, 1])
+>>> sorted(torch.cat(shares[0] + shares[1]).tolist()) == list(range(10))
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from training.sampler import NeighborSampler, SampledBatch, SamplerError
+
+
+def num_steps(num_seeds: int, batch_size: int) -> int:
+    """Steps per epoch for ``num_seeds`` training vertices in global batches of ``batch_size``."""
+    if batch_size < 1:
+        raise SamplerError(f"batch_size: expected a positive integer, got {batch_size}")
+    return math.ceil(num_seeds / batch_size)
+
+
+def epoch_permutation(num_seeds: int, epoch: int, seed: int) -> Tensor:
+    """The epoch's order of the training vertices (positions into them), int64 ``[num_seeds]``.
+
+    Depends only on ``(seed, epoch)``, so every rank (and a resumed run) agrees.
+    """
+    g = torch.Generator().manual_seed(_mix(seed, epoch))
+    return torch.randperm(num_seeds, generator=g)
+
+
+def epoch_seeds(train_idx: Tensor | np.ndarray | Sequence[int], epoch: int, batch_size: int, *,
+                rank: int = 0, world_size: int = 1, seed: int = 0, shuffle: bool = True) -> list[Tensor]:
+    """Rank ``rank``'s seed vertices for every step of ``epoch``: a list of int64 tensors, one per step.
+
+    See the module docstring for the split; parts may be empty on the last step.
+    """
+    if not 0 <= rank < world_size:
+        raise SamplerError(f"rank {rank} is outside a world of {world_size} processes")
+    idx = torch.as_tensor(np.asarray(train_idx), dtype=torch.int64).view(-1)
+    steps = num_steps(idx.numel(), batch_size)
+    order = idx[epoch_permutation(idx.numel(), epoch, seed)] if shuffle else idx
+    return [torch.tensor_split(order[s * batch_size:(s + 1) * batch_size], world_size)[rank] for s in range(steps)]
+
+
+def _mix(*parts: int) -> int:
+    """A 63-bit seed from several integers (numpy's SeedSequence hashing: no correlated streams)."""
+    return int(np.random.SeedSequence([int(p) & 0xFFFFFFFF for p in parts]).generate_state(2, np.uint64)[0]
+               >> np.uint64(1))
+
+
+@runtime_checkable
+class BatchSource(Protocol):
+    """One rank's sampled mini-batches, epoch by epoch."""
+
+    def steps(self, epoch: int) -> int:
+        """Number of batches :meth:`batches` yields for ``epoch`` (the same on every rank)."""
+        ...
+
+    def batches(self, epoch: int, start_step: int = 0) -> Iterator[SampledBatch]:
+        """This rank's batches of ``epoch`` from step ``start_step`` on, in step order."""
+        ...
+
+    def close(self) -> None:
+        """Release what the source holds (connections, threads)."""
+        ...
+
+
+class LocalBatchSource:
+    """Batches sampled in this process by ``sampler`` (see :func:`epoch_seeds` for the split).
+
+    The sampler is reseeded from ``(seed, epoch, rank, step)`` before every batch, so a
+    batch does not depend on what was sampled before it: a run resumed at any step
+    samples what the uninterrupted run would have.
+
+    >>> import torch
+    >>> s = NeighborSampler(torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 0]), (1,))
+    >>> src = LocalBatchSource(s, torch.arange(3), batch_size=2, seed=0)
+    >>> [b.batch_size for b in src.batches(0)], src.steps(0)
+    ([2, 1], 2)
+    """
+
+    def __init__(self, sampler: NeighborSampler, train_idx: Tensor | np.ndarray, batch_size: int, *,
+                 rank: int = 0, world_size: int = 1, seed: int = 0, shuffle: bool = True) -> None:
+        self.sampler = sampler
+        self.train_idx = torch.as_tensor(np.asarray(train_idx), dtype=torch.int64).view(-1)
+        self.batch_size = int(batch_size)
+        self.rank, self.world_size, self.seed, self.shuffle = rank, world_size, seed, shuffle
+        num_steps(self.train_idx.numel(), self.batch_size)  # validates batch_size
+
+    def steps(self, epoch: int) -> int:
+        return num_steps(self.train_idx.numel(), self.batch_size)
+
+    def batches(self, epoch: int, start_step: int = 0) -> Iterator[SampledBatch]:
+        parts = epoch_seeds(self.train_idx, epoch, self.batch_size, rank=self.rank,
+                            world_size=self.world_size, seed=self.seed, shuffle=self.shuffle)
+        for step in range(start_step, len(parts)):
+            self.sampler.reseed(_mix(self.seed, epoch, self.rank, step, 1))
+            yield self.sampler.sample(parts[step])
+
+    def close(self) -> None:
+        pass
