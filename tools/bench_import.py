@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _results import Figure, write
 
 #: child prelude: peak anonymous memory (heap, not the page cache of memory-mapped files, which
 #: the kernel can drop) sampled from /proc every 5 ms; ru_maxrss would count mapped output pages
@@ -104,6 +105,7 @@ def main() -> int:
     ap.add_argument("--chunk-edges", type=int, default=1 << 22)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dir", help="work directory (default: a temporary one)")
+    ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         src = Path(tmp) / "edges.txt.gz"
@@ -124,6 +126,12 @@ def main() -> int:
     print(f"{'peak heap above baseline MiB':28}{mo:>14.0f}{mr:>16.0f}{mo / mr if mr > 0 else float('nan'):>9.2f}")
     print(f"{'peak RSS incl. mapped, MiB':28}{ours['peak_rss_kib'] / 1024:>14.0f}{ref['peak_rss_kib'] / 1024:>16.0f}"
           f"{ours['peak_rss_kib'] / ref['peak_rss_kib']:>9.2f}")
+    write(args.json, "bench_import", [
+        Figure("import", f"edge list, {args.edges:.0e} edges: time", "s", ours["seconds"], ref["seconds"],
+               "np.loadtxt + scipy COO->CSR", higher_is_better=False),
+        Figure("import", f"edge list, {args.edges:.0e} edges: peak heap", "MiB", mo, mr,
+               "np.loadtxt + scipy COO->CSR", higher_is_better=False),
+    ], " ".join(sys.argv))
     return 0
 
 

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from _results import Figure, write
+
 from planner.errors import PlannerError
 from planner.plan import Demand, choose_inventory, layout_summary, plan
 from planner.topology.discover import topology_from_files
@@ -60,7 +62,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--fixtures", type=Path, default=REPO.parent / "shared" / "fixtures" / "topology")
+    ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
     args = ap.parse_args()
+    figures: list[Figure] = []
 
     print("== bundled machines, 4 GPUs + 8 SSDs (maxflow): ours (pruned) vs exhaustive")
     print(f"{'machine':10} {'workload':22} {'distinct':>8} {'solved':>6} {'ours s':>8} {'exhaustive s':>12} "
@@ -76,6 +80,10 @@ def main() -> int:
             same = abs(ours.best.seconds_per_iteration - ref.best.seconds_per_iteration) \
                 <= 5e-4 * ref.best.seconds_per_iteration
             results[(name, label)] = ours
+            figures.append(Figure("plan", f"{name}, {label}: plan time", "s", ours_s, ref_s,
+                                  "exhaustive search", higher_is_better=False,
+                                  note=f"same best T: {same}; {ours.solved_count} of "
+                                       f"{ours.search.distinct_count} layouts solved"))
             print(f"{name:10} {label:22} {ours.search.distinct_count:>8} {ours.solved_count:>6} "
                   f"{ours_s:>8.3f} {ref_s:>12.3f} {ref_s / ours_s:>6.1f}x {str(same):>11}")
 
@@ -84,6 +92,9 @@ def main() -> int:
     for label in demands:
         r = results[("moment-b", label)]
         c = r.baselines["c"]
+        figures.append(Figure("plan", f"moment-b, {label}: mean per-GPU inlet", "GB/s",
+                              r.best.mean_inlet_bytes_per_s / 1e9, c.mean_inlet_bytes_per_s / 1e9,
+                              "classic layout (c)", note="predicted; paper measured 15.61 vs 10.92"))
         print(f"   {label:22} recommended {r.best.mean_inlet_bytes_per_s / 1e9:6.2f}  "
               f"(c) {c.mean_inlet_bytes_per_s / 1e9:6.2f}  ratio {r.gain_over('c'):.2f}x")
         print(f"   {'':22} recommended: {layout_summary(r.best.placed)}")
@@ -92,6 +103,7 @@ def main() -> int:
     print("\n== real captures: 8 GPUs + 16 SSDs where they fit, else the capture's own devices")
     if not args.fixtures.is_dir():
         print(f"   {args.fixtures} not found; skipped")
+        write(args.json, "bench_plan", figures, " ".join(sys.argv))
         return 0
     slowest = 0.0
     for folder in sorted(p for p in args.fixtures.iterdir() if p.is_dir()):
@@ -112,6 +124,7 @@ def main() -> int:
                   f"solved {r.solved_count:>4} {secs:6.2f} s")
             break
     print(f"   slowest capture plan: {slowest:.2f} s (links no capture sized assumed at 25 GB/s)")
+    write(args.json, "bench_plan", figures, " ".join(sys.argv))
     return 0
 
 

@@ -44,6 +44,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _results import Figure, write  # noqa: E402
+
 from training.sampler import NeighborSampler  # noqa: E402
 
 DGL_SIDE = textwrap.dedent(
@@ -171,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="intra-op threads, both sides (1: see NeighborSampler num_threads)")
     p.add_argument("--dgl-threads", type=int, help="DGL's threads, if not --threads")
     p.add_argument("--relabel", choices=("map", "unique", "both"), default="both")
+    p.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
     p.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "moment-bench-sample")
     p.add_argument("--dgl-venv", type=Path, default=os.environ.get("MOMENT_DGL_VENV"),
                    help="a venv with dgl 2.1 + torch 2.2.1 (see --build-dgl-venv)")
@@ -199,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds_t = torch.from_numpy(seeds.astype(np.int64))
 
     dgl = None
+    dgl_version = ""
     if args.dgl_venv:
         python = Path(args.dgl_venv) / "bin" / "python"
         script = args.workdir / "dgl_side.py"
@@ -265,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ratio moment(relabel={mode}) / dgl: {ours[mode] / r:.2f}x")
     else:
         print("dgl: reference not run (pass --dgl-venv DIR, or --build-dgl-venv DIR to build it; ~5 GB)")
+    ref = rate(results["dgl"])[0] if results["dgl"] else None
+    write(args.json, "bench_sample", [
+        Figure("sample", f"fan-out {args.fanouts}, batch {args.batch_size}, relabel={m}, {args.threads} thread(s)",
+               "M edges/s", ours[m] / 1e6, None if ref is None else ref / 1e6,
+               f"DGL {dgl_version} C++ CPU sampler" if ref else "DGL (not run: no --dgl-venv)")
+        for m in modes], " ".join(sys.argv))
     for mode, s in samplers.items():
         out_b, peak_b = peak_bytes(s, seeds_t[args.warmup])
         print(f"memory per batch (relabel={mode}): outputs {out_b / 2**20:.1f} MiB, peak of tensors "

@@ -1,0 +1,141 @@
+"""Run every benchmark of the project and write one table: ours, the reference measured in the same run, the ratio.
+
+    python tools/bench_all.py [--quick] [--only plan,io,...] [--out docs/benchmarks.md]
+
+Each benchmark runs as its own process (its own peak memory, its own failures) with
+``--json`` and writes its figures (``tools/_results.py``); this script collects them into
+``docs/benchmarks.md`` (Markdown, with the machine it came from and each command) and
+``docs/benchmarks.json``. A ratio above 1 always means ours is better (for times and
+memory the ratio is reference / ours). A benchmark that fails or whose reference cannot run
+here is listed with the reason, never dropped silently. ``--quick`` shrinks the inputs so
+the whole suite takes minutes instead of about an hour; the figures the issues ask for
+come from the full sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _results import machine  # noqa: E402
+
+#: name -> (script, full-size arguments, quick arguments)
+BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
+    "plan": ("bench_plan.py", ["--repeats", "5"], ["--repeats", "1"]),
+    "io": ("bench_io.py", ["--runs", "10", "--seconds", "3"],
+           ["--runs", "4", "--seconds", "2", "--vertices", "100000"]),
+    "import": ("bench_import.py", ["--edges", "1e7", "--nodes", "1e6"], ["--edges", "2e6", "--nodes", "2e5"]),
+    "sample": ("bench_sample.py", [], ["--nodes", "300000", "--edges", "3000000", "--rounds", "3"]),
+    "ddak": ("bench_ddak.py", [], ["--items", "10000000"]),
+    "accuracy": ("bench_accuracy.py", [], ["--seeds", "2"]),
+    "train": ("bench_train.py", [], ["--quick"]),
+    "serve": ("bench_serve.py", [], ["--quick"]),
+}
+
+
+def run_one(name: str, quick: bool, extra: dict[str, list[str]], timeout_s: float) -> dict:
+    script, full, small = BENCHES[name]
+    path = REPO / "tools" / script
+    if not path.exists():
+        return {"bench": name, "error": f"tools/{script} does not exist yet", "figures": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "figures.json"
+        cmd = [sys.executable, str(path), *(small if quick else full), *extra.get(name, []), "--json", str(out)]
+        t = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"bench": name, "error": f"no result within {timeout_s:.0f} s", "figures": [],
+                    "command": " ".join(cmd[1:])}
+        seconds = time.perf_counter() - t
+        log = REPO / "tools" / ".bench-logs"
+        log.mkdir(exist_ok=True)
+        (log / f"{name}.txt").write_text(proc.stdout + ("\n--- stderr ---\n" + proc.stderr if proc.stderr else ""))
+        if proc.returncode != 0 or not out.exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            return {"bench": name, "error": f"exit {proc.returncode}: {tail[0][:200]}", "figures": [],
+                    "command": " ".join(cmd[1:-2]), "seconds": seconds}
+        data = json.loads(out.read_text())
+        data.update(command=" ".join(["python", *[str(Path(c).relative_to(REPO)) if c.startswith(str(REPO)) else c
+                                                  for c in cmd[1:-2]]]), seconds=seconds)
+        return data
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "–"
+    return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def markdown(results: list[dict], quick: bool) -> str:
+    m = machine()
+    lines = ["# Benchmarks", "",
+             f"Latest run of `python tools/bench_all.py{' --quick' if quick else ''}`: {m['date']}, host "
+             f"{m['host']}, {m['cpus']} CPUs, Python {m['python']}, {m['platform']}.",
+             "", "A ratio above 1 means ours is better (for times and memory: reference / ours). Every reference "
+             "was measured in the same run as ours, on the same machine. This machine has no GPU: every figure "
+             "is a CPU or disk figure.", "",
+             "| bench | figure | unit | ours | reference | ratio | target | note |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r.get("error"):
+            lines.append(f"| {r['bench']} | **not measured**: {r['error']} | | | | | | |")
+            continue
+        for f in r["figures"]:
+            ratio = "–" if f["ratio"] is None else f"{f['ratio']:.2f}×"
+            ref = _fmt(f["reference"]) + (f" ({f['reference_name']})" if f["reference_name"] else "")
+            lines.append(f"| {r['bench']} | {f['figure']} | {f['unit']} | {_fmt(f['ours'])} | {ref} | {ratio} | "
+                         f"{f['target']} | {f['note']} |")
+    lines += ["", "Commands (each run as its own process; full output in `tools/.bench-logs/`):", ""]
+    lines += [f"- {r['bench']}: `{r.get('command', '')}`" + (f" ({r['seconds']:.0f} s)" if "seconds" in r else "")
+              for r in results]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small inputs: minutes, not an hour")
+    ap.add_argument("--only", help=f"comma-separated subset of {','.join(BENCHES)}")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md",
+                    help="Markdown table (a .json beside it gets the raw figures)")
+    ap.add_argument("--dgl-venv", help="DGL reference environment for the sampler benchmark")
+    ap.add_argument("--io-dir", default="/var/tmp/moment-io", help="directory on the SSD for the I/O benchmark")
+    ap.add_argument("--timeout", type=float, default=3600, help="per benchmark, seconds")
+    args = ap.parse_args()
+    names = list(BENCHES) if not args.only else [n.strip() for n in args.only.split(",")]
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        print(f"--only: unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHES)}", file=sys.stderr)
+        return 2
+    extra = {"io": ["--dir", args.io_dir]}
+    if args.dgl_venv:
+        extra["sample"] = ["--dgl-venv", args.dgl_venv]
+    results = []
+    for n in names:
+        print(f"running {n} ...", file=sys.stderr, flush=True)
+        r = run_one(n, args.quick, extra, args.timeout)
+        print(f"  {n}: " + (r["error"] if r.get("error") else f"{len(r['figures'])} figures, {r['seconds']:.0f} s"),
+              file=sys.stderr, flush=True)
+        results.append(r)
+    text = markdown(results, args.quick)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_name(f".{args.out.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, args.out)
+    js = args.out.with_suffix(".json")
+    js.write_text(json.dumps({"quick": args.quick, "machine": machine(), "results": results}, indent=1) + "\n")
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
