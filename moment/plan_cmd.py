@@ -31,6 +31,7 @@ def _bottleneck_text(entry: RankedLayout, limit: int = 3) -> str:
 
 def plan_to_dict(result: PlanResult, top: int) -> dict:
     """The plan as JSON-able data (``moment plan --json``)."""
+    from training.placing import devices_of, nvlink_pairs_of
 
     def entry(e: RankedLayout) -> dict:
         r = e.result
@@ -47,6 +48,9 @@ def plan_to_dict(result: PlanResult, top: int) -> dict:
             "tier_shares": r.tier_shares,
             "bottleneck": [list(b) for b in r.bottleneck],
             "link_utilisation": [[a, b, u] for (a, b), u in sorted(r.link_utilisation.items()) if u > 0],
+            # kind and socket of every GPU, memory and SSD, and NVLink pairs: what `moment place --plan` needs
+            "devices": devices_of(e.placed),
+            "nvlink": nvlink_pairs_of(e.placed),
         }
 
     return {

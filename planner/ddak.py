@@ -51,9 +51,15 @@ hottest cannot be met by handing out the hottest first).
 
 Speed: the sort is a single ``np.sort`` of packed 64-bit keys for float32
 hotness (``argsort`` otherwise); the pool loop is plain Python over a heap of
-at most ``m`` bins, once per pool; the per-item outputs are built in chunks.
-10⁸ items, 10 bins: about 10.6 s and 2.2 GB beyond the input on two cores
-(``tools/bench_ddak.py``): sort 2.5 s, pool loop 3 s, output scatter 3.5 s.
+at most ``m`` bins, once per pool, with a tight path for whole pools that
+records only each pool's bin (rows and offsets are rebuilt with numpy after);
+the per-item outputs go from sorted order to id order by a second sort of
+``id | row | bin`` keys rather than a scatter (a random write per item costs
+more than a sequential SIMD sort). 10⁸ items, 10 bins (``tools/bench_ddak.py``):
+7.6 s of CPU time on one thread (sort ~2.5 s, pool loop ~1.5 s, outputs ~3 s)
+and 1.4 GB beyond the input; 10.9 s of wall time on a 2-core machine busy
+with a load average of 6 (the earlier version with a scatter and a slower
+loop: 10.3 s CPU, 16.4 s wall, 2.2 GB, measured alongside).
 
 >>> import numpy as np
 >>> bins = [DdakBin("gpu0", "gpu", 2, 6.0), DdakBin("ssd0", "ssd", 10, 4.0)]
@@ -198,34 +204,61 @@ def _result(
     seg_row: np.ndarray,
     traffic: np.ndarray,
     target: np.ndarray,
+    *,
+    own_order: bool = False,
 ) -> DdakResult:
     """Per-item outputs from segments of the sorted order.
 
     Segment ``k`` puts sorted positions ``seg_start[k] .. + seg_len[k]`` in bin
-    ``seg_bin[k]`` from row ``seg_row[k]``. Random writes of 10⁸ items are what
-    costs (about 3 s, whatever the dtype), so bin and row go out packed in one
-    int64 (``row << bits | bin``) in a single scatter and are unpacked in place.
+    ``seg_bin[k]`` from row ``seg_row[k]``. Going from sorted positions to item
+    ids is an inverse permutation. A scatter (``out[order] = v``) costs a cache
+    miss per item (4-5 s for 10⁸ items here); sorting ``id << s | row << b |
+    bin`` by id is a sequential SIMD sort and faster (about 3 s), so that is
+    done whenever the three fit in 64 bits (up to about 2³⁰ items), in place
+    over ``order`` when ``own_order`` (the caller's array is not needed after).
     """
     m = target.shape[0]
     items = np.bincount(seg_bin, weights=seg_len, minlength=m).astype(np.int64)
     bits = max(1, int(m - 1).bit_length())
-    packed = np.empty(n, dtype=np.int64)
+    row_bits = max(1, int(items.max(initial=1)).bit_length())
+    id_bits = max(1, int(n - 1).bit_length())
+    by_sort = id_bits + row_bits + bits <= 64
+    if by_sort:
+        key = order.view(np.uint64) if own_order else np.empty(n, dtype=np.uint64)
+    else:
+        packed = np.empty(n, dtype=np.int64)
     ends = seg_start + seg_len
-    row_base = seg_row - seg_start  # row of sorted position p in segment k: row_base[k] + p
-    for a in range(0, n, _CHUNK_ITEMS):
-        b = min(n, a + _CHUNK_ITEMS)
+    # sorted position p of segment k holds row seg_row[k] + p - seg_start[k], i.e.
+    # (row << bits | bin) = code[k] + (p << bits)
+    code = ((seg_row - seg_start) << bits) + seg_bin.astype(np.int64)
+    step = 1 << 18  # small chunks: the passes over one stay in the cache
+    for a in range(0, n, step):
+        b = min(n, a + step)
         i0 = int(np.searchsorted(ends, a, side="right"))
         i1 = int(np.searchsorted(seg_start, b, side="left"))
         ln = np.minimum(ends[i0:i1], b) - np.maximum(seg_start[i0:i1], a)
-        v = np.repeat(row_base[i0:i1], ln)
-        v += np.arange(a, b, dtype=np.int64)
-        v <<= bits
-        v |= np.repeat(seg_bin[i0:i1].astype(np.int64), ln)
-        packed[order[a:b]] = v
+        v = np.repeat(code[i0:i1], ln)
+        v += np.arange(a << bits, b << bits, 1 << bits, dtype=np.int64)
+        if by_sort:
+            k = key[a:b]
+            if own_order:
+                k <<= np.uint64(row_bits + bits)
+            else:
+                np.left_shift(order[a:b], row_bits + bits, out=k, casting="unsafe")
+            k |= v.view(np.uint64)
+        else:
+            packed[order[a:b]] = v
+    if by_sort:
+        key.sort()  # position i now holds item i: the ids are 0..n-1
+        packed = key.view(np.int64)
     bin_of = np.empty(n, dtype=np.int32)
-    for a in range(0, n, _CHUNK_ITEMS):
-        v = packed[a : a + _CHUNK_ITEMS]
-        np.bitwise_and(v, (1 << bits) - 1, out=bin_of[a : a + _CHUNK_ITEMS], casting="unsafe")
+    payload = (1 << (row_bits + bits)) - 1
+    step = 1 << 17  # 1 MB of keys: the three passes over a chunk stay in the cache
+    for a in range(0, n, step):
+        v = packed[a : a + step]
+        if by_sort:
+            v &= payload
+        np.bitwise_and(v, (1 << bits) - 1, out=bin_of[a : a + step], casting="unsafe")
         v >>= bits
     return DdakResult(bin_of, packed, traffic, target, items, _deviation(traffic, target))
 
@@ -268,14 +301,20 @@ def ddak(
         raise PlannerError(f"pool: {pool} items; must be ≥ 1")
     n = h.shape[0]
     m = len(bins)
+    own_order = order is None
     if order is None:
         order, hs = _hot_order(h)
     else:
         if order.shape != (n,):
             raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
         hs = h[order]
-    starts = np.arange(0, n, pool, dtype=np.int64)
-    pool_sum = np.add.reduceat(hs, starts, dtype=np.float64).tolist() if n else []
+    # pool sums in float64, a block of pools at a time (a whole float64 copy of
+    # the hotness would be another 8n bytes)
+    pool_sum: list[float] = []
+    step = max(1, _CHUNK_ITEMS // pool) * pool
+    for a in range(0, n, step):
+        blk = hs[a : a + step].astype(np.float64)
+        pool_sum += np.add.reduceat(blk, np.arange(0, blk.shape[0], pool)).tolist()
     h_total = float(sum(pool_sum))
     target = _targets(h_total, bins)
     inv_t = [1.0 / t if t > 0 else 0.0 for t in target.tolist()]
@@ -285,7 +324,10 @@ def ddak(
     rank = [TIERS.index(b.kind) for b in bins]
     acc = [0.0] * m
     used = [0] * m
-    segs: list[tuple[int, int, int, int]] = []  # (start, length, bin, first row)
+    # one entry per segment (a run of sorted positions given to one bin): its bin
+    # and, only where it is not a whole pool, (segment number, length)
+    seg_bin: list[int] = []
+    odd: list[tuple[int, int]] = []
 
     def heap_for(phase: int) -> list[tuple[float, int, int]]:
         if phase < len(TIERS):
@@ -300,7 +342,7 @@ def ddak(
     phase = 0
     heap = heap_for(phase)
     heappop, heapreplace = heapq.heappop, heapq.heapreplace
-    append = segs.append
+    append = seg_bin.append
     p = 0  # next sorted position
     k = 0  # next pool
     n_full = n // pool  # pools of exactly `pool` items
@@ -308,22 +350,40 @@ def ddak(
         while not heap:
             phase += 1
             heap = heap_for(phase)
+        gated = phase < n_tiers
+        if p == k * pool:
+            # the common case, kept tight (10⁶ pools at 10⁸ items): whole pools
+            # to bins with room for a whole pool
+            while k < n_full:
+                _, r, j = heap[0]
+                u = used[j] + pool
+                if u > cap[j]:
+                    break
+                a_j = acc[j] + pool_sum[k]
+                acc[j] = a_j
+                used[j] = u
+                append(j)
+                k += 1
+                if u < cap[j] and (a_j < tgt[j] or not gated):
+                    heapreplace(heap, (a_j * inv_t[j] + u * inv_c[j], r, j))
+                else:
+                    heappop(heap)
+                    if not heap:
+                        break
+            p = k * pool
+            if p >= n or not heap:
+                continue
+        # a bin with less room than a pool, or the short last pool: split
         _, r, j = heap[0]
         u = used[j]
-        room = cap[j] - u
-        if k < n_full and p == k * pool and room >= pool:
-            # the common case: a whole pool, its hotness precomputed
-            take = pool
-            got = pool_sum[k]
-            k += 1
-        else:
-            pool_end = min((k + 1) * pool, n)
-            take = min(pool_end - p, room)
-            got = float(hs[p : p + take].sum(dtype=np.float64))
-            if p + take == pool_end:
-                k += 1
-        append((p, take, j, u))
+        pool_end = min((k + 1) * pool, n)
+        take = min(pool_end - p, cap[j] - u)
+        got = float(hs[p : p + take].sum(dtype=np.float64))
+        odd.append((len(seg_bin), take))
+        append(j)
         p += take
+        if p == pool_end:
+            k += 1
         a_j = acc[j] + got
         acc[j] = a_j
         u += take
@@ -333,11 +393,21 @@ def ddak(
         else:
             heappop(heap)
 
-    seg = np.array(segs, dtype=np.int64).reshape(-1, 4)
-    del segs, hs, pool_sum  # ~0.6 GB at 10⁸ items, not needed for the outputs
+    del hs, pool_sum  # ~0.4 GB at 10⁸ items, not needed for the outputs
+    sb = np.array(seg_bin, dtype=np.int32)
+    del seg_bin
+    seg_len = np.full(sb.shape[0], pool, dtype=np.int64)
+    for i, take in odd:
+        seg_len[i] = take
+    seg_start = np.cumsum(seg_len) - seg_len
+    seg_row = np.empty_like(seg_len)
+    for j in range(m):  # rows of a bin: its segments' lengths, accumulated
+        mine = sb == j
+        ln = seg_len[mine]
+        seg_row[mine] = np.cumsum(ln) - ln
     traffic = np.array(acc, dtype=np.float64)
     return _result(
-        n, order, seg[:, 0], seg[:, 1], seg[:, 2].astype(np.int32), seg[:, 3], traffic, target
+        n, order, seg_start, seg_len, sb, seg_row, traffic, target, own_order=own_order
     )
 
 
@@ -437,6 +507,7 @@ def hot_first_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakRes
         np.zeros(int(keep.sum()), np.int64),
         traffic,
         target,
+        own_order=True,
     )
 
 

@@ -1,0 +1,299 @@
+"""``moment place``: hotness, DDAK and the bin files of a dataset on a planned machine.
+
+Thin: parse, call :mod:`training.hotness` and :mod:`training.placing`,
+write through :mod:`iostack`, print. What it writes to ``--out``:
+``placement.json`` + ``bin_of.npy`` + ``row_of.npy`` (:meth:`Placement.save`,
+last, so an existing placement is replaced only once everything else is
+written), ``place.json`` (the report), and the SSD bin files (under each
+``--ssd`` directory; relative names when that directory is ``--out``). The
+trainer opens the result with
+``FeatureStore(load_placement(out), out, features=dataset.features)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from planner.errors import PlannerError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "place",
+        help="put every vertex's feature row where the plan wants its reads (hotness + DDAK), write the bins",
+        description=(
+            "Compute the vertices' hotness (pre-sampling with the training fan-outs by default; saved "
+            "with the dataset), take the traffic targets of a plan (a `moment plan --json` file, or a "
+            "plan made now for a bundled machine spec or this machine), fill GPU caches, CPU caches "
+            "and SSD bins with DDAK so each serves its target share, and write the placement and the "
+            "SSD bin files. Prints a per-bin table with the hash baseline beside it."
+        ),
+    )
+    src = p.add_argument_group("input")
+    src.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
+    which = src.add_mutually_exclusive_group()
+    which.add_argument("--plan", metavar="FILE", help="a plan written by `moment plan --json > FILE`")
+    which.add_argument("--machine", metavar="NAME|FILE",
+                       help="plan now for a bundled machine spec (moment-a, moment-b) or a YAML spec file")
+    which.add_argument("--live", action="store_true", help="plan now for this machine (the default)")
+    src.add_argument("--model", choices=("maxflow", "concurrent"), default="maxflow",
+                     help="flow model of a plan made now (default maxflow)")
+    src.add_argument("--sys-root", metavar="DIR", default="/sys", help=argparse.SUPPRESS)
+    caches = p.add_argument_group("where the rows go")
+    caches.add_argument("--gpu-cache", required=True, metavar="SIZE",
+                        help="feature cache per GPU, e.g. 8GiB (0: none)")
+    caches.add_argument("--cpu-cache", required=True, metavar="SIZE",
+                        help="feature cache per host memory (NUMA node), e.g. 64GiB (0: none)")
+    caches.add_argument("--gpu-cache-mode", choices=("replicate", "partition"), default="replicate",
+                        help="replicate the hottest rows on every GPU (default), or partition the GPU "
+                             "caches across GPUs joined by NVLink")
+    caches.add_argument("--ssd", action="append", metavar="DIR", default=[],
+                        help="directory for one SSD's bin file, one per SSD of the plan in its order "
+                             "(repeatable; a directory may be repeated)")
+    caches.add_argument("--out", required=True, metavar="DIR", help="where the placement is written")
+    caches.add_argument("--force", action="store_true", help="replace an existing placement and bin files")
+    hot = p.add_argument_group("hotness")
+    hot.add_argument("--hotness", choices=("presample", "degree", "pagerank"), default="presample",
+                     help="how hot each row is (default presample)")
+    hot.add_argument("--hotness-dir", metavar="DIR",
+                     help="keep the hotness here instead of <dataset>/hotness (for a read-only dataset)")
+    hot.add_argument("--recompute-hotness", action="store_true", help="compute the hotness even if saved")
+    hot.add_argument("--fanouts", default="25,10", metavar="F1,F2,...",
+                     help="training fan-outs for pre-sampling (default 25,10; -1 = all neighbours)")
+    hot.add_argument("--batch-size", type=int, default=8000, metavar="N",
+                     help="training mini-batch size for pre-sampling (default 8000)")
+    hot.add_argument("--presample-epochs", type=float, default=1.0, metavar="E",
+                     help="epochs to pre-sample (default 1)")
+    hot.add_argument("--presample-batches", type=int, metavar="N",
+                     help="pre-sample this many mini-batches instead of whole epochs")
+    hot.add_argument("--seed", type=int, default=0, help="seed of the pre-sampling and of --strategy random")
+    alg = p.add_argument_group("placement")
+    alg.add_argument("--strategy", choices=("ddak", "hash", "hot-first", "random"), default="ddak",
+                     help="DDAK (default) or a baseline")
+    alg.add_argument("--pool", type=int, metavar="N",
+                     help="DDAK pool size in rows (default 100, smaller for small graphs: >= 100 pools per bin)")
+    alg.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=run)
+
+
+def _size(text: str, flag: str) -> int:
+    from planner.capacities import parse_size
+
+    if text.strip() in ("0", "0B", "none"):
+        return 0
+    try:
+        return parse_size(text)
+    except PlannerError as exc:
+        raise PlannerError(f"{flag} {text!r}: {exc}") from None
+
+
+def _fanouts(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise PlannerError(f"--fanouts {text!r}: expected integers like 25,10") from None
+    if not out or any(f == 0 or f < -1 for f in out):
+        raise PlannerError(f"--fanouts {text!r}: expected positive integers or -1, like 25,10")
+    return out
+
+
+def _read_plan(path: str):
+    from training.placing import targets_from_plan_dict
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise PlannerError(f"--plan {path}: no such file (write one with `moment plan --json > {path}`)") from None
+    except (OSError, ValueError) as exc:
+        raise PlannerError(f"--plan {path}: not readable JSON ({exc}); write it with `moment plan --json`") from None
+    return targets_from_plan_dict(data, source=path)
+
+
+def _topology(args: argparse.Namespace):
+    from planner.topology.discover import live_topology, topology_from_files
+
+    if args.machine is not None:
+        return topology_from_files(machine=args.machine)
+    return live_topology(args.sys_root)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from iostack.bins import bin_path, write_bins
+    from iostack.placement import MANIFEST
+    from training.data import open_dataset
+    from training.hotness import HotnessSpec, get_hotness
+    from training.placing import build_bins, check_free_space, place, plan_targets
+
+    gpu_bytes = _size(args.gpu_cache, "--gpu-cache")
+    cpu_bytes = _size(args.cpu_cache, "--cpu-cache")
+    if args.pool is not None and args.pool < 1:
+        raise PlannerError(f"--pool {args.pool}: expected at least 1")
+    if args.batch_size < 1:
+        raise PlannerError(f"--batch-size {args.batch_size}: expected at least 1")
+    out = Path(args.out)
+    if (out / MANIFEST).exists() and not args.force:
+        raise PlannerError(f"--out {out}: holds a placement already ({MANIFEST}); "
+                           "choose another directory or pass --force to replace it")
+    if out.exists() and not out.is_dir():
+        raise PlannerError(f"--out {out}: exists and is not a directory")
+    for d in args.ssd:
+        if Path(d).exists() and not Path(d).is_dir():
+            raise PlannerError(f"--ssd {d}: exists and is not a directory")
+    spec = HotnessSpec(args.hotness, fanouts=_fanouts(args.fanouts), batch_size=args.batch_size,
+                       epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed)
+    targets = _read_plan(args.plan) if args.plan else None  # a bad plan fails before any work
+
+    ds = open_dataset(args.dataset)
+    if ds.features is None:
+        raise PlannerError(f"--dataset {args.dataset}: has no features to place; import it with features")
+    err = Console(stderr=True, highlight=False, emoji=False)
+    with _Bars(err) as bars:
+        hot = get_hotness(ds, spec, directory=args.hotness_dir, recompute=args.recompute_hotness,
+                          progress=bars.update)
+        if targets is None:
+            gpu_rows, cpu_rows = gpu_bytes // ds.row_bytes, cpu_bytes // ds.row_bytes
+            bars.note("planning")
+            targets = plan_targets(_topology(args), spec=args.machine, hotness=hot.values, gpu_rows=gpu_rows,
+                                   cpu_rows=cpu_rows, gpu_mode=args.gpu_cache_mode, model=args.model)
+        bins = build_bins(targets, num_rows=ds.num_nodes, row_bytes=ds.row_bytes, gpu_cache_bytes=gpu_bytes,
+                          cpu_cache_bytes=cpu_bytes, ssd_dirs=args.ssd, out_dir=out, gpu_mode=args.gpu_cache_mode)
+        reads = hot.reads_per_epoch
+        bars.note(f"placing ({args.strategy})")
+        res = place(hot.values, bins, targets, row_bytes=ds.row_bytes, strategy=args.strategy, pool=args.pool,
+                    seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None)
+        ssd_files = [bin_path(out, b) for b in res.placement.bins if b.kind == "ssd"]
+        clash = [str(f) for f in ssd_files if f.exists()]
+        if clash and not args.force:
+            raise PlannerError(f"bin file {clash[0]} exists already"
+                               + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
+                               + "; choose other --ssd directories or pass --force to replace them")
+        check_free_space(res.placement, ds.row_bytes, out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_bins(ds.features, res.placement, out, progress=bars.bin_message)
+    report = {
+        "schema": "moment.place", "version": 1, "dataset": str(ds.path), "plan": targets.source,
+        "machine": targets.machine,
+        "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
+                    "epochs_covered": hot.epochs_covered},
+        "gpu_cache_bytes": gpu_bytes, "cpu_cache_bytes": cpu_bytes, "gpu_cache_mode": args.gpu_cache_mode,
+        "row_bytes": ds.row_bytes, "bins": [asdict(b) for b in res.bins],
+        "report": asdict(res.report), "baseline": asdict(res.baseline) if res.baseline else None,
+        "target_notes": list(res.notes),
+    }
+    _write_atomic(out / "place.json", json.dumps(report, indent=1) + "\n")
+    res.placement.save(out)  # last: the placement exists only once its bins do
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        return 0
+    console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+    _print_summary(console, res, ds, hot, targets, out)
+    return 0
+
+
+class _Bars:
+    """Rich progress bars on a terminal (stderr); silent otherwise."""
+
+    _BIN = re.compile(r"bin (\d+): (\d+) of (\d+) rows")
+
+    def __init__(self, console) -> None:
+        self.console = console
+        self.progress = None
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self) -> _Bars:
+        if self.console.is_terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), console=self.console, transient=False)
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def update(self, stage: str, done: int, total: int | None) -> None:
+        if self.progress is None:
+            return
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=total)
+        self.progress.update(self.tasks[stage], completed=done, total=total)
+
+    def note(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.console.print(f"[dim]… {text}[/dim]")
+
+    def bin_message(self, message: str) -> None:
+        m = self._BIN.match(message)
+        if m:
+            self.update(f"writing bin {m.group(1)}", int(m.group(2)), int(m.group(3)))
+
+
+def _print_summary(console, res, ds, hot, targets, out: Path) -> None:
+    from rich.table import Table
+
+    from planner.capacities import format_size
+
+    rep, base = res.report, res.baseline
+    how = "loaded" if hot.loaded else f"computed in {hot.seconds:.1f} s"
+    console.print(f"[bold]{ds.name}[/bold]: {ds.num_nodes:,} rows of {format_size(ds.row_bytes)} · hotness "
+                  f"{hot.spec.method} ({how}) · plan: {targets.source} · strategy {rep.strategy} "
+                  f"({rep.seconds:.2f} s)")
+    table = Table(title=f"bins (written to {out})", title_justify="left")
+    cols = ("bin", "kind", "device", "socket", "rows", "capacity", "share", "target", "deviation",
+            "hash share")
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("kind", "device", "socket") else "right")
+    for i, b in enumerate(rep.bins):
+        hb = base.bins[i] if base else None
+        table.add_row(str(b.id), b.kind, b.device, b.socket or "-", f"{b.rows:,}", f"{b.capacity_rows:,}",
+                      f"{b.traffic_share:.2%}", f"{b.target_share:.2%}",
+                      f"{b.deviation:.1%}" if b.target_share > 1e-6 else "overflow only",
+                      f"{hb.traffic_share:.2%}" if hb else "-")
+    console.print(table)
+    for note in res.notes:
+        console.print(f"[yellow]target capped:[/yellow] {note}")
+
+    def ssd_bytes(r) -> str:
+        return format_size(r.ssd_bytes_per_epoch) if r.ssd_bytes_per_epoch is not None else "-"
+
+    cmp = Table(title="against the hash baseline (same bins, same hotness)", title_justify="left")
+    for c in ("", rep.strategy, "hash", f"{rep.strategy} / hash"):
+        cmp.add_column(c, justify="left" if not c else "right")
+    if base:
+        def ratio(a: float | None, b: float | None) -> str:
+            return f"{a / b:.3f}" if a is not None and b else "-"
+
+        cmp.add_row("max deviation from target", f"{rep.max_relative_deviation:.2%}",
+                    f"{base.max_relative_deviation:.2%}", ratio(rep.max_relative_deviation,
+                                                                base.max_relative_deviation))
+        cmp.add_row("SSD share of reads", f"{rep.ssd_share:.2%}", f"{base.ssd_share:.2%}",
+                    ratio(rep.ssd_share, base.ssd_share))
+        cmp.add_row("SSD bytes per epoch", ssd_bytes(rep), ssd_bytes(base),
+                    ratio(rep.ssd_bytes_per_epoch, base.ssd_bytes_per_epoch))
+        cmp.add_row("cross-socket share", f"{rep.cross_socket_share:.2%}", f"{base.cross_socket_share:.2%}",
+                    ratio(rep.cross_socket_share, base.cross_socket_share))
+        console.print(cmp)
+    console.print(f"[dim]open with FeatureStore(load_placement({str(out)!r}), {str(out)!r}, "
+                  "features=dataset.features)[/dim]")

@@ -1,0 +1,205 @@
+"""training.placing and `moment place`: bins from a plan, DDAK placement, bin files a FeatureStore opens."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from iostack.placement import load_placement
+from iostack.store import FeatureStore
+from moment.cli import main
+from tests.conftest import graph_fixture
+from training.data import open_dataset
+from training.hotness import HotnessSpec, compute_hotness
+from training.importers.planetoid import import_planetoid
+from training.placing import (
+    ZERO_TARGET_SHARE,
+    PlacingError,
+    PlanTargets,
+    Store,
+    build_bins,
+    place,
+    targets_from_plan_dict,
+)
+
+
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory):
+    return open_dataset(import_planetoid(graph_fixture("cora"), tmp_path_factory.mktemp("p") / "cora"))
+
+
+def two_socket_plan(nvlink: bool = False) -> PlanTargets:
+    """2 GPUs (one per socket), 2 host memories, 3 SSDs (two on socket 0); one memory without a share."""
+    stores = (
+        Store("cache:gpu0", "gpu", "gpu0", "socket0", 100.0),
+        Store("cache:gpu1", "gpu", "gpu1", "socket1", 100.0),
+        Store("mem0", "cpu", "mem0", "socket0", 300.0, numa_node=0),
+        Store("mem1", "cpu", "mem1", "socket1", 0.0, numa_node=1),
+        Store("ssd1", "ssd", "ssd1", "socket0", 200.0),
+        Store("ssd0", "ssd", "ssd0", "socket0", 200.0),
+        Store("ssd2", "ssd", "ssd2", "socket1", 100.0),
+    )
+    return PlanTargets("toy", (("gpu0", "socket0"), ("gpu1", "socket1")), stores,
+                       (("gpu0", "gpu1"),) if nvlink else (), "toy plan")
+
+
+def test_bins_replicated_gpu_cache_and_ssd_order(tmp_path):
+    bins = build_bins(two_socket_plan(), num_rows=1000, row_bytes=100, gpu_cache_bytes=5000, cpu_cache_bytes=10_000,
+                      ssd_dirs=[tmp_path / "a", tmp_path / "b", tmp_path], out_dir=tmp_path)
+    assert [(b.kind, b.device, b.capacity_rows) for b in bins] == [
+        ("gpu", "cuda", 50), ("cpu", "numa0", 100), ("cpu", "numa1", 100),
+        ("ssd", "ssd0", 1000), ("ssd", "ssd1", 1000), ("ssd", "ssd2", 1000)]
+    # one logical GPU bin serves both caches' share; shares are of all bytes
+    assert bins[0].target_share == pytest.approx(0.2) and bins[0].stores == ("cache:gpu0", "cache:gpu1")
+    assert bins[2].target_share == ZERO_TARGET_SHARE  # mem1: no share in the plan, still a bin
+    # SSD bins in id order, each in its own --ssd directory; relative when that is the output
+    assert bins[3].path == str((tmp_path / "a" / "bin3-ssd0.dat").resolve())
+    assert bins[5].path == "bin5-ssd2.dat"
+
+
+def test_partitioned_gpu_caches_need_nvlink(tmp_path):
+    kw = dict(num_rows=1000, row_bytes=100, gpu_cache_bytes=5000, cpu_cache_bytes=0,
+              ssd_dirs=[tmp_path] * 3, out_dir=tmp_path, gpu_mode="partition")
+    with pytest.raises(PlacingError, match="partitioned GPU caches need NVLink.*replicate"):
+        build_bins(two_socket_plan(), **kw)
+    bins = build_bins(two_socket_plan(nvlink=True), **kw)
+    gpu = [b for b in bins if b.kind == "gpu"]
+    assert [(b.device, b.socket, b.capacity_rows) for b in gpu] == [("cuda:0", "socket0", 50), ("cuda:1", "socket1", 50)]
+    assert sum(b.target_share for b in gpu) == pytest.approx(0.2)
+    assert not any(b.kind == "cpu" for b in bins)  # no CPU cache asked for
+
+
+def test_ssd_count_must_match_the_plan(tmp_path):
+    with pytest.raises(PlacingError, match=r"2 --ssd path\(s\) given, the plan \(toy plan\) has 3 SSD\(s\).*ssd0, ssd1, ssd2"):
+        build_bins(two_socket_plan(), num_rows=10, row_bytes=4, gpu_cache_bytes=0, cpu_cache_bytes=0,
+                   ssd_dirs=[tmp_path, tmp_path], out_dir=tmp_path)
+
+
+def test_place_on_cora_reports_against_hash(cora, tmp_path):
+    hot = compute_hotness(cora, HotnessSpec("degree")).values
+    t = two_socket_plan()
+    row = cora.row_bytes
+    bins = build_bins(t, num_rows=cora.num_nodes, row_bytes=row, gpu_cache_bytes=100 * row,
+                      cpu_cache_bytes=300 * row, ssd_dirs=[tmp_path] * 3, out_dir=tmp_path)
+    res = place(hot, bins, t, row_bytes=row, pool=10, reads_per_epoch=1000.0)
+    p = res.placement
+    assert p.num_vertices == cora.num_nodes and p.rows_per_bin().sum() == cora.num_nodes
+    assert all(p.rows_per_bin()[i] <= b.capacity_rows for i, b in enumerate(p.bins))
+    r, base = res.report, res.baseline
+    assert base.strategy == "hash" and r.strategy == "ddak"
+    assert sum(b.traffic_share for b in r.bins) == pytest.approx(1.0)
+    assert r.ssd_share == pytest.approx(sum(b.traffic_share for b in r.bins if b.kind == "ssd"))
+    assert r.ssd_bytes_per_epoch == pytest.approx(r.ssd_share * 1000.0 * row)
+    # the hottest rows are in the GPU bin; DDAK is closer to the targets and reads less from SSD than hash
+    assert p.bin_of[int(np.argmax(hot))] == 0
+    assert r.max_relative_deviation < base.max_relative_deviation
+    assert r.ssd_share < base.ssd_share
+    # cross-socket share by hand: GPU g reads bins on the other socket (never the GPU cache)
+    by_hand = np.mean([sum(b.traffic_share for b in r.bins if b.kind != "gpu" and b.socket not in (None, s))
+                       for s in ("socket0", "socket1")])
+    assert r.cross_socket_share == pytest.approx(by_hand)
+    for strategy in ("hash", "hot-first", "random"):
+        other = place(hot, bins, t, row_bytes=row, strategy=strategy, baseline=False)
+        assert other.report.strategy == strategy and other.baseline is None
+        assert other.placement.rows_per_bin().sum() == cora.num_nodes
+
+
+def test_plan_json_round_trip_and_old_plans(capsys, tmp_path):
+    assert main(["plan", "--machine", "moment-b", "--gpu-cache-share", "0.1", "--cpu-cache-share", "0.2",
+                 "--json", "--top", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    t = targets_from_plan_dict(data, "plan.json")
+    assert len(t.gpus) == 4 and {s for _, s in t.gpus} <= {"socket0", "socket1"}
+    assert {s.socket for s in t.of_kind("cpu")} == {"socket0", "socket1"}
+    assert len(t.of_kind("ssd")) == 8 and len(t.of_kind("cpu")) == 2 and len(t.of_kind("gpu")) == 4
+    assert sum(s.target_bytes for s in t.stores) == pytest.approx(4e9, rel=1e-6)  # 4 GPUs x 1 GB
+    del data["best"]["devices"]
+    with pytest.raises(PlacingError, match="plan.json: .*no 'devices'.*re-run `moment plan --json`"):
+        targets_from_plan_dict(data, "plan.json")
+    with pytest.raises(PlacingError, match="not a plan"):
+        targets_from_plan_dict({"schema": "moment.topology"}, "x.json")
+
+
+def _place_args(cora, ssd, out, *extra):
+    return ["place", "--dataset", str(cora.path), "--machine", "moment-b", "--gpu-cache", "256KiB",
+            "--cpu-cache", "1MiB", *[a for _ in range(8) for a in ("--ssd", str(ssd))], "--out", str(out), *extra]
+
+
+def test_moment_place_end_to_end_opens_with_feature_store(cora, tmp_path, capsys):
+    ssd, out = tmp_path / "ssd", tmp_path / "out"
+    args = _place_args(cora, ssd, out, "--fanouts", "10,5", "--batch-size", "32", "--hotness-dir",
+                       str(tmp_path / "hot"))
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "against the hash baseline" in text and "cross-socket share" in text
+    p = load_placement(out)
+    assert len([b for b in p.bins if b.kind == "ssd"]) == 8 and p.bins[0].kind == "gpu"
+    assert (tmp_path / "hot" / "presample.npy").exists()
+    with FeatureStore(p, out, features=cora.features, backend_options={"processes": 0}) as store:
+        ids = torch.randperm(cora.num_nodes, generator=torch.Generator().manual_seed(0))
+        np.testing.assert_array_equal(store.gather(ids).numpy(), np.asarray(cora.features)[ids.numpy()])
+        assert {t for t in store.tier_stats()} == {"gpu", "cpu", "ssd"}
+    report = json.loads((out / "place.json").read_text())
+    assert report["report"]["strategy"] == "ddak" and report["baseline"]["strategy"] == "hash"
+    assert report["hotness"]["method"] == "presample" and report["hotness"]["fanouts"] == [10, 5]
+
+    # refusing to overwrite: nothing is touched
+    before = {f: f.stat().st_mtime_ns for f in list(out.iterdir()) + list(ssd.iterdir())}
+    assert main(args) == 2
+    assert "holds a placement already" in capsys.readouterr().err
+    assert main(_place_args(cora, ssd, tmp_path / "out2", "--hotness", "degree")) == 2
+    assert "exists already" in capsys.readouterr().err and not (tmp_path / "out2" / "placement.json").exists()
+    assert {f: f.stat().st_mtime_ns for f in before} == before
+    # --force replaces it (the hotness is loaded this time), --json prints the report
+    assert main([*args, "--force", "--json", "--strategy", "hot-first"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["hotness"]["loaded"] and again["report"]["strategy"] == "hot-first"
+    assert load_placement(out).num_vertices == cora.num_nodes
+
+
+def test_moment_place_bin_files_next_to_the_placement(cora, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(_place_args(cora, out, out, "--hotness", "pagerank", "--gpu-cache", "0", "--json")) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert not any(b["kind"] == "gpu" for b in rep["bins"])
+    p = load_placement(out)
+    assert all(b.path == f"bin{b.id}-ssd{b.id - 2}.dat" for b in p.bins if b.kind == "ssd")
+    with FeatureStore(p, out, features=cora.features, backend_options={"processes": 0}) as store:
+        ids = torch.arange(cora.num_nodes)
+        np.testing.assert_array_equal(store.gather(ids).numpy(), np.asarray(cora.features))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"--gpu-cache": "lots"}, "--gpu-cache 'lots'"),
+        ({"--dataset": "/nonexistent/ds"}, "no such dataset directory"),
+        ({"--fanouts": "25,x"}, "--fanouts '25,x'"),
+        ({"--pool": "0"}, "--pool 0"),
+        ({"--ssd": 1}, r"1 --ssd path\(s\) given, the plan .* has 8 SSD\(s\)"),
+        ({"--gpu-cache-mode": "partition"}, "need NVLink"),
+        ({"--plan": "/nonexistent/plan.json"}, "--plan /nonexistent/plan.json: no such file"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(cora, tmp_path, capsys, change, message):
+    args = _place_args(cora, tmp_path / "ssd", tmp_path / "out", "--hotness", "degree")
+    if change.get("--ssd") == 1:
+        i = args.index("--ssd")
+        args = args[:i + 2] + [a for a in args[i + 2:] if a != "--ssd" and a != str(tmp_path / "ssd")]
+    elif "--plan" in change:
+        i = args.index("--machine")
+        args[i:i + 2] = ["--plan", change["--plan"]]
+    else:
+        for flag, value in change.items():
+            if flag in args:
+                args[args.index(flag) + 1] = value
+            else:
+                args += [flag, value]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("moment place: error:") and err.count("\n") == 1
+    assert __import__("re").search(message, err), err
+    assert not (tmp_path / "out" / "placement.json").exists()

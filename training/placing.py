@@ -1,0 +1,561 @@
+"""Feature-row placement for a dataset on a planned machine: plan targets -> DDAK bins -> iostack Placement.
+
+The glue between the planner (which store should serve which share of the
+reads: :attr:`planner.flow.FlowResult.store_bytes`), DDAK
+(:mod:`planner.ddak`, which knows nothing of graphs) and the feature store
+(:class:`iostack.placement.Placement`).
+
+Bins from a plan (:func:`build_bins`):
+
+* **GPU caches.** ``replicate`` (default): one logical GPU bin whose
+  capacity is one GPU's cache; the trainers each hold a copy on their own
+  device (``device="cuda"``), so it serves the plan's whole GPU-cache share
+  with no interconnect traffic. ``partition``: one bin per GPU
+  (``cuda:<i>``, the plan's GPUs in id order), the tier's target split
+  equally, for GPUs joined by NVLink (refused without NVLink: a peer's cache
+  would then be read over PCIe, through the sockets).
+* **CPU caches.** One bin per host memory (NUMA node) of the plan, each of
+  the given size, target the plan's bytes for that memory.
+* **SSDs.** One bin per SSD of the plan, in id order, each with its own
+  ``--ssd`` directory; the counts must match (the same directory may be
+  given several times: the bin files have distinct names). Their capacity
+  is "enough" (every row); :func:`check_free_space` checks the files fit.
+
+A store with a zero target in the plan still gets its bin, with a target
+of :data:`ZERO_TARGET_SHARE` of the total: it takes at most one pool of hot
+rows while the targets are being met, then only the overflow.
+
+The report (:class:`PlacementReport`) says what a placement does to the
+reads: each bin's share of the hotness against its target, the SSDs'
+share and bytes per epoch, and the cross-socket share of the bytes the GPUs
+receive. Data-parallel GPUs each read the same distribution, so every bin's
+traffic reaches every GPU; a byte crosses sockets when its bin sits on
+another socket than the GPU reading it (GPU caches never: a replicated
+cache is local, a partitioned one is reached over NVLink).
+
+>>> t = PlanTargets("toy", gpus=(("gpu0", "socket0"),),
+...     stores=(Store("cache:gpu0", "gpu", "gpu0", "socket0", 1.0),
+...             Store("ssd0", "ssd", "ssd0", "socket0", 3.0)))
+>>> bins = build_bins(t, num_rows=100, row_bytes=400, gpu_cache_bytes=4000, cpu_cache_bytes=0,
+...                   ssd_dirs=["/tmp"], out_dir="/tmp")
+>>> [(b.kind, b.capacity_rows, b.target_share) for b in bins]
+[('gpu', 10, 0.25), ('ssd', 100, 0.75)]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iostack.bins import file_bytes_for
+from iostack.placement import Bin, Placement
+from planner.ddak import (
+    DdakBin,
+    DdakResult,
+    ddak,
+    hash_placement,
+    hot_first_placement,
+    random_placement,
+)
+from planner.errors import PlannerError
+
+STRATEGIES = ("ddak", "hash", "hot-first", "random")
+GPU_MODES = ("replicate", "partition")
+
+#: target share given to a plan store whose target is 0 (DDAK needs positive targets)
+ZERO_TARGET_SHARE = 1e-9
+
+
+class PlacingError(PlannerError):
+    """A placement request that cannot be honoured (the message names the input and the fix)."""
+
+
+@dataclass(frozen=True)
+class Store:
+    """One store of a plan: ``kind`` ``gpu`` (a GPU cache), ``cpu`` (host memory) or ``ssd``.
+
+    ``node`` is its topology node (the GPU, memory or NVMe device),
+    ``socket`` the socket that node hangs under (``None`` if unknown),
+    ``target_bytes`` what the flow model wants it to serve per iteration.
+    """
+
+    id: str
+    kind: str
+    node: str
+    socket: str | None
+    target_bytes: float
+    numa_node: int | None = None
+
+
+@dataclass(frozen=True)
+class PlanTargets:
+    """What a placement needs from a plan: the GPUs (``(node id, socket)``), the stores, NVLink pairs."""
+
+    machine: str
+    gpus: tuple[tuple[str, str | None], ...]
+    stores: tuple[Store, ...]
+    nvlink_pairs: tuple[tuple[str, str], ...] = ()
+    source: str = ""
+
+    def of_kind(self, kind: str) -> list[Store]:
+        return sorted((s for s in self.stores if s.kind == kind), key=lambda s: _natural(s.id))
+
+    def nvlink_joins_all_gpus(self) -> bool:
+        """Whether every GPU reaches every other over NVLink (directly or through other GPUs)."""
+        ids = [g for g, _ in self.gpus]
+        if len(ids) < 2:
+            return False
+        adj: dict[str, set[str]] = {g: set() for g in ids}
+        for a, b in self.nvlink_pairs:
+            if a in adj and b in adj:
+                adj[a].add(b)
+                adj[b].add(a)
+        seen, todo = {ids[0]}, [ids[0]]
+        while todo:
+            for nb in adj[todo.pop()] - seen:
+                seen.add(nb)
+                todo.append(nb)
+        return len(seen) == len(ids)
+
+
+def _natural(text: str) -> tuple:
+    """``ssd10`` after ``ssd9``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+_KIND_OF_NODE = {"gpu": "gpu", "memory": "cpu", "nvme": "ssd"}
+
+
+def targets_from_plan_dict(data: Mapping[str, Any], source: str = "plan") -> PlanTargets:
+    """The recommended layout's targets from ``moment plan --json`` output.
+
+    Needs the ``devices`` map (kind and socket of every GPU, memory and SSD)
+    that ``moment plan`` writes since placement exists; raises
+    :class:`PlacingError` naming ``source`` otherwise.
+    """
+    if not isinstance(data, Mapping) or data.get("schema") != "moment.plan":
+        raise PlacingError(f"{source}: not a plan (no \"schema\": \"moment.plan\"); "
+                           "write one with `moment plan --json > plan.json`")
+    best = data.get("best")
+    if not isinstance(best, Mapping) or not isinstance(best.get("store_bytes"), Mapping):
+        raise PlacingError(f"{source}: the plan has no best layout with store_bytes; re-run `moment plan --json`")
+    devices = best.get("devices")
+    if not isinstance(devices, Mapping):
+        raise PlacingError(f"{source}: the plan does not say which socket each device is on (no 'devices'); "
+                           "it is from an older moment: re-run `moment plan --json`")
+    gpus = tuple((g, (devices.get(g) or {}).get("socket")) for g in sorted(best.get("inlet_bytes_per_s", {}),
+                                                                            key=_natural))
+    stores = []
+    for sid, nbytes in best["store_bytes"].items():
+        node = sid.split(":", 1)[1] if sid.startswith("cache:") else sid
+        dev = devices.get(node)
+        if not isinstance(dev, Mapping) or dev.get("kind") not in _KIND_OF_NODE:
+            raise PlacingError(f"{source}: store {sid!r} has no device entry of kind gpu, memory or nvme; "
+                               "re-run `moment plan --json`")
+        stores.append(Store(sid, _KIND_OF_NODE[dev["kind"]], node, dev.get("socket"), float(nbytes),
+                            dev.get("numa_node")))
+    # memories of the machine that the plan gave no share still exist: a CPU cache may use them
+    for node, dev in devices.items():
+        if isinstance(dev, Mapping) and dev.get("kind") == "memory" and node not in best["store_bytes"]:
+            stores.append(Store(node, "cpu", node, dev.get("socket"), 0.0, dev.get("numa_node")))
+    pairs = tuple((str(a), str(b)) for a, b in best.get("nvlink", ()))
+    return PlanTargets(str(data.get("machine", "")), gpus, tuple(stores), pairs, source)
+
+
+def devices_of(placed) -> dict[str, dict[str, Any]]:
+    """Kind, socket and NUMA node of every GPU, memory and NVMe device of a placed topology.
+
+    The ``devices`` map of ``moment plan --json`` (what :func:`targets_from_plan_dict` reads).
+    """
+    from planner.topology.model import NodeKind
+
+    out: dict[str, dict[str, Any]] = {}
+    for kind in (NodeKind.GPU, NodeKind.MEMORY, NodeKind.NVME):
+        for n in placed.nodes(kind):
+            s = placed.socket_of(n.id)
+            numa = (s.attrs.get("numa_nodes") or [None])[0] if s is not None else None
+            out[n.id] = {"kind": kind.value, "socket": s.id if s is not None else None, "numa_node": numa}
+    return out
+
+
+def nvlink_pairs_of(placed) -> list[list[str]]:
+    """NVLink links between GPUs of a placed topology, each pair once."""
+    from planner.topology.model import LinkKind, NodeKind
+
+    gpus = {n.id for n in placed.nodes(NodeKind.GPU)}
+    pairs = {tuple(sorted((lk.src, lk.dst))) for lk in placed.links(LinkKind.NVLINK)
+             if lk.src in gpus and lk.dst in gpus}
+    return [list(p) for p in sorted(pairs)]
+
+
+def targets_from_flow(placed, result, machine: str = "", source: str = "") -> PlanTargets:
+    """Targets from a placed topology and its :class:`~planner.flow.FlowResult` (a plan made on the fly)."""
+    data = {"schema": "moment.plan", "machine": machine or placed.name,
+            "best": {"store_bytes": dict(result.store_bytes), "inlet_bytes_per_s": dict(result.inlet_bytes_per_s),
+                     "devices": devices_of(placed), "nvlink": nvlink_pairs_of(placed)}}
+    return targets_from_plan_dict(data, source or machine or placed.name)
+
+
+def plan_targets(topology, *, spec: str | None, hotness: np.ndarray, gpu_rows: int, cpu_rows: int,
+                 gpu_mode: str = "replicate", model: str = "maxflow") -> PlanTargets:
+    """Make the plan on the fly: shares from the hotness curve and the cache sizes, then ``planner.plan``.
+
+    The GPU-cache share is what the ``gpu_rows`` hottest rows hold
+    (``gpu_rows`` × GPUs with ``partition``); the host-memory share what the
+    next ``cpu_rows`` × memories hold.
+    """
+    from planner.plan import Demand, choose_inventory, plan
+    from planner.topology.model import NodeKind
+    from training.hotness import hot_share
+
+    topo, inventory = choose_inventory(topology, spec=spec)
+    n_gpus = sum(c for m, c in inventory.items if m.kind == "gpu") or len(topo.nodes(NodeKind.GPU))
+    n_mem = len(topo.nodes(NodeKind.MEMORY))
+    g_rows = gpu_rows * (n_gpus if gpu_mode == "partition" else 1)
+    g_share, c_share = hot_share(hotness, [g_rows, cpu_rows * n_mem])
+    # clipped below 1 so that some reads are left for the SSDs' tier to be planned at all
+    g_share = min(g_share, 0.999)
+    c_share = min(c_share, 0.999 - g_share)
+    result = plan(topo, inventory, Demand(1e9, g_share, c_share if n_mem else 0.0), model=model, top=1)
+    return targets_from_flow(result.best.placed, result.best.result, result.machine,
+                             source=f"a plan of {result.machine} made now")
+
+
+# --- bins --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BinPlan:
+    """One bin to fill: kind, capacity (rows), target (share of all reads), where it lives.
+
+    ``device`` is what :class:`iostack.placement.Bin` records (``cuda``,
+    ``cuda:1``, ``numa0``, ``ssd3``); ``path`` the SSD bin file (absolute, or
+    relative to the output directory); ``stores`` the plan stores it stands for.
+    """
+
+    kind: str
+    capacity_rows: int
+    target_share: float
+    device: str
+    socket: str | None
+    path: str | None = None
+    stores: tuple[str, ...] = ()
+
+
+def ssd_bin_path(ssd_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], name: str) -> str:
+    """``name`` under ``ssd_dir``: relative when ``ssd_dir`` is ``out_dir`` (the placement moves with it)."""
+    d = Path(ssd_dir).resolve()
+    return name if d == Path(out_dir).resolve() else str(d / name)
+
+
+def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache_bytes: int,
+               cpu_cache_bytes: int, ssd_dirs: Sequence[str | os.PathLike[str]],
+               out_dir: str | os.PathLike[str], gpu_mode: str = "replicate") -> list[BinPlan]:
+    """The bins of a plan (see the module docstring); caches in bytes, per GPU and per host memory.
+
+    Raises :class:`PlacingError` for an SSD count that differs from the
+    plan's, ``partition`` without NVLink, no room for every row.
+    """
+    if gpu_mode not in GPU_MODES:
+        raise PlacingError(f"GPU cache mode {gpu_mode!r}: expected one of {', '.join(GPU_MODES)}")
+    if row_bytes <= 0:
+        raise PlacingError("the dataset has no feature rows to place (row size 0); import it with features")
+    total = sum(max(0.0, s.target_bytes) for s in targets.stores)
+    if total <= 0:
+        raise PlacingError(f"{targets.source}: the plan's stores serve no bytes; re-run the plan")
+
+    def share(stores: Sequence[Store]) -> float:
+        return max(sum(s.target_bytes for s in stores) / total, ZERO_TARGET_SHARE)
+
+    bins: list[BinPlan] = []
+    gpu_rows = gpu_cache_bytes // row_bytes
+    caches = targets.of_kind("gpu")
+    if gpu_rows > 0:
+        if not targets.gpus:
+            raise PlacingError(f"{targets.source}: a GPU cache was asked for, but the plan has no GPU")
+        if gpu_mode == "replicate":
+            bins.append(BinPlan("gpu", gpu_rows, share(caches), "cuda", None, stores=tuple(s.id for s in caches)))
+        else:
+            if not targets.nvlink_joins_all_gpus():
+                raise PlacingError(
+                    f"{targets.source}: partitioned GPU caches need NVLink between the GPUs, and "
+                    f"{'there is one GPU' if len(targets.gpus) < 2 else 'the plan has none joining them all'}; "
+                    "use the default --gpu-cache-mode replicate")
+            each = share(caches) / len(targets.gpus)
+            for i, (g, sock) in enumerate(targets.gpus):
+                bins.append(BinPlan("gpu", gpu_rows, max(each, ZERO_TARGET_SHARE), f"cuda:{i}", sock,
+                                    stores=tuple(s.id for s in caches if s.node == g)))
+    cpu_rows = cpu_cache_bytes // row_bytes
+    if cpu_rows > 0:
+        mems = targets.of_kind("cpu")
+        if not mems:
+            raise PlacingError(f"{targets.source}: a CPU cache was asked for, but the plan names no host memory")
+        for s in mems:
+            dev = f"numa{s.numa_node}" if s.numa_node is not None else s.node
+            bins.append(BinPlan("cpu", cpu_rows, share([s]), dev, s.socket, stores=(s.id,)))
+    ssds = targets.of_kind("ssd")
+    if len(ssd_dirs) != len(ssds):
+        raise PlacingError(
+            f"{len(ssd_dirs)} --ssd path(s) given, the plan ({targets.source}) has {len(ssds)} SSD(s): "
+            f"give one --ssd per SSD, in the order {', '.join(s.id for s in ssds) or '(none)'} "
+            "(a directory may be repeated)")
+    first = len(bins)
+    for i, (s, d) in enumerate(zip(ssds, ssd_dirs, strict=True)):
+        path = ssd_bin_path(d, out_dir, f"bin{first + i}-{s.id}.dat")
+        bins.append(BinPlan("ssd", num_rows, share([s]), s.node, s.socket, path, (s.id,)))
+    room = sum(b.capacity_rows for b in bins)
+    if room < num_rows:
+        raise PlacingError(f"the caches hold {room} of {num_rows} rows and the plan has no SSD for the rest; "
+                           "plan with SSDs or give larger --gpu-cache / --cpu-cache")
+    return bins
+
+
+# --- placing -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BinReport:
+    """What one bin serves: rows, its share of the reads against its target (shares of all reads)."""
+
+    id: int
+    kind: str
+    device: str
+    socket: str | None
+    rows: int
+    capacity_rows: int
+    traffic_share: float
+    target_share: float
+
+    @property
+    def deviation(self) -> float:
+        """``|traffic - target| / target``."""
+        return abs(self.traffic_share - self.target_share) / self.target_share
+
+
+@dataclass(frozen=True)
+class PlacementReport:
+    """A placement's expected effect on the reads.
+
+    ``max_relative_deviation`` over the bins whose target is not the
+    zero-target stand-in; ``ssd_share`` the share of reads the SSD bins
+    serve; ``ssd_bytes_per_epoch`` those reads in bytes per epoch (``None``
+    when the hotness is not a read count, e.g. degree or PageRank);
+    ``cross_socket_share`` the share of the bytes delivered to the GPUs that
+    cross sockets; ``seconds`` the time the placer took.
+    """
+
+    strategy: str
+    bins: tuple[BinReport, ...]
+    max_relative_deviation: float
+    ssd_share: float
+    ssd_bytes_per_epoch: float | None
+    cross_socket_share: float
+    seconds: float
+
+
+def _placer(strategy: str, hotness: np.ndarray, dbins: list[DdakBin], pool: int, seed: int) -> DdakResult:
+    if strategy == "ddak":
+        return ddak(hotness, dbins, pool=pool)
+    if strategy == "hash":
+        return hash_placement(hotness, dbins)
+    if strategy == "hot-first":
+        return hot_first_placement(hotness, dbins)
+    if strategy == "random":
+        return random_placement(hotness, dbins, seed=seed)
+    raise PlacingError(f"placement strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
+
+
+def report_for(result: DdakResult, bins: Sequence[BinPlan], targets: PlanTargets, *, strategy: str,
+               row_bytes: int, reads_per_epoch: float | None, seconds: float = 0.0) -> PlacementReport:
+    """The :class:`PlacementReport` of ``result`` (``reads_per_epoch``: all reads of an epoch, or ``None``)."""
+    traffic = np.asarray(result.traffic_per_bin, dtype=np.float64)
+    total = float(traffic.sum())
+    shares = traffic / total if total > 0 else np.zeros_like(traffic)
+    # targets renormalised over the bins there are (a plan store without a bin, e.g. host
+    # memory with no CPU cache, leaves its share to the others), as DDAK sees them
+    t_sum = sum(b.target_share for b in bins)
+    reports = tuple(BinReport(i, b.kind, b.device, b.socket, int(result.items_per_bin[i]), b.capacity_rows,
+                              float(shares[i]), b.target_share / t_sum) for i, b in enumerate(bins))
+    real = [r for r, b in zip(reports, bins, strict=True) if b.target_share > ZERO_TARGET_SHARE]
+    dev = max((r.deviation for r in real), default=0.0) if total > 0 else 0.0
+    ssd = float(sum(r.traffic_share for r in reports if r.kind == "ssd"))
+    cross = 0.0
+    if targets.gpus:
+        for _, gsock in targets.gpus:
+            cross += sum(r.traffic_share for r in reports
+                         if r.kind != "gpu" and r.socket is not None and gsock is not None and r.socket != gsock)
+        cross /= len(targets.gpus)
+    ssd_bytes = ssd * reads_per_epoch * row_bytes if reads_per_epoch is not None else None
+    return PlacementReport(strategy, reports, float(dev), ssd, ssd_bytes, float(cross), seconds)
+
+
+@dataclass(frozen=True)
+class PlaceResult:
+    """A placement with its report, and the hash baseline's report on the same input."""
+
+    placement: Placement
+    bins: tuple[BinPlan, ...]
+    report: PlacementReport
+    baseline: PlacementReport | None
+    #: where the plan's targets were more than the caches can serve (see :func:`feasible_targets`)
+    notes: tuple[str, ...] = ()
+
+
+def feasible_targets(hotness: np.ndarray, bins: Sequence[BinPlan]) -> tuple[list[BinPlan], list[str]]:
+    """``bins`` with each cache bin's target capped at what its capacity can serve, and why.
+
+    A flow model does not know how many rows each store holds: ``maxflow`` may
+    ask one host memory for the whole host-memory share although it holds
+    half the rows that share needs. Tier by tier (GPU, then CPU), bins taken
+    in order of falling target, each bin's target is capped at the hotness of
+    the hottest rows it could hold (its capacity, after the rows the bins
+    before it took); what it cannot serve passes to the next bin of the tier,
+    and what the tier cannot serve to the SSD bins, in proportion to their
+    targets. Shares stay shares of all reads; targets that fit are unchanged.
+
+    >>> b = [BinPlan("cpu", 2, 0.6, "numa0", "s0"), BinPlan("cpu", 2, 0.0, "numa1", "s1"),
+    ...      BinPlan("ssd", 8, 0.4, "ssd0", "s0", "b.dat")]
+    >>> fixed, why = feasible_targets(np.array([4, 3, 1, 1, 1, 0, 0, 0], np.float32), b)
+    >>> [round(x.target_share, 2) for x in fixed]
+    [0.6, 0.0, 0.4]
+    >>> fixed, why = feasible_targets(np.array([3, 2, 2, 1, 1, 1, 0, 0], np.float32), b)
+    >>> [round(x.target_share, 2) for x in fixed], len(why)
+    ([0.5, 0.1, 0.4], 1)
+    """
+    h = np.asarray(hotness, dtype=np.float64)
+    total = float(h.sum())
+    out, notes = list(bins), []
+    if total <= 0 or not any(b.kind in ("gpu", "cpu") for b in bins):
+        return out, notes
+    cum = np.concatenate([[0.0], np.cumsum(-np.sort(-h))]) / total  # share held by the k hottest rows
+    t_sum = sum(b.target_share for b in bins) or 1.0
+    pos, spill = 0, 0.0
+    for tier in ("gpu", "cpu"):
+        idx = sorted((i for i, b in enumerate(out) if b.kind == tier), key=lambda i: -out[i].target_share)
+        if tier == "gpu" and idx and out[idx[0]].device == "cuda":
+            idx = idx[:1]  # a replicated cache: one copy of the hottest rows
+        for i in idx:
+            b = out[i]
+            want = b.target_share / t_sum + spill
+            end = min(h.size, pos + b.capacity_rows)
+            can = float(cum[end] - cum[pos])
+            got = min(want, can)
+            if want > can * (1 + 1e-9) and b.target_share / t_sum > ZERO_TARGET_SHARE:
+                notes.append(f"{b.kind} bin {b.device}: the plan asks {b.target_share / t_sum:.2%} of reads"
+                             + (f" (+{spill:.2%} passed on)" if spill > 0 else "")
+                             + f", its {b.capacity_rows:,} rows can serve {can:.2%}")
+            spill = want - got
+            out[i] = replace(b, target_share=max(got * t_sum, ZERO_TARGET_SHARE))
+            pos = end
+    if spill > 1e-9:
+        ssd = [i for i, b in enumerate(out) if b.kind == "ssd"]
+        s_sum = sum(out[i].target_share for i in ssd) or 1.0
+        for i in ssd:
+            out[i] = replace(out[i], target_share=out[i].target_share * (1 + spill * t_sum / s_sum))
+        notes.append(f"the caches cannot serve {spill:.2%} of the reads the plan gave them: the SSDs take it")
+    return out, notes
+
+
+def default_pool(num_rows: int, num_bins: int) -> int:
+    """The paper's pool of 100 rows, smaller for small inputs: at least 100 pools per bin.
+
+    A bin's traffic can only move in whole pools, so with a few thousand rows
+    (Cora) pools of 100 would leave every bin tens of percent off target.
+
+    >>> default_pool(10**9, 10), default_pool(2708, 11)
+    (100, 2)
+    """
+    return max(1, min(100, num_rows // (100 * max(1, num_bins))))
+
+
+def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *, row_bytes: int,
+          strategy: str = "ddak", pool: int | None = None, seed: int = 0, reads_per_epoch: float | None = None,
+          baseline: bool = True) -> PlaceResult:
+    """Place every row: ``hotness`` (``[num_rows]``, any non-negative numbers) into ``bins``.
+
+    ``pool``: DDAK's pool size; ``None`` takes :func:`default_pool`.
+
+    Returns the iostack :class:`Placement` (SSD bins' capacity = the rows
+    they got, the size of their file) with the report, and the hash
+    baseline's report on the same bins and hotness (``baseline=False``: none).
+    """
+    h = np.asarray(hotness)
+    if h.dtype != np.float32:
+        h = h.astype(np.float32)  # DDAK's fast path; counts stay exact up to 2**24
+    bins, notes = feasible_targets(h, bins)
+    dbins = [DdakBin(f"bin{i}", b.kind, b.capacity_rows, b.target_share) for i, b in enumerate(bins)]
+    if pool is None:
+        pool = default_pool(h.size, len(dbins))
+    t = time.perf_counter()
+    result = _placer(strategy, h, dbins, pool, seed)
+    sec = time.perf_counter() - t
+    rep = report_for(result, bins, targets, strategy=strategy, row_bytes=row_bytes,
+                     reads_per_epoch=reads_per_epoch, seconds=sec)
+    base = None
+    if baseline:
+        t = time.perf_counter()
+        hashed = hash_placement(h, dbins) if strategy != "hash" else result
+        base = report_for(hashed, bins, targets, strategy="hash", row_bytes=row_bytes,
+                          reads_per_epoch=reads_per_epoch, seconds=time.perf_counter() - t)
+        del hashed
+    items = result.items_per_bin
+    ibins = tuple(Bin(i, b.kind, int(items[i]) if b.kind == "ssd" else b.capacity_rows, path=b.path,
+                      device=b.device) for i, b in enumerate(bins))
+    placement = Placement(ibins, result.bin_of, result.row_of)
+    return PlaceResult(placement, tuple(bins), rep, base, tuple(notes))
+
+
+def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.PathLike[str]) -> None:
+    """Raise :class:`PlacingError` if the SSD bin files will not fit their file systems.
+
+    Sums the files per file system (bins in one directory, or several on
+    one device, share its free space); existing files of the same names
+    count as free (they are replaced).
+    """
+    need: dict[int, list] = {}
+    for b in placement.bins:
+        if b.kind != "ssd" or b.path is None:
+            continue
+        p = Path(b.path) if Path(b.path).is_absolute() else Path(out_dir) / b.path
+        d = p.parent
+        d.mkdir(parents=True, exist_ok=True)
+        dev = os.stat(d).st_dev
+        entry = need.setdefault(dev, [d, 0, 0])
+        entry[1] += file_bytes_for(int(b.capacity_rows), row_bytes)
+        entry[2] += p.stat().st_size if p.exists() else 0
+    for d, nbytes, old in need.values():
+        free = shutil.disk_usage(d).free + old
+        if nbytes > free:
+            raise PlacingError(f"{d}: the SSD bins need {nbytes / 1e9:.2f} GB, the file system has "
+                               f"{free / 1e9:.2f} GB free; free space or give more --ssd directories")
+
+
+__all__ = [
+    "GPU_MODES",
+    "STRATEGIES",
+    "BinPlan",
+    "BinReport",
+    "PlaceResult",
+    "PlacementReport",
+    "PlacingError",
+    "PlanTargets",
+    "Store",
+    "build_bins",
+    "check_free_space",
+    "devices_of",
+    "nvlink_pairs_of",
+    "place",
+    "plan_targets",
+    "report_for",
+    "ssd_bin_path",
+    "targets_from_flow",
+    "targets_from_plan_dict",
+]
