@@ -7,7 +7,9 @@ epoch)``; step ``s`` takes ``perm[s*B:(s+1)*B]`` and rank ``r`` of ``W`` takes
 part ``r`` of ``torch.tensor_split(global_batch, W)``. Every rank therefore runs
 the same number of steps (a rank may get an empty part on a short last batch);
 a trainer that scales its loss by the *global* batch size and all-reduces
-gradients by sum gets exactly the single-process gradient.
+gradients by sum gets the single-process gradient of the same seeds — exactly
+so with full neighbourhoods; with sampled fan-outs the neighbour draws differ
+(each rank's sampler stream is its own), the expectation does not.
 
 A :class:`BatchSource` yields one rank's sampled batches of an epoch in step
 order. :class:`LocalBatchSource` samples in the trainer's own process; the

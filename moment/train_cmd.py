@@ -1,0 +1,192 @@
+"""``moment train``: data-parallel GNN training on a dataset directory (one rank per process under torchrun).
+
+Parses the options into a :class:`training.trainer.TrainConfig`, runs
+:func:`training.trainer.train` and prints progress (a rich bar on a terminal,
+one plain line per epoch otherwise) and a summary table; only rank 0 prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from planner.errors import PlannerError
+
+
+def parse_fanouts(text: str, flag: str = "--fanouts") -> tuple[int, ...]:
+    """``"25,10"`` -> ``(25, 10)``; ``-1`` means all neighbours.
+
+    >>> parse_fanouts("25,10"), parse_fanouts("-1, 5")
+    ((25, 10), (-1, 5))
+    """
+    try:
+        out = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or any(f < -1 or f == 0 for f in out):
+        raise PlannerError(f"{flag} {text!r}: expected comma-separated positive integers or -1 (all), e.g. 25,10")
+    return out
+
+
+def _config(args: argparse.Namespace):
+    from training.trainer import TrainConfig
+
+    return TrainConfig(
+        dataset=args.dataset, placement=args.placement, model=args.model, fanouts=parse_fanouts(args.fanouts),
+        eval_fanouts=parse_fanouts(args.eval_fanouts, "--eval-fanouts") if args.eval_fanouts else None,
+        batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, epochs=args.epochs, lr=args.lr,
+        weight_decay=args.weight_decay, dropout=args.dropout, attn_dropout=args.attn_dropout, hidden=args.hidden,
+        heads=args.heads, gcn_norm=args.gcn_norm, normalize_features=args.normalize_features, seed=args.seed,
+        prefetch=args.prefetch, eval_every_epochs=args.eval_every, metrics_path=args.metrics,
+        checkpoint_dir=args.checkpoint, checkpoint_every_steps=args.checkpoint_every, resume=args.resume,
+        server=args.server, backend=args.backend,
+    )
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _epoch_line(rec: dict) -> str:
+    acc = "".join(f" {k.split('_')[0]} {100 * rec[k]:.1f}%" for k in ("train_acc", "valid_acc", "test_acc")
+                  if k in rec)
+    return (f"epoch {rec['epoch']}: loss {rec['loss']:.4f},{acc}, {rec['epoch_s']:.2f} s, "
+            f"{rec['seeds_per_s']:,.0f} seeds/s, I/O wait {100 * rec['io_wait_share']:.0f}%")
+
+
+def _train_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from training.trainer import CHECKPOINT_NAME, train
+
+    if not Path(args.dataset).is_dir():
+        raise PlannerError(f"--dataset {args.dataset}: no such dataset directory (create one with `moment data import`)")
+    config = _config(args)
+    err = Console(stderr=True, highlight=False, emoji=False, width=None if sys.stderr.isatty() else 160)
+    out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+    state: dict = {"bar": None, "task": None, "rank": 0}
+
+    def progress(rec: dict) -> None:
+        state["rank"] = rec["rank"]
+        if rec["rank"] != 0:
+            return
+        kind = rec["kind"]
+        if kind == "start":
+            if rec["start_epoch"] or rec["start_step"]:
+                err.print(f"resuming at epoch {rec['start_epoch']}, step {rec['start_step']}", markup=False)
+            elif args.resume:
+                err.print(f"no checkpoint in {args.checkpoint}: starting from scratch", markup=False)
+            err.print(f"training {config.model} on {rec['num_train']:,} seeds, {rec['world_size']} rank(s), "
+                      f"{rec['steps_per_epoch']} steps per epoch, features: "
+                      f"{'store ' + str(config.placement) if config.placement else 'in memory'}", markup=False)
+            if err.is_terminal:
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    Progress,
+                    TextColumn,
+                    TimeRemainingColumn,
+                )
+
+                bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                               TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=err)
+                bar.start()
+                state["bar"] = bar
+                state["task"] = bar.add_task("epoch", total=rec["steps_per_epoch"], info="")
+        elif kind == "step" and state["bar"] is not None:
+            state["bar"].update(state["task"], completed=rec["step"] + 1, description=f"epoch {rec['epoch']}",
+                                info=f"loss {rec['loss']:.3f}")
+        elif kind == "epoch":
+            if state["bar"] is not None:
+                state["bar"].console.print(_epoch_line(rec), markup=False)
+                state["bar"].reset(state["task"])
+            else:
+                err.print(_epoch_line(rec), markup=False)
+
+    try:
+        result = train(config, progress=progress)
+    finally:
+        if state["bar"] is not None:
+            state["bar"].stop()
+    if result.rank != 0:
+        return 0
+    final = result.final
+    if final is None:
+        out.print(f"nothing to do: the checkpoint is already at epoch {config.epochs}", markup=False)
+        return 0
+    t = Table(title=f"{config.model} on {Path(config.dataset).name}: {len(result.epochs)} epoch(s) this run, "
+                    f"{result.world_size} rank(s)", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("value", overflow="fold")
+    t.add_row("loss (last epoch)", f"{final['loss']:.4f}")
+    for k in ("train_acc", "valid_acc", "test_acc"):
+        if k in final:
+            t.add_row(k.replace("_acc", " accuracy"), f"{100 * final[k]:.2f}%")
+    t.add_row("epoch time", f"{final['epoch_s']:.2f} s · {final['seeds_per_s']:,.0f} seeds/s")
+    t.add_row("step split (last epoch)", f"compute {final['compute_s']:.2f} s · all-reduce {final['allreduce_s']:.2f} s · "
+              f"I/O wait {final['io_wait_s']:.2f} s ({100 * final['io_wait_share']:.0f}%) · "
+              f"in the background: sample {final['sample_s']:.2f} s, gather {final['gather_s']:.2f} s")
+    for tier, v in sorted(final["tiers"].items()):
+        t.add_row(f"rows from {tier}" + (" (rank 0)" if result.world_size > 1 else ""),
+                  f"{v['rows']:,} ({_size(v['bytes'])})")
+    if "param_spread" in final:
+        t.add_row("ranks in sync", "yes" if final["param_spread"] == 0 else f"NO (spread {final['param_spread']:.3g})")
+    if config.checkpoint_dir:
+        t.add_row("checkpoint", str(Path(config.checkpoint_dir) / CHECKPOINT_NAME))
+    if config.metrics_path:
+        t.add_row("metrics", config.metrics_path)
+    out.print(t)
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``moment train``."""
+    p = subparsers.add_parser(
+        "train", help="train GraphSAGE / GAT / GCN data-parallel on a dataset (torchrun for several ranks)",
+        description="Train a GNN on sampled mini-batches with features from the tiered store (--placement) or "
+                    "memory. Launch with `torchrun --nproc-per-node N -m moment train ...` for N data-parallel "
+                    "ranks (gloo on CPU, nccl on GPU); N ranks train exactly what one process would.",
+    )
+    p.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
+    p.add_argument("--placement", metavar="DIR",
+                   help="placement directory (placement.json, bin_of.npy, row_of.npy, SSD bins); default: "
+                        "features in memory")
+    m = p.add_argument_group("model and optimisation")
+    m.add_argument("--model", choices=("sage", "gat", "gcn"), default="sage", help="default sage")
+    m.add_argument("--fanouts", default="25,10", metavar="F1,F2,..",
+                   help="neighbours per hop, hop 1 first, -1 = all (write --fanouts=-1,-1); one layer per fan-out "
+                        "(default 25,10)")
+    m.add_argument("--batch-size", type=int, default=1024, metavar="N", help="global seeds per step (default 1024)")
+    m.add_argument("--epochs", type=int, default=1, metavar="N", help="epochs to reach (default 1)")
+    m.add_argument("--lr", type=float, default=0.003, help="Adam learning rate (default 0.003)")
+    m.add_argument("--weight-decay", type=float, default=0.0, help="Adam weight decay (default 0)")
+    m.add_argument("--dropout", type=float, default=0.5, help="dropout on every layer's input (default 0.5)")
+    m.add_argument("--attn-dropout", type=float, default=0.0, help="GAT: dropout on attention (default 0)")
+    m.add_argument("--hidden", type=int, metavar="N", help="hidden units (default: sage/gcn 256, gat 64 per head)")
+    m.add_argument("--heads", type=int, metavar="N", help="GAT heads of the hidden layers (default 8)")
+    m.add_argument("--gcn-norm", choices=("local", "global"), default="local",
+                   help="GCN degrees from the batch graph (PyG mini-batch default) or the whole graph")
+    m.add_argument("--normalize-features", action="store_true", help="row-normalise feature rows (Planetoid style)")
+    m.add_argument("--seed", type=int, default=0, help="seed of parameters, shuffling and sampling (default 0)")
+    r = p.add_argument_group("pipeline, evaluation, output")
+    r.add_argument("--prefetch", type=int, default=2, metavar="K",
+                   help="batches sampled and gathered ahead on a background thread (default 2; 0 = inline)")
+    r.add_argument("--backend", choices=("posix", "auto"), default="auto", help="SSD read backend (default auto)")
+    r.add_argument("--server", metavar="HOST:PORT", help="take batches from a `moment serve` sampling server")
+    r.add_argument("--eval-fanouts", metavar="F1,F2,..", help="fan-outs of evaluation (default: --fanouts)")
+    r.add_argument("--eval-batch-size", type=int, default=4096, metavar="N", help="default 4096")
+    r.add_argument("--eval-every", type=int, default=1, metavar="E",
+                   help="evaluate every E epochs, 0 = after the last only (default 1)")
+    r.add_argument("--metrics", metavar="FILE.jsonl", help="append per-step and per-epoch metrics here (rank 0)")
+    r.add_argument("--checkpoint", metavar="DIR", help="write DIR/checkpoint.pt at every epoch end")
+    r.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
+                   help="also every STEPS steps (default 0: epoch ends only)")
+    r.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
+    p.set_defaults(func=_train_command)

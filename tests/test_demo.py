@@ -1,0 +1,33 @@
+"""``moment demo``: plan -> data -> place -> train end to end on a small graph."""
+
+from __future__ import annotations
+
+import json
+
+from moment.cli import main
+
+
+def test_demo_runs_every_step_and_writes_its_outputs(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--nodes", "3000", "--edges", "30000", "--feature-dim", "16",
+                 "--epochs", "1"]) == 0
+    text = capsys.readouterr().out
+    for step in ("1. plan the layout", "2. make a graph", "3. place the features", "4. train"):
+        assert step in text
+    assert "$ moment place --dataset" in text  # each step shows the command a user would type
+    assert (out / "plan.svg").read_text().lstrip().startswith("<svg")
+    manifest = json.loads((out / "placement" / "placement.json").read_text())
+    kinds = [b["kind"] for b in manifest["bins"]]
+    assert kinds.count("ssd") == 8 and "cpu" in kinds and "gpu" in kinds
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    epochs = [r for r in records if r["kind"] == "epoch"]
+    assert len(epochs) == 1 and epochs[0]["loss"] > 0
+
+
+def test_demo_refuses_a_non_empty_directory(tmp_path, capsys):
+    (tmp_path / "mine.txt").write_text("keep me")
+    assert main(["demo", "--out", str(tmp_path)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert main(["demo", "--out", str(tmp_path), "--force"]) == 2  # --force replaces only a demo
+    assert "not a Moment demo" in capsys.readouterr().err
+    assert (tmp_path / "mine.txt").read_text() == "keep me"
