@@ -8,10 +8,15 @@ import pkgutil
 
 import pytest
 
+import iostack
 import planner
+import training
 
 MODULES = sorted(
-    m.name for m in pkgutil.walk_packages(planner.__path__, "planner.") if not m.name.endswith("__main__")
+    m.name
+    for pkg in (planner, iostack, training)
+    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")
+    if not m.name.endswith("__main__")
 )
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _results import Figure, write  # noqa: E402
+
 from iostack.bins import write_bins  # noqa: E402
 from iostack.placement import simple_placement  # noqa: E402
 from training.data import open_dataset  # noqa: E402
@@ -69,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gcn-norm", choices=("global", "local"), default="global",
                     help="GCN degrees: the whole graph's (exactly the paper's GCN with full neighbourhoods) "
                          "or the batch graph's (PyG's GCNConv on a mini-batch)")
+    ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
     args = ap.parse_args(argv)
+    figures = []
     with tempfile.TemporaryDirectory(prefix="moment-acc-") as tmp:
         ds_dir = import_dataset(args.cora, Path(tmp) / "cora")
         ds = open_dataset(ds_dir)
@@ -97,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<6} {mean:>10.1f} ± {sd:<3.1f} {statistics.fmean(last):>12.1f} {PUBLISHED[model]:>10.1f} "
                   f"{diff:>+7.1f} {'yes' if abs(diff) <= 2.0 else 'NO':>9} {per_run:>7.1f}")
             print(f"       per seed (test@best-valid): {', '.join(f'{b:.1f}' for b in best)}")
+            figures.append(Figure("accuracy", f"Cora, {name}, mean of {args.seeds} seeds", "% test", mean,
+                                  PUBLISHED[model], "published", target="within 2 points",
+                                  note=f"sd {sd:.1f}; {'within' if abs(diff) <= 2.0 else 'OUTSIDE'} 2 points; "
+                                       "features from SSD bins"))
+    write(args.json, "bench_accuracy", figures, " ".join(sys.argv))
     return 0 if ok else 1
 
 

@@ -36,7 +36,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "import": ("bench_import.py", ["--edges", "1e7", "--nodes", "1e6"], ["--edges", "2e6", "--nodes", "2e5"]),
     "sample": ("bench_sample.py", [], ["--nodes", "300000", "--edges", "3000000", "--rounds", "3"]),
     "ddak": ("bench_ddak.py", [], ["--items", "10000000"]),
-    "accuracy": ("bench_accuracy.py", [], ["--seeds", "2"]),
+    "accuracy": ("bench_accuracy.py", [], ["--seeds", "1", "--epochs", "100"]),
     "train": ("bench_train.py", [], ["--quick"]),
     "serve": ("bench_serve.py", [], ["--quick"]),
 }
