@@ -193,7 +193,7 @@ def test_checkpoint_resume_reproduces_the_uninterrupted_run(cora, tmp_path):
 # torchrun, two ranks, features on the SSD tier
 
 
-@pytest.mark.slow  # ~20-35 s: two fresh torch processes plus four in-process runs
+# ~20-35 s (two fresh torch processes plus four in-process runs): in the default run, it is the issue's end-to-end test
 def test_torchrun_two_ranks_ssd_tier_equal_one_process_and_resume(cora, cora_placement, tmp_path):
     """Two gloo ranks: loss falls, ranks stay identical, equal one process, and the checkpoint resumes.
 

@@ -1,0 +1,116 @@
+"""``moment serve``: run the sampling server (:mod:`training.serve`) until told to stop.
+
+Prints the address to give ``moment train --server``, then one line per trainer that
+connects, disconnects, is lost or is refused. Stops on SIGINT / SIGTERM, after
+``--max-trainers`` trainers have come and gone, or after ``--idle-exit`` seconds with no
+trainer connected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+
+
+def _fanouts(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers such as 25,10") from None
+    if not out or any(f < -1 or f == 0 for f in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: fan-outs are positive integers or -1 (all neighbours)")
+    return out
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number")
+        return value
+    return parse
+
+
+def _describe(event) -> str:
+    t = event.trainer
+    who = f"{t.name} (rank {t.rank}/{t.world_size}, pid {t.pid} on {t.host})" if t else "a trainer"
+    verb = {"connect": "connected", "disconnect": "disconnected", "lost": "lost",
+            "refused": "refused"}.get(event.kind, event.kind)
+    return f"{who} {verb}" + (f": {event.detail}" if event.detail else "")
+
+
+def _serve_command(args: argparse.Namespace) -> int:
+    # TensorPipe logs a C++ warning each time a trainer's connection closes, even a clean
+    # leave; our own connect/disconnect lines say it better. Read once, when torch loads.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    from training.serve import SamplingParams, SamplingServer
+
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with lock:  # events arrive on server threads
+            print(line, flush=True)
+
+    def on_signal(signum, _frame) -> None:
+        stop.set()
+
+    params = SamplingParams(batch_size=args.batch_size, fanouts=args.fanouts, seed=args.seed)
+    server = SamplingServer(args.dataset, params, host=args.host, port=args.port, threads=args.threads,
+                            timeout_s=args.timeout, trainer_timeout_s=args.trainer_timeout,
+                            on_event=lambda e: say(_describe(e)), validate=not args.no_validate)
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.start()
+        say(f"serving {server.dataset.name} ({server.train_idx.numel():,} training vertices) on {server.address}: "
+            f"batch size {params.batch_size}, fan-outs {','.join(map(str, params.fanouts))}, seed {params.seed}, "
+            f"{args.threads} sampling thread(s)")
+        say(f"trainers: moment train --server {server.address} ...")
+        why = server.wait(stop, max_trainers=args.max_trainers, idle_exit_s=args.idle_exit)
+        say({"stopped": "stopping (signal)", "max-trainers": f"stopping: {server.connects} trainer(s) served",
+             "idle": f"stopping: no trainer for {args.idle_exit} s"}[why])
+    finally:
+        server.close()
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``moment serve``."""
+    p = subparsers.add_parser(
+        "serve", help="serve sampled mini-batches of a dataset to trainers (moment train --server)",
+        description="Own a dataset's graph and serve sampled mini-batches to one or more trainers over "
+                    "torch.distributed.rpc. Trainers must use the same batch size, fan-outs and seed; "
+                    "each batch is exactly what the trainer would sample itself.",
+    )
+    p.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (with a train split)")
+    net = p.add_argument_group("network")
+    net.add_argument("--host", default="127.0.0.1",
+                     help="address to listen on (default 127.0.0.1: this machine only)")
+    net.add_argument("--port", type=int, default=29600, help="port (default 29600; 0 = any free port)")
+    smp = p.add_argument_group("sampling (trainers must match)")
+    smp.add_argument("--fanouts", type=_fanouts, default=(25, 10), metavar="F1,F2,...",
+                     help="neighbours per hop, hop 1 first; -1 = all (default 25,10)")
+    smp.add_argument("--batch-size", type=_positive(int), default=1024, metavar="N",
+                     help="global seeds per step over all trainers (default 1024)")
+    smp.add_argument("--seed", type=int, default=0, help="shuffle / sampling seed (default 0)")
+    run = p.add_argument_group("running")
+    run.add_argument("--threads", type=_positive(int), default=2, help="sampling threads (default 2)")
+    run.add_argument("--timeout", type=_positive(float), default=30.0, metavar="S",
+                     help="rpc timeout of the server's calls (default 30)")
+    run.add_argument("--trainer-timeout", type=_positive(float), default=10.0, metavar="S",
+                     help="forget a trainer that does not answer a ping within S seconds (default 10)")
+    run.add_argument("--max-trainers", type=_positive(int), metavar="N",
+                     help="exit once N trainers have connected and all have left")
+    run.add_argument("--idle-exit", type=_positive(float), metavar="S",
+                     help="exit after S seconds without a connected trainer")
+    run.add_argument("--no-validate", action="store_true",
+                     help="skip the dataset's value checks at start (large graphs)")
+    p.set_defaults(func=_serve_command)
+

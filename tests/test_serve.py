@@ -1,0 +1,319 @@
+"""The sampling server (training.serve, `moment serve`): same batches as local sampling, failures.
+
+Server and trainers run in subprocesses (torch allows one rpc agent per process); the
+trainer stand-in is tests/serve_client.py. Ports are picked by the server (``--port 0``)
+and read from its first lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import doctest
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from training import serve
+from training.batches import LocalBatchSource
+from training.sampler import NeighborSampler, SamplerError
+from training.serve import (
+    RemoteBatchSource,
+    SamplingParams,
+    SamplingServer,
+    ServerError,
+    parse_address,
+)
+from training.synth import SynthSpec, synthesize
+
+REPO = Path(__file__).resolve().parents[1]
+CLIENT = REPO / "tests" / "serve_client.py"
+PARAMS = ["--fanouts", "10,5", "--batch-size", "256", "--seed", "3"]
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("serve") / "g"
+    synthesize(path, SynthSpec(num_nodes=4000, num_edges=40000, feature_dim=4, train_share=0.5, seed=5))
+    return path
+
+
+class Server:
+    """`moment serve` in a subprocess; ``address`` read from its output."""
+
+    def __init__(self, dataset: Path, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moment", "serve", "--dataset", str(dataset), "--port", "0",
+             "--trainer-timeout", "5", *PARAMS, *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=REPO)
+        self.lines: list[str] = []
+        self.address = None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            m = re.search(r"--server (\S+)", line)
+            if m:
+                self.address = m.group(1)
+                break
+        assert self.address, "server did not start:\n" + "\n".join(self.lines)
+
+    def finish(self, timeout: float = 60) -> str:
+        out, _ = self.proc.communicate(timeout=timeout)
+        self.lines += out.splitlines()
+        return "\n".join(self.lines)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def client(address: str, dataset: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(CLIENT), address, str(dataset), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ENV)
+
+
+def records(proc: subprocess.Popen, timeout: float = 90) -> list[dict]:
+    out, _ = proc.communicate(timeout=timeout)  # a hang guard, not a timing assert
+    return [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+
+
+def read_until(proc: subprocess.Popen, event: str, count: int = 1) -> list[dict]:
+    seen = []
+    for line in proc.stdout:
+        if line.startswith("{"):
+            seen.append(json.loads(line))
+            if sum(r["event"] == event for r in seen) >= count or seen[-1]["event"] in ("error", "done"):
+                break
+    return seen
+
+
+def listening_addresses(pid: int) -> list[str]:
+    """Local addresses of the TCP sockets process ``pid`` listens on (from /proc; IPv6 as hex)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            link = os.readlink(fd)
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    out = []
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            f = row.split()
+            if f[3] == "0A" and f[9] in inodes:  # 0A: LISTEN
+                ip = f[1].split(":")[0]
+                out.append(socket.inet_ntoa(bytes.fromhex(ip)[::-1]) if table == "tcp" else ip)
+    return out
+
+
+# -- in process: no rpc -----------------------------------------------------------------------------
+
+
+def test_docstring_examples():
+    result = doctest.testmod(serve, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
+
+
+def test_server_samples_exactly_what_local_sampling_does(graph):
+    server = SamplingServer(graph, SamplingParams(batch_size=300, fanouts=(10, 5), seed=11), threads=1)
+    ds = server.dataset
+    for world in (1, 3):
+        for rank in range(world):
+            local = LocalBatchSource(NeighborSampler(ds.indptr, ds.indices, (10, 5)), ds.train_idx, 300,
+                                     rank=rank, world_size=world, seed=11)
+            for epoch in (0, 4):
+                start = 2
+                ours = [server.sample(epoch, rank, world, s) for s in range(start, local.steps(epoch))]
+                theirs = list(local.batches(epoch, start))
+                assert len(ours) == len(theirs) > 0
+                for a, b in zip(ours, theirs, strict=True):
+                    assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+                    assert a.num_sampled_edges == b.num_sampled_edges
+
+
+def test_server_refuses_bad_inputs(graph, tmp_path):
+    from training.data import DatasetWriter
+
+    with DatasetWriter(tmp_path / "nosplit", num_nodes=3) as w:
+        w.write_csr(np.array([0, 1, 2, 2]), np.array([1, 0], dtype=np.int32))
+    with pytest.raises(ServerError, match="no train_idx"):
+        SamplingServer(tmp_path / "nosplit", SamplingParams(16, (2,)))
+    with pytest.raises(SamplerError, match="fanouts"):
+        SamplingServer(graph, SamplingParams(16, (0,)))
+    server = SamplingServer(graph, SamplingParams(batch_size=300, fanouts=(10, 5)), threads=1)
+    with pytest.raises(ServerError, match="step 99"):
+        server.sample(0, 0, 1, 99)
+    with pytest.raises(ServerError, match="rank 2"):
+        server.sample(0, 2, 2, 0)
+
+
+def test_addresses_and_parameter_messages():
+    assert parse_address("localhost:1234") == ("localhost", 1234)
+    for bad in ("localhost", "host:port", ":80", "h:70000", ""):
+        with pytest.raises(ServerError, match="HOST:PORT"):
+            parse_address(bad)
+    diff = SamplingParams(1024, (25, 10), 0).mismatches(SamplingParams(512, (25, 10), 1))
+    assert diff == ["batch_size 1024 (server) vs 512 (trainer)", "seed 0 (server) vs 1 (trainer)"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_nothing_listening_and_bad_address_fail_fast_and_clearly():
+    kw = dict(rank=0, world_size=1, batch_size=8, fanouts=(2,), seed=0, timeout_s=5)
+    with pytest.raises(ServerError, match="nothing listens there.*moment serve"):
+        RemoteBatchSource(f"127.0.0.1:{_free_port()}", **kw)
+    with pytest.raises(ServerError, match="cannot resolve"):
+        RemoteBatchSource("no-such-host.invalid:29600", **kw)
+    with pytest.raises(ServerError, match="HOST:PORT"):
+        RemoteBatchSource("127.0.0.1", **kw)
+    with pytest.raises(ServerError, match="rank 3 is outside"):
+        RemoteBatchSource("127.0.0.1:1", **{**kw, "rank": 3})
+
+
+def test_cli_refuses_a_missing_dataset(tmp_path, capsys):
+    from moment.cli import main
+
+    assert main(["serve", "--dataset", str(tmp_path / "none"), "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("moment serve: error:") and "no such dataset directory" in err and "\n" not in err
+
+
+# -- subprocesses ---------------------------------------------------------------------------------
+
+
+def test_a_trainer_gets_its_local_batches_from_the_server_and_mismatches_are_refused(graph):
+    """The trainer is this process (one torch start-up less than a client subprocess)."""
+    from training.data import open_dataset
+
+    server = Server(graph, "--max-trainers", "2")
+    try:
+        listening = listening_addresses(server.proc.pid)
+        assert listening and set(listening) == {"127.0.0.1"}, listening  # the store and TensorPipe
+        with pytest.raises(ServerError, match=r"parameters differ: seed 3 \(server\) vs 4 \(trainer\)"):
+            RemoteBatchSource(server.address, rank=0, world_size=2, batch_size=256, fanouts=(10, 5), seed=4)
+        ds = open_dataset(graph)
+        local = LocalBatchSource(NeighborSampler(ds.indptr, ds.indices, (10, 5)), ds.train_idx, 256,
+                                 rank=1, world_size=2, seed=3)
+        with RemoteBatchSource(server.address, rank=1, world_size=2, batch_size=256, fanouts=(10, 5), seed=3,
+                               prefetch=2) as remote:
+            assert remote.steps(0) == local.steps(0) > 2
+            for epoch, start in ((0, 2), (1, 0)):
+                pairs = list(zip(remote.batches(epoch, start), local.batches(epoch, start), strict=True))
+                assert len(pairs) == local.steps(epoch) - start
+                for a, b in pairs:
+                    assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+                    assert (a.batch_size, a.num_sampled_nodes) == (b.batch_size, b.num_sampled_nodes)
+        with pytest.raises(ServerError, match="closed"):
+            next(remote.batches(0))
+        # a process can open a source again (rejoining under its first id)
+        with RemoteBatchSource(server.address, rank=1, world_size=2, batch_size=256, fanouts=(10, 5),
+                               seed=3) as again:
+            assert again.name == remote.name
+            assert torch.equal(next(again.batches(3)).n_id, next(local.batches(3)).n_id)
+        log = server.finish()
+    finally:
+        server.kill()
+    assert server.proc.returncode == 0, log
+    assert re.search(r"trainer\d+ \(rank 1/2, pid \d+ on .*\) connected", log), log
+    assert re.search(r" disconnected: \d+ batches, [\d.]+ MB served", log), log
+    assert "stopping: 2 trainer(s) served" in log
+
+
+def test_two_trainers_at_once_get_their_local_batches(graph):
+    server = Server(graph, "--max-trainers", "2")
+    try:
+        a = client(server.address, graph, "--rank", "0", "--world-size", "2", "--start-step", "1")
+        b = client(server.address, graph, "--rank", "1", "--world-size", "2")
+        # the parameter check runs before joining: this one never counts as a trainer
+        odd = records(client(server.address, graph, "--fanouts", "25,10"))
+        assert odd[-1]["type"] == "ServerError", odd
+        assert "fanouts 10,5 (server) vs 25,10 (trainer)" in odd[-1]["message"]
+        for proc, skipped in ((a, 1), (b, 0)):
+            got = records(proc)
+            assert len(got) >= 2, (got, server.finish())
+            joined, *_, last = got
+            assert last["event"] == "done", last
+            assert last["batches"] == 2 * (joined["steps"] - skipped) and last["equal"] == last["batches"]
+        log = server.finish()
+    finally:
+        server.kill()
+    assert server.proc.returncode == 0, log
+    assert log.count(" connected") == 2 and log.count(" disconnected") == 2
+    assert "rank 0/2" in log and "rank 1/2" in log and "stopping: 2 trainer(s) served" in log
+
+
+def test_killed_trainer_spares_the_others_and_killed_server_gives_a_clear_error(graph):
+    server = Server(graph)
+    try:
+        victim = client(server.address, graph, "--rank", "0", "--world-size", "2", "--mode", "slow",
+                        "--epochs", "100", "--delay", "0.2")
+        survivor = client(server.address, graph, "--rank", "1", "--world-size", "2", "--mode", "slow",
+                          "--epochs", "3", "--delay", "0.2")
+        assert read_until(victim, "step", 2)[-1]["event"] == "step"
+        first = read_until(survivor, "step", 1)
+        assert first[-1]["event"] == "step"
+        # one job per server: a second rank 1, or another world size, is refused by the server
+        for args, why in ((("--rank", "1", "--world-size", "2"), "rank 1 is already fed to trainer"),
+                          (("--rank", "0", "--world-size", "3"), "feeds a world of 2 trainers")):
+            refused = records(client(server.address, graph, *args))[-1]
+            assert refused["type"] == "ServerError" and "refused this trainer" in refused["message"], refused
+            assert why in refused["message"], refused
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        done = records(survivor)
+        assert done[-1] == {"event": "done", "batches": 3 * first[0]["steps"]}, done[-1]
+        # the dead trainer was dropped from the group: a newcomer can still join, even
+        # for the dead one's rank
+        late = client(server.address, graph, "--rank", "0", "--world-size", "2", "--mode", "slow",
+                      "--epochs", "100", "--delay", "0.1")
+        assert read_until(late, "step", 3)[-1]["event"] == "step"
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait()
+        killed_at = time.monotonic()
+        end = records(late, timeout=60)
+        waited = time.monotonic() - killed_at
+        assert end[-1]["event"] == "error" and end[-1]["type"] == "ServerError", end[-1]
+        assert server.address in end[-1]["message"] and "moment serve" in end[-1]["message"]
+        assert late.returncode == 3
+        print(f"trainer stopped {waited:.1f} s after the server was killed "
+              f"({end[-1]['seconds_since_last_batch']} s after its last batch)")
+    finally:
+        server.kill()
+    log = "\n".join(server.lines + server.proc.stdout.read().splitlines())
+    assert " lost" in log, log
+
+
+def test_torchrun_two_trainers_train_from_the_server(graph, tmp_path):
+    """The real commands: `moment serve`, then a 2-rank `torchrun ... moment train --server`."""
+    server = Server(graph)
+    metrics = tmp_path / "m.jsonl"
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+             "-m", "moment", "train", "--dataset", str(graph), "--server", server.address, *PARAMS,
+             "--epochs", "2", "--hidden", "16", "--metrics", str(metrics)],
+            capture_output=True, text=True, env=ENV, cwd=REPO, timeout=240)
+        assert run.returncode == 0, run.stderr[-3000:]
+        server.proc.send_signal(signal.SIGTERM)
+        log = server.finish()
+    finally:
+        server.kill()
+    assert "rank 0/2" in log and "rank 1/2" in log and "stopping (signal)" in log
+    assert "deferred" not in log  # both trainers left without a membership stall
+    epochs = [r for r in map(json.loads, metrics.read_text().splitlines()) if r["kind"] == "epoch"]
+    assert [r["epoch"] for r in epochs] == [0, 1]
+    assert all(r["param_spread"] == 0 for r in epochs)  # the ranks stayed identical
+    assert epochs[1]["loss"] < epochs[0]["loss"]

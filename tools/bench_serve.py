@@ -1,0 +1,171 @@
+"""Batches/s and MB/s of trainers fed by ``moment serve`` vs trainers that sample locally (not a test).
+
+    python tools/bench_serve.py [--nodes 200000 --edges 2000000] [--steps 40] [--json PATH]
+
+Generates (once, cached in ``--workdir``) a synthetic power-law graph, then for 1 and 2
+trainer processes measures the same batches (same seed, epoch, ranks and steps) two
+ways: each trainer samples itself (``LocalBatchSource``, one intra-op thread, as the
+server's samplers use), or a ``moment serve`` process with ``--threads`` sampling
+threads sends them (``RemoteBatchSource``, prefetch 4). Trainers only consume batches
+(no model), so this is the sampling path's ceiling: batches/s and MB/s (the batch
+tensors' bytes) summed over trainers, and served/local as the ratio. Every figure is
+the median of ``--rounds`` rounds, local and served alternating so that load from
+others on a shared machine hits both alike. The trainers' start-up (importing torch,
+joining the rpc group) is outside the timed loop.
+
+On a machine with few cores the server competes with its trainers for the same cores:
+a ratio below 1 is the cost of the transport (one copy per tensor through TensorPipe's
+``cma`` channel, pickling, rpc hops); above 1 the server's threads sample while the
+trainer would otherwise be busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from _results import Figure, write  # noqa: E402
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "TORCH_CPP_LOG_LEVEL": "ERROR"}
+
+
+def trainer(args: argparse.Namespace) -> int:
+    """One trainer process: wait for 'go' on stdin, consume ``--steps`` batches, print JSON."""
+    import torch
+
+    from training.batches import LocalBatchSource
+    from training.data import open_dataset
+    from training.sampler import NeighborSampler
+    from training.serve import RemoteBatchSource
+
+    torch.set_num_threads(1)
+    fanouts = tuple(int(f) for f in args.fanouts.split(","))
+    if args.server:
+        src = RemoteBatchSource(args.server, rank=args.rank, world_size=args.world_size,
+                                batch_size=args.batch_size, fanouts=fanouts, seed=args.seed, prefetch=4)
+    else:
+        ds = open_dataset(args.dataset, validate=False)
+        sampler = NeighborSampler(ds.indptr, ds.indices, fanouts, seed=0, num_threads=1)
+        src = LocalBatchSource(sampler, ds.train_idx, args.batch_size, rank=args.rank,
+                               world_size=args.world_size, seed=args.seed)
+    print(json.dumps({"ready": True}), flush=True)
+    sys.stdin.readline()
+    count = nbytes = 0
+    t0 = time.perf_counter()
+    epoch = 0
+    while count < args.steps:
+        for batch in src.batches(epoch):
+            count += 1
+            nbytes += batch.nbytes
+            if count == args.steps:
+                break
+        epoch += 1
+    seconds = time.perf_counter() - t0
+    src.close()
+    print(json.dumps({"batches": count, "bytes": nbytes, "seconds": seconds}), flush=True)
+    return 0
+
+
+def run_trainers(args, n: int, server: str | None) -> tuple[float, float]:
+    """Start ``n`` trainers, release them together; (batches/s, MB/s) over the slowest one's time."""
+    procs = []
+    for rank in range(n):
+        cmd = [sys.executable, __file__, "--as-trainer", "--dataset", str(args.dataset_dir), "--rank", str(rank),
+               "--world-size", str(n), "--steps", str(args.steps), "--fanouts", args.fanouts,
+               "--batch-size", str(args.batch_size), "--seed", "1"] + (["--server", server] if server else [])
+        procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV))
+    for p in procs:
+        line = p.stdout.readline()
+        if not line.startswith("{"):
+            raise SystemExit(f"a trainer failed to start: {line}{p.communicate()[0]}")
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    results = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+    seconds = max(r["seconds"] for r in results)
+    return sum(r["batches"] for r in results) / seconds, sum(r["bytes"] for r in results) / seconds / 1e6
+
+
+def start_server(args) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moment", "serve", "--dataset", str(args.dataset_dir), "--port", "0",
+         "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--seed", "1",
+         "--threads", str(args.threads), "--no-validate"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=REPO)
+    for line in proc.stdout:
+        m = re.search(r"--server (\S+)", line)
+        if m:
+            return proc, m.group(1)
+    raise SystemExit(f"the server did not start: {proc.communicate()[0]}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nodes", type=int, default=200_000)
+    p.add_argument("--edges", type=int, default=2_000_000)
+    p.add_argument("--fanouts", default="25,10")
+    p.add_argument("--batch-size", type=int, default=1024, help="global seeds per step")
+    p.add_argument("--steps", type=int, default=40, help="batches per trainer per round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2, help="the server's sampling threads")
+    p.add_argument("--workdir", default="/tmp/moment-bench-serve")
+    p.add_argument("--json", metavar="PATH", help="also write the figures here")
+    # trainer role (internal)
+    p.add_argument("--as-trainer", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--dataset", help=argparse.SUPPRESS)
+    p.add_argument("--server", help=argparse.SUPPRESS)
+    p.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--world-size", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.as_trainer:
+        return trainer(args)
+
+    from training.synth import SynthSpec, synthesize
+
+    args.dataset_dir = Path(args.workdir) / f"g-{args.nodes}-{args.edges}"
+    if not args.dataset_dir.exists():
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
+        print(f"generating {args.nodes:,} nodes, {args.edges:,} edges in {args.dataset_dir} ...", flush=True)
+        synthesize(args.dataset_dir, SynthSpec(num_nodes=args.nodes, num_edges=args.edges, feature_dim=0,
+                                               train_share=0.5, seed=1))
+    server, address = start_server(args)
+    rows = []
+    try:
+        for n in (1, 2):
+            local, served = [], []
+            for _ in range(args.rounds):
+                local.append(run_trainers(args, n, None))
+                served.append(run_trainers(args, n, address))
+            lb, lm = (statistics.median(x[i] for x in local) for i in (0, 1))
+            sb, sm = (statistics.median(x[i] for x in served) for i in (0, 1))
+            rows.append((n, lb, lm, sb, sm))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(f"\nfan-out {args.fanouts}, global batch {args.batch_size}, {args.steps} batches per trainer, "
+          f"server threads {args.threads}, {os.cpu_count()} CPUs, median of {args.rounds} rounds")
+    print(f"{'trainers':>8} {'local b/s':>10} {'local MB/s':>11} {'served b/s':>11} {'served MB/s':>12} {'served/local':>13}")
+    figures = []
+    for n, lb, lm, sb, sm in rows:
+        print(f"{n:>8} {lb:>10.1f} {lm:>11.1f} {sb:>11.1f} {sm:>12.1f} {sb / lb:>13.2f}")
+        figures.append(Figure("serve", f"{n} trainer(s), fan-out {args.fanouts}, batch {args.batch_size}",
+                              "batches/s", sb, lb, "local sampling in the trainer",
+                              note=f"served {sm:.1f} MB/s vs local {lm:.1f} MB/s"))
+    write(args.json, "bench_serve", figures, shlex.join(sys.argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
