@@ -159,8 +159,8 @@ def _profile_command(args: argparse.Namespace) -> int:
 def _add_source_args(parser: argparse.ArgumentParser) -> None:
     src = parser.add_argument_group("sources (captured on the machine; combine those of one machine)")
     src.add_argument("--lspci", metavar="FILE", help="output of `lspci -tv` (or `lspci -t`)")
-    src.add_argument("--lspci-vvv", metavar="FILE", action="append",
-                     help="output of `lspci -vvv` / `-vvnn`, whole or per device (repeatable)")
+    src.add_argument("--lspci-vvv", metavar="FILE", action="extend", nargs="+",
+                     help="output of `lspci -vvv` / `-vvnn`, whole or per device (several files allowed)")
     src.add_argument("--dmidecode", metavar="FILE", help="output of `dmidecode` or `dmidecode -t 9`")
     src.add_argument("--nvidia-smi", metavar="FILE", help="output of `nvidia-smi topo -m`")
     src.add_argument("--hwloc", metavar="FILE", help="hwloc XML (`lstopo --of xml`)")

@@ -56,7 +56,8 @@ def test_bins_replicated_gpu_cache_and_ssd_order(tmp_path):
     assert bins[0].target_share == pytest.approx(0.2) and bins[0].stores == ("cache:gpu0", "cache:gpu1")
     assert bins[2].target_share == ZERO_TARGET_SHARE  # mem1: no share in the plan, still a bin
     # SSD bins in id order, each in its own --ssd directory; relative when that is the output
-    assert bins[3].path == str((tmp_path / "a" / "bin3-ssd0.dat").resolve())
+    # ... named after the placement outside it, so placements sharing SSD directories do not collide
+    assert bins[3].path == str((tmp_path / "a" / f"{tmp_path.name}-bin3-ssd0.dat").resolve())
     assert bins[5].path == "bin5-ssd2.dat"
 
 
@@ -150,8 +151,14 @@ def test_moment_place_end_to_end_opens_with_feature_store(cora, tmp_path, capsys
     before = {f: f.stat().st_mtime_ns for f in list(out.iterdir()) + list(ssd.iterdir())}
     assert main(args) == 2
     assert "holds a placement already" in capsys.readouterr().err
-    assert main(_place_args(cora, ssd, tmp_path / "out2", "--hotness", "degree")) == 2
-    assert "exists already" in capsys.readouterr().err and not (tmp_path / "out2" / "placement.json").exists()
+    # another placement of the same name sharing the SSD directories would reuse its bin files
+    assert main(_place_args(cora, ssd, tmp_path / "elsewhere" / "out", "--hotness", "degree")) == 2
+    assert "exists already" in capsys.readouterr().err
+    assert not (tmp_path / "elsewhere" / "out" / "placement.json").exists()
+    assert {f: f.stat().st_mtime_ns for f in before} == before
+    # ... one of another name shares them without a clash, leaving the first one's files alone
+    assert main(_place_args(cora, ssd, tmp_path / "out2", "--hotness", "degree")) == 0
+    capsys.readouterr()
     assert {f: f.stat().st_mtime_ns for f in before} == before
     # --force replaces it (the hotness is loaded this time), --json prints the report
     assert main([*args, "--force", "--json", "--strategy", "hot-first"]) == 0

@@ -38,7 +38,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "ddak": ("bench_ddak.py", [], ["--items", "10000000"]),
     "accuracy": ("bench_accuracy.py", [], ["--seeds", "1", "--epochs", "100"]),
     "train": ("bench_train.py", [], ["--quick"]),
-    "serve": ("bench_serve.py", [], ["--quick"]),
+    "serve": ("bench_serve.py", [], ["--nodes", "50000", "--edges", "500000", "--rounds", "1", "--steps", "10"]),
 }
 
 

@@ -309,7 +309,10 @@ def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache
             "(a directory may be repeated)")
     first = len(bins)
     for i, (s, d) in enumerate(zip(ssds, ssd_dirs, strict=True)):
-        path = ssd_bin_path(d, out_dir, f"bin{first + i}-{s.id}.dat")
+        name = f"bin{first + i}-{s.id}.dat"
+        if Path(d).resolve() != Path(out_dir).resolve():  # placements sharing SSD directories must not collide
+            name = f"{Path(out_dir).resolve().name}-{name}"
+        path = ssd_bin_path(d, out_dir, name)
         bins.append(BinPlan("ssd", num_rows, share([s]), s.node, s.socket, path, (s.id,)))
     room = sum(b.capacity_rows for b in bins)
     if room < num_rows:
