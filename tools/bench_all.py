@@ -96,8 +96,8 @@ def markdown(results: list[dict], quick: bool) -> str:
             lines.append(f"| {r['bench']} | {f['figure']} | {f['unit']} | {_fmt(f['ours'])} | {ref} | {ratio} | "
                          f"{f['target']} | {f['note']} |")
     lines += ["", "Commands (each run as its own process; full output in `tools/.bench-logs/`):", ""]
-    lines += [f"- {r['bench']}: `{r.get('command', '')}`" + (f" ({r['seconds']:.0f} s)" if "seconds" in r else "")
-              for r in results]
+    lines += [f"- {r['bench']}: `{r.get('command', '')}`" + (f" ({r['seconds']:.0f} s" if "seconds" in r else " (")
+              + f", {r.get('when', m['date'])})" for r in results]
     return "\n".join(lines) + "\n"
 
 
@@ -125,13 +125,26 @@ def main() -> int:
         r = run_one(n, args.quick, extra, args.timeout)
         print(f"  {n}: " + (r["error"] if r.get("error") else f"{len(r['figures'])} figures, {r['seconds']:.0f} s"),
               file=sys.stderr, flush=True)
+        r["bench"] = n  # the short name, whatever the script calls itself
+        r["when"] = machine()["date"]
         results.append(r)
+    js = args.out.with_suffix(".json")
+    if args.only and js.exists():  # keep the other benchmarks' latest figures
+        try:
+            earlier = json.loads(js.read_text())["results"]
+        except (ValueError, KeyError, OSError):
+            earlier = []
+        for r in earlier:
+            r["bench"] = r["bench"].removeprefix("bench_")
+        fresh = {r["bench"] for r in results}
+        order = list(BENCHES)
+        results = sorted([r for r in earlier if r["bench"] not in fresh] + results,
+                         key=lambda r: order.index(r["bench"]) if r["bench"] in order else len(order))
     text = markdown(results, args.quick)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(f".{args.out.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, args.out)
-    js = args.out.with_suffix(".json")
     js.write_text(json.dumps({"quick": args.quick, "machine": machine(), "results": results}, indent=1) + "\n")
     sys.stdout.write(text)
     return 0
