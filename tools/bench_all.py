@@ -79,8 +79,9 @@ def _fmt(x: float | None) -> str:
 def markdown(results: list[dict], quick: bool) -> str:
     m = machine()
     lines = ["# Benchmarks", "",
-             f"Latest run of `python tools/bench_all.py{' --quick' if quick else ''}`: {m['date']}, host "
-             f"{m['host']}, {m['cpus']} CPUs, Python {m['python']}, {m['platform']}.",
+             f"Assembled by `python tools/bench_all.py{' --quick' if quick else ''}` on {m['date']} from the "
+             f"latest run of each benchmark (dates below); host {m['host']}, {m['cpus']} CPUs, "
+             f"Python {m['python']}, {m['platform']}.",
              "", "A ratio above 1 means ours is better (for times and memory: reference / ours). Every reference "
              "was measured in the same run as ours, on the same machine. This machine has no GPU: every figure "
              "is a CPU or disk figure.", "",
@@ -97,7 +98,7 @@ def markdown(results: list[dict], quick: bool) -> str:
                          f"{f['target']} | {f['note']} |")
     lines += ["", "Commands (each run as its own process; full output in `tools/.bench-logs/`):", ""]
     lines += [f"- {r['bench']}: `{r.get('command', '')}`" + (f" ({r['seconds']:.0f} s" if "seconds" in r else " (")
-              + f", {r.get('when', m['date'])})" for r in results]
+              + f", {r.get('when') or r.get('machine', {}).get('date', '?')})" for r in results]
     return "\n".join(lines) + "\n"
 
 
