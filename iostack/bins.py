@@ -222,7 +222,7 @@ def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str
     """
     path = bin_path(directory, b)
     man = _manifest_path(path)
-    fix = "rewrite the bins (write_bins / `moment place --write-bins`)"
+    fix = "rewrite the bins (write_bins, or `moment place ... --force`)"
     if not path.exists():
         raise StoreError(f"{path}: bin {b.id} is missing; {fix}")
     try:

@@ -14,6 +14,7 @@ outside it is touched, and an existing demo directory is refused unless
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import shutil
 import sys
@@ -76,6 +77,11 @@ def _steps(args: argparse.Namespace, out: Path, n_gpus: int, n_ssds: int) -> lis
     ]
 
 
+def _is_demo_entry(name: str) -> bool:
+    """What ``moment demo`` writes in its directory (and nothing else is removed by ``--force``)."""
+    return name in ("graph", "placement", "plan.svg", "metrics.jsonl") or re.fullmatch(r"ssd\d+", name) is not None
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.rule import Rule
@@ -84,16 +90,29 @@ def run(args: argparse.Namespace) -> int:
     from planner.plan import choose_inventory
     from planner.topology.discover import topology_from_files
 
+    for name in ("nodes", "edges", "feature_dim", "epochs"):  # before anything is touched
+        try:
+            if float(getattr(args, name)) < 1:
+                raise ValueError
+        except ValueError:
+            raise PlannerError(f"--{name.replace('_', '-')} {getattr(args, name)}: expected a positive number") from None
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise PlannerError(f"--out {out}: exists and is not a directory")
     if out.exists() and any(out.iterdir()):
         if not args.force:
             raise PlannerError(f"--out {out}: not empty (an earlier demo?); choose another directory or "
                                "pass --force to replace it")
-        if not (out / "graph").exists() and not (out / "placement").exists() and not (out / "plan.svg").exists():
-            raise PlannerError(f"--out {out}: holds files that are not a Moment demo; --force replaces only "
-                               "a demo directory")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+        foreign = sorted(p.name for p in out.iterdir() if not _is_demo_entry(p.name))
+        if foreign:
+            raise PlannerError(f"--out {out}: holds {', '.join(foreign[:3])}, which the demo did not write; "
+                               "--force replaces only a demo directory")
+        for p in out.iterdir():  # only what the demo writes
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PlannerError(f"--out {out}: cannot create the directory ({exc.strerror or exc})") from None
     _, inventory = choose_inventory(topology_from_files(machine=args.machine), spec=args.machine)
     # one SSD bin directory per SSD the plan places (on a real server: one per drive)
     n_ssds = sum(count for model, count in inventory.items if model.kind == "nvme")

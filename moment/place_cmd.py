@@ -112,7 +112,11 @@ def _read_plan(path: str):
         raise PlannerError(f"--plan {path}: no such file (write one with `moment plan --json > {path}`)") from None
     except (OSError, ValueError) as exc:
         raise PlannerError(f"--plan {path}: not readable JSON ({exc}); write it with `moment plan --json`") from None
-    return targets_from_plan_dict(data, source=path)
+    try:
+        return targets_from_plan_dict(data, source=path)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a field of the wrong shape
+        raise PlannerError(f"--plan {path}: malformed ({type(exc).__name__}: {exc}); "
+                           "write it again with `moment plan --json`") from None
 
 
 def _topology(args: argparse.Namespace):
@@ -153,6 +157,11 @@ def run(args: argparse.Namespace) -> int:
     for d in args.ssd:
         if Path(d).exists() and not Path(d).is_dir():
             raise PlannerError(f"--ssd {d}: exists and is not a directory")
+    for what, d in [("--out", out), *(("--ssd", Path(x)) for x in args.ssd)]:
+        try:  # before any work: a path under a regular file, or one we may not create
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PlannerError(f"{what} {d}: cannot create the directory ({exc.strerror or exc})") from None
     spec = HotnessSpec(args.hotness, fanouts=_fanouts(args.fanouts), batch_size=args.batch_size,
                        epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed)
     targets = _read_plan(args.plan) if args.plan else None  # a bad plan fails before any work
@@ -182,8 +191,15 @@ def run(args: argparse.Namespace) -> int:
                                + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
                                + "; choose other --ssd directories or pass --force to replace them")
         check_free_space(res.placement, ds.row_bytes, out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_bins(ds.features, res.placement, out, progress=bars.bin_message)
+        if args.force:
+            # the old placement stops existing before its bins change: never an old index over new bins
+            for stale in (out / MANIFEST, out / "place.json"):
+                stale.unlink(missing_ok=True)
+        try:
+            write_bins(ds.features, res.placement, out, progress=bars.bin_message)
+        except OSError as exc:
+            raise PlannerError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
+                               "check the --ssd directories") from None
     report = {
         "schema": "moment.place", "version": 1, "dataset": str(ds.path), "plan": targets.source,
         "machine": targets.machine,

@@ -28,6 +28,13 @@ def test_demo_refuses_a_non_empty_directory(tmp_path, capsys):
     (tmp_path / "mine.txt").write_text("keep me")
     assert main(["demo", "--out", str(tmp_path)]) == 2
     assert "not empty" in capsys.readouterr().err
+    (tmp_path / "graph").mkdir()  # looks like a demo, but mine.txt is not the demo's
     assert main(["demo", "--out", str(tmp_path), "--force"]) == 2  # --force replaces only a demo
-    assert "not a Moment demo" in capsys.readouterr().err
+    assert "mine.txt, which the demo did not write" in capsys.readouterr().err
     assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+def test_demo_bad_numbers_fail_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "d"
+    assert main(["demo", "--out", str(out), "--nodes", "abc"]) == 2
+    assert "--nodes abc" in capsys.readouterr().err and not out.exists()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import time
 from collections import Counter
 
 import networkx as nx
@@ -188,9 +187,7 @@ def test_unusable_and_special_slots():
 def test_bundled_machine_counts(machine, raw, feasible, distinct):
     topo = load_machine(machine)
     inv = inventory_from_counts(4, 8)
-    start = time.process_time()
     s = enumerate_layouts(topo, inv)
-    cpu = time.process_time() - start
     # A: 24 candidate slots (the OCP slot holds the NICs); GPUs only in the 8 GPU slots,
     # SSDs in the 16 U.2 slots and the 4 GPU slots left: C(8,4) * C(20,8)
     # B: 19 candidate slots; GPUs in the 11 CEM slots, SSDs anywhere left: C(11,4) * C(15,8)
@@ -199,7 +196,6 @@ def test_bundled_machine_counts(machine, raw, feasible, distinct):
     assert sum(d.multiplicity for d in s.distinct) == s.feasible_count
     assert len({d.canonical for d in s.distinct}) == len(s.distinct)
     assert s.compositions >= len(s.distinct)
-    assert cpu < 0.3, f"enumeration took {cpu:.3f} s of CPU"
     labels = {d.label for d in s.distinct if d.label}
     assert {lab[:3] for lab in labels} == {"(a)", "(b)", "(c)", "(d)"}
 

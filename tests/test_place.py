@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,7 +59,12 @@ def test_bins_replicated_gpu_cache_and_ssd_order(tmp_path):
     assert bins[2].target_share == ZERO_TARGET_SHARE  # mem1: no share in the plan, still a bin
     # SSD bins in id order, each in its own --ssd directory; relative when that is the output
     # ... named after the placement outside it, so placements sharing SSD directories do not collide
-    assert bins[3].path == str((tmp_path / "a" / f"{tmp_path.name}-bin3-ssd0.dat").resolve())
+    name = Path(bins[3].path).name
+    assert Path(bins[3].path).parent == (tmp_path / "a").resolve()
+    assert re.fullmatch(rf"{re.escape(tmp_path.resolve().name)}-[0-9a-f]{{8}}-bin3-ssd0\.dat", name), name
+    other = build_bins(two_socket_plan(), num_rows=1000, row_bytes=100, gpu_cache_bytes=5000, cpu_cache_bytes=10_000,
+                       ssd_dirs=[tmp_path / "a", tmp_path / "b", tmp_path], out_dir=tmp_path / "x" / tmp_path.name)
+    assert other[3].path != bins[3].path  # same name, another directory: distinct bin files
     assert bins[5].path == "bin5-ssd2.dat"
 
 
@@ -151,15 +158,16 @@ def test_moment_place_end_to_end_opens_with_feature_store(cora, tmp_path, capsys
     before = {f: f.stat().st_mtime_ns for f in list(out.iterdir()) + list(ssd.iterdir())}
     assert main(args) == 2
     assert "holds a placement already" in capsys.readouterr().err
-    # another placement of the same name sharing the SSD directories would reuse its bin files
-    assert main(_place_args(cora, ssd, tmp_path / "elsewhere" / "out", "--hotness", "degree")) == 2
+    # other placements share the SSD directories without a clash, even one of the same name,
+    # and leave the first one's files alone
+    for other in (tmp_path / "out2", tmp_path / "elsewhere" / "out"):
+        assert main(_place_args(cora, ssd, other, "--hotness", "degree")) == 0
+        capsys.readouterr()
+    assert {f: f.stat().st_mtime_ns for f in before} == before
+    # a bin file left by an interrupted run (no placement index) is not overwritten silently
+    (tmp_path / "out2" / "placement.json").unlink()
+    assert main(_place_args(cora, ssd, tmp_path / "out2", "--hotness", "degree")) == 2
     assert "exists already" in capsys.readouterr().err
-    assert not (tmp_path / "elsewhere" / "out" / "placement.json").exists()
-    assert {f: f.stat().st_mtime_ns for f in before} == before
-    # ... one of another name shares them without a clash, leaving the first one's files alone
-    assert main(_place_args(cora, ssd, tmp_path / "out2", "--hotness", "degree")) == 0
-    capsys.readouterr()
-    assert {f: f.stat().st_mtime_ns for f in before} == before
     # --force replaces it (the hotness is loaded this time), --json prints the report
     assert main([*args, "--force", "--json", "--strategy", "hot-first"]) == 0
     again = json.loads(capsys.readouterr().out)

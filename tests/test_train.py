@@ -264,6 +264,32 @@ def test_cli_bad_input_is_one_line_exit_2(cora, cora_placement, tmp_path, capsys
                     "no such placement directory")
     _one_line_error(["train", "--dataset", str(cora), "--batch-size", "0"], capsys, "batch_size")
     _one_line_error(["train", "--dataset", str(cora), "--resume"], capsys, "--checkpoint DIR")
+    _one_line_error(["train", "--dataset", str(cora), "--hidden", "0"], capsys, "hidden")
+    # a checkpoint directory under a regular file fails before training, not after an epoch
+    _one_line_error(["train", "--dataset", str(cora), "--checkpoint", str(cora / "meta.json" / "ck")], capsys,
+                    "cannot create it")
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    torch.save({"a": 1}, junk / "checkpoint.pt")
+    _one_line_error(["train", "--dataset", str(cora), "--checkpoint", str(junk), "--resume"], capsys,
+                    "not a Moment training checkpoint")
+
+
+def test_resume_on_another_dataset_is_a_clear_error_and_new_lr_applies(cora, tmp_path, capsys):
+    from training.synth import SynthSpec, synthesize
+
+    ck = tmp_path / "ck"
+    small = ["--fanouts", "5,5", "--batch-size", "70", "--hidden", "8", "--checkpoint", str(ck)]
+    assert main(["train", "--dataset", str(cora), *small, "--epochs", "1"]) == 0
+    capsys.readouterr()
+    other = tmp_path / "g"
+    synthesize(other, SynthSpec(num_nodes=500, num_edges=4000, feature_dim=12, train_share=0.3, seed=2))
+    _one_line_error(["train", "--dataset", str(other), *small, "--epochs", "2", "--resume"], capsys,
+                    "does not fit this model and dataset")
+    # a resumed run takes this run's learning rate, not the checkpoint's
+    assert main(["train", "--dataset", str(cora), *small, "--epochs", "2", "--resume", "--lr", "0.5"]) == 0
+    state = torch.load(ck / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer"]["param_groups"][0]["lr"] == 0.5
 
 
 def test_python_dash_m_moment_train_help():

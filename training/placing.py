@@ -44,6 +44,7 @@ cache is local, a partitioned one is reached over NVLink).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -310,8 +311,12 @@ def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache
     first = len(bins)
     for i, (s, d) in enumerate(zip(ssds, ssd_dirs, strict=True)):
         name = f"bin{first + i}-{s.id}.dat"
-        if Path(d).resolve() != Path(out_dir).resolve():  # placements sharing SSD directories must not collide
-            name = f"{Path(out_dir).resolve().name}-{name}"
+        if Path(d).resolve() != Path(out_dir).resolve():
+            # placements sharing SSD directories must not collide: the name carries a digest of
+            # the placement's full path (two placements both called "pl" stay apart)
+            where = Path(out_dir).resolve()
+            digest = hashlib.sha1(str(where).encode()).hexdigest()[:8]
+            name = f"{where.name}-{digest}-{name}"
         path = ssd_bin_path(d, out_dir, name)
         bins.append(BinPlan("ssd", num_rows, share([s]), s.node, s.socket, path, (s.id,)))
     room = sum(b.capacity_rows for b in bins)

@@ -124,6 +124,9 @@ class TrainConfig:
                 raise TrainError(f"{what}: expected positive integers or -1 (all neighbours), got {list(fo)}")
         if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
             raise TrainError(f"eval_fanouts: need one per layer ({len(self.fanouts)}), got {list(self.eval_fanouts)}")
+        for name in ("hidden", "heads", "out_heads"):
+            if getattr(self, name) is not None and int(getattr(self, name)) < 1:
+                raise TrainError(f"{name}: expected a positive integer, got {getattr(self, name)}")
         for name in ("batch_size", "eval_batch_size", "epochs"):
             if int(getattr(self, name)) < 1:
                 raise TrainError(f"{name}: expected a positive integer, got {getattr(self, name)}")
@@ -534,16 +537,34 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
         ckpt_path = Path(config.checkpoint_dir) / CHECKPOINT_NAME if config.checkpoint_dir else None
         if config.resume and ckpt_path is None:
             raise TrainError("resume needs a checkpoint directory (--checkpoint DIR)")
+        if ckpt_path is not None:
+            # a checkpoint directory that cannot be made fails now, not after the first epoch
+            try:
+                ckpt_path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise TrainError(f"checkpoint directory {ckpt_path.parent}: cannot create it "
+                                 f"({exc.strerror or exc}); choose another --checkpoint") from None
         if config.resume and ckpt_path.exists():
             ck = load_checkpoint(ckpt_path)
+            if not isinstance(ck, dict) or not {"config", "model", "optimizer", "epoch", "step", "rng"} <= set(ck):
+                raise TrainError(f"{ckpt_path}: not a Moment training checkpoint; delete it or choose another "
+                                 "--checkpoint directory")
             for key in _IDENTITY:
                 was = ck["config"].get(key)
                 now = config.to_dict()[key]
                 if was != now:
                     raise TrainError(f"{ckpt_path}: written by a run with {key}={was!r}, this run has {now!r}; "
                                      "use the same settings or another checkpoint directory")
-            model.load_state_dict(ck["model"])
-            optimizer.load_state_dict(ck["optimizer"])
+            try:
+                model.load_state_dict(ck["model"])
+                optimizer.load_state_dict(ck["optimizer"])
+            except (RuntimeError, ValueError, KeyError) as exc:
+                why = next((ln.strip() for ln in str(exc).splitlines() if "mismatch" in ln or "Missing" in ln),
+                           str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                raise TrainError(f"{ckpt_path}: does not fit this model and dataset ({why[:160]}); "
+                                 "it was written for another dataset? use another --checkpoint directory") from None
+            for group in optimizer.param_groups:  # what this run asks for, not what the checkpoint had
+                group["lr"], group["weight_decay"] = config.lr, config.weight_decay
             start_epoch, start_step, sums_state = ck["epoch"], ck["step"], ck.get("sums")
             _set_rng_state(ck["rng"])
             resumed = (start_epoch, start_step)
