@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     from iostack.bins import bin_path, write_bins
     from iostack.placement import MANIFEST
-    from training.data import open_dataset
+    from training.data import fingerprint, open_dataset
     from training.hotness import HotnessSpec, get_hotness
     from training.placing import build_bins, check_free_space, place, plan_targets
 
@@ -201,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
             raise PlannerError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
                                "check the --ssd directories") from None
     report = {
-        "schema": "moment.place", "version": 1, "dataset": str(ds.path), "plan": targets.source,
+        "schema": "moment.place", "version": 1, "dataset": str(ds.path), "dataset_fingerprint": fingerprint(ds),
+        "plan": targets.source,
         "machine": targets.machine,
         "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
                     "epochs_covered": hot.epochs_covered},

@@ -151,6 +151,7 @@ def test_moment_place_end_to_end_opens_with_feature_store(cora, tmp_path, capsys
         np.testing.assert_array_equal(store.gather(ids).numpy(), np.asarray(cora.features)[ids.numpy()])
         assert {t for t in store.tier_stats()} == {"gpu", "cpu", "ssd"}
     report = json.loads((out / "place.json").read_text())
+    assert report["dataset_fingerprint"]["num_nodes"] == cora.num_nodes
     assert report["report"]["strategy"] == "ddak" and report["baseline"]["strategy"] == "hash"
     assert report["hotness"]["method"] == "presample" and report["hotness"]["fanouts"] == [10, 5]
 
@@ -218,3 +219,21 @@ def test_bad_input_exits_2_with_one_line(cora, tmp_path, capsys, change, message
     assert err.startswith("moment place: error:") and err.count("\n") == 1
     assert __import__("re").search(message, err), err
     assert not (tmp_path / "out" / "placement.json").exists()
+
+
+def test_training_refuses_a_placement_made_from_another_dataset(cora, tmp_path, capsys):
+    import shutil
+
+    out = tmp_path / "out"
+    assert main(_place_args(cora, tmp_path / "ssd", out, "--hotness", "degree")) == 0
+    # the same counts and row width, other feature values: only the fingerprint tells them apart
+    twin = tmp_path / "twin"
+    shutil.copytree(cora.path, twin, ignore=shutil.ignore_patterns("hotness"))
+    feats = np.load(twin / "features.npy")
+    np.save(twin / "features.npy", feats + 1)
+    capsys.readouterr()
+    assert main(["train", "--dataset", str(twin), "--placement", str(out), "--fanouts", "5", "--hidden", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "placed from another dataset" in err and "features_crc32" in err and err.count("\n") == 1
+    assert main(["train", "--dataset", str(cora.path), "--placement", str(out), "--fanouts", "5", "--hidden", "8",
+                 "--batch-size", "140"]) == 0

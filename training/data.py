@@ -40,6 +40,7 @@ import json
 import os
 import shutil
 import tempfile
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -751,3 +752,17 @@ def dataset_info(ds: Dataset, *, chunk: int = DEFAULT_CHUNK_EDGES) -> DatasetInf
         isolated_nodes=int((endpoints == 0).sum()), top1pct_endpoint_share=share, gini=gini,
         source=dict(ds.meta.get("source", {})),
     )
+
+
+def fingerprint(ds: Dataset, sample_bytes: int = 1 << 16) -> dict[str, Any]:
+    """A cheap identity of a dataset: its counts and a CRC-32 of the first and last ``sample_bytes``
+    of its feature rows (reads at most ``2 * sample_bytes``). Two datasets with the same counts
+    but different features almost surely differ; a placement records it to refuse the wrong one.
+    """
+    out: dict[str, Any] = {"num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
+                           "feature_dim": ds.feature_dim, "feature_dtype": ds.feature_dtype}
+    if ds.features is not None and ds.features.size:
+        flat = np.asarray(ds.features).reshape(-1).view(np.uint8)
+        k = min(sample_bytes, flat.size)
+        out["features_crc32"] = zlib.crc32(flat[-k:].tobytes(), zlib.crc32(flat[:k].tobytes()))
+    return out
