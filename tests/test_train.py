@@ -183,6 +183,8 @@ def test_checkpoint_resume_reproduces_the_uninterrupted_run(cora, tmp_path):
     assert again.epochs[0]["loss"] == pytest.approx(whole.epochs[1]["loss"], rel=1e-6)
     kinds = [json.loads(line)["kind"] for line in metrics.read_text().splitlines()]
     assert kinds.count("start") == 2 and kinds.count("epoch") == 3  # appended, nothing lost
+    steps = [(r["epoch"], r["step"]) for r in map(json.loads, metrics.read_text().splitlines()) if r["kind"] == "step"]
+    assert len(steps) == len(set(steps)) == 3 * whole.epochs[0]["steps"]  # the redone steps once each
     done = train(TrainConfig(checkpoint_dir=str(tmp_path / "b"), resume=True, **base))
     assert done.epochs == () and done.resumed_from == (3, 0)
     with pytest.raises(TrainError, match="batch_size=35"):

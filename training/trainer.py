@@ -468,6 +468,27 @@ class JsonlWriter:
         self._f.write(json.dumps(record) + "\n")
         self._f.flush()
 
+    def rewind(self, epoch: int, step: int) -> None:
+        """Drop the step and epoch records at or after ``(epoch, step)``: a run resumed from a
+        checkpoint there redoes them, and the file should hold each once (written atomically)."""
+        path = Path(self._f.name)
+        self._f.close()
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by the crash that made this a resume
+            if r.get("kind") == "step" and (r.get("epoch", 0), r.get("step", 0)) >= (epoch, step):
+                continue
+            if r.get("kind") == "epoch" and r.get("epoch", 0) >= epoch:
+                continue
+            kept.append(line)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text("".join(ln + "\n" for ln in kept), encoding="utf-8")
+        os.replace(tmp, path)
+        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 -- closed by close()
+
     def close(self) -> None:
         self._f.close()
 
@@ -586,6 +607,8 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
             start_epoch, start_step, sums_state = ck["epoch"], ck["step"], ck.get("sums")
             _set_rng_state(ck["rng"])
             resumed = (start_epoch, start_step)
+            if metrics_file is not None:
+                metrics_file.rewind(start_epoch, start_step)
         elif world.size > 1:
             import torch.distributed as dist
 
