@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from planner.capacities import format_size
 from planner.errors import PlannerError
 
 #: options of `data import` and the formats they apply to (dest -> formats)
@@ -30,14 +31,6 @@ _FORMAT_OPTIONS = {
     "no_relabel": ("edgelist",),
 }
 _KWARG = {"igb_classes": "classes", "no_relabel": "relabel"}
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n}"
 
 
 def _import_command(args: argparse.Namespace) -> int:
@@ -103,9 +96,9 @@ def _info_command(args: argparse.Namespace) -> int:
     t.add_row("in-degree", f"min {d.min:,} · median {d.median:g} · mean {d.mean:.2f} · p99 {d.p99:g} · max {d.max:,}")
     t.add_row("isolated nodes", f"{info.isolated_nodes:,}")
     t.add_row("skew", f"top 1% of vertices hold {100 * info.top1pct_endpoint_share:.1f}% of edge endpoints · Gini {info.gini:.3f}")
-    t.add_row("features", f"{info.feature_dim} × {info.feature_dtype} = {_size(info.feature_bytes)}"
+    t.add_row("features", f"{info.feature_dim} × {info.feature_dtype} = {format_size(info.feature_bytes)}"
               if info.feature_dim else "none")
-    t.add_row("graph (indptr + indices)", _size(info.graph_bytes))
+    t.add_row("graph (indptr + indices)", format_size(info.graph_bytes))
     t.add_row("labels", f"{info.num_classes} classes, {info.labelled_nodes:,} labelled nodes"
               if info.num_classes else "none")
     t.add_row("split (train / valid / test)", " / ".join(f"{info.split_sizes.get(k, 0):,}" for k in ("train", "valid", "test"))

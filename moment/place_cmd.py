@@ -20,6 +20,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from moment._args import parse_fanouts
 from planner.errors import PlannerError
 
 
@@ -93,16 +94,6 @@ def _size(text: str, flag: str) -> int:
         raise PlannerError(f"{flag} {text!r}: {exc}") from None
 
 
-def _fanouts(text: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise PlannerError(f"--fanouts {text!r}: expected integers like 25,10") from None
-    if not out or any(f == 0 or f < -1 for f in out):
-        raise PlannerError(f"--fanouts {text!r}: expected positive integers or -1, like 25,10")
-    return out
-
-
 def _read_plan(path: str):
     from training.placing import targets_from_plan_dict
 
@@ -162,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
             d.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise PlannerError(f"{what} {d}: cannot create the directory ({exc.strerror or exc})") from None
-    spec = HotnessSpec(args.hotness, fanouts=_fanouts(args.fanouts), batch_size=args.batch_size,
+    spec = HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                        epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed)
     targets = _read_plan(args.plan) if args.plan else None  # a bad plan fails before any work
 

@@ -13,15 +13,7 @@ import os
 import signal
 import threading
 
-
-def _fanouts(text: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers such as 25,10") from None
-    if not out or any(f < -1 or f == 0 for f in out):
-        raise argparse.ArgumentTypeError(f"{text!r}: fan-outs are positive integers or -1 (all neighbours)")
-    return out
+from moment._args import argtype, parse_fanouts
 
 
 def _positive(kind):
@@ -95,7 +87,7 @@ def register(subparsers) -> None:
                      help="address to listen on (default 127.0.0.1: this machine only)")
     net.add_argument("--port", type=int, default=29600, help="port (default 29600; 0 = any free port)")
     smp = p.add_argument_group("sampling (trainers must match)")
-    smp.add_argument("--fanouts", type=_fanouts, default=(25, 10), metavar="F1,F2,...",
+    smp.add_argument("--fanouts", type=argtype(parse_fanouts), default=(25, 10), metavar="F1,F2,...",
                      help="neighbours per hop, hop 1 first; -1 = all (default 25,10)")
     smp.add_argument("--batch-size", type=_positive(int), default=1024, metavar="N",
                      help="global seeds per step over all trainers (default 1024)")

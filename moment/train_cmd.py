@@ -10,22 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from moment._args import parse_fanouts
+from planner.capacities import format_size
 from planner.errors import PlannerError
-
-
-def parse_fanouts(text: str, flag: str = "--fanouts") -> tuple[int, ...]:
-    """``"25,10"`` -> ``(25, 10)``; ``-1`` means all neighbours.
-
-    >>> parse_fanouts("25,10"), parse_fanouts("-1, 5")
-    ((25, 10), (-1, 5))
-    """
-    try:
-        out = tuple(int(p) for p in text.split(","))
-    except ValueError:
-        out = ()
-    if not out or any(f < -1 or f == 0 for f in out):
-        raise PlannerError(f"{flag} {text!r}: expected comma-separated positive integers or -1 (all), e.g. 25,10")
-    return out
 
 
 def _config(args: argparse.Namespace):
@@ -41,14 +28,6 @@ def _config(args: argparse.Namespace):
         checkpoint_dir=args.checkpoint, checkpoint_every_steps=args.checkpoint_every, resume=args.resume,
         server=args.server, backend=args.backend,
     )
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _epoch_line(rec: dict) -> str:
@@ -135,7 +114,7 @@ def _train_command(args: argparse.Namespace) -> int:
               f"in the background: sample {final['sample_s']:.2f} s, gather {final['gather_s']:.2f} s")
     for tier, v in sorted(final["tiers"].items()):
         t.add_row(f"rows from {tier}" + (" (rank 0)" if result.world_size > 1 else ""),
-                  f"{v['rows']:,} ({_size(v['bytes'])})")
+                  f"{v['rows']:,} ({format_size(v['bytes'])})")
     if "param_spread" in final:
         t.add_row("ranks in sync", "yes" if final["param_spread"] == 0 else f"NO (spread {final['param_spread']:.3g})")
     if config.checkpoint_dir:

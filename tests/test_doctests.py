@@ -9,12 +9,13 @@ import pkgutil
 import pytest
 
 import iostack
+import moment
 import planner
 import training
 
 MODULES = sorted(
     m.name
-    for pkg in (planner, iostack, training)
+    for pkg in (planner, iostack, training, moment)
     for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")
     if not m.name.endswith("__main__")
 )

@@ -417,6 +417,17 @@ class PlaceResult:
     notes: tuple[str, ...] = ()
 
 
+def _top_sums(h: np.ndarray, ks: Sequence[int]) -> np.ndarray:
+    """Sum of the ``k`` largest values of ``h`` for each ``k`` in ``ks`` (float64).
+
+    One ``np.partition`` at the few cut points instead of a full sort: O(n) time, one copy.
+    """
+    n = h.size
+    cuts = sorted({n - k for k in ks if 0 < k < n})
+    part = np.partition(h, cuts) if cuts else h
+    return np.array([float(part[n - k:].sum(dtype=np.float64)) if k > 0 else 0.0 for k in ks])
+
+
 def feasible_targets(hotness: np.ndarray, bins: Sequence[BinPlan]) -> tuple[list[BinPlan], list[str]]:
     """``bins`` with each cache bin's target capped at what its capacity can serve, and why.
 
@@ -438,31 +449,33 @@ def feasible_targets(hotness: np.ndarray, bins: Sequence[BinPlan]) -> tuple[list
     >>> [round(x.target_share, 2) for x in fixed], len(why)
     ([0.5, 0.1, 0.4], 1)
     """
-    h = np.asarray(hotness, dtype=np.float64)
-    total = float(h.sum())
+    h = np.asarray(hotness)
+    total = float(h.sum(dtype=np.float64))
     out, notes = list(bins), []
     if total <= 0 or not any(b.kind in ("gpu", "cpu") for b in bins):
         return out, notes
-    cum = np.concatenate([[0.0], np.cumsum(-np.sort(-h))]) / total  # share held by the k hottest rows
     t_sum = sum(b.target_share for b in bins) or 1.0
-    pos, spill = 0, 0.0
+    visit = []  # cache bins in the order they take the hottest rows
     for tier in ("gpu", "cpu"):
         idx = sorted((i for i, b in enumerate(out) if b.kind == tier), key=lambda i: -out[i].target_share)
         if tier == "gpu" and idx and out[idx[0]].device == "cuda":
             idx = idx[:1]  # a replicated cache: one copy of the hottest rows
-        for i in idx:
-            b = out[i]
-            want = b.target_share / t_sum + spill
-            end = min(h.size, pos + b.capacity_rows)
-            can = float(cum[end] - cum[pos])
-            got = min(want, can)
-            if want > can * (1 + 1e-9) and b.target_share / t_sum > ZERO_TARGET_SHARE:
-                notes.append(f"{b.kind} bin {b.device}: the plan asks {b.target_share / t_sum:.2%} of reads"
-                             + (f" (+{spill:.2%} passed on)" if spill > 0 else "")
-                             + f", its {b.capacity_rows:,} rows can serve {can:.2%}")
-            spill = want - got
-            out[i] = replace(b, target_share=max(got * t_sum, ZERO_TARGET_SHARE))
-            pos = end
+        visit += idx
+    ends = np.minimum(h.size, np.cumsum([out[i].capacity_rows for i in visit])).tolist()
+    held = _top_sums(h, ends) / total  # share of the reads the k hottest rows serve, k = each end
+    prev, spill = 0.0, 0.0
+    for i, upto in zip(visit, held, strict=True):
+        b = out[i]
+        want = b.target_share / t_sum + spill
+        can = float(upto - prev)
+        got = min(want, can)
+        if want > can * (1 + 1e-9) and b.target_share / t_sum > ZERO_TARGET_SHARE:
+            notes.append(f"{b.kind} bin {b.device}: the plan asks {b.target_share / t_sum:.2%} of reads"
+                         + (f" (+{spill:.2%} passed on)" if spill > 0 else "")
+                         + f", its {b.capacity_rows:,} rows can serve {can:.2%}")
+        spill = want - got
+        out[i] = replace(b, target_share=max(got * t_sum, ZERO_TARGET_SHARE))
+        prev = float(upto)
     if spill > 1e-9:
         ssd = [i for i, b in enumerate(out) if b.kind == "ssd"]
         s_sum = sum(out[i].target_share for i in ssd) or 1.0

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from iostack.backends.base import CompletedPrefix
+from iostack.backends.base import CompletedPrefix, libc_syscall
 
 #: (io_setup, io_destroy, io_submit, io_getevents) per architecture
 _NR = {"x86_64": (206, 207, 209, 208), "aarch64": (0, 1, 2, 4)}
@@ -32,7 +32,6 @@ IOCB = np.dtype([("data", "<u8"), ("key", "<u4"), ("rw_flags", "<i4"), ("opcode"
 EVENT = np.dtype([("data", "<u8"), ("obj", "<u8"), ("res", "<i8"), ("res2", "<i8")])
 assert IOCB.itemsize == 64 and EVENT.itemsize == 32
 
-_libc = None
 
 
 def available() -> str | None:
@@ -60,11 +59,7 @@ class AioContext:
     """
 
     def __init__(self, depth: int) -> None:
-        global _libc
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-            _libc.syscall.restype = ctypes.c_long
-        self._sys = _libc.syscall
+        self._sys = libc_syscall()
         self._nr = _NR[platform.machine()]
         self.depth = int(depth)
         self._ctx = ctypes.c_ulong(0)

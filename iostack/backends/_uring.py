@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from iostack.backends.base import CompletedPrefix
+from iostack.backends.base import CompletedPrefix, libc_syscall
 
 _NR_SETUP, _NR_ENTER = 425, 426  # the same on x86_64 and aarch64
 _OFF_SQ_RING, _OFF_CQ_RING, _OFF_SQES = 0, 0x8000000, 0x10000000
@@ -54,7 +54,6 @@ class _Params(ctypes.Structure):
 
 
 assert ctypes.sizeof(_Params) == 120
-_libc = None
 
 
 def available() -> str | None:
@@ -86,11 +85,7 @@ class Uring:
     """One io_uring with ``depth`` submission entries, for reads only."""
 
     def __init__(self, depth: int) -> None:
-        global _libc
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-            _libc.syscall.restype = ctypes.c_long
-        self._sys = _libc.syscall
+        self._sys = libc_syscall()
         self.depth = int(depth)
         p = _Params()
         fd = self._sys(ctypes.c_long(_NR_SETUP), ctypes.c_long(self.depth), ctypes.byref(p))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -15,6 +17,16 @@ def aligned_empty(rows: int, row_bytes: int) -> np.ndarray:
     raw = np.empty(rows * row_bytes + PAGE, np.uint8)
     a = (-raw.ctypes.data) % PAGE
     return raw[a:a + rows * row_bytes].reshape(rows, row_bytes)
+
+
+
+@functools.cache
+def libc_syscall():
+    """libc's ``syscall`` through ctypes (errno kept, ``long`` result), loaded once per process:
+    the native AIO and io_uring engines issue their system calls through it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc.syscall
 
 
 class CompletedPrefix:
