@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from iostack.bins import PAGE, BinFile
 
@@ -18,6 +19,46 @@ def aligned_empty(rows: int, row_bytes: int) -> np.ndarray:
     a = (-raw.ctypes.data) % PAGE
     return raw[a:a + rows * row_bytes].reshape(rows, row_bytes)
 
+
+
+def coalesced_runs(brk: np.ndarray, size: int, per_read: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start index and length of each read: runs of ``0..size-1`` cut at ``brk`` and every ``per_read`` items."""
+    starts = np.concatenate([[0], brk]).astype(np.int64)
+    lens = np.diff(np.concatenate([starts, [size]]))
+    if lens.max() > per_read:  # split runs longer than one read into pieces
+        reps = -(-lens // per_read)
+        piece = np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps)
+        run_start, run_len = np.repeat(starts, reps), np.repeat(lens, reps)
+        starts = run_start + piece * per_read
+        lens = np.minimum(run_len - piece * per_read, per_read)
+    return starts, lens
+
+
+def _int64(a, what: str) -> np.ndarray:
+    """``a`` (numpy, torch on any device, sequence) as a flat int64 host array."""
+    if isinstance(a, torch.Tensor):
+        a = a.detach().to("cpu").numpy()
+    arr = np.asarray(a)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise ValueError(f"{what}: expected integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False).reshape(-1)
+
+
+def _byte_rows(out, info: BinFile):
+    """``out`` as rows of bytes ``(n, row_bytes)``: a host numpy view (device None) or a device uint8 tensor."""
+    rb = info.row_bytes
+    if isinstance(out, torch.Tensor):
+        if out.dim() != 2 or out.shape[1] * out.element_size() != rb or out.stride(1) != 1:
+            raise ValueError(f"out must be a tensor of rows of {rb} bytes ((n, {rb}) uint8 or (n, dim) of the "
+                             f"bin's dtype, contiguous rows), got {out.dtype} {tuple(out.shape)}")
+        view = out if out.dtype == torch.uint8 else out.view(torch.uint8)
+        if view.device.type == "cpu":
+            return view.detach().numpy(), None
+        return view, view.device
+    if not isinstance(out, np.ndarray) or out.ndim != 2 or out.dtype != np.uint8 or out.shape[1] != rb:
+        raise ValueError(f"out must be uint8 of shape (n, {rb}), got "
+                         f"{getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
+    return out, None
 
 
 @functools.cache
@@ -76,34 +117,80 @@ class ReadBackend(ABC):
 
     ``name`` is the backend's name (``"posix"``, ``"kvikio"``); ``direct`` says
     whether it was asked to bypass the page cache (each :class:`BinHandle`
-    says whether it actually does, on its file system).
+    says whether it actually does, on its file system); ``device_reads``
+    whether its reads land in device memory themselves (KvikIO) rather than
+    in host memory that is then copied up.
+
+    :meth:`read_rows` is the validated public front; a backend implements the
+    host core :meth:`_read` (and, with ``device_reads``, :meth:`_read_device`).
     """
 
     name: str = "?"
     direct: bool = True
+    device_reads: bool = False
 
     @abstractmethod
     def open(self, info: BinFile) -> BinHandle:
         """Open a bin file for reading."""
 
-    @abstractmethod
-    def read_rows(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray) -> int:
-        """Read ``rows`` (int64, any order, duplicates allowed) into ``out`` (uint8, ``(n, row_bytes)``).
+    def read_rows(self, handle: BinHandle, rows, out, positions=None, *, transfer=None) -> int:
+        """Read ``rows`` (int, any order, duplicates allowed) of ``handle``'s bin into ``out``.
 
-        ``out[i]`` receives row ``rows[i]``. Returns the number of read requests
-        issued to the device (after sorting, de-duplication and coalescing).
+        Row ``rows[i]`` goes to ``out[i]``, or to ``out[positions[i]]`` when
+        ``positions`` is given (``out`` may then be larger). ``out`` is a numpy
+        uint8 array ``(n, row_bytes)`` or a torch tensor on any device, either
+        uint8 ``(n, row_bytes)`` or ``(n, dim)`` of the bin's dtype, with
+        contiguous rows. A device ``out`` is filled by the backend's device
+        reads when it has them (no host copy), else from one host read and one
+        copy up. ``transfer`` (an :class:`iostack.transfer.Transfer`) counts the
+        copies a device read makes. Returns the number of read requests issued
+        to the device (after sorting, de-duplication and coalescing).
         """
-
-    def read_rows_at(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray, positions: np.ndarray) -> int:
-        """Like :meth:`read_rows`, but row ``rows[i]`` goes to ``out[positions[i]]`` (``out`` may be larger).
-
-        Lets a gather drop SSD rows straight into its result. This default
-        reads to a scratch array and scatters; a backend may read in place.
-        """
-        buf = aligned_empty(len(rows), out.shape[1])
-        requests = self.read_rows(handle, rows, buf)
-        out[positions] = buf
+        info = handle.info
+        rows = _int64(rows, "rows")
+        view, dev = _byte_rows(out, info)
+        if positions is None:
+            if view.shape[0] != rows.size:
+                raise ValueError(f"out has {view.shape[0]} rows for {rows.size} requested rows (pass positions= "
+                                 "to scatter into a larger out)")
+        else:
+            positions = _int64(positions, "positions")
+            if positions.size != rows.size:
+                raise ValueError(f"positions has {positions.size} entries for {rows.size} rows")
+            if positions.size and (positions.min() < 0 or positions.max() >= view.shape[0]):
+                raise IndexError(f"positions must lie in 0..{view.shape[0] - 1}")
+        if rows.size == 0:
+            return 0
+        if rows.min() < 0 or rows.max() >= info.rows:
+            bad = int(rows[(rows < 0) | (rows >= info.rows)][0])
+            raise IndexError(f"row {bad} is outside bin {info.bin_id} ({info.rows} rows)")
+        if dev is None:
+            return self._read(handle, rows, view, positions)
+        if self.device_reads:
+            return self._read_device(handle, rows, view, positions, transfer)
+        # a host-only backend: one host read, one copy up (the store stages in pinned memory instead)
+        buf = torch.from_numpy(aligned_empty(rows.size, info.row_bytes))
+        requests = self._read(handle, rows, buf.numpy(), None)
+        if transfer is not None:
+            transfer.count(buf, "device")
+        if positions is None:
+            view.copy_(buf)
+        else:
+            view[torch.from_numpy(positions).to(view.device)] = buf.to(view.device)
         return requests
+
+    def read_rows_at(self, handle: BinHandle, rows, out, positions) -> int:
+        """:meth:`read_rows` with ``positions`` (kept for callers of the earlier interface)."""
+        return self.read_rows(handle, rows, out, positions)
+
+    @abstractmethod
+    def _read(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray, positions: np.ndarray | None) -> int:
+        """The host core: validated int64 ``rows`` into host uint8 ``out`` (at ``positions`` if given)."""
+
+    def _read_device(self, handle: BinHandle, rows: np.ndarray, out: torch.Tensor, positions: np.ndarray | None,
+                     transfer) -> int:
+        """The device core (backends with ``device_reads``): into a device uint8 ``out``."""
+        raise NotImplementedError(f"the {self.name} backend does not read into device memory")
 
     def close_handle(self, handle: BinHandle) -> None:  # noqa: B027 - optional
         """Forget ``handle``."""

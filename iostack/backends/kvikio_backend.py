@@ -1,9 +1,36 @@
-"""The ``kvikio`` backend: KvikIO ``CuFile.pread`` into GPU buffers (GPUDirect Storage when present).
+"""The ``kvikio`` backend: KvikIO ``CuFile.pread`` straight into device memory, coalesced and concurrent.
 
-KvikIO loads libcuda even for host buffers, so it is imported only when
-``torch.cuda.is_available()``; anywhere else constructing this backend raises
-:class:`StoreError` naming the missing CUDA. Not exercised on this (CPU-only)
-machine beyond that check.
+A read of rows becomes the sorted, de-duplicated extents that hold them (a
+4 KiB page of packed rows, or one page-aligned row); neighbouring extents
+merge into reads of up to ``max_read_bytes``. Every read of a round is issued
+at once (``CuFile.pread`` returns an ``IOFuture``) into a staging buffer *on the
+device of* ``out``, then the futures are waited on and one gather on that
+device puts each row where it goes: the rows cross PCIe once, from the SSD
+(GPUDirect Storage) or from KvikIO's bounce buffer (compatibility mode) into
+device memory, and never come back to the host.
+
+KvikIO's defaults would serialise this: its thread pool has 1 thread
+(``KVIKIO_NTHREADS``), and a device read below ``gds_threshold`` (16 KiB)
+bypasses the pool and runs synchronously in the caller. The backend therefore
+sets, process-wide (KvikIO's settings are global), ``num_threads`` to at least
+``threads``, ``gds_threshold`` to at most one page and ``task_size`` to at
+least ``max_read_bytes`` (one task per read); ``configure=False`` leaves them.
+
+KvikIO versions differ (checked against its sources, rapidsai/kvikio):
+up to 24.10 ``kvikio.defaults.compat_mode()`` returns a bool and settings
+change through ``*_reset(value)``; 24.12 returns a ``kvikio.CompatMode`` enum
+(``OFF``, ``ON``, ``AUTO``; ``AUTO`` is the default and means "cuFile if it
+is available, else POSIX"); 25.04 adds ``kvikio.defaults.get/set`` and
+``is_compat_mode_preferred()`` (what ``AUTO`` resolves to); 26.02 removes the
+old getters. :func:`kvikio_option`, :func:`set_kvikio_option` and
+:func:`gds_status` speak to all of them.
+
+KvikIO loads libcuda even for host buffers, so a CUDA ``device`` needs
+``torch.cuda.is_available()``; without it constructing this backend raises
+:class:`StoreError` naming the missing CUDA. ``device="cpu"`` reads into host
+memory through the same code (KvikIO supports host buffers), which is how the
+tests drive it with a fake ``kvikio`` module. Not run against a real KvikIO in
+this project (no GPU).
 """
 
 from __future__ import annotations
@@ -12,67 +39,227 @@ import threading
 from typing import Any
 
 import numpy as np
+import torch
 
-from iostack.backends.base import BinHandle, ReadBackend
+from iostack.backends.base import BinHandle, ReadBackend, coalesced_runs
 from iostack.bins import PAGE, BinFile
 from iostack.errors import StoreError
 
+#: old (<= 25.02) getter names of the settings ``kvikio.defaults.get`` knows by the first name
+_OLD_GETTERS = {"num_threads": ("num_threads", "get_num_threads"), "compat_mode": ("compat_mode",),
+                "task_size": ("task_size",), "gds_threshold": ("gds_threshold",)}
+
+
+def kvikio_option(kvikio: Any, name: str) -> Any:
+    """KvikIO's setting ``name`` (``num_threads``, ``task_size``, ``gds_threshold``, ``compat_mode``), any version."""
+    d = kvikio.defaults
+    if hasattr(d, "get"):
+        return d.get(name)
+    for getter in _OLD_GETTERS.get(name, (name,)):
+        fn = getattr(d, getter, None)
+        if callable(fn):
+            return fn()
+    raise StoreError(f"this KvikIO ({getattr(kvikio, '__version__', '?')}) has no setting {name!r}")
+
+
+def set_kvikio_option(kvikio: Any, name: str, value: Any) -> None:
+    """Set KvikIO's ``name`` process-wide: ``defaults.set`` (>= 25.04) or ``defaults.<name>_reset`` (older)."""
+    d = kvikio.defaults
+    if hasattr(d, "set"):
+        d.set(name, value)  # sets on construction; the returned context manager only matters in a `with`
+        return
+    # before 25.04, set_<name>() is a context manager that changes nothing outside a `with`
+    reset = getattr(d, f"{name}_reset", None)
+    if not callable(reset):
+        raise StoreError(f"this KvikIO ({getattr(kvikio, '__version__', '?')}) cannot set {name!r}")
+    reset(value)
+
+
+def gds_status(kvikio: Any) -> tuple[bool, str | None]:
+    """Whether KvikIO reads through cuFile (GPUDirect Storage) rather than POSIX, and why not.
+
+    ``is_compat_mode_preferred()`` (>= 25.04) resolves ``AUTO``; older
+    versions report the mode itself (a bool up to 24.10, a ``CompatMode``
+    enum in 24.12, where ``AUTO`` cannot be resolved from Python and is
+    reported as not known). Even with cuFile, the GDS driver decides on its
+    own whether a file's reads go direct (``gdscheck -p`` tells).
+    """
+    d = kvikio.defaults
+    preferred = getattr(d, "is_compat_mode_preferred", None)
+    if callable(preferred):
+        if preferred():
+            return False, "KvikIO compatibility mode (POSIX reads through a bounce buffer, no GPUDirect Storage)"
+        return True, None
+    mode = kvikio_option(kvikio, "compat_mode")
+    if isinstance(mode, bool):
+        on = mode
+    else:
+        name = str(getattr(mode, "name", mode)).rsplit(".", 1)[-1].upper()
+        if name == "AUTO":
+            return False, "KvikIO compat mode AUTO: whether cuFile (GPUDirect Storage) is used is not known here"
+        on = name != "OFF"
+    if on:
+        return False, "KvikIO compatibility mode (POSIX reads through a bounce buffer, no GPUDirect Storage)"
+    return True, None
+
+
+def _import_kvikio() -> Any:
+    try:
+        import kvikio  # lazily: it loads libcuda
+    except ImportError:
+        raise StoreError("the kvikio backend needs KvikIO: pip install kvikio-cu12 (or use backend='posix')") from None
+    return kvikio
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``device`` with an explicit index: ``cuda`` alone is the calling thread's current device, now.
+
+    Storing ``cuda`` unresolved would make every later allocation land on
+    whatever device the allocating thread has current (a prefetch thread:
+    device 0).
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise StoreError("the kvikio backend needs CUDA for device reads, and torch.cuda.is_available() is "
+                             "False here (no NVIDIA GPU or driver): use backend='posix' or 'auto'")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if dev.index >= torch.cuda.device_count():
+            raise StoreError(f"the kvikio backend: device {dev} is not visible "
+                             f"({torch.cuda.device_count()} CUDA device(s))")
+    elif dev.type != "cpu":
+        raise StoreError(f"the kvikio backend reads into cuda or cpu memory, not {dev}")
+    return dev
+
 
 class KvikioBackend(ReadBackend):
-    """Reads extents with ``CuFile.pread`` (asynchronous, many in flight) into a device buffer."""
+    """``CuFile.pread`` of coalesced extents, all of a round in flight, into a staging buffer on ``out``'s device.
+
+    ``device``: where :meth:`open`'s default reads go and the device checked
+    at construction (``cuda`` alone is resolved to the current device now).
+    ``threads``: KvikIO thread-pool size to ensure (default ``queue_depth``).
+    ``max_read_bytes``: bound of a coalesced read. ``staging_bytes``: bound of
+    one round's staging buffer (per thread and device).
+    """
 
     name = "kvikio"
+    device_reads = True
 
-    def __init__(self, *, device: str = "cuda", **_ignored: Any) -> None:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise StoreError("the kvikio backend needs CUDA, and torch.cuda.is_available() is False "
-                             "here (no NVIDIA GPU or driver): use backend='posix' or 'auto'")
-        try:
-            import kvikio  # noqa: F401 - lazily, on a CUDA machine only
-        except ImportError:
-            raise StoreError("the kvikio backend needs KvikIO: pip install kvikio-cu12 "
-                             "(or use backend='posix')") from None
-        self._kvikio = kvikio
-        self._torch = torch
-        self.device = torch.device(device)
-        self.direct = True
+    def __init__(self, *, device: str | torch.device = "cuda", threads: int | None = None, queue_depth: int = 64,
+                 max_read_bytes: int = 1 << 20, staging_bytes: int = 64 << 20, configure: bool = True,
+                 **_ignored: Any) -> None:
+        self.device = resolve_device(device)
+        self._kvikio = _import_kvikio()
+        self.threads = max(1, int(threads if threads is not None else queue_depth))
+        self.max_read_bytes = max(PAGE, int(max_read_bytes) // PAGE * PAGE)
+        self.staging_bytes = max(self.max_read_bytes, int(staging_bytes) // PAGE * PAGE)
+        if configure:
+            k = self._kvikio
+            if int(kvikio_option(k, "num_threads")) < self.threads:
+                set_kvikio_option(k, "num_threads", self.threads)
+            if int(kvikio_option(k, "gds_threshold")) > PAGE:
+                set_kvikio_option(k, "gds_threshold", PAGE)
+            if int(kvikio_option(k, "task_size")) < self.max_read_bytes:
+                set_kvikio_option(k, "task_size", self.max_read_bytes)
+        self.gds, self.gds_note = gds_status(self._kvikio)
+        self.direct = self.gds
         self._files: dict[int, Any] = {}
         self._lock = threading.Lock()
+        self._local = threading.local()
         self._next = 0
 
     def open(self, info: BinFile) -> BinHandle:
+        try:
+            f = self._kvikio.CuFile(info.path, "r")
+        except (OSError, RuntimeError) as exc:
+            raise StoreError(f"{info.path}: KvikIO cannot open bin {info.bin_id}: {exc}") from None
         with self._lock:
             fid = self._next
             self._next += 1
-            self._files[fid] = self._kvikio.CuFile(info.path, "r")
-        gds = bool(getattr(self._kvikio.defaults, "compat_mode", lambda: True)() is False) \
-            if hasattr(self._kvikio, "defaults") else False
-        return BinHandle(info=info, fid=fid, direct=gds,
-                         note=None if gds else "KvikIO compatibility mode (no GPUDirect Storage)")
+            self._files[fid] = f
+        return BinHandle(info=info, fid=fid, direct=self.gds, note=self.gds_note)
 
-    def read_rows(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray) -> int:
-        info, torch = handle.info, self._torch
-        rows = np.asarray(rows, np.int64)
-        if rows.size == 0:
-            return 0
-        ext = PAGE if info.rows_per_page > 1 else info.row_stride_bytes
-        key = rows // info.rows_per_page if info.rows_per_page > 1 else rows
+    def _read(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray, positions: np.ndarray | None) -> int:
+        return self._read_into(handle, rows, torch.from_numpy(out), positions, None)
+
+    def _read_device(self, handle: BinHandle, rows: np.ndarray, out: torch.Tensor, positions: np.ndarray | None,
+                     transfer: Any) -> int:
+        with torch.cuda.device(out.device):
+            return self._read_into(handle, rows, out, positions, transfer)
+
+    def _staging(self, nbytes: int, device: torch.device) -> tuple[torch.Tensor, dict]:
+        """This thread's staging buffer on ``device`` (grown to ``nbytes``), once its last reader is done."""
+        cache = getattr(self._local, "staging", None)
+        if cache is None:
+            cache = self._local.staging = {}
+        entry = cache.setdefault(str(device), {"buf": None, "done": None})
+        if entry["done"] is not None:
+            entry["done"].synchronize()  # the gather that read it last has finished: KvikIO may overwrite it
+            entry["done"] = None
+        if entry["buf"] is None or entry["buf"].numel() < nbytes:
+            entry["buf"] = None
+            entry["buf"] = torch.empty(max(int(nbytes), PAGE), dtype=torch.uint8, device=device)
+            if device.type == "cuda":
+                # KvikIO writes outside any stream: work still queued on this memory's previous life must end
+                torch.cuda.current_stream(device).synchronize()
+        return entry["buf"], entry
+
+    def _read_into(self, handle: BinHandle, rows: np.ndarray, out: torch.Tensor, positions: np.ndarray | None,
+                   transfer: Any) -> int:
+        info = handle.info
+        f = self._files.get(handle.fid)
+        if f is None:
+            raise StoreError(f"{info.path}: bin {info.bin_id} is not open in the kvikio backend")
+        packed = info.rows_per_page > 1
+        ext = PAGE if packed else info.row_stride_bytes
+        key = rows // info.rows_per_page if packed else rows
         uniq, inv = np.unique(key, return_inverse=True)
-        dev = torch.empty((uniq.size, ext), dtype=torch.uint8, device=self.device)
-        f = self._files[handle.fid]
-        futures = [f.pread(dev[i], ext, int(u) * ext) for i, u in enumerate(uniq.tolist())]
-        for fut in futures:
-            fut.get()
-        if info.rows_per_page > 1:
-            k = info.rows_per_page
-            within = dev[:, :k * info.row_bytes].reshape(uniq.size, k, info.row_bytes)
-            sel = within[torch.as_tensor(inv, device=self.device), torch.as_tensor(rows % k, device=self.device)]
-        else:
-            sel = dev[torch.as_tensor(inv, device=self.device), :info.row_bytes]
-        out[:] = sel.cpu().numpy()
-        return int(uniq.size)
+        order = np.argsort(inv, kind="stable")
+        sinv = inv[order]
+        per_round = max(1, self.staging_bytes // ext)
+        dev = out.device
+        requests = 0
+        for a in range(0, uniq.size, per_round):
+            u = uniq[a:a + per_round]
+            buf, entry = self._staging(u.size * ext, dev)
+            starts, lens = coalesced_runs(np.flatnonzero(np.diff(u) != 1) + 1, u.size,
+                                          max(1, self.max_read_bytes // ext))
+            host = dev.type == "cpu"
+            futures = []
+            for s, n in zip(starts.tolist(), lens.tolist(), strict=True):
+                view = buf[s * ext:(s + n) * ext]
+                futures.append((f.pread(view.numpy() if host else view, n * ext, int(u[s]) * ext), n * ext))
+            for fut, want in futures:
+                got = int(fut.get())
+                if got != want:
+                    raise StoreError(f"{info.path}: short read from bin {info.bin_id} ({got} of {want} bytes); "
+                                     "is the bin file truncated?")
+            requests += len(futures)
+            lo, hi = np.searchsorted(sinv, [a, a + u.size])
+            pos, slot = order[lo:hi], sinv[lo:hi] - a
+            src = buf[:u.size * ext].view(u.size, ext)
+            dst = pos if positions is None else positions[pos]
+            # one upload of every index this round needs: staging slot, row within the page, destination
+            index = self._to(np.stack([slot, rows[pos] % info.rows_per_page if packed else slot, dst]), dev, transfer)
+            if packed:
+                k = info.rows_per_page
+                vals = src[:, :k * info.row_bytes].reshape(u.size, k, info.row_bytes)[index[0], index[1]]
+            else:
+                vals = src.index_select(0, index[0])[:, :info.row_bytes]
+            out.index_copy_(0, index[2], vals)
+            if dev.type == "cuda":
+                entry["done"] = torch.cuda.current_stream(dev).record_event()
+        return requests
+
+    @staticmethod
+    def _to(index: np.ndarray, dev: torch.device, transfer: Any) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(index, dtype=np.int64))
+        if dev.type == "cpu":
+            return t
+        if transfer is not None:
+            transfer.count(t, "device")
+        return t.to(dev)
 
     def close_handle(self, handle: BinHandle) -> None:
         with self._lock:
@@ -81,5 +268,7 @@ class KvikioBackend(ReadBackend):
             f.close()
 
     def close(self) -> None:
-        for fid in list(self._files):
-            self._files.pop(fid).close()
+        with self._lock:
+            files, self._files = list(self._files.values()), {}
+        for f in files:
+            f.close()

@@ -46,6 +46,7 @@ import numpy as np
 
 from iostack.backends import _aio, _engine, _uring
 from iostack.backends.base import BinHandle, ReadBackend, aligned_empty
+from iostack.backends.base import coalesced_runs as _runs
 from iostack.bins import PAGE, BinFile
 from iostack.errors import StoreError
 
@@ -76,19 +77,6 @@ def probe_direct(path: str, nbytes: int = PAGE) -> tuple[bool, str | None]:
 #: read engines: ``aio`` (native AIO), ``uring`` (io_uring), ``threads`` (preadv); ``auto`` takes the first that works
 ENGINES = ("auto", "aio", "uring", "threads")
 __all__ = ["ENGINES", "PosixBackend", "aligned_empty", "probe_direct"]
-
-
-def _runs(brk: np.ndarray, size: int, per_read: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start index and length of each read: runs of ``0..size-1`` cut at ``brk`` and every ``per_read`` items."""
-    starts = np.concatenate([[0], brk]).astype(np.int64)
-    lens = np.diff(np.concatenate([starts, [size]]))
-    if lens.max() > per_read:  # split runs longer than one read into pieces
-        reps = -(-lens // per_read)
-        piece = np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps)
-        run_start, run_len = np.repeat(starts, reps), np.repeat(lens, reps)
-        starts = run_start + piece * per_read
-        lens = np.minimum(run_len - piece * per_read, per_read)
-    return starts, lens
 
 
 class _CopyOut:
@@ -288,33 +276,9 @@ class PosixBackend(ReadBackend):
     def buffer_bytes(self) -> int:
         return self.staging_bytes + self._ctl_len * 8
 
-    def read_rows(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray) -> int:
-        rows = np.asarray(rows, np.int64).reshape(-1)
-        if out.shape != (rows.size, handle.info.row_bytes) or out.dtype != np.uint8:
-            raise ValueError(f"out must be uint8 of shape ({rows.size}, {handle.info.row_bytes}), "
-                             f"got {out.dtype} {out.shape}")
-        return self._read(handle, rows, out, None)
-
-    def read_rows_at(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray, positions: np.ndarray) -> int:
-        rows = np.asarray(rows, np.int64).reshape(-1)
-        positions = np.asarray(positions, np.int64).reshape(-1)
-        if positions.size != rows.size:
-            raise ValueError(f"positions has {positions.size} entries for {rows.size} rows")
-        if out.ndim != 2 or out.shape[1] != handle.info.row_bytes or out.dtype != np.uint8:
-            raise ValueError(f"out must be uint8 of shape (n, {handle.info.row_bytes}), got {out.dtype} {out.shape}")
-        if positions.size and (positions.min() < 0 or positions.max() >= out.shape[0]):
-            raise IndexError(f"positions must lie in 0..{out.shape[0] - 1}")
-        return self._read(handle, rows, out, positions)
-
     def _read(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray, positions: np.ndarray | None) -> int:
         """Row ``rows[i]`` to ``out[i]`` (``positions`` None) or to ``out[positions[i]]``."""
-        info = handle.info
-        n = rows.size
-        if n == 0:
-            return 0
-        if rows.min() < 0 or rows.max() >= info.rows:
-            bad = int(rows[(rows < 0) | (rows >= info.rows)][0])
-            raise IndexError(f"row {bad} is outside bin {info.bin_id} ({info.rows} rows)")
+        info = handle.info  # rows and positions were validated by ReadBackend.read_rows
         packed = info.rows_per_page > 1
         ext = PAGE if packed else info.row_stride_bytes  # bytes of one extent: a page or a whole row
         key = rows // info.rows_per_page if packed else rows  # extent index in the file
