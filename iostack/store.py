@@ -1,4 +1,28 @@
-"""The tiered feature store: ``gather(ids)`` from GPU caches, CPU caches and SSD bins.
+"""The tiered feature store: ``gather(ids)`` from GPU caches, CPU caches and SSD bins, on the trainer's device.
+
+A store has one device (``device``; its :class:`~iostack.transfer.DeviceMemory`
+says how memory there works). On a CUDA device a gather assembles its result
+there, so every row crosses PCIe at most once:
+
+* GPU-cache rows never leave the GPU (a gather on the device);
+* CPU-cache rows are gathered on the host straight into a pinned staging
+  buffer (``index_select(out=pinned)``: a plain ``index_select`` would return
+  pageable memory) and copied up in one asynchronous copy with the SSD rows
+  read into that same buffer, or
+* SSD rows land in the result on the device when the backend reads into
+  device memory itself (KvikIO);
+
+all on the :class:`~iostack.transfer.Transfer`'s copy stream, handed to the
+consumer as a landing it waits on (:meth:`FeatureStore.gather_landing`), or
+waited for before :meth:`FeatureStore.gather` returns. Without an accelerator
+(this machine) the device is the host: a "gpu" bin is a host tensor and the
+result is a page-aligned host array that O_DIRECT reads fill in place.
+
+Host-resident tiers (CPU bins; GPU partitions that belong to other ranks'
+GPUs) are one copy per node when ``share_key`` is given (see
+:mod:`iostack.hostshare`), and page-locked where they are
+(``cudaHostRegister``) on a CUDA device, never copied again by
+``pin_memory()``.
 
 >>> import numpy as np, tempfile, torch
 >>> from iostack.bins import write_bins
@@ -18,6 +42,7 @@ import concurrent.futures
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,15 +53,28 @@ from iostack.backends import get_backend
 from iostack.backends.base import aligned_empty
 from iostack.bins import open_bin
 from iostack.errors import StoreError
+from iostack.hostshare import SharedHostTensor, shared_host_tensor
 from iostack.placement import Placement
+from iostack.transfer import Batch, DeviceMemory, Gathered, Transfer, memory_for
 
 #: latency samples kept per bin (a ring: the most recent gathers)
 RESERVOIR = 1024
 
+#: device-timed latencies waiting for their events, per bin, before the oldest are resolved
+_PENDING = 64
+
+#: share of free GPU memory the GPU bins may take (the rest is the model's and the batches')
+GPU_BIN_SHARE = 0.9
+
 
 @dataclass(frozen=True)
 class BinStats:
-    """What one bin served: rows, bytes, read requests (SSD: after coalescing), latency of its part of a gather."""
+    """What one bin served: rows, bytes, read requests (SSD: after coalescing), latency of its part of a gather.
+
+    ``held``: where its rows were served from: ``device`` (a GPU cache on this
+    store's GPU), ``host`` (host memory) or ``file`` (an SSD bin). GPU-tier
+    latencies on a device are timed with device events (the work, not its launch).
+    """
 
     bin_id: int
     kind: str
@@ -46,101 +84,192 @@ class BinStats:
     calls: int
     latency_p50_s: float
     latency_p99_s: float
+    held: str = "host"
 
 
 class _Counter:
-    __slots__ = ("rows", "bytes", "requests", "calls", "ring", "lock")
+    __slots__ = ("rows", "bytes", "requests", "calls", "ring", "lock", "pending")
 
     def __init__(self) -> None:
         self.rows = self.bytes = self.requests = self.calls = 0
         self.ring = np.zeros(RESERVOIR, np.float64)
         self.lock = threading.Lock()
+        self.pending: list[tuple[Any, Any]] = []
 
-    def add(self, rows: int, nbytes: int, requests: int, seconds: float) -> None:
+    def add(self, rows: int, nbytes: int, requests: int, seconds: float | None,
+            marks: tuple[Any, Any] | None = None) -> None:
         with self.lock:
-            self.ring[self.calls % RESERVOIR] = seconds
+            if marks is not None:
+                self.pending.append(marks)
+            else:
+                self.ring[self.calls % RESERVOIR] = seconds
             self.rows += rows
             self.bytes += nbytes
             self.requests += requests
             self.calls += 1
 
+    def resolve(self, memory: DeviceMemory, keep: int = 0) -> None:
+        """Turn device marks into seconds (waits for them), all but the newest ``keep``."""
+        with self.lock:
+            done, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
+            filled = self.calls - len(self.pending) - len(done)
+        for i, (a, b) in enumerate(done):
+            s = memory.seconds(a, b)
+            with self.lock:
+                self.ring[(filled + i) % RESERVOIR] = s
+
 
 class FeatureStore:
-    """Feature rows of ``placement``'s vertices, served from its bins.
+    """Feature rows of ``placement``'s vertices, served from its bins, gathered on ``device``.
 
     ``bin_dir``: where the SSD bin files are (relative bin paths resolve there).
     ``features`` (``(V, dim)`` array or memmap): source of the GPU and CPU tiers,
-    copied in once; needed only when the placement has such bins. GPU bins get
-    a device tensor on their ``device`` (``cuda:N``); without CUDA (tests, this
-    machine) a "gpu" bin is held on the CPU, which exercises the same code path
-    except for the device. CPU bins are host tensors in shared memory
-    (``share_memory_()``, so trainer processes map them once), pinned on a CUDA
-    machine. SSD bins are read by ``backend`` (``"auto"``, ``"posix"``,
-    ``"kvikio"``, or a :class:`~iostack.backends.ReadBackend`).
-    ``device``: where :meth:`gather` puts its result by default.
-    Safe to call from several threads at once.
+    copied in once; needed only when the placement has such bins.
+    ``device`` (``cpu``, ``cuda:N``) or ``memory`` (a
+    :class:`~iostack.transfer.DeviceMemory`; tests pass a fake): where GPU bins
+    and gather results live. ``local_gpu_bins``: the GPU bins held on this
+    device (default: all); a GPU bin not listed (another rank's partition) is
+    served from host memory, as peer reads over NVLink are not implemented.
+    GPU bins must fit in :data:`GPU_BIN_SHARE` of the device's free memory.
+    ``share_key``: host-resident bins go to node-shared memory under this key
+    (one copy per node; it must change when the contents would). SSD bins are
+    read by ``backend`` (``"auto"``, ``"posix"``, ``"kvikio"``, or a
+    :class:`~iostack.backends.ReadBackend`). Safe to call from several threads.
     """
 
     def __init__(self, placement: Placement, bin_dir: str | os.PathLike[str] | None = None, *,
                  features: np.ndarray | None = None, backend: Any = "auto",
                  backend_options: dict[str, Any] | None = None, device: str | torch.device = "cpu",
-                 full_check: bool = False) -> None:
+                 memory: DeviceMemory | None = None, local_gpu_bins: Sequence[int] | None = None,
+                 share_key: str | None = None, full_check: bool = False) -> None:
         self.placement = placement
-        self.device = torch.device(device)
+        self.transfer = Transfer(memory if memory is not None else memory_for(device))
+        self.memory = self.transfer.memory
+        self.device = self.memory.device
         kinds = {b.kind for b in placement.bins}
         self._bin_of = torch.from_numpy(np.ascontiguousarray(placement.bin_of).astype(np.int64))
         self._row_of = torch.from_numpy(np.array(placement.row_of, np.int64))  # a writable copy
         self._tensors: dict[int, torch.Tensor] = {}
+        self._held: dict[int, str] = {b.id: "file" for b in placement.bins}
+        self._shared: list[SharedHostTensor] = []
+        self._pinned: list[torch.Tensor] = []
         self._handles: dict[int, Any] = {}
         self._counters = {b.id: _Counter() for b in placement.bins}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
-        cuda = torch.cuda.is_available()
+        self.notes: list[str] = []
         dtype, dim = None, None
         if features is not None:
             dtype, dim = np.dtype(features.dtype), int(features.shape[1]) if features.ndim == 2 else 1
         elif kinds & {"gpu", "cpu"}:
             raise StoreError("the placement has GPU or CPU bins: pass features= to fill them")
         self.backend = None
-        if "ssd" in kinds:
-            if bin_dir is None:
-                raise StoreError("the placement has SSD bins: pass bin_dir, the directory of the bin files")
-            self.backend = (get_backend(backend, **(backend_options or {})) if isinstance(backend, str)
-                            else backend)
-            try:
-                for b in placement.bins:
-                    if b.kind != "ssd":
-                        continue
-                    used = placement.row_of[placement.bin_of == b.id]
-                    info = open_bin(bin_dir, b, dtype=dtype, dim=dim, full_check=full_check,
-                                    min_rows=int(used.max()) + 1 if used.size else 0)
-                    dtype, dim = np.dtype(info.dtype), info.dim
-                    self._handles[b.id] = self.backend.open(info)
-            except BaseException:
-                self.close()
-                raise
-        if dtype is None:
-            raise StoreError("no features and no SSD bins: nothing says the rows' dtype and width")
-        self.dtype_np, self.dim = dtype, dim
-        self.dtype = torch.from_numpy(np.empty(0, dtype)).dtype
-        self.row_bytes = dim * dtype.itemsize
-        feats = None if features is None else (features.reshape(-1, 1) if features.ndim == 1 else features)
-        for b in placement.bins:
+        try:
+            if "ssd" in kinds:
+                dtype, dim = self._open_ssd(bin_dir, backend, backend_options, dtype, dim, full_check)
+            if dtype is None:
+                raise StoreError("no features and no SSD bins: nothing says the rows' dtype and width")
+            self.dtype_np, self.dim = dtype, dim
+            self.dtype = torch.from_numpy(np.empty(0, dtype)).dtype
+            self.row_bytes = dim * dtype.itemsize
+            feats = None if features is None else (features.reshape(-1, 1) if features.ndim == 1 else features)
+            local = None if local_gpu_bins is None else {int(i) for i in local_gpu_bins}
+            self._build_caches(feats, local, share_key)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- construction ----------------------------------------------------------------------------
+    def _open_ssd(self, bin_dir, backend, options, dtype, dim, full_check):
+        if bin_dir is None:
+            raise StoreError("the placement has SSD bins: pass bin_dir, the directory of the bin files")
+        if isinstance(backend, str):
+            options = dict(options or {})
+            if backend == "kvikio" and self.memory.accelerated:
+                options.setdefault("device", self.device)
+            self.backend = get_backend(backend, **options)
+        else:
+            self.backend = backend
+        p = self.placement
+        for b in p.bins:
+            if b.kind != "ssd":
+                continue
+            used = p.row_of[p.bin_of == b.id]
+            info = open_bin(bin_dir, b, dtype=dtype, dim=dim, full_check=full_check,
+                            min_rows=int(used.max()) + 1 if used.size else 0)
+            dtype, dim = np.dtype(info.dtype), info.dim
+            self._handles[b.id] = self.backend.open(info)
+        return dtype, dim
+
+    def _rows_of(self, bin_id: int) -> tuple[np.ndarray, int]:
+        verts = self.placement.vertices_of(bin_id)
+        return verts, (int(self.placement.row_of[verts[-1]]) + 1 if verts.size else 0)
+
+    def _fill(self, t: torch.Tensor, verts: np.ndarray, feats: np.ndarray) -> None:
+        """Rows of ``verts`` into host tensor ``t`` at their bin rows, in bounded chunks out of a memmap."""
+        for a in range(0, verts.size, 1 << 16):
+            v = verts[a:a + (1 << 16)]
+            t[torch.from_numpy(self.placement.row_of[v])] = torch.from_numpy(np.ascontiguousarray(feats[v]))
+
+    def _build_caches(self, feats: np.ndarray | None, local: set[int] | None, share_key: str | None) -> None:
+        mem = self.memory
+        on_device = [b for b in self.placement.bins if b.kind == "gpu" and mem.accelerated
+                     and (local is None or b.id in local)]
+        need = sum(self._rows_of(b.id)[1] for b in on_device) * self.row_bytes
+        free = mem.free_bytes() if on_device else None
+        if free is not None and need > GPU_BIN_SHARE * free:
+            raise StoreError(f"the GPU cache bin(s) need {need / 2**30:.2f} GiB on {self.device}, which has "
+                             f"{free / 2**30:.2f} GiB free ({GPU_BIN_SHARE:.0%} may go to bins): place with a "
+                             "smaller --gpu-cache")
+        for b in self.placement.bins:
             if b.kind == "ssd":
                 continue
-            verts = placement.vertices_of(b.id)
-            rows = int(placement.row_of[verts[-1]]) + 1 if verts.size else 0
-            t = torch.zeros((rows, dim), dtype=self.dtype)
-            for a in range(0, verts.size, 1 << 16):  # bounded copies out of a memmap
+            verts, rows = self._rows_of(b.id)
+            if b in on_device:
+                self._tensors[b.id] = self._device_bin(verts, rows, feats)
+                self._held[b.id] = "device"
+                continue
+            if b.kind == "gpu" and mem.accelerated:
+                self.notes.append(f"GPU bin {b.id} ({b.device}) belongs to another GPU: served from host memory "
+                                  "(peer reads over NVLink are not implemented)")
+            self._tensors[b.id] = self._host_bin(b.id, verts, rows, feats, share_key)
+            self._held[b.id] = "device" if not mem.accelerated and b.kind == "gpu" else "host"
+
+    def _host_bin(self, bin_id: int, verts: np.ndarray, rows: int, feats: np.ndarray,
+                  share_key: str | None) -> torch.Tensor:
+        shape = (rows, self.dim)
+        t = None
+        if share_key:
+            seg = shared_host_tensor(f"{share_key}-b{bin_id}-{rows}x{self.dim}-{self.dtype_np.str.lstrip('<>|=')}",
+                                     shape, self.dtype, lambda x: self._fill(x, verts, feats))
+            if seg is None:
+                self.notes.append(f"bin {bin_id}: no room in /dev/shm for one copy per node; a private copy")
+            else:
+                self._shared.append(seg)
+                t = seg.tensor
+                self.notes.append(f"bin {bin_id}: one copy per node in {seg.path} "
+                                  f"({'filled here' if seg.built else 'mapped, filled by another process'})")
+        if t is None:
+            t = torch.zeros(shape, dtype=self.dtype)
+            self._fill(t, verts, feats)
+        if self.memory.pin_in_place(t):  # page-locked where it is: no pin_memory() copy
+            self._pinned.append(t)
+        return t
+
+    def _device_bin(self, verts: np.ndarray, rows: int, feats: np.ndarray) -> torch.Tensor:
+        """A GPU bin filled chunk by chunk through pinned staging (never a whole host copy first)."""
+        with self.transfer.batch() as tb:
+            t = tb.empty((rows, self.dim), self.dtype)
+            for a in range(0, verts.size, 1 << 16):
                 v = verts[a:a + (1 << 16)]
-                t[torch.from_numpy(placement.row_of[v])] = torch.from_numpy(np.ascontiguousarray(feats[v]))
-            if b.kind == "gpu" and cuda:
-                t = t.to(b.device if b.device and b.device.startswith("cuda") else "cuda")
-            elif b.kind == "cpu":
-                t.share_memory_()
-                if cuda:
-                    t = t.pin_memory()
-            self._tensors[b.id] = t
+                stage = tb.staging("fill", (v.size, self.dim), self.dtype)
+                stage.copy_(torch.from_numpy(np.ascontiguousarray(feats[v])))
+                at = tb.to_device(torch.from_numpy(self.placement.row_of[v]))
+                t.index_copy_(0, at, tb.to_device(stage))
+                self.memory.host_wait(self.memory.mark())  # the staging slot is reused by the next chunk
+        tb.landing.wait()
+        self.transfer.reset_counts()
+        return t
 
     # ------------------------------------------------------------------
     @property
@@ -148,93 +277,183 @@ class FeatureStore:
         return self.placement.num_vertices
 
     def direct_io(self) -> dict[int, tuple[bool, str | None]]:
-        """Per SSD bin: whether reads bypass the page cache (O_DIRECT), and why not."""
+        """Per SSD bin: whether reads bypass the page cache (O_DIRECT, or GPUDirect Storage), and why not."""
         return {i: (h.direct, h.note) for i, h in self._handles.items()}
 
     def memory_bytes(self) -> dict[str, int]:
-        """Memory the store holds, bytes: per tier (``gpu``, ``cpu``) and the backend's buffers (``buffers``)."""
-        out = {"gpu": 0, "cpu": 0, "buffers": self.backend.buffer_bytes if self.backend else 0}
+        """Memory the store holds, bytes: on the ``device``, in ``host`` memory (caches), ``buffers`` (backend).
+
+        ``gpu`` and ``cpu`` are the bytes of each tier's bins wherever held.
+        """
+        out = {"gpu": 0, "cpu": 0, "device": 0, "host": 0,
+               "buffers": self.backend.buffer_bytes if self.backend else 0}
         for i, t in self._tensors.items():
-            out[self.placement.bins[i].kind] += t.numel() * t.element_size()
+            n = t.numel() * t.element_size()
+            out[self.placement.bins[i].kind] += n
+            out["device" if self._held[i] == "device" and self.memory.accelerated else "host"] += n
         return out
 
-    def gather(self, ids: torch.Tensor | np.ndarray, device: str | torch.device | None = None) -> torch.Tensor:
+    def gather(self, ids: torch.Tensor | np.ndarray, device: str | torch.device | None = None,
+               dtype: torch.dtype | None = None) -> torch.Tensor:
         """Rows of ``ids`` (1-D int, any order, duplicates fine), shape ``(len(ids), dim)``, on ``device``.
 
-        ``out[i]`` is the feature row of vertex ``ids[i]``.
+        ``out[i]`` is the feature row of vertex ``ids[i]``; ``device`` is the
+        store's (default) or the host; ``dtype`` casts there after the copy.
+        Safe to use on the calling thread's current stream when it returns.
         """
+        return self.gather_landing(ids, device, dtype).wait()
+
+    def gather_landing(self, ids: torch.Tensor | np.ndarray, device: str | torch.device | None = None,
+                       dtype: torch.dtype | None = None) -> Gathered:
+        """:meth:`gather` without waiting: the consumer calls ``.wait()`` where it starts to use the rows."""
         dev = torch.device(device) if device is not None else self.device
-        ids_t = torch.as_tensor(ids).reshape(-1).to("cpu", torch.int64)
-        n = ids_t.numel()
-        on_host = dev.type == "cpu"
-        if on_host:  # page-aligned, so that O_DIRECT reads of SSD rows land in the result itself
-            out_np = aligned_empty(n, self.row_bytes)
-            out = torch.from_numpy(out_np.view(self.dtype_np).reshape(n, self.dim))
-        else:
-            out = torch.empty((n, self.dim), dtype=self.dtype, device=dev)
-        if n == 0:
-            return out
-        if ids_t.min() < 0 or ids_t.max() >= self.num_vertices:
-            bad = int(ids_t[(ids_t < 0) | (ids_t >= self.num_vertices)][0])
+        if dev != self.device and dev.type != "cpu":
+            raise StoreError(f"this store gathers to {self.device} or the host, not {dev}")
+        if dev != self.device or not self.memory.accelerated:
+            out = self._gather_host(self._host_ids(ids))
+            return Gathered(out if dtype is None else out.to(dtype), None)
+        return self._gather_device(ids, dtype)
+
+    def _host_ids(self, ids: torch.Tensor | np.ndarray, batch: Batch | None = None) -> torch.Tensor:
+        t = torch.as_tensor(ids).reshape(-1)
+        if t.device.type != "cpu":
+            t = batch.to_host(t) if batch is not None else t.to("cpu")
+        t = t.to(torch.int64)
+        if t.numel() and (t.min() < 0 or t.max() >= self.num_vertices):
+            bad = int(t[(t < 0) | (t >= self.num_vertices)][0])
             raise IndexError(f"vertex {bad} is not in the store ({self.num_vertices} vertices)")
-        bins = self._bin_of[ids_t]
-        rows = self._row_of[ids_t]
-        # one pass over bins present in this request, grouped by a sort
+        return t
+
+    def _groups(self, ids_t: torch.Tensor):
+        """``(bin, positions, rows)`` per bin present in ``ids_t``, grouped by one stable sort."""
+        bins, rows = self._bin_of[ids_t], self._row_of[ids_t]
         order = torch.argsort(bins, stable=True)
         present, counts = torch.unique_consecutive(bins[order], return_counts=True)
         start = 0
         for b, c in zip(present.tolist(), counts.tolist(), strict=True):
             pos = order[start:start + c]
             start += c
+            yield b, pos, rows[pos]
+
+    def _gather_host(self, ids_t: torch.Tensor) -> torch.Tensor:
+        """Host result, page-aligned, so that O_DIRECT reads of SSD rows land in it."""
+        n = ids_t.numel()
+        out_np = aligned_empty(n, self.row_bytes)
+        out = torch.from_numpy(out_np.view(self.dtype_np).reshape(n, self.dim))
+        for b, pos, r in self._groups(ids_t):
             t0 = time.perf_counter()
-            r = rows[pos]
+            c = pos.numel()
             tensor = self._tensors.get(b)
             if tensor is not None:
-                vals = tensor.index_select(0, r.to(tensor.device))
+                if tensor.device.type != "cpu":  # a GPU bin gathered to the host: one copy down
+                    out[pos] = tensor.index_select(0, r.to(tensor.device)).cpu()
+                else:
+                    out[pos] = tensor.index_select(0, r)
                 requests = 1
-            elif on_host:
-                requests = self.backend.read_rows_at(self._handles[b], r.numpy(), out_np, pos.numpy())
-                self._counters[b].add(c, c * self.row_bytes, requests, time.perf_counter() - t0)
-                continue
             else:
-                buf = aligned_empty(c, self.row_bytes)  # page-aligned: O_DIRECT reads land in it, no staging copy
-                requests = self.backend.read_rows(self._handles[b], r.numpy(), buf)
-                vals = torch.from_numpy(buf.view(self.dtype_np).reshape(c, self.dim))
-            out[pos.to(dev)] = vals.to(dev, non_blocking=True)
+                requests = self.backend.read_rows(self._handles[b], r, out_np, pos)
             self._counters[b].add(c, c * self.row_bytes, requests, time.perf_counter() - t0)
         return out
+
+    def _gather_device(self, ids: torch.Tensor | np.ndarray, dtype: torch.dtype | None) -> Gathered:
+        """Assemble on the device (see the module docstring): index metadata up once, host rows up once."""
+        mem = self.memory
+        with self.transfer.batch() as tb:
+            ids_t = self._host_ids(ids, tb)
+            n = ids_t.numel()
+            out = tb.empty((n, self.dim), self.dtype)
+            dev_g, host_g, file_host, file_dev = [], [], [], []
+            for b, pos, r in self._groups(ids_t):
+                if b in self._tensors:
+                    (dev_g if self._held[b] == "device" else host_g).append((b, pos, r))
+                elif self.backend.device_reads:
+                    file_dev.append((b, pos, r))
+                else:
+                    file_host.append((b, pos, r))
+            staged = host_g + file_host
+            n_host = sum(p.numel() for _, p, _ in staged)
+            # one pinned index buffer up: device groups' positions and rows, then the staged rows' positions
+            parts = [x for _, p, r in dev_g for x in (p, r)] + [p for _, p, _ in staged]
+            idx = None
+            if parts:
+                total = sum(x.numel() for x in parts)
+                ibuf = tb.staging("index", (total,), torch.int64)
+                torch.cat(parts, out=ibuf)
+                idx = tb.to_device(ibuf)
+            at = 0
+            for b, pos, _ in dev_g:  # launched first: the device works while the host gathers
+                c = pos.numel()
+                m0 = mem.mark()
+                vals = self._tensors[b].index_select(0, idx[at + c:at + 2 * c])
+                out.index_copy_(0, idx[at:at + c], vals)
+                self._counters[b].add(c, c * self.row_bytes, 1, None, (m0, mem.mark()))
+                at += 2 * c
+            if n_host:
+                hbuf = tb.staging("rows", (n_host, self.dim), self.dtype)
+                h = 0
+                for b, pos, r in staged:
+                    c = pos.numel()
+                    t0 = time.perf_counter()
+                    if b in self._tensors:  # into pinned memory: index_select alone would return pageable
+                        torch.index_select(self._tensors[b], 0, r, out=hbuf[h:h + c])
+                        requests = 1
+                    else:
+                        requests = self.backend.read_rows(self._handles[b], r, hbuf[h:h + c])
+                    self._counters[b].add(c, c * self.row_bytes, requests, time.perf_counter() - t0)
+                    h += c
+                out.index_copy_(0, idx[at:at + n_host], tb.to_device(hbuf))
+            for b, pos, r in file_dev:  # the backend reads into device memory and scatters there
+                t0 = time.perf_counter()
+                requests = self.backend.read_rows(self._handles[b], r, out, pos, transfer=self.transfer)
+                c = pos.numel()
+                self._counters[b].add(c, c * self.row_bytes, requests, time.perf_counter() - t0)
+            result = tb.cast(out, dtype)
+        for c in self._counters.values():
+            if len(c.pending) > _PENDING:
+                c.resolve(mem, keep=_PENDING // 2)
+        return Gathered(result, tb.landing)
 
     def gather_async(self, ids: torch.Tensor | np.ndarray,
                      device: str | torch.device | None = None) -> concurrent.futures.Future:
         """:meth:`gather` on a background thread: a Future of the tensor (to overlap with compute)."""
         with self._pool_lock:
             if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="moment-gather")
+                self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="moment-gather",
+                                                                   initializer=self.memory.set_device)
         return self._pool.submit(self.gather, ids, device)
 
     def stats(self) -> list[BinStats]:
-        """Counters per bin since the store opened (or :meth:`reset_stats`)."""
+        """Counters per bin since the store opened (or :meth:`reset_stats`); waits for pending device timings."""
         out = []
         for b in self.placement.bins:
             c = self._counters[b.id]
+            c.resolve(self.memory)
             with c.lock:
                 lat = c.ring[:min(c.calls, RESERVOIR)].copy()
                 rows, nbytes, req, calls = c.rows, c.bytes, c.requests, c.calls
             p50, p99 = (np.percentile(lat, [50, 99]).tolist() if lat.size else (0.0, 0.0))
-            out.append(BinStats(b.id, b.kind, rows, nbytes, req, calls, p50, p99))
+            out.append(BinStats(b.id, b.kind, rows, nbytes, req, calls, p50, p99, self._held[b.id]))
         return out
 
     def tier_stats(self) -> dict[str, dict[str, float]]:
-        """Counters summed per tier (``gpu``, ``cpu``, ``ssd``): rows, bytes, requests, share of rows."""
-        st = self.stats()
-        total = sum(s.rows for s in st) or 1
+        """Counters summed per tier (``gpu``, ``cpu``, ``ssd``): rows, bytes, requests, share of rows.
+
+        Rows of another GPU's partition served from host memory count as ``gpu-peer``.
+        """
         out: dict[str, dict[str, float]] = {}
-        for s in st:
-            t = out.setdefault(s.kind, {"rows": 0, "bytes": 0, "requests": 0, "share": 0.0})
-            t["rows"] += s.rows
-            t["bytes"] += s.bytes
-            t["requests"] += s.requests
-            t["share"] = t["rows"] / total
+        total = 0
+        for b in self.placement.bins:
+            c = self._counters[b.id]
+            with c.lock:
+                rows, nbytes, req = c.rows, c.bytes, c.requests
+            kind = "gpu-peer" if b.kind == "gpu" and self._held[b.id] == "host" else b.kind
+            t = out.setdefault(kind, {"rows": 0, "bytes": 0, "requests": 0, "share": 0.0})
+            t["rows"] += rows
+            t["bytes"] += nbytes
+            t["requests"] += req
+            total += rows
+        for t in out.values():
+            t["share"] = t["rows"] / (total or 1)
         return out
 
     def reset_stats(self) -> None:
@@ -249,6 +468,13 @@ class FeatureStore:
                 self.backend.close_handle(h)
             self.backend.close()
             self._handles.clear()
+        for t in self._pinned:  # unregistered before the memory goes away
+            self.memory.unpin(t)
+        self._pinned.clear()
+        self._tensors.clear()
+        for seg in self._shared:
+            seg.close()
+        self._shared.clear()
 
     def __enter__(self) -> FeatureStore:
         return self
