@@ -26,7 +26,7 @@ def _config(args: argparse.Namespace):
         heads=args.heads, gcn_norm=args.gcn_norm, normalize_features=args.normalize_features, seed=args.seed,
         prefetch=args.prefetch, eval_every_epochs=args.eval_every, metrics_path=args.metrics,
         checkpoint_dir=args.checkpoint, checkpoint_every_steps=args.checkpoint_every, resume=args.resume,
-        server=args.server, backend=args.backend,
+        server=args.server, backend=args.backend, sample_on=args.sample_on, capacities=args.capacities,
     )
 
 
@@ -65,6 +65,12 @@ def _train_command(args: argparse.Namespace) -> int:
             err.print(f"training {config.model} on {rec['num_train']:,} seeds, {rec['world_size']} rank(s), "
                       f"{rec['steps_per_epoch']} steps per epoch, features: "
                       f"{'store ' + str(config.placement) if config.placement else 'in memory'}", markup=False)
+            err.print(f"device {rec['device']}; sampling on {rec['sampling']['device']} ({rec['sampling']['why']})",
+                      markup=False)
+            for note in rec.get("store_notes", []):
+                err.print(f"store: {note}", markup=False)
+            if rec.get("rng_restored") not in (None, "per-rank"):
+                err.print(f"random streams: {rec['rng_restored']}", markup=False)
             if err.is_terminal:
                 from rich.progress import (
                     BarColumn,
@@ -157,7 +163,12 @@ def register(subparsers) -> None:
     r = p.add_argument_group("pipeline, evaluation, output")
     r.add_argument("--prefetch", type=int, default=2, metavar="K",
                    help="batches sampled and gathered ahead on a background thread (default 2; 0 = inline)")
-    r.add_argument("--backend", choices=("posix", "auto"), default="auto", help="SSD read backend (default auto)")
+    r.add_argument("--backend", choices=("auto", "posix", "kvikio"), default="auto",
+                   help="SSD read backend: kvikio reads into GPU memory (needs CUDA and KvikIO); auto (default) "
+                        "takes kvikio only where --capacities measured it faster, else posix")
+    r.add_argument("--capacities", metavar="FILE", help="a `moment profile` file: its figures choose --backend auto")
+    r.add_argument("--sample-on", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="where to sample: auto (default) = on the GPU when the graph fits there, else the CPU")
     r.add_argument("--server", metavar="HOST:PORT", help="take batches from a `moment serve` sampling server")
     r.add_argument("--eval-fanouts", metavar="F1,F2,..", help="fan-outs of evaluation (default: --fanouts)")
     r.add_argument("--eval-batch-size", type=int, default=4096, metavar="N", help="default 4096")

@@ -341,3 +341,21 @@ def test_num_threads_is_scoped_to_the_batch():
     assert torch.get_num_threads() == before
     with pytest.raises(SamplerError, match="num_threads"):
         NeighborSampler(indptr, indices, (3,), num_threads=0)
+
+
+def test_unchecked_sampling_is_the_same_and_sources_check_once():
+    """``check=False`` (what LocalBatchSource passes per batch) changes nothing but the checks."""
+    from training.batches import LocalBatchSource
+
+    indptr = torch.tensor([0, 2, 4, 6, 6])
+    indices = torch.tensor([1, 2, 0, 2, 0, 1])
+    for relabel in ("map", "unique"):
+        a = NeighborSampler(indptr, indices, (1, -1), seed=0, relabel=relabel).sample(torch.tensor([2, 0]))
+        b = NeighborSampler(indptr, indices, (1, -1), seed=0, relabel=relabel).sample(torch.tensor([2, 0]),
+                                                                                      check=False)
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+    s = NeighborSampler(indptr, indices, (1,), seed=0)
+    with pytest.raises(SamplerError, match="repeated"):
+        LocalBatchSource(s, torch.tensor([0, 1, 1]), batch_size=2)
+    with pytest.raises(SamplerError, match=r"\[0, 4\)"):
+        LocalBatchSource(s, torch.tensor([0, 7]), batch_size=2)

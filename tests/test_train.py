@@ -233,6 +233,26 @@ def test_torchrun_two_ranks_ssd_tier_equal_one_process_and_resume(cora, cora_pla
         torch.testing.assert_close(_params(resumed.model)[k], v, rtol=1e-3, atol=1e-4)
 
 
+def test_torchrun_two_ranks_resume_exactly_with_dropout(cora, cora_placement, tmp_path):
+    """Dropout draws from each rank's own random stream: a resumed rank must get its own back.
+
+    Sampled fan-outs, dropout 0.5, interrupted mid-epoch and resumed in two gloo
+    ranks: parameters identical to the uninterrupted run. The same checkpoint with
+    rank 0's streams on every rank (how checkpoints were before) does not give them.
+    """
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    cmd = [torchrun, "--nproc-per-node", "2", str(REPO / "tests" / "resume_ranks.py"), str(cora),
+           str(cora_placement), str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")),
+                 key=lambda r: r["rank"])
+    assert [r["rank"] for r in res] == [0, 1]
+    assert all(r["resumed_from"] == [1, 2] and r["resumed_equal"] for r in res), res
+    assert not any(r["rank0_streams_equal"] for r in res), res
+
+
 # ----------------------------------------------------------------------------------------------
 # the command line
 

@@ -110,6 +110,11 @@ class LocalBatchSource:
         self.batch_size = int(batch_size)
         self.rank, self.world_size, self.seed, self.shuffle = rank, world_size, seed, shuffle
         num_steps(self.train_idx.numel(), self.batch_size)  # validates batch_size
+        # once here rather than per batch (a host synchronisation each on a GPU): every batch is a
+        # slice of a permutation of these
+        sampler.check_seeds(self.train_idx)
+        if torch.unique(self.train_idx).numel() != self.train_idx.numel():
+            raise SamplerError("train_idx: contains repeated vertex ids; list each training vertex once")
 
     def steps(self, epoch: int) -> int:
         return num_steps(self.train_idx.numel(), self.batch_size)
@@ -119,7 +124,7 @@ class LocalBatchSource:
                             world_size=self.world_size, seed=self.seed, shuffle=self.shuffle)
         for step in range(start_step, len(parts)):
             self.sampler.reseed(_mix(self.seed, epoch, self.rank, step, 1))
-            yield self.sampler.sample(parts[step])
+            yield self.sampler.sample(parts[step], check=False)
 
     def close(self) -> None:
         pass

@@ -287,6 +287,10 @@ class NeighborSampler:
             threads ran 3-4x slower than 1.
 
     The device is the CSR's: put ``indptr``/``indices`` on CUDA to sample there.
+    On a GPU a batch synchronises with the host only where a size decides the
+    next allocation (per hop: the edge count, the rows drawn from, the vertices
+    not seen before); the seeds' checks are one more each unless the caller
+    validated them once (``sample(..., check=False)``).
     With ``relabel="map"`` a sampler is not re-entrant (one per thread or worker).
 
     >>> import torch
@@ -355,26 +359,36 @@ class NeighborSampler:
         """Bytes of the reusable vertex map (0 until the first batch, or with ``"unique"``)."""
         return 0 if self._map is None else _nbytes(self._map)
 
-    def sample(self, seeds: Tensor | np.ndarray | Sequence[int]) -> SampledBatch:
+    def sample(self, seeds: Tensor | np.ndarray | Sequence[int], *, check: bool = True) -> SampledBatch:
         """Sample the multi-hop neighbourhood of ``seeds`` (distinct global vertex ids).
 
         Returns a :class:`SampledBatch`; its tensors are on the sampler's device.
+        ``check=False`` skips the range and distinctness checks of the seeds (a
+        caller that validated them once, as :class:`training.batches.LocalBatchSource`
+        does): on a GPU each check is a host synchronisation per batch.
         """
-        seeds = _as_tensor(seeds, "seeds").to(device=self.device, dtype=torch.int64).view(-1)
-        if seeds.numel() and (int(seeds.min()) < 0 or int(seeds.max()) >= self.num_nodes):
-            raise SamplerError(
-                f"seeds: vertex ids must lie in [0, {self.num_nodes}), "
-                f"got {int(seeds.min())} .. {int(seeds.max())}"
-            )
+        seeds = _as_tensor(seeds, "seeds").view(-1)
+        if check:
+            self.check_seeds(seeds)
+        seeds = seeds.to(device=self.device, dtype=torch.int64)
         run = self._sample_map if self.relabel == "map" else self._sample_unique
         if self.num_threads is None or self.device.type != "cpu":
-            return run(seeds)
+            return run(seeds, check)
         before = torch.get_num_threads()
         torch.set_num_threads(self.num_threads)
         try:
-            return run(seeds)
+            return run(seeds, check)
         finally:
             torch.set_num_threads(before)
+
+    def check_seeds(self, seeds: Tensor | np.ndarray | Sequence[int]) -> None:
+        """Raise :class:`SamplerError` unless every seed is a vertex id (distinctness is checked by :meth:`sample`)."""
+        seeds = _as_tensor(seeds, "seeds").view(-1)
+        if seeds.numel():
+            lo, hi = torch.aminmax(seeds)  # one pass, and one synchronisation on a device
+            lo, hi = int(lo), int(hi)
+            if lo < 0 or hi >= self.num_nodes:
+                raise SamplerError(f"seeds: vertex ids must lie in [0, {self.num_nodes}), got {lo} .. {hi}")
 
     __call__ = sample
 
@@ -388,7 +402,7 @@ class NeighborSampler:
             generator=self.generator,
         )
 
-    def _sample_map(self, seeds: Tensor) -> SampledBatch:
+    def _sample_map(self, seeds: Tensor, check: bool = True) -> SampledBatch:
         # The map holds ``stamp << 32 | local id``; a new stamp per batch makes every older
         # entry read as "not in this batch" (it is smaller than ``base``), so nothing is
         # ever reset: the map costs O(batch) per batch, like the batch itself.
@@ -401,7 +415,7 @@ class NeighborSampler:
         num_seeds = seeds.numel()
         ids = torch.arange(num_seeds, device=self.device)
         node_map.scatter_(0, seeds, ids + base)
-        if num_seeds and not bool((node_map.index_select(0, seeds) - base == ids).all()):
+        if check and num_seeds and not bool((node_map.index_select(0, seeds) - base == ids).all()):
             raise SamplerError("seeds: contain repeated vertex ids; pass each seed once")
         parts, sources, targets = [seeds], [], []
         num_nodes, frontier_start = num_seeds, 0
@@ -432,10 +446,10 @@ class NeighborSampler:
             num_nodes += new.numel()
         return _batch(torch.cat(parts), num_seeds, sources, targets, parts)
 
-    def _sample_unique(self, seeds: Tensor) -> SampledBatch:
+    def _sample_unique(self, seeds: Tensor, check: bool = True) -> SampledBatch:
         num_seeds = seeds.numel()
         known, order = seeds.sort()
-        if num_seeds > 1 and bool((known[1:] == known[:-1]).any()):
+        if check and num_seeds > 1 and bool((known[1:] == known[:-1]).any()):
             raise SamplerError("seeds: contain repeated vertex ids; pass each seed once")
         parts, sources, targets = [seeds], [], []
         num_nodes, frontier_start = num_seeds, 0

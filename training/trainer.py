@@ -1,5 +1,8 @@
 """The data-parallel training loop: sampled batches, tiered features, pipelined, checkpointed.
 
+(Over 600 lines: features, pipeline, devices and checkpoints still live here
+until the planned split into modules and the move to DDP.)
+
 :func:`train` runs :class:`TrainConfig` in this process. Under ``torchrun``
 (``WORLD_SIZE > 1``) every process is one rank of a ``torch.distributed`` group
 (``gloo`` on CPU, ``nccl`` on CUDA); without it a single process trains alone.
@@ -20,6 +23,18 @@ trains. Each step's time is split into sample, gather (rows and bytes per tier,
 from the store's counter deltas), compute, all-reduce and I/O wait (the time the
 trainer blocked on the queue).
 
+Devices (see :mod:`training.devices`): a rank trains on ``cuda:LOCAL_RANK``
+(``cuda:0`` when the launcher shows it one GPU), or on the GPU at the PCI bus
+address its partition of a partitioned GPU cache was planned for; it holds
+only its own partition. Everything a batch needs reaches that device through
+one :class:`~iostack.transfer.Transfer`: the prefetch thread makes the device
+current and runs on its own copy stream (sampling, gathers, uploads from
+pinned staging, the fp32 cast on the device), and the training step waits on
+the batch's landings before using it. The graph is sampled on the GPU when it
+fits there (``sample_on``), else on the host; the start record says which, and
+why. Epoch records count the host→device copies by source memory
+(``transfers``).
+
 Evaluation: validation and test vertices are sampled with ``eval_fanouts``
 (default: the training fan-outs; ``-1`` = full neighbourhoods), split over the
 ranks, counts all-reduced. Train accuracy is measured on the training steps'
@@ -31,8 +46,9 @@ seconds, sizes bytes.
 
 Checkpoints (``checkpoint_dir/checkpoint.pt``, written by rank 0 to a temporary
 file then renamed) hold the model, the optimizer, the position (epoch, step),
-the epoch's running sums, the RNG states and the config; with ``resume`` a run
-continues from there exactly: batches depend only on ``(seed, epoch, step)``.
+the epoch's running sums, every rank's own RNG states (gathered to rank 0) and
+the config; with ``resume`` a run continues from there exactly: batches depend
+only on ``(seed, epoch, step)`` and each rank's dropout stream is its own.
 """
 
 from __future__ import annotations
@@ -54,9 +70,28 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from iostack.backends import BACKENDS
+from iostack.transfer import (
+    Batch,
+    CudaMemory,
+    DeviceMemory,
+    Gathered,
+    HostMemory,
+    Landing,
+    Transfer,
+    TransferCounts,
+    memory_for,
+)
 from planner.errors import PlannerError
 from training.batches import BatchSource, LocalBatchSource, _mix, epoch_seeds
 from training.data import Dataset, open_dataset
+from training.devices import (
+    SAMPLE_ON,
+    bus_address_in,
+    partition_of_rank,
+    rank_device,
+    sampling_device,
+)
 from training.models import build_model
 from training.sampler import NeighborSampler, SampledBatch
 
@@ -84,7 +119,11 @@ class TrainConfig:
     fan-out. ``hidden``/``heads``: ``None`` takes the model's default (SAGE/GCN 256,
     GAT 64 × 8). ``prefetch``: batches prepared ahead (0 = sample and gather inline).
     ``eval_every_epochs``: 0 = only after the last epoch. ``checkpoint_every_steps``:
-    0 = only at epoch ends. ``backend``: the SSD read backend of the feature store.
+    0 = only at epoch ends. ``backend``: the SSD read backend of the feature store
+    (``auto``: chosen by the measurements in ``capacities``, a ``moment profile``
+    file; see :func:`iostack.backends.choose_backend`). ``sample_on``: ``auto``
+    samples on the GPU when the graph fits there, else on the host; ``cpu``;
+    ``gpu`` (an error when it cannot).
     """
 
     dataset: str
@@ -114,6 +153,8 @@ class TrainConfig:
     server: str | None = None
     backend: str = "auto"
     server_timeout_s: float = 30.0
+    sample_on: str = "auto"
+    capacities: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
@@ -137,6 +178,10 @@ class TrainConfig:
             raise TrainError(f"lr must be > 0 and weight_decay >= 0, got {self.lr} and {self.weight_decay}")
         if self.gcn_norm not in ("local", "global"):
             raise TrainError(f"gcn_norm: expected 'local' or 'global', got {self.gcn_norm!r}")
+        if self.sample_on not in SAMPLE_ON:
+            raise TrainError(f"sample_on: expected one of {', '.join(SAMPLE_ON)}, got {self.sample_on!r}")
+        if self.backend not in BACKENDS:
+            raise TrainError(f"backend: expected one of {', '.join(BACKENDS)}, got {self.backend!r}")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -166,12 +211,21 @@ class TrainResult:
 
 
 class FeatureSource(Protocol):
-    """Rows of the feature matrix by vertex id, with cumulative per-tier counters."""
+    """Rows of the feature matrix by vertex id, with cumulative per-tier counters.
+
+    ``transfer`` is the :class:`~iostack.transfer.Transfer` its rows (and the
+    batch's other tensors) reach the training device through.
+    """
 
     dim: int
+    transfer: Transfer
 
     def gather(self, ids: Tensor) -> Tensor:
         """``[len(ids), dim]`` rows of ``ids`` (int64), in order."""
+        ...
+
+    def gather_landing(self, ids: Tensor, dtype: torch.dtype | None = None) -> Gathered:
+        """The rows on the training device (cast to ``dtype`` there), to wait on where they are used."""
         ...
 
     def totals(self) -> dict[str, tuple[int, int]]:
@@ -182,17 +236,32 @@ class FeatureSource(Protocol):
 
 
 class MemoryFeatures:
-    """The whole feature matrix in memory (tier ``"memory"``), indexed directly."""
+    """The whole feature matrix in host memory (tier ``"memory"``), indexed directly.
 
-    def __init__(self, features: np.ndarray) -> None:
+    On an accelerator the rows of a batch are gathered into pinned staging and
+    copied up once, cast on the device.
+    """
+
+    def __init__(self, features: np.ndarray, transfer: Transfer | None = None) -> None:
         self._x = torch.from_numpy(np.array(features))  # a copy: the memmap's pages read once
+        self.transfer = transfer if transfer is not None else Transfer()
         self.dim = int(self._x.shape[1])
         self._row_bytes = self.dim * self._x.element_size()
         self._rows = 0
 
     def gather(self, ids: Tensor) -> Tensor:
-        self._rows += int(ids.numel())
-        return self._x.index_select(0, ids)
+        return self.gather_landing(ids).wait()
+
+    def gather_landing(self, ids: Tensor, dtype: torch.dtype | None = None) -> Gathered:
+        with self.transfer.batch() as tb:
+            ids = tb.to_host(torch.as_tensor(ids)).to(torch.int64)
+            self._rows += int(ids.numel())
+            if self.transfer.accelerated:
+                stage = tb.staging("rows", (ids.numel(), self.dim), self._x.dtype)
+                x = tb.to_device(torch.index_select(self._x, 0, ids, out=stage), dtype)
+            else:
+                x = tb.cast(self._x.index_select(0, ids), dtype)
+        return Gathered(x, tb.landing)
 
     def totals(self) -> dict[str, tuple[int, int]]:
         return {"memory": (self._rows, self._rows * self._row_bytes)}
@@ -206,10 +275,14 @@ class StoreFeatures:
 
     def __init__(self, store: Any) -> None:
         self.store = store
+        self.transfer = store.transfer
         self.dim = int(store.dim)
 
     def gather(self, ids: Tensor) -> Tensor:
         return self.store.gather(ids)
+
+    def gather_landing(self, ids: Tensor, dtype: torch.dtype | None = None) -> Gathered:
+        return self.store.gather_landing(ids, dtype=dtype)
 
     def totals(self) -> dict[str, tuple[int, int]]:
         return {k: (int(v["rows"]), int(v["bytes"])) for k, v in self.store.tier_stats().items()}
@@ -235,13 +308,22 @@ def _check_placement_is_for(ds: Dataset, placement_dir: Path) -> None:
                          f"{', '.join(diff)}); place this dataset with `moment place`")
 
 
-def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto") -> FeatureSource:
-    """The dataset's features: through the placement's store, else in memory."""
+def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto", *,
+                  memory: DeviceMemory | None = None, local_gpu_bins: Sequence[int] | None = None,
+                  share_key: str | None = None, capacities: str | None = None) -> FeatureSource:
+    """The dataset's features: through the placement's store, else in memory, served on ``memory``'s device.
+
+    ``backend`` ``auto`` is chosen by measurement (``capacities``: a file of
+    ``moment profile``); ``local_gpu_bins`` and ``share_key`` go to the store.
+    """
+    transfer = Transfer(memory if memory is not None else HostMemory())
     if placement_dir is None:
         if ds.features is None:
             raise TrainError(f"{ds.path}: the dataset has no features.npy and no --placement was given; "
                              "import features or pass a placement with SSD bins")
-        return MemoryFeatures(ds.features)
+        return MemoryFeatures(ds.features, transfer)
+    from iostack.backends import choose_backend
+    from iostack.bins import bin_path
     from iostack.placement import load_placement
     from iostack.store import FeatureStore
 
@@ -252,12 +334,43 @@ def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto")
     if placement.num_vertices != ds.num_nodes:
         raise TrainError(f"{placement_dir}: the placement holds {placement.num_vertices} vertices but the dataset "
                          f"{ds.path} has {ds.num_nodes}; place this dataset's features")
-    store = FeatureStore(placement, placement_dir, features=ds.features, backend=backend)
+    caps = None
+    if capacities is not None and backend == "auto":
+        from planner.capacities import load_capacities
+
+        caps = load_capacities(capacities)
+    choice = choose_backend(backend, cuda=isinstance(transfer.memory, CudaMemory), capacities=caps,
+                            paths=[str(bin_path(placement_dir, b)) for b in placement.bins if b.kind == "ssd"])
+    store = FeatureStore(placement, placement_dir, features=ds.features, backend=choice.name,
+                         memory=transfer.memory, local_gpu_bins=local_gpu_bins, share_key=share_key)
+    store.notes.insert(0, f"SSD reads: {choice.name} ({choice.reason})")
     if ds.features is not None and store.dim != ds.feature_dim:
         store.close()
         raise TrainError(f"{placement_dir}: bins hold rows of dim {store.dim}, the dataset's features have "
                          f"{ds.feature_dim}; place this dataset's features")
     return StoreFeatures(store)
+
+
+def share_key_of(ds: Dataset, placement_dir: str) -> str:
+    """A name for the node-shared host tiers of a placement: changes whenever their contents could.
+
+    The placement's directory and index files (path, size, mtime) and the
+    dataset's fingerprint: ranks of one run agree on it, a re-placed or
+    re-imported dataset gets another.
+    """
+    import hashlib
+
+    from training.data import fingerprint
+
+    h = hashlib.sha1(str(Path(placement_dir).resolve()).encode())
+    for name in ("placement.json", "bin_of.npy", "row_of.npy"):
+        try:
+            st = (Path(placement_dir) / name).stat()
+            h.update(f"{name}:{st.st_size}:{st.st_mtime_ns}".encode())
+        except OSError:
+            h.update(name.encode())
+    h.update(json.dumps(fingerprint(ds), sort_keys=True).encode())
+    return h.hexdigest()[:20]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -266,7 +379,11 @@ def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto")
 
 @dataclass
 class Prepared:
-    """A batch ready to train: sampled, features gathered (float32), labels and degrees looked up."""
+    """A batch ready to train: sampled, features gathered (float32), labels and degrees looked up.
+
+    Its tensors are on the training device once :meth:`wait` has returned
+    (on a GPU: the default stream waits for the copy stream's event).
+    """
 
     batch: SampledBatch
     x: Tensor
@@ -275,6 +392,13 @@ class Prepared:
     sample_s: float
     gather_s: float
     tiers: dict[str, tuple[int, int]]
+    landings: tuple[Landing | None, ...] = ()
+
+    def wait(self) -> Prepared:
+        for landing in self.landings:
+            if landing is not None:
+                landing.wait()
+        return self
 
 
 class Prefetcher:
@@ -282,16 +406,19 @@ class Prefetcher:
 
     ``get()`` returns the next :class:`Prepared` (``None`` after the last) and how many
     seconds it blocked. ``depth == 0`` prepares inline in ``get()``. Errors in the
-    thread are raised by ``get()``. Always ``close()`` (joins the thread).
+    thread are raised by ``get()``. Always ``close()`` (joins the thread). With a
+    ``transfer`` on a GPU the thread makes the training device current (a new
+    thread starts on device 0) and runs all its device work on its own copy stream.
     """
 
     _END = object()
 
     def __init__(self, batches: Iterator[SampledBatch], prepare: Callable[[SampledBatch, float], Prepared],
-                 depth: int) -> None:
+                 depth: int, transfer: Transfer | None = None) -> None:
         self._it = batches
         self._prepare = prepare
         self._depth = depth
+        self._transfer = transfer
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if depth > 0:
@@ -318,12 +445,23 @@ class Prefetcher:
 
     def _run(self) -> None:
         try:
-            while not self._stop.is_set():
-                item = self._next()
-                if not self._put(item) or item is self._END:
-                    return
+            if self._transfer is None:
+                self._loop()
+                return
+            self._transfer.memory.set_device()
+            with self._transfer.on_thread_stream():
+                try:
+                    self._loop()
+                finally:
+                    self._transfer.finish_thread()  # a later thread's stream must not overtake this one's work
         except BaseException as exc:  # handed to the trainer, which raises it
             self._put(exc)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            item = self._next()
+            if not self._put(item) or item is self._END:
+                return
 
     def get(self) -> tuple[Prepared | None, float]:
         t0 = time.perf_counter()
@@ -346,28 +484,59 @@ class Prefetcher:
             close()
 
 
-def _preparer(features: FeatureSource, labels: np.ndarray, indptr: np.ndarray | None,
-              normalize: bool, device: torch.device) -> Callable[[SampledBatch, float], Prepared]:
+@dataclass(frozen=True)
+class _Lookups:
+    """Per-vertex tables a batch needs besides features: labels, and degrees for global GCN norm.
+
+    Host tensors always; device copies too when the graph is sampled on the
+    device (then nothing of a batch goes back to the host for them).
+    """
+
+    labels: Tensor
+    indptr: Tensor | None
+    labels_dev: Tensor | None = None
+    indptr_dev: Tensor | None = None
+
+
+def _preparer(features: FeatureSource, lookups: _Lookups, normalize: bool
+              ) -> Callable[[SampledBatch, float], Prepared]:
+    transfer = features.transfer
+
     def prepare(b: SampledBatch, sample_s: float) -> Prepared:
         t0 = time.perf_counter()
         before = features.totals()
-        ids = b.n_id.to("cpu", torch.int64)
-        x = features.gather(ids)
+        gathered = features.gather_landing(b.n_id, dtype=torch.float32)  # cast on the device, after the copy
         after = features.totals()
         gather_s = time.perf_counter() - t0
-        x = x.to(device, torch.float32)
-        if normalize:  # row-normalised features (Kipf & Welling's preprocessing), per gathered row
-            x = x / x.sum(1, keepdim=True).clamp(min=1.0)
-        seeds = ids[: b.batch_size].numpy()
-        y = torch.from_numpy(np.asarray(labels[seeds], dtype=np.int64)).to(device)
-        deg = None
-        if indptr is not None:
-            nid = ids.numpy()
-            deg = torch.from_numpy((indptr[nid + 1] - indptr[nid]).astype(np.float32)).to(device)
+        with transfer.batch() as tb:
+            x = tb.keep(gathered.rows)
+            if normalize:  # row-normalised features (Kipf & Welling's preprocessing), per gathered row
+                x = tb.keep(transfer.memory.adopt(x / x.sum(1, keepdim=True).clamp(min=1.0)))
+            mem = transfer.memory
+            if lookups.labels_dev is not None and b.n_id.device == lookups.labels_dev.device:
+                # sampled on the device: look up there too, nothing goes back to the host
+                y = tb.keep(mem.adopt(lookups.labels_dev.index_select(0, b.n_id[: b.batch_size])))
+                ptr = lookups.indptr_dev
+                deg = None if ptr is None else tb.keep(mem.adopt((ptr[b.n_id + 1] - ptr[b.n_id]).float()))
+            else:
+                nid = tb.to_host(b.n_id)
+                y = _up(tb, lookups.labels.index_select(0, nid[: b.batch_size]), "labels")
+                ptr = lookups.indptr
+                deg = None if ptr is None else _up(tb, (ptr[nid + 1] - ptr[nid]).float(), "deg")
+            edge_index = _up(tb, b.edge_index, "edges")
         tiers = {k: (r - before.get(k, (0, 0))[0], n - before.get(k, (0, 0))[1]) for k, (r, n) in after.items()}
-        return Prepared(b.to(device), x, y, deg, sample_s, gather_s, tiers)
+        batch = SampledBatch(b.n_id, b.batch_size, edge_index, b.num_sampled_nodes, b.num_sampled_edges)
+        return Prepared(batch, x, y, deg, sample_s, gather_s, tiers, (gathered.landing, tb.landing))
 
     return prepare
+
+
+def _up(tb: Batch, t: Tensor, name: str) -> Tensor:
+    """``t`` on the training device: a host tensor through pinned staging (one asynchronous copy)."""
+    if not tb.memory.accelerated or tb.memory.kind_of(t) == "device":
+        return tb.keep(t) if tb.memory.accelerated else t
+    stage = tb.staging(name, tuple(t.shape), t.dtype)
+    return tb.to_device(stage.copy_(t))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -380,6 +549,10 @@ class _World:
     size: int
     device: torch.device
     owns_group: bool
+    local_rank: int = 0
+    local_size: int = 1
+    #: the placement's GPU bins this rank holds on its device (None: all of them)
+    gpu_bins: tuple[int, ...] | None = None
 
     def all_reduce(self, t: Tensor, op: str = "sum") -> Tensor:
         if self.size > 1:
@@ -389,45 +562,100 @@ class _World:
                                    "min": dist.ReduceOp.MIN}[op])
         return t
 
+    def gather_objects(self, obj: Any) -> list[Any]:
+        """``obj`` of every rank, in rank order (every rank calls it)."""
+        if self.size <= 1:
+            return [obj]
+        import torch.distributed as dist
 
-def _world() -> _World:
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj)
+        return out
+
+
+def _partition(placement_dir: str | None, local_rank: int, local_size: int
+               ) -> tuple[tuple[int, ...] | None, str | None]:
+    """The GPU bins a rank holds and, for one partition of a partitioned cache, its planned GPU's bus address."""
+    if placement_dir is None:
+        return None, None
+    from iostack.placement import load_placement
+
+    try:
+        bins = [b for b in load_placement(placement_dir).bins if b.kind == "gpu"]
+    except (OSError, PlannerError):
+        return None, None  # open_features reports what is wrong with the placement
+    mine = partition_of_rank([b.device for b in bins], local_rank, local_size)
+    if len(bins) < 2 or len(mine) != 1:
+        return tuple(bins[i].id for i in mine), None
+    try:  # the plan's GPU of this partition, from the report `moment place` wrote
+        report = json.loads((Path(placement_dir) / "place.json").read_text())["bins"][bins[mine[0]].id]
+        bus = next((a for a in map(bus_address_in, report.get("stores") or ()) if a), None)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        bus = None
+    return (bins[mine[0]].id,), bus
+
+
+def _world(placement_dir: str | None = None, memory: DeviceMemory | None = None) -> _World:
+    """This process's rank, its device (see :mod:`training.devices`) and its process group."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
-    cuda = torch.cuda.is_available()
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device(f"cuda:{local}" if cuda else "cpu")
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+    gpu_bins, bus = _partition(placement_dir, local, local_size)
+    cuda = memory is None and torch.cuda.is_available()
+    if memory is not None:
+        device = memory.device
+    elif cuda:
+        device = rank_device(local, bus=bus)
+        torch.cuda.set_device(device)  # before NCCL starts, and for every allocation that says just "cuda"
+    else:
+        device = torch.device("cpu")
     if size <= 1:
-        return _World(0, 1, device, False)
+        return _World(0, 1, device, False, 0, 1, None)
     import torch.distributed as dist
 
     owns = False
     if not dist.is_initialized():
-        if cuda:
-            torch.cuda.set_device(device)
         dist.init_process_group("nccl" if cuda else "gloo")
         owns = True
-    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
-    if not cuda:  # ranks on one host share its cores; oversubscribed OpenMP pools crawl
+    if device.type == "cpu":  # ranks on one host share its cores; oversubscribed OpenMP pools crawl
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_size))
-    return _World(dist.get_rank(), dist.get_world_size(), device, owns)
+    return _World(dist.get_rank(), dist.get_world_size(), device, owns, local, local_size, gpu_bins)
 
 
 # ----------------------------------------------------------------------------------------------
 # checkpoints
 
 
-def _rng_state() -> dict[str, Any]:
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's random streams (dropout draws from torch's; CUDA's on a GPU)."""
     state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
+def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    cuda = state.get("cuda")
+    if device.type == "cuda" and isinstance(cuda, torch.Tensor):
+        torch.cuda.set_rng_state(cuda, device)
+
+
+def _restore_rng(saved: Any, world: _World) -> str:
+    """Each rank's own streams from a checkpoint's ``rng`` (a list, one per rank; older ones hold rank 0's).
+
+    Returns how: ``per-rank``, or why not (another world size restarts every rank from rank 0's).
+    """
+    if isinstance(saved, list):
+        if len(saved) == world.size:
+            _set_rng_state(saved[world.rank], world.device)
+            return "per-rank"
+        _set_rng_state(saved[0], world.device)
+        return f"the checkpoint has {len(saved)} rank(s), this run {world.size}: every rank took rank 0's streams"
+    _set_rng_state(saved, world.device)
+    return "per-rank" if world.size == 1 else "an older checkpoint with rank 0's streams only"
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
@@ -493,14 +721,15 @@ class JsonlWriter:
         self._f.close()
 
 
-def _open_source(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, world: _World) -> BatchSource:
+def _open_source(config: TrainConfig, train_idx: np.ndarray, world: _World, csr: tuple[Tensor, Tensor]
+                 ) -> BatchSource:
     if config.server:
         from training.serve import RemoteBatchSource  # only with a server: the module pulls in rpc
 
         return RemoteBatchSource(config.server, rank=world.rank, world_size=world.size,
                                  batch_size=config.batch_size, fanouts=config.fanouts, seed=config.seed,
                                  timeout_s=config.server_timeout_s)
-    sampler = NeighborSampler(ds.indptr, ds.indices, config.fanouts, seed=config.seed)
+    sampler = NeighborSampler(*csr, config.fanouts, seed=config.seed)
     return LocalBatchSource(sampler, train_idx, config.batch_size, rank=world.rank, world_size=world.size,
                             seed=config.seed)
 
@@ -533,13 +762,20 @@ class _Sums:
         return {"v": dict(self.v), "tiers": {k: list(x) for k, x in self.tiers.items()}}
 
 
-def train(config: TrainConfig, progress: Progress | None = None) -> TrainResult:
-    """Train ``config`` in this process (one rank under ``torchrun``); see the module doc."""
+def train(config: TrainConfig, progress: Progress | None = None, *, memory: DeviceMemory | None = None
+          ) -> TrainResult:
+    """Train ``config`` in this process (one rank under ``torchrun``); see the module doc.
+
+    ``memory``: the device memory to train on instead of this rank's CUDA
+    device or the host (tests pass a fake accelerator).
+    """
     ds = open_dataset(config.dataset, validate=False)
     train_idx, labels = _check_dataset(ds)
-    world = _world()
+    world = _world(config.placement, memory)
+    if memory is None:
+        memory = memory_for(world.device)
     try:
-        return _train(config, ds, train_idx, labels, world, progress)
+        return _train(config, ds, train_idx, labels, world, memory, progress)
     finally:
         if world.owns_group:
             import torch.distributed as dist
@@ -547,8 +783,44 @@ def train(config: TrainConfig, progress: Progress | None = None) -> TrainResult:
             dist.destroy_process_group()
 
 
+def _sampling(config: TrainConfig, ds: Dataset, labels: np.ndarray, memory: DeviceMemory
+              ) -> tuple[torch.device, str, _Lookups]:
+    """Where this rank samples (see :func:`training.devices.sampling_device`) and its per-vertex lookups."""
+    indptr = _readonly_tensor(np.asarray(ds.indptr, np.int64))
+    labels_t = _readonly_tensor(np.asarray(labels, np.int64))
+    gcn_global = config.model == "gcn" and config.gcn_norm == "global"
+    if config.server:
+        return torch.device("cpu"), "in the sampling server", _Lookups(labels_t, indptr if gcn_global else None)
+    dev = memory.device if isinstance(memory, CudaMemory) else torch.device("cpu")
+    need = indptr.numel() * 8 + int(np.asarray(ds.indices[:1]).itemsize) * ds.num_edges + 2 * 8 * ds.num_nodes
+    free = memory.free_bytes() if dev.type == "cuda" else None
+    where, why = sampling_device(config.sample_on, dev, need, free)
+    lookups = _Lookups(labels_t, indptr if gcn_global else None)
+    if where.type == "cuda":
+        lookups = _Lookups(labels_t, lookups.indptr, labels_t.to(where),
+                           indptr.to(where) if gcn_global else None)
+    return where, why, lookups
+
+
+def _readonly_tensor(a: np.ndarray) -> Tensor:
+    """A tensor over a read-only array (a memory map): fine here, nothing writes to these tables."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(a)
+
+
+def _csr_on(ds: Dataset, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The graph's CSR as tensors on ``device`` (copied up once when that is a GPU)."""
+    indptr, indices = _readonly_tensor(np.asarray(ds.indptr)), _readonly_tensor(np.asarray(ds.indices))
+    if device.type == "cpu":
+        return indptr, indices
+    return indptr.to(device, torch.int64), indices.to(device)
+
+
 def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.ndarray, world: _World,
-           progress: Progress | None) -> TrainResult:
+           memory: DeviceMemory, progress: Progress | None) -> TrainResult:
     metrics_file = JsonlWriter(config.metrics_path) if world.rank == 0 and config.metrics_path else None
 
     def emit(rec: dict) -> None:
@@ -561,8 +833,14 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
     features: FeatureSource | None = None
     source: BatchSource | None = None
     try:
-        features = open_features(ds, config.placement, config.backend)
-        source = _open_source(config, ds, train_idx, world)
+        features = open_features(ds, config.placement, config.backend, memory=memory,
+                                 local_gpu_bins=world.gpu_bins if world.size > 1 else None,
+                                 share_key=share_key_of(ds, config.placement)
+                                 if config.placement and world.local_size > 1 else None,
+                                 capacities=config.capacities)
+        sample_dev, sample_why, lookups = _sampling(config, ds, labels, memory)
+        csr = _csr_on(ds, sample_dev)
+        source = _open_source(config, train_idx, world, csr)
         if config.model != "gat" and config.attn_dropout:
             raise TrainError("attn_dropout applies to the GAT model only")
         torch.manual_seed(config.seed)  # identical initial parameters on every rank
@@ -572,7 +850,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
                             norm=config.gcn_norm if config.model == "gcn" else None).to(world.device)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
-        start_epoch, start_step, sums_state, resumed = 0, 0, None, None
+        start_epoch, start_step, sums_state, resumed, rng_note = 0, 0, None, None, None
         ckpt_path = Path(config.checkpoint_dir) / CHECKPOINT_NAME if config.checkpoint_dir else None
         if config.resume and ckpt_path is None:
             raise TrainError("resume needs a checkpoint directory (--checkpoint DIR)")
@@ -605,7 +883,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
             for group in optimizer.param_groups:  # what this run asks for, not what the checkpoint had
                 group["lr"], group["weight_decay"] = config.lr, config.weight_decay
             start_epoch, start_step, sums_state = ck["epoch"], ck["step"], ck.get("sums")
-            _set_rng_state(ck["rng"])
+            rng_note = _restore_rng(ck["rng"], world)
             resumed = (start_epoch, start_step)
             if metrics_file is not None:
                 metrics_file.rewind(start_epoch, start_step)
@@ -614,31 +892,35 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
 
             for p in model.state_dict().values():  # belt and braces: rank 0's initial weights everywhere
                 dist.broadcast(p, 0)
-        prepare = _preparer(features, labels,
-                            np.asarray(ds.indptr) if config.model == "gcn" and config.gcn_norm == "global" else None,
-                            config.normalize_features, world.device)
+        prepare = _preparer(features, lookups, config.normalize_features)
         steps = source.steps(0)
         n_train = int(train_idx.shape[0])
+        store = getattr(features, "store", None)
         emit({"kind": "start", "config": config.to_dict(), "steps_per_epoch": steps, "start_epoch": start_epoch,
               "start_step": start_step, "features": type(features).__name__, "num_train": n_train,
-              "parameters": sum(p.numel() for p in params)})
+              "parameters": sum(p.numel() for p in params), "device": str(world.device),
+              "sampling": {"device": "server" if config.server else str(sample_dev), "why": sample_why},
+              "store_notes": list(store.notes) if store is not None else [], "rng_restored": rng_note})
 
         def checkpoint(epoch: int, step: int, sums: _Sums | None) -> None:
-            if ckpt_path is None or world.rank != 0:
+            if ckpt_path is None:
+                return
+            rngs = world.gather_objects(_rng_state(world.device))  # every rank's own streams, for exact resumes
+            if world.rank != 0:
                 return
             save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                         "epoch": epoch, "step": step, "sums": None if sums is None else sums.state(),
-                                        "rng": _rng_state(), "config": config.to_dict()})
+                                        "rng": rngs, "config": config.to_dict()})
 
-        eval_sampler = NeighborSampler(ds.indptr, ds.indices, config.eval_fanouts or config.fanouts,
-                                       seed=config.seed)
+        eval_sampler = NeighborSampler(*csr, config.eval_fanouts or config.fanouts, seed=config.seed)
         records: list[dict] = []
         for epoch in range(start_epoch, config.epochs):
             first = start_step if epoch == start_epoch else 0
             sums = _Sums(sums_state if epoch == start_epoch and first else None)
             prior_s = sums.v["prior_s"]
             t_epoch = time.perf_counter()
-            pre = Prefetcher(source.batches(epoch, first), prepare, config.prefetch)
+            moved = features.transfer.counts()
+            pre = Prefetcher(source.batches(epoch, first), prepare, config.prefetch, features.transfer)
             try:
                 for step in range(first, steps):
                     rec = _step(model, params, optimizer, pre, world, n_train, config.batch_size, step, sums)
@@ -652,6 +934,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
                 pre.close()
             epoch_s = prior_s + time.perf_counter() - t_epoch
             rec = _epoch_record(epoch, steps, sums, epoch_s)
+            rec["transfers"] = _moved_since(moved, features.transfer.counts())
             last = epoch == config.epochs - 1
             if last or (config.eval_every_epochs and (epoch + 1) % config.eval_every_epochs == 0):
                 t_eval = time.perf_counter()
@@ -659,7 +942,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
                     idx = getattr(ds, f"{split}_idx")
                     if idx is not None and len(idx):
                         rec[f"{split}_acc"] = _evaluate(model, np.asarray(idx, np.int64), eval_sampler, prepare,
-                                                        world, config)
+                                                        world, config, features.transfer)
                 rec["eval_s"] = time.perf_counter() - t_eval
             if world.size > 1:
                 rec["param_spread"] = _param_spread(params, world)
@@ -683,6 +966,7 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
     item, waited = pre.get()
     if item is None:
         raise TrainError(f"the batch source ended before step {step}; it must yield every step of the epoch")
+    item.wait()  # its copies were issued on the prefetch thread's stream
     global_bs = min(batch_size, n_train - step * batch_size)
     t1 = time.perf_counter()
     model.train()
@@ -730,6 +1014,16 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
     return rec
 
 
+def _moved_since(before: TransferCounts, now: TransferCounts) -> dict[str, list[int]]:
+    """Copies and bytes per route (``pinned->device``, ...) between two counts of a transfer."""
+    out = {}
+    for (src, dst), (n, b) in now.by_route.items():
+        n0, b0 = before.by_route.get((src, dst), (0, 0))
+        if n > n0:
+            out[f"{src}->{dst}"] = [n - n0, b - b0]
+    return out
+
+
 def _epoch_record(epoch: int, steps: int, sums: _Sums, epoch_s: float) -> dict:
     v = sums.v
     seeds = v["seeds"] or 1
@@ -742,7 +1036,8 @@ def _epoch_record(epoch: int, steps: int, sums: _Sums, epoch_s: float) -> dict:
 
 @torch.no_grad()
 def _evaluate(model: torch.nn.Module, idx: np.ndarray, sampler: NeighborSampler,
-              prepare: Callable[[SampledBatch, float], Prepared], world: _World, config: TrainConfig) -> float:
+              prepare: Callable[[SampledBatch, float], Prepared], world: _World, config: TrainConfig,
+              transfer: Transfer) -> float:
     """Accuracy on ``idx``, every rank evaluating its share; the same sample whatever the epoch."""
     model.eval()
     parts = epoch_seeds(idx, 0, config.eval_batch_size, rank=world.rank, world_size=world.size, shuffle=False)
@@ -753,12 +1048,13 @@ def _evaluate(model: torch.nn.Module, idx: np.ndarray, sampler: NeighborSampler,
             yield sampler.sample(part)
 
     hits = torch.zeros(2, dtype=torch.float64, device=world.device)
-    pre = Prefetcher(batches(), prepare, config.prefetch)
+    pre = Prefetcher(batches(), prepare, config.prefetch, transfer)
     try:
         while True:
             item, _ = pre.get()
             if item is None:
                 break
+            item.wait()
             if item.batch.batch_size:
                 out = model(item.x, item.batch.edge_index_per_layer, item.batch.batch_size, deg=item.deg)
                 hits[0] += float((out.argmax(1) == item.y).sum())
