@@ -173,6 +173,7 @@ def bench_gather(store, *, batch: int = 8192, seconds: float = 5.0, alpha: float
             b_ids = zipf_ids(store.num_vertices, batch, alpha, rng)
         t1 = time.perf_counter()
         store.gather(torch.from_numpy(b_ids))
+        store.memory.host_wait(store.memory.mark())  # on a GPU: done, not just queued
         lat.append(time.perf_counter() - t1)
         n += b_ids.size
         k += 1
@@ -181,3 +182,88 @@ def bench_gather(store, *, batch: int = 8192, seconds: float = 5.0, alpha: float
     p50, p99 = np.percentile(lat, [50, 99]).tolist()
     return GatherResult(k, n, dt, n / dt, n * store.row_bytes / dt, share, p50, p99,
                         store.memory_bytes(), all(d for d, _ in store.direct_io().values()))
+
+
+def bench_device_reads(directory: str | os.PathLike[str], device: str = "cuda", *,
+                       backends: tuple[str, ...] = ("posix", "kvikio"), file_bytes: int = 1 << 30,
+                       row_bytes: int = PAGE, seconds: float = 3.0, batch: int = 65536, runs: int = 3,
+                       keep_file: bool = False, progress: Progress | None = None) -> tuple[list, list[str]]:
+    """Random rows of one bin file read into GPU memory by each backend, through the feature store.
+
+    What ``--backend auto`` compares (:func:`iostack.backends.choose_backend`):
+    ``posix`` reads into pinned host memory and copies up once, ``kvikio``
+    reads into device memory. Runs alternate between backends (the median of
+    ``runs`` is kept); every timed gather ends with a device synchronisation.
+    Returns :class:`planner.capacities.ReadMeasurement` figures (tools
+    :data:`~iostack.backends.TOOL_POSIX_TO_GPU`,
+    :data:`~iostack.backends.TOOL_KVIKIO_TO_GPU`) and notes on what was not
+    measured. Needs CUDA.
+    """
+    import statistics
+
+    import torch
+
+    from iostack.backends import TOOL_KVIKIO_TO_GPU, TOOL_POSIX_TO_GPU
+    from iostack.placement import Placement
+    from iostack.store import FeatureStore
+    from planner.capacities import ReadMeasurement
+
+    if not torch.cuda.is_available():
+        return [], ["reads into GPU memory (posix vs kvikio, what --backend auto compares): not measured: "
+                    "no CUDA device"]
+    path, b = bench_file(directory, file_bytes, row_bytes, progress)
+    rows = b.capacity_rows
+    p = Placement((b,), np.zeros(rows, np.int16), np.arange(rows))
+    stores, notes = {}, []
+    for name in backends:
+        try:
+            stores[name] = FeatureStore(p, directory, backend=name, device=device)
+        except StoreError as exc:
+            notes.append(f"{path}: reads into GPU memory with {name}: not measured: {exc}")
+    rates: dict[str, list[float]] = {n: [] for n in stores}
+    rng = np.random.default_rng()
+    try:
+        for run in range(runs):
+            for name in (list(stores) if run % 2 == 0 else list(reversed(stores))):
+                s = stores[name]
+                if progress:
+                    progress(f"reads into {device}, run {run + 1}/{runs}: {name}")
+                n, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < seconds:
+                    s.gather(rng.integers(0, rows, batch))
+                    s.memory.host_wait(s.memory.mark())  # the rows are on the device, not just queued
+                    n += batch
+                rates[name].append(n / (time.perf_counter() - t0))
+        out = []
+        for name, s in stores.items():
+            direct, note = next(iter(s.direct_io().values()))
+            rps = statistics.median(rates[name])
+            out.append(ReadMeasurement(rps * row_bytes, rps, row_bytes, getattr(s.backend, "queue_depth", None)
+                                       or getattr(s.backend, "threads", None),
+                                       TOOL_KVIKIO_TO_GPU if name == "kvikio" else TOOL_POSIX_TO_GPU,
+                                       "direct" if direct else "buffered", int(b.capacity_rows * row_bytes),
+                                       seconds, note=f"into {device}, batches of {batch} random rows, median of "
+                                                     f"{runs} runs" + (f"; {note}" if note else "")))
+        return out, notes
+    finally:
+        for s in stores.values():
+            s.close()
+        if not keep_file:
+            path.unlink(missing_ok=True)
+
+
+def add_device_read_figures(caps, ssd_paths, *, progress: Progress | None = None, **options):
+    """``caps`` (a :class:`planner.capacities.Capacities` of ``moment profile``) with
+    :func:`bench_device_reads` figures added to each measured SSD path's device (as other measurements)."""
+    from dataclasses import replace
+
+    devices, notes = list(caps.devices), list(caps.notes)
+    for p in ssd_paths:
+        figures, why = bench_device_reads(p, progress=progress, **options)
+        notes.extend(why)
+        for i, d in enumerate(devices):
+            if d.path == str(p) and figures:
+                devices[i] = replace(d, others=(*d.others, *figures))
+        if not figures:
+            break  # no CUDA: said once
+    return replace(caps, devices=tuple(devices), notes=tuple(dict.fromkeys(notes)))

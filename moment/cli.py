@@ -109,6 +109,12 @@ def _profile_command(args: argparse.Namespace) -> int:
         keep_files=args.keep_file, sys_root=args.sys_root,
         progress=lambda msg: err.print(f"[dim]… {msg}[/dim]"),
     )
+    if args.ssd:  # what `moment train --backend auto` compares: both backends' reads into GPU memory
+        from iostack.bench import add_device_read_figures
+
+        caps = add_device_read_figures(caps, args.ssd, seconds=min(seconds, 3.0), file_bytes=file_bytes,
+                                       keep_file=args.keep_file,
+                                       progress=lambda msg: err.print(f"[dim]… {msg}[/dim]"))
 
     def rate(bps: float) -> str:
         return f"{bps / 1e9:.2f} GB/s" if bps >= 1e9 else f"{bps / 1e6:.1f} MB/s"

@@ -45,7 +45,7 @@ import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,8 @@ __all__ = [
     "ProfileError", "SsdMeasurement", "BlockDevice", "FioRun",
     "ssd_random_read", "write_test_file", "posix_random_read", "fio_command", "parse_fio_json",
     "run_fio", "fio_engines", "block_device_of", "host_memory_bandwidth",
-    "memory_bandwidth_by_node", "numa_nodes", "cuda_bandwidths", "profile_machine",
+    "memory_bandwidth_by_node", "numa_nodes", "cuda_bandwidths", "profile_machine", "gpu_numa_node",
+    "props_bus_address",
     "DEFAULT_FILE_BYTES", "FIO_ENGINES",
 ]
 
@@ -871,27 +872,69 @@ def memory_bandwidth_by_node(bytes: int = 256 << 20, repeats: int = 5, threads: 
 # CUDA
 
 
-def _gpu_node(topo: Topology | None, props: Any) -> tuple[str, str | None]:
-    """(key to write, topology node id or None) of a CUDA device."""
+def props_bus_address(props: Any) -> str | None:
+    """The PCI bus address in a CUDA device's properties (PyTorch versions that expose the PCI fields)."""
     dom, bus, dev = (getattr(props, a, None) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
     if bus is None or dev is None:
+        return None
+    return f"{int(dom or 0):04x}:{int(bus):02x}:{int(dev):02x}.0"
+
+
+def _gpu_node(topo: Topology | None, props: Any) -> tuple[str, str | None]:
+    """(key to write, topology node id or None) of a CUDA device."""
+    addr = props_bus_address(props)
+    if addr is None:
         return f"cuda:{getattr(props, 'name', '?')}", None
-    addr = f"{int(dom or 0):04x}:{int(bus):02x}:{int(dev):02x}.0"
     node = topo.find(addr) if topo is not None else None
     return (node.id if node is not None else addr), (node.id if node is not None else None)
 
 
+def gpu_numa_node(bus_address: str | None, topo: Topology | None = None,
+                  sys_root: str | os.PathLike[str] = "/sys") -> int | None:
+    """The NUMA node (socket memory) a GPU hangs under: sysfs ``numa_node`` of its PCI function, else the topology's.
+
+    >>> gpu_numa_node(None) is None
+    True
+    """
+    if bus_address:
+        text = _read_sys(Path(sys_root) / "bus" / "pci" / "devices" / bus_address / "numa_node")
+        if text is not None and text.strip().lstrip("-").isdigit() and int(text) >= 0:
+            return int(text)
+        node = topo.find(bus_address) if topo is not None else None
+        if node is not None and node.numa_node is not None:
+            return node.numa_node
+    return None
+
+
+@contextlib.contextmanager
+def _on_numa_node(numa: int | None, sys_root: str | os.PathLike[str]) -> Iterator[bool]:
+    """Run the block on ``numa``'s CPUs (first-touch puts new pages there); yields whether it could."""
+    cpus = numa_nodes(sys_root).get(numa, set()) if numa is not None else set()
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    usable = cpus & allowed if allowed is not None else set()
+    if not usable:
+        yield False
+        return
+    os.sched_setaffinity(0, usable)
+    try:
+        yield True
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
 def cuda_bandwidths(topo: Topology | None = None, bytes: int = 256 << 20, repeats: int = 5,
-                    progress: Progress | None = None
+                    progress: Progress | None = None, sys_root: str | os.PathLike[str] = "/sys"
                     ) -> tuple[list[LinkCapacity], PcieEfficiency | None, list[str]]:
     """Host→device, device→host and peer copy bandwidths of every CUDA device.
 
     Needs PyTorch with CUDA (imported here, not by the planner): without it,
-    returns no figures and a note saying why. Host buffers are pinned; each
-    figure is the best of ``repeats`` copies of ``bytes``, timed with CUDA
-    events. The measured protocol efficiency is the median over GPUs of
-    host→device bandwidth / the encoded rate of the GPU's link (generation
-    × width from ``topo``).
+    returns no figures and a note saying why. Host buffers are pinned and
+    allocated, page-locked and copied from the GPU's own NUMA node (the socket
+    its PCIe link goes to; a buffer on the other socket would measure the
+    inter-socket link too); each figure is the best of ``repeats`` copies of
+    ``bytes``, timed with CUDA events. The measured protocol efficiency is the
+    median over GPUs of host→device bandwidth / the encoded rate of the GPU's
+    link (generation × width from ``topo``).
     """
     try:
         import torch  # type: ignore[import-not-found]
@@ -929,13 +972,20 @@ def cuda_bandwidths(topo: Topology | None = None, bytes: int = 256 << 20, repeat
         key, node_id = _gpu_node(topo, props)
         keys.append(key)
         _say(progress, f"GPU {i} ({props.name}): host↔device copies of {format_size(n)}")
-        pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-        dev = torch.empty(n, dtype=torch.uint8, device=f"cuda:{i}")
-        h2d = timed(lambda d=dev, p=pinned: d.copy_(p, non_blocking=True), i)
-        d2h = timed(lambda d=dev, p=pinned: p.copy_(d, non_blocking=True), i)
+        numa = gpu_numa_node(props_bus_address(props), topo, sys_root)
+        with _on_numa_node(numa, sys_root) as local:
+            pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+            pinned.fill_(0)  # touched here, on the GPU's node
+            dev = torch.empty(n, dtype=torch.uint8, device=f"cuda:{i}")
+            h2d = timed(lambda d=dev, p=pinned: d.copy_(p, non_blocking=True), i)
+            d2h = timed(lambda d=dev, p=pinned: p.copy_(d, non_blocking=True), i)
+        where = (f"pinned host buffer on NUMA node {numa}, the GPU's" if local else
+                 "pinned host buffer where the OS put it (the GPU's NUMA node is not known or not usable)")
+        if not local:
+            notes.append(f"GPU {i}: host↔device copies not pinned to the GPU's socket ({where})")
         for cls, bw in (("host-to-device", h2d), ("device-to-host", d2h)):
             links.append(LinkCapacity(bw, link_class=cls, device=key, transfer_bytes=n,
-                                      tool="torch-cuda", date=date, host=host))
+                                      tool="torch-cuda", date=date, host=host, note=where))
         if topo is not None and node_id is not None:
             parent = topo.parent(node_id)
             lk = topo.link_between(parent.id, node_id) if parent is not None else None
@@ -1051,7 +1101,7 @@ def profile_machine(
     links: list[LinkCapacity] = []
     eff = None
     if cuda:
-        links, eff, cuda_notes = cuda_bandwidths(topo, progress=progress)
+        links, eff, cuda_notes = cuda_bandwidths(topo, progress=progress, sys_root=sys_root)
         notes.extend(cuda_notes)
     else:
         notes.append("host↔GPU and GPU↔GPU links: not measured (asked not to)")

@@ -138,3 +138,47 @@ def test_short_read_is_an_error(monkeypatch, bins, tmp_path):
         f.truncate(info.row_stride_bytes * 10)
     with pytest.raises(StoreError, match="short read"):
         be.read_rows(h, np.array([20]), np.empty((1, info.row_bytes), np.uint8))
+
+
+def _caps(tmp_path, kv: float | None, px: float | None):
+    from iostack.backends import TOOL_KVIKIO_TO_GPU, TOOL_POSIX_TO_GPU
+    from planner.capacities import Capacities, DeviceCapacity, ReadMeasurement
+
+    fio = ReadMeasurement(3e9, tool="fio-io_uring")
+    others = tuple(ReadMeasurement(v, tool=t) for v, t in ((kv, TOOL_KVIKIO_TO_GPU), (px, TOOL_POSIX_TO_GPU))
+                   if v is not None)
+    return Capacities(devices=(DeviceCapacity("0000:3b:00.0", fio, block_device="nvme0n1", path=str(tmp_path),
+                                              others=others),))
+
+
+def test_auto_backend_is_chosen_by_measurement(monkeypatch, tmp_path):
+    from iostack.backends import choose_backend
+    from planner import profile
+    from planner.profile import BlockDevice
+
+    monkeypatch.setattr(profile, "block_device_of", lambda p, sys_root="/sys": BlockDevice("nvme0n1"))
+    paths = [str(tmp_path / "bin3.dat")]
+    assert choose_backend("auto", cuda=False).reason.startswith("no CUDA")
+    assert choose_backend("posix", cuda=True).name == "posix"
+    no_caps = choose_backend("auto", cuda=True, paths=paths)
+    assert no_caps.name == "posix" and "moment profile" in no_caps.reason  # installed is not measured
+    faster = choose_backend("auto", cuda=True, capacities=_caps(tmp_path, 6e9, 3e9), paths=paths)
+    assert faster.name == "kvikio" and "kvikio 6.00 GB/s, posix 3.00 GB/s" in faster.reason
+    slower = choose_backend("auto", cuda=True, capacities=_caps(tmp_path, 2e9, 3e9), paths=paths)
+    assert slower.name == "posix" and "as fast or faster" in slower.reason
+    half = choose_backend("auto", cuda=True, capacities=_caps(tmp_path, 6e9, None), paths=paths)
+    assert half.name == "posix" and "not measured for both" in half.reason
+    monkeypatch.setattr(profile, "block_device_of", lambda p, sys_root="/sys": BlockDevice("sdb"))
+    other = choose_backend("auto", cuda=True, capacities=_caps(tmp_path, 6e9, 3e9), paths=paths)
+    assert other.name == "posix" and "no figures for its disk sdb" in other.reason
+
+
+def test_device_read_figures_say_why_not_without_cuda(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    from iostack.bench import add_device_read_figures
+
+    caps = add_device_read_figures(_caps(tmp_path, None, None), [str(tmp_path)])
+    assert any("into GPU memory" in n and "no CUDA device" in n for n in caps.notes)
+    assert caps.devices[0].others == ()
+    assert not list(tmp_path.iterdir())  # nothing written

@@ -339,3 +339,24 @@ def test_read_then_apply_end_to_end(monkeypatch):
     assert lk.attrs["nvlink_count"] == 4 and lk.attrs["nvlink_generation"] == 3
     assert all(n.kind == NodeKind.GPU and n.name == A100 for n in out.nodes(NodeKind.GPU))
     assert isinstance(lk, Link)
+
+
+@pytest.mark.parametrize("version,arch,gen,noted", [
+    (5, 7, 3, False),     # what an A100 reports: NVML_NVLINK_VERSION_3_1, Ampere
+    (4, None, 3, False),  # 3_0, no architecture call: the enum alone
+    (6, 9, 4, False),     # 4_0 on Hopper
+    (7, 9, 4, True),      # 5_0 on Hopper, as drivers have reported H100 links: the architecture decides
+    (7, 10, 5, False),    # 5_0 on Blackwell
+    (3, 5, 2, False),     # 2_2 on Volta
+])
+def test_nvlink_version_is_nvml_enum_checked_against_architecture(monkeypatch, version, arch, gen, noted):
+    fake = direct_fake()
+    fake.nvmlDeviceGetNvLinkVersion = lambda h, link: version
+    if arch is not None:
+        fake.nvmlDeviceGetArchitecture = lambda h: arch
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    info = read_nvml()
+    assert info.gpu(0).nvlink_generation == gen and info.nvlinks[0].generation == gen
+    assert bool(info.notes) == noted
+    if noted:
+        assert "taken as NVLink 4" in info.notes[0]

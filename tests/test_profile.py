@@ -424,3 +424,24 @@ def test_reader_reports_a_file_it_cannot_open(tmp_path):
     with pytest.raises(ProfileError, match="cannot open .*No such file"):
         posix_random_read(tmp_path / "gone", block_bytes=4096, queue_depth=2, seconds=0.05,
                           direct=False, file_bytes=1 << 20, processes=2)
+
+
+def test_host_device_copies_run_on_the_gpus_socket(tmp_path):
+    """The pinned buffer of a host↔GPU copy test is allocated and copied from the GPU's NUMA node."""
+    from planner.profile import _on_numa_node, gpu_numa_node
+
+    allowed = sorted(os.sched_getaffinity(0))
+    gpu = tmp_path / "bus" / "pci" / "devices" / "0000:b7:00.0"
+    gpu.mkdir(parents=True)
+    (gpu / "numa_node").write_text("1\n")
+    for node, cpus in ((0, "1000-1001"), (1, str(allowed[-1]))):
+        d = tmp_path / "devices" / "system" / "node" / f"node{node}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+    assert gpu_numa_node("0000:b7:00.0", sys_root=tmp_path) == 1
+    assert gpu_numa_node("0000:07:00.0", sys_root=tmp_path) is None
+    with _on_numa_node(1, tmp_path) as local:
+        assert local and os.sched_getaffinity(0) == {allowed[-1]}
+    assert sorted(os.sched_getaffinity(0)) == allowed
+    with _on_numa_node(0, tmp_path) as local:  # none of node 0's CPUs may be used here
+        assert not local

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from planner.errors import PlannerError
+from planner.profile import props_bus_address
 from planner.topology.nvml import NvmlError, normalize_bus_id
 
 _BUS = re.compile(r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
@@ -54,13 +55,6 @@ def bus_address_in(text: str | None) -> str | None:
         return normalize_bus_id(m.group(1))
     except NvmlError:
         return None
-
-
-def _props_bus(props: Any) -> str | None:
-    dom, bus, dev = (getattr(props, a, None) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
-    if bus is None or dev is None:
-        return None
-    return f"{int(dom or 0):04x}:{int(bus):02x}:{int(dev):02x}.0"
 
 
 def _nvml_bus_by_uuid() -> dict[str, str]:
@@ -102,7 +96,7 @@ def cuda_bus_addresses(props: Sequence[Any] | None = None,
     out: dict[int, str] = {}
     missing = []
     for i, p in enumerate(props):
-        bus = _props_bus(p)
+        bus = props_bus_address(p)
         if bus is not None:
             out[i] = bus
         else:

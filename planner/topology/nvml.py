@@ -30,8 +30,16 @@ from planner.topology.nvidia_smi import nvlink_link, nvlink_rate
 
 _BUS_ID = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
-#: nvmlNvlinkVersion_t → NVLink generation (2.2 and 3.1 are minor revisions)
-_NVLINK_VERSION_GEN = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5}
+#: What ``nvmlDeviceGetNvLinkVersion`` returns is an ``nvmlNvlinkVersion_t`` enum, not the
+#: generation (NVML's reference says so since 2025; hwloc issue 658: an A100 returns 5):
+#: 1 = 1.0, 2 = 2.0, 3 = 2.2, 4 = 3.0, 5 = 3.1, 6 = 4.0, 7 = 5.0, 8 = 6.0 → NVLink generation.
+_NVLINK_VERSION_GEN = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
+
+#: ``nvmlDeviceArchitecture_t`` → the NVLink generation of GPUs of that architecture (Pascal 4,
+#: Volta 5, Turing 6, Ampere 7, Hopper 9, Blackwell 10). Drivers have reported H100 links as
+#: 7 (5.0); where the architecture is known and disagrees, it decides (and a note says so).
+_ARCH_NVLINK_GEN = {4: 1, 5: 2, 6: 2, 7: 3, 9: 4, 10: 5}
+_ARCH_NAME = {4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere", 9: "Hopper", 10: "Blackwell"}
 
 #: nvmlGpuP2PStatus_t → the abbreviations of ``nvidia-smi topo -p2p``
 _P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DR", 5: "NS", 6: "U"}
@@ -104,6 +112,7 @@ class NvmlInfo:
     cpu_nvlinks: Mapping[int, int] = field(default_factory=dict)
     p2p: Mapping[tuple[int, int], str] = field(default_factory=dict)
     driver_version: str | None = None
+    notes: tuple[str, ...] = ()
 
     def gpu(self, index: int) -> NvmlGpu:
         for g in self.gpus:
@@ -245,13 +254,16 @@ def _read(pynvml: Any) -> NvmlInfo:
     to_switch: dict[int, int] = {}
     to_cpu: dict[int, int] = {}
     generation: dict[int, int] = {}
+    notes: list[str] = []
     for g, h in zip(gpus, handles, strict=True):
+        arch = may("nvmlDeviceGetArchitecture", h)
         for link in range(max_links):
             if may("nvmlDeviceGetNvLinkState", h, link) != enabled:
-                continue  # inactive, or not an NVLink GPU (NotSupported)
+                continue  # inactive, not an NVLink GPU (NotSupported), or past its links (InvalidArgument)
             version = may("nvmlDeviceGetNvLinkVersion", h, link)
-            if version in _NVLINK_VERSION_GEN:
-                generation[g.index] = max(generation.get(g.index, 0), _NVLINK_VERSION_GEN[version])
+            gen = _nvlink_generation(version, arch, g.index, notes)
+            if gen is not None:
+                generation[g.index] = max(generation.get(g.index, 0), gen)
             remote = may("nvmlDeviceGetNvLinkRemotePciInfo", h, link)
             try:
                 peer = by_bus.get(normalize_bus_id(remote.busId)) if remote is not None else None
@@ -290,7 +302,18 @@ def _read(pynvml: Any) -> NvmlInfo:
     driver = may("nvmlSystemGetDriverVersion")
     if isinstance(driver, bytes):
         driver = driver.decode("ascii", "replace")
-    return NvmlInfo(tuple(gpus), tuple(pairs), to_switch, to_cpu, p2p, driver)
+    return NvmlInfo(tuple(gpus), tuple(pairs), to_switch, to_cpu, p2p, driver, tuple(dict.fromkeys(notes)))
+
+
+def _nvlink_generation(version: Any, arch: Any, index: int, notes: list[str]) -> int | None:
+    """The NVLink generation of a link from NVML's version enum, checked against the GPU's architecture."""
+    gen = _NVLINK_VERSION_GEN.get(version) if isinstance(version, int) else None
+    want = _ARCH_NVLINK_GEN.get(arch) if isinstance(arch, int) else None
+    if want is not None and gen is not None and gen != want:
+        notes.append(f"NVML: GPU {index} reports NVLink version value {version} (NVLink {gen}), but its "
+                     f"{_ARCH_NAME[arch]} architecture has NVLink {want}: taken as NVLink {want}")
+        return want
+    return gen
 
 
 def _positive(value: Any) -> int | None:
@@ -394,6 +417,7 @@ def apply_nvml(topo: Topology, info: NvmlInfo) -> Topology:
     if switched:
         out.notes.append("NVML: GPUs reach each other through NVSwitches; each GPU's NVLink bandwidth "
                          "is shared by all its peer links (the per-pair links overstate the total)")
+    out.notes.extend(info.notes)
     if info.cpu_nvlinks:
         out.notes.append("NVML: GPU(s) " + ", ".join(f"{i} ({n} links)" for i, n in sorted(info.cpu_nvlinks.items()))
                          + " have NVLinks to the CPU, which the topology does not model")
