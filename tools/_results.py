@@ -40,18 +40,32 @@ class Figure:
         return self.ours / self.reference if self.higher_is_better else self.reference / self.ours
 
 
+def _gpu() -> str | None:
+    """The first CUDA device's name, or None (no GPU, or no torch)."""
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # a broken driver: no GPU figure then either
+        return None
+
+
 def machine() -> dict:
-    """Where the figures came from."""
+    """Where the figures came from (``gpu``: the CUDA device's name, None without one)."""
     return {"host": socket.gethostname(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "platform": platform.platform(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "gpu": _gpu()}
 
 
-def write(path: str | os.PathLike[str] | None, bench: str, figures: list[Figure], command: str) -> None:
-    """Write ``figures`` to ``path`` (nothing when ``path`` is None), atomically."""
+def write(path: str | os.PathLike[str] | None, bench: str, figures: list[Figure], command: str,
+          skipped: str | None = None) -> None:
+    """Write ``figures`` to ``path`` (nothing when ``path`` is None), atomically; ``skipped``: why there are none."""
     if path is None:
         return
     data = {"bench": bench, "command": command, "machine": machine(),
             "figures": [asdict(f) | {"ratio": f.ratio} for f in figures]}
+    if skipped:
+        data["skipped"] = skipped
     p = Path(path)
     tmp = p.with_name(f".{p.name}.tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")

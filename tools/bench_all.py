@@ -39,6 +39,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "accuracy": ("bench_accuracy.py", [], ["--seeds", "1", "--epochs", "100"]),
     "train": ("bench_train.py", [], ["--quick"]),
     "serve": ("bench_serve.py", [], ["--nodes", "50000", "--edges", "500000", "--rounds", "1", "--steps", "10"]),
+    "gpu": ("bench_gpu.py", [], ["--quick"]),
 }
 
 
@@ -76,6 +77,15 @@ def _fmt(x: float | None) -> str:
     return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"
 
 
+def _gpu_sentence(results: list[dict]) -> str:
+    """Which figures came from a GPU, and which one (the machine each result was measured on)."""
+    gpus = sorted({f"{r['bench']} on {r['machine']['gpu']} ({r['machine'].get('host', '?')})" for r in results
+                   if (r.get("machine") or {}).get("gpu") and r.get("figures")})
+    if not gpus:
+        return "No figure below comes from a GPU: they are CPU and disk figures (no GPU path has run on one yet)."
+    return "GPU figures: " + "; ".join(gpus) + ". Every other figure is a CPU or disk figure."
+
+
 def markdown(results: list[dict], quick: bool) -> str:
     m = machine()
     lines = ["# Benchmarks", "",
@@ -83,13 +93,13 @@ def markdown(results: list[dict], quick: bool) -> str:
              f"latest run of each benchmark (dates below); host {m['host']}, {m['cpus']} CPUs, "
              f"Python {m['python']}, {m['platform']}.",
              "", "A ratio above 1 means ours is better (for times and memory: reference / ours). Every reference "
-             "was measured in the same run as ours, on the same machine. This machine has no GPU: every figure "
-             "is a CPU or disk figure.", "",
+             "was measured in the same run as ours, on the same machine. "
+             + _gpu_sentence(results), "",
              "| bench | figure | unit | ours | reference | ratio | target | note |",
              "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        if r.get("error"):
-            lines.append(f"| {r['bench']} | **not measured**: {r['error']} | | | | | | |")
+        if r.get("error") or r.get("skipped"):
+            lines.append(f"| {r['bench']} | **not measured**: {r.get('error') or r['skipped']} | | | | | | |")
             continue
         for f in r["figures"]:
             ratio = "–" if f["ratio"] is None else f"{f['ratio']:.2f}×"
