@@ -5,8 +5,9 @@ dropout 0.5, features through the store with node-shared host tiers):
 uninterrupted; interrupted mid-epoch; resumed from its checkpoint; and resumed
 from a copy of that checkpoint in which every rank gets rank 0's random
 streams (what checkpoints held before they were saved per rank). Prints one
-JSON line per rank: whether the resumed run equals the uninterrupted one, and
-whether the rank-0-streams resume does.
+JSON line per rank: whether the resumed run equals the uninterrupted one,
+whether the rank-0-streams resume does, and the store's notes (the CPU bin is
+one node-shared segment: one rank fills it, the other maps it).
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def main() -> int:
     rank = dist.get_rank()
     base = dict(dataset=dataset, placement=placement, fanouts=(10, 5), batch_size=35, hidden=16, dropout=0.5,
                 seed=3, eval_every_epochs=0, backend="posix", checkpoint_every_steps=2, epochs=2)
-    whole = train(TrainConfig(checkpoint_dir=f"{out}/a", **base))
+    starts: list[dict] = []
+    whole = train(TrainConfig(checkpoint_dir=f"{out}/a", **base),
+                  progress=lambda r: starts.append(r) if r["kind"] == "start" else None)
     with contextlib.suppress(_Crash):
         train(TrainConfig(checkpoint_dir=f"{out}/b", **base), progress=_crash)
     if rank == 0:  # the checkpoint as it was before per-rank streams: rank 0's for everyone
@@ -55,7 +58,8 @@ def main() -> int:
     shared = train(TrainConfig(checkpoint_dir=f"{out}/c", resume=True, **base))
     print(json.dumps({"rank": rank, "resumed_from": list(again.resumed_from or ()),
                       "resumed_equal": _same(whole.model, again.model),
-                      "rank0_streams_equal": _same(whole.model, shared.model)}), flush=True)
+                      "rank0_streams_equal": _same(whole.model, shared.model),
+                      "store_notes": starts[0]["store_notes"]}), flush=True)
     dist.destroy_process_group()
     return 0
 

@@ -251,6 +251,8 @@ def test_torchrun_two_ranks_resume_exactly_with_dropout(cora, cora_placement, tm
     assert [r["rank"] for r in res] == [0, 1]
     assert all(r["resumed_from"] == [1, 2] and r["resumed_equal"] for r in res), res
     assert not any(r["rank0_streams_equal"] for r in res), res
+    shared = [next(n for n in r["store_notes"] if "one copy per node" in n) for r in res]
+    assert sorted("filled here" in n for n in shared) == [False, True], shared  # one copy, two ranks
 
 
 # ----------------------------------------------------------------------------------------------

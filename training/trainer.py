@@ -792,7 +792,8 @@ def _sampling(config: TrainConfig, ds: Dataset, labels: np.ndarray, memory: Devi
     if config.server:
         return torch.device("cpu"), "in the sampling server", _Lookups(labels_t, indptr if gcn_global else None)
     dev = memory.device if isinstance(memory, CudaMemory) else torch.device("cpu")
-    need = indptr.numel() * 8 + int(np.asarray(ds.indices[:1]).itemsize) * ds.num_edges + 2 * 8 * ds.num_nodes
+    # the CSR, the vertex maps of the training and the evaluation sampler, the labels (int64 each)
+    need = indptr.numel() * 8 + int(np.asarray(ds.indices[:1]).itemsize) * ds.num_edges + 3 * 8 * ds.num_nodes
     free = memory.free_bytes() if dev.type == "cuda" else None
     where, why = sampling_device(config.sample_on, dev, need, free)
     lookups = _Lookups(labels_t, indptr if gcn_global else None)
