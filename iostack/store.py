@@ -198,7 +198,12 @@ class FeatureStore:
             info = open_bin(bin_dir, b, dtype=dtype, dim=dim, full_check=full_check,
                             min_rows=int(used.max()) + 1 if used.size else 0)
             dtype, dim = np.dtype(info.dtype), info.dim
-            self._handles[b.id] = self.backend.open(info)
+            h = self._handles[b.id] = self.backend.open(info)
+            if self.backend.name == "kvikio" and h.direct:
+                self.notes.append(f"SSD bin {b.id}: KvikIO through cuFile (GPUDirect Storage where the driver "
+                                  "allows it: `gdscheck -p` tells)")
+            elif h.note:
+                self.notes.append(f"SSD bin {b.id}: {h.note}")
         return dtype, dim
 
     def _rows_of(self, bin_id: int) -> tuple[np.ndarray, int]:

@@ -182,3 +182,16 @@ def test_device_read_figures_say_why_not_without_cuda(tmp_path):
     assert any("into GPU memory" in n and "no CUDA device" in n for n in caps.notes)
     assert caps.devices[0].others == ()
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize("cufile", [True, False])
+def test_store_says_whether_kvikio_reads_through_gds(monkeypatch, bins, cufile):
+    from iostack.store import FeatureStore
+
+    feats, info = bins[1024]
+    monkeypatch.setitem(sys.modules, "kvikio", fake_kvikio(cufile_available=cufile))
+    p = simple_placement(feats.shape[0], [("ssd", feats.shape[0])])
+    with FeatureStore(p, info.path.rsplit("/", 1)[0], backend=KvikioBackend(device="cpu")) as s:
+        assert s.direct_io()[0][0] is cufile
+        note = next(n for n in s.notes if n.startswith("SSD bin 0"))
+        assert ("GPUDirect Storage where" in note) if cufile else ("compatibility mode" in note)
