@@ -16,6 +16,7 @@ import contextlib
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -56,10 +57,11 @@ def main() -> int:
     dist.barrier()
     again = train(TrainConfig(checkpoint_dir=f"{out}/b", resume=True, **base))
     shared = train(TrainConfig(checkpoint_dir=f"{out}/c", resume=True, **base))
-    print(json.dumps({"rank": rank, "resumed_from": list(again.resumed_from or ()),
-                      "resumed_equal": _same(whole.model, again.model),
-                      "rank0_streams_equal": _same(whole.model, shared.model),
-                      "store_notes": starts[0]["store_notes"]}), flush=True)
+    # one file per rank: two ranks printing to one pipe can interleave their lines
+    Path(out, f"result-{rank}.json").write_text(json.dumps({
+        "rank": rank, "resumed_from": list(again.resumed_from or ()),
+        "resumed_equal": _same(whole.model, again.model), "rank0_streams_equal": _same(whole.model, shared.model),
+        "store_notes": starts[0]["store_notes"]}))
     dist.destroy_process_group()
     return 0
 
