@@ -1,0 +1,314 @@
+"""GraphSAGE mini-batch training: ``moment train`` against DGL's own training loop (not a test).
+
+    python tools/bench_train_dgl.py [--nodes 200000 --edges 4000000] [--dgl-venv DIR] [--rounds 3]
+    python tools/bench_train_dgl.py --out-of-core [--memory-limit 3GiB] ...
+
+What a user would pick instead of Moment is DGL's GraphSAGE example
+(``examples/pytorch/graphsage/node_classification.py``: ``dgl.dataloading.DataLoader``
+over ``NeighborSampler``, ``dglnn.SAGEConv(..., "mean")`` layers, ReLU and dropout 0.5
+between layers, Adam). Both sides train the same Chung-Lu graph (made once with
+``moment data synth``, cached in ``--workdir``) with the same fan-outs, batch size,
+hidden size, learning rate and intra-op threads, one epoch per round, each in its own
+process; rounds alternate ours / DGL so that load on a shared machine hits both
+alike. DGL runs with ``num_workers`` 0 and 1 (its sampler inline, or in a worker
+process overlapping compute, as our prefetch thread does) and the faster is the
+reference. Figures: seeds per second of the epoch loop (start-up and graph loading
+excluded on both sides), median and range over ``--rounds``.
+
+``--out-of-core``: features larger than the memory the run may use. Both sides run
+in a memory cgroup (``--memory-limit``, cgroup v1 or v2; the page cache of a
+memory-mapped file is charged to it, so the file cannot stay cached): DGL reads
+features through an ``np.memmap`` of ``features.npy`` (page faults, 4 KiB at a time,
+synchronous), ours through ``moment place`` bins (a host cache of ``--cpu-cache``
+and one SSD bin read with O_DIRECT). Without permission to make a cgroup the
+script says so and stops: a file the page cache holds would measure memory, not the
+disk.
+
+DGL cannot be a dependency (its newest wheel loads only with torch <= 2.2.1); build its
+venv once with ``python tools/bench_sample.py --build-dgl-venv DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+from _results import Figure, write
+
+REPO = Path(__file__).resolve().parents[1]
+
+DGL_SIDE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+    os.environ.setdefault("DGLBACKEND", "pytorch")
+    import dgl, dgl.nn as dglnn
+    from dgl.dataloading import DataLoader, NeighborSampler
+    d, fanouts, batch, hidden, threads, workers, feats_mode, lr, seed = sys.argv[1:10]
+    batch, hidden, threads, workers, lr, seed = int(batch), int(hidden), int(threads), int(workers), float(lr), int(seed)
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    load = lambda name, **kw: np.load(os.path.join(d, name + ".npy"), **kw)
+    indptr = torch.from_numpy(load("indptr").astype(np.int64))
+    indices = torch.from_numpy(load("indices").astype(np.int64))
+    # row v of the CSR lists the vertices v aggregates from: DGL's CSC (in-edges)
+    g = dgl.graph(("csc", (indptr, indices, torch.arange(indices.numel()))), num_nodes=indptr.numel() - 1)
+    g = g.formats(["csc"])
+    if feats_mode == "memory":
+        feat = torch.from_numpy(np.array(load("features")))
+    else:  # the page cache serves it, as far as the memory budget lets it
+        feat = torch.from_numpy(load("features", mmap_mode="r"))
+    labels = torch.from_numpy(load("labels").astype(np.int64))
+    train_idx = torch.from_numpy(load("train_idx").astype(np.int64))
+    num_classes = int(labels.max()) + 1
+
+    class SAGE(nn.Module):  # DGL's examples/pytorch/graphsage/node_classification.py
+        def __init__(self, i, h, o, layers):
+            super().__init__()
+            dims = [i] + [h] * (layers - 1) + [o]
+            self.layers = nn.ModuleList(dglnn.SAGEConv(dims[k], dims[k + 1], "mean") for k in range(layers))
+            self.dropout = nn.Dropout(0.5)
+        def forward(self, blocks, x):
+            h = x
+            for l, (layer, block) in enumerate(zip(self.layers, blocks)):
+                h = layer(block, h)
+                if l != len(self.layers) - 1:
+                    h = self.dropout(F.relu(h))
+            return h
+
+    fo = [int(f) for f in fanouts.split(",")]
+    sampler = NeighborSampler(list(reversed(fo)))  # DGL lists the input layer's fan-out first
+    loader = DataLoader(g, train_idx, sampler, batch_size=batch, shuffle=True, drop_last=False,
+                        num_workers=workers, persistent_workers=workers > 0)
+    model = SAGE(feat.shape[1], hidden, num_classes, len(fo))
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    rounds = int(sys.argv[10])
+    for r in range(rounds):
+        sys.stdin.readline()  # the parent says when to run a round
+        model.train()
+        seeds, t0 = 0, time.perf_counter()
+        for input_nodes, output_nodes, blocks in loader:
+            x = feat[input_nodes].float()
+            y = labels[output_nodes]
+            loss = F.cross_entropy(model(blocks, x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            seeds += int(output_nodes.numel())
+        dt = time.perf_counter() - t0
+        print(json.dumps({"seconds": dt, "seeds": seeds, "loss": float(loss), "dgl": dgl.__version__}), flush=True)
+    """
+)
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+class Cgroup:
+    """A memory cgroup (v2 if mounted and delegated, else v1) that child processes join."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        name = f"moment-bench-{uuid.uuid4().hex[:8]}"
+        v2 = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.procs").exists() else None
+        if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+            v2 = Path("/sys/fs/cgroup")
+        self.path = None
+        errors = []
+        if v2 is not None and "memory" in (v2 / "cgroup.controllers").read_text():
+            try:
+                (v2 / name).mkdir()
+                (v2 / name / "memory.max").write_text(str(limit_bytes))
+                self.path, self.procs = v2 / name, v2 / name / "cgroup.procs"
+            except OSError as exc:
+                errors.append(f"v2: {exc}")
+        if self.path is None:
+            v1 = Path("/sys/fs/cgroup/memory")
+            try:
+                (v1 / name).mkdir()
+                (v1 / name / "memory.limit_in_bytes").write_text(str(limit_bytes))
+                self.path, self.procs = v1 / name, v1 / name / "cgroup.procs"
+            except OSError as exc:
+                errors.append(f"v1: {exc}")
+        if self.path is None:
+            sys.exit("--out-of-core needs a memory cgroup to bound the page cache, and none could be made "
+                     f"({'; '.join(errors)}); run as root on a machine with cgroups")
+        self.limit = limit_bytes
+
+    def preexec(self):
+        procs = self.procs
+
+        def join() -> None:
+            procs.write_text(str(os.getpid()))
+
+        return join
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.rmdir()
+
+
+def ours(args, dataset: Path, metrics: Path, placement: Path | None, cgroup: Cgroup | None) -> dict:
+    metrics.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "moment", "train", "--dataset", str(dataset), "--model", "sage",
+           "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
+           "--lr", str(args.lr), "--epochs", "1", "--eval-every", "0", "--metrics", str(metrics)]
+    if placement is not None:
+        cmd += ["--placement", str(placement)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    run(cmd, env=env, preexec_fn=cgroup.preexec() if cgroup else None)
+    rec = [json.loads(x) for x in metrics.read_text().splitlines()]
+    ep = [r for r in rec if r.get("kind") == "epoch"][-1]
+    return {"seconds": ep["epoch_s"], "seeds": ep["seeds"], "seeds_per_s": ep["seeds_per_s"],
+            "split": {k: ep[k] for k in ("sample_s", "gather_s", "compute_s", "io_wait_s")},
+            "tiers": ep.get("tiers", {})}
+
+
+class Dgl:
+    """One DGL training process kept alive across rounds (graph loading once, like a user's script)."""
+
+    def __init__(self, args, dataset: Path, workers: int, feats: str, cgroup: Cgroup | None) -> None:
+        python = Path(args.dgl_venv) / "bin" / "python"
+        self.proc = subprocess.Popen(
+            [str(python), "-c", DGL_SIDE, str(dataset), args.fanouts, str(args.batch_size), str(args.hidden),
+             str(args.threads), str(workers), feats, str(args.lr), "0", str(args.rounds)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, OMP_NUM_THREADS=str(args.threads), DGLBACKEND="pytorch"),
+            preexec_fn=cgroup.preexec() if cgroup else None)
+
+    def round(self) -> dict:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.exit(f"the DGL side died:\n{self.proc.stderr.read()[-3000:]}")
+        r = json.loads(line)
+        r["seeds_per_s"] = r["seeds"] / r["seconds"]
+        return r
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def parse_size(text: str) -> int:
+    sys.path.insert(0, str(REPO))
+    from planner.capacities import parse_size as ps
+
+    return ps(text)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", default="200000")
+    ap.add_argument("--edges", default="4000000")
+    ap.add_argument("--feature-dim", type=int, default=128)
+    ap.add_argument("--train-share", default="0.25", help="training vertices, share of all (default 0.25)")
+    ap.add_argument("--fanouts", default="25,10")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=0.003)
+    ap.add_argument("--threads", type=int, default=2, help="intra-op threads of both sides (default 2)")
+    ap.add_argument("--rounds", type=int, default=3, help="epochs per side, alternating (default 3)")
+    ap.add_argument("--dgl-workers", default="0,1", help="DGL DataLoader num_workers to try (default 0,1)")
+    ap.add_argument("--workdir", type=Path, default=Path("/var/tmp/moment-bench-train-dgl"))
+    ap.add_argument("--dgl-venv", default=os.environ.get("MOMENT_DGL_VENV", "/var/tmp/dglv"),
+                    help="a venv with dgl 2.1 + torch 2.2.1 (tools/bench_sample.py --build-dgl-venv DIR)")
+    ap.add_argument("--out-of-core", action="store_true",
+                    help="features from disk under a memory cgroup: DGL through np.memmap, ours through bins")
+    ap.add_argument("--memory-limit", default="3GiB", help="--out-of-core: the cgroup's memory limit")
+    ap.add_argument("--cpu-cache", default="512MiB", help="--out-of-core: our host cache (counts in the limit)")
+    ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
+    args = ap.parse_args()
+    if not (Path(args.dgl_venv) / "bin" / "python").exists():
+        print(f"no DGL venv at {args.dgl_venv}: build it with python tools/bench_sample.py --build-dgl-venv DIR; "
+              "the reference was not run")
+        return 0
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    tag = f"{args.nodes}-{args.edges}-{args.feature_dim}-{args.train_share}"
+    dataset = args.workdir / f"graph-{tag}"
+    if not (dataset / "meta.json").exists():
+        print(f"making the graph: Chung-Lu, {args.nodes} nodes, {args.edges} edges, {args.feature_dim} features",
+              flush=True)
+        run([sys.executable, "-m", "moment", "data", "synth", str(dataset), "--nodes", args.nodes, "--edges",
+             args.edges, "--generator", "chung-lu", "--undirected", "--feature-dim", str(args.feature_dim),
+             "--train-share", args.train_share, "--seed", "7", "--quiet"])
+    feat_bytes = os.path.getsize(dataset / "features.npy")
+    cgroup = placement = None
+    mode = "features in memory"
+    if args.out_of_core:
+        limit = parse_size(args.memory_limit)
+        if feat_bytes < 2 * limit:
+            sys.exit(f"--out-of-core: the features ({feat_bytes / 2**30:.1f} GiB) must be at least 2x the memory "
+                     f"limit ({limit / 2**30:.1f} GiB): raise --nodes or --feature-dim, or lower --memory-limit")
+        placement = args.workdir / f"place-{tag}"
+        if not (placement / "placement.json").exists():
+            print("placing: host cache + one SSD bin", flush=True)
+            run([sys.executable, "-m", "moment", "place", "--dataset", str(dataset), "--machine", "moment-b",
+                 "--gpu-cache", "0", "--cpu-cache", args.cpu_cache, *[a for i in range(8) for a in
+                                                                      ("--ssd", str(placement))],
+                 "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--out", str(placement),
+                 "--force"])
+        cgroup = Cgroup(limit)
+        mode = (f"features {feat_bytes / 2**30:.1f} GiB on disk, memory limit {limit / 2**30:.1f} GiB "
+                "(DGL: np.memmap; ours: moment place bins)")
+    print(f"{mode}; GraphSAGE {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, "
+          f"{args.threads} threads, {args.rounds} rounds", flush=True)
+    metrics = args.workdir / "metrics.jsonl"
+    workers = [int(w) for w in args.dgl_workers.split(",")]
+    dgl = {w: Dgl(args, dataset, w, "memmap" if args.out_of_core else "memory", cgroup) for w in workers}
+    res: dict[str, list[dict]] = {"ours": [], **{f"dgl{w}": [] for w in workers}}
+    try:
+        for r in range(args.rounds):
+            res["ours"].append(ours(args, dataset, metrics, placement, cgroup))
+            for w, side in dgl.items():
+                res[f"dgl{w}"].append(side.round())
+            print(f"round {r + 1}: ours {res['ours'][-1]['seeds_per_s']:.0f} seeds/s; "
+                  + "; ".join(f"DGL num_workers={w} {res[f'dgl{w}'][-1]['seeds_per_s']:.0f}" for w in workers),
+                  flush=True)
+    finally:
+        for side in dgl.values():
+            side.close()
+        if cgroup is not None:
+            cgroup.close()
+        metrics.unlink(missing_ok=True)
+
+    def med(k: str) -> float:
+        return statistics.median(x["seeds_per_s"] for x in res[k])
+
+    def rng(k: str) -> str:
+        v = [x["seeds_per_s"] for x in res[k]]
+        return f"{min(v):.0f}-{max(v):.0f}"
+
+    best = max(workers, key=lambda w: med(f"dgl{w}"))
+    o, d = med("ours"), med(f"dgl{best}")
+    print(f"\n{'':28}{'seeds/s (median)':>18}{'range':>14}")
+    print(f"{'ours (moment train)':28}{o:>18.0f}{rng('ours'):>14}")
+    for w in workers:
+        print(f"{f'DGL num_workers={w}':28}{med(f'dgl{w}'):>18.0f}{rng(f'dgl{w}'):>14}")
+    split = res["ours"][len(res["ours"]) // 2]["split"]
+    print(f"ours / DGL (best, num_workers={best}): {o / d:.2f}x; our epoch split (s): "
+          + ", ".join(f"{k[:-2]} {v:.1f}" for k, v in split.items()))
+    name = "out-of-core (np.memmap vs tiered store)" if args.out_of_core else "features in memory"
+    target = ">= 2x" if args.out_of_core else ">= 1.0x"
+    write(args.json, "bench_train_dgl", [
+        Figure("train_dgl", f"GraphSAGE {args.fanouts}, {args.nodes} nodes, {name}", "seeds/s", o, d,
+               f"DGL 2.1 DataLoader (num_workers={best})", target=target,
+               note=f"median of {args.rounds}; ours {rng('ours')}, DGL {rng(f'dgl{best}')}; {args.threads} threads"),
+    ], " ".join(sys.argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
