@@ -3,6 +3,9 @@
 ``raw``: random row reads from one SSD bin, ours against fio in the same run,
 side by side with the ratio. ``gather``: the training access stream without
 training (hot-skewed Zipf ids, or an id stream from a ``.npy``), DLIO-style.
+``moment bench emulate WORKLOAD.yaml`` replays a whole training I/O workload
+(:mod:`iostack.emulate`); ``moment bench record`` records the stream of a
+``moment train`` configuration for it.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from planner.errors import PlannerError
 
 
 def register(subparsers) -> None:
-    bench = subparsers.add_parser("bench", help="benchmarks (io: the feature store's reads)")
-    groups = bench.add_subparsers(dest="bench_group", metavar="{io}", required=True)
+    bench = subparsers.add_parser("bench", help="benchmarks: the feature store's reads, training I/O emulation")
+    groups = bench.add_subparsers(dest="bench_group", metavar="{io,emulate,record}", required=True)
     io = groups.add_parser("io", help="feature-store I/O: raw SSD reads vs fio, or the gather stream")
     which = io.add_subparsers(dest="bench_io", metavar="{raw,gather}", required=True)
 
@@ -45,6 +48,33 @@ def register(subparsers) -> None:
     g.add_argument("--ids", help="a .npy of vertex ids to replay instead of Zipf ids")
     g.add_argument("--backend", default="auto", choices=("auto", "posix", "kvikio"))
     g.set_defaults(func=_gather)
+
+    em = groups.add_parser(
+        "emulate", help="replay a training I/O workload (YAML) through the tiered store, DLIO-style",
+        description="Replay a workload (docs/emulate.md): the access stream of training (recorded with "
+                    "`moment bench record`, or uniform / Zipf), emulated compute per step, readers, prefetch, "
+                    "checkpoints; report throughput, per-tier rows/bytes/IOPS, gather latency, I/O wait and "
+                    "accelerator utilisation (compute / step time).",
+        epilog="example: moment bench emulate workload.yaml --plot emulate.png --json")
+    em.add_argument("workload", metavar="WORKLOAD.yaml", help="the workload file")
+    em.add_argument("--json", action="store_true", help="print the result as JSON")
+    em.add_argument("--plot", metavar="FILE", help="write a picture (PNG or SVG by suffix)")
+    em.set_defaults(func=_emulate)
+
+    rec = groups.add_parser(
+        "record", help="record the feature-read stream of a moment train configuration (for emulate)",
+        description="Sample the batches `moment train` would train on (same dataset, fan-outs, batch size, "
+                    "seed, rank) and save each step's vertex ids and sampling time to a .npz stream.",
+        epilog="example: moment bench record stream.npz --dataset graph --fanouts 25,10 --batch-size 1024")
+    rec.add_argument("out", metavar="OUT.npz", help="where the stream is written")
+    rec.add_argument("--dataset", required=True, metavar="DIR")
+    rec.add_argument("--fanouts", default="25,10", metavar="F1,F2,..")
+    rec.add_argument("--batch-size", type=int, default=1024, metavar="N")
+    rec.add_argument("--seed", type=int, default=0)
+    rec.add_argument("--epochs", type=int, default=1, metavar="N")
+    rec.add_argument("--rank", type=int, default=0, help="record this rank's share (default 0)")
+    rec.add_argument("--world-size", type=int, default=1, help="of this many ranks (default 1)")
+    rec.set_defaults(func=_record)
 
 
 def _console():
@@ -124,4 +154,57 @@ def _gather(args: argparse.Namespace) -> int:
     con.print("tier hit shares: " + ", ".join(f"{t} {s:.1%}" for t, s in sorted(r.tier_share.items())))
     con.print(f"gather latency p50 {r.latency_p50_s * 1e3:.2f} ms, p99 {r.latency_p99_s * 1e3:.2f} ms")
     con.print("store memory: " + ", ".join(f"{k} {format_size(b)}" for k, b in r.memory_bytes.items()))
+    return 0
+
+
+def _emulate(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.table import Table
+
+    from iostack.emulate import emulate, load_workload
+    from planner.capacities import format_size
+
+    w = load_workload(args.workload)
+    con = _console()
+    res = emulate(w, progress=None if args.json else (lambda m: con.print(f"[dim]{m}[/dim]")))
+    if args.plot:
+        from moment.plots import plot_emulation
+
+        plot_emulation(res, args.plot)
+    if args.json:
+        sys.stdout.write(json.dumps(res.to_dict(), indent=2) + "\n")
+        return 0
+    con.print(f"[bold]{res.workload}[/bold]: {res.steps} steps by {res.readers} reader(s) in {res.seconds:.2f} s: "
+              f"{res.steps_per_s:.1f} steps/s, {res.rows_per_s / 1e3:.1f} k rows/s, "
+              f"{format_size(res.bytes_per_s)}/s (SSD reads {'O_DIRECT' if res.direct else 'buffered'})")
+    con.print(f"I/O wait {res.io_wait_share:.1%} of step time · accelerator utilisation "
+              f"{res.accelerator_utilisation:.1%} · gather latency p50 {res.latency_p50_s * 1e3:.2f} ms, "
+              f"p99 {res.latency_p99_s * 1e3:.2f} ms")
+    if res.checkpoint_bytes:
+        con.print(f"checkpoints: {format_size(res.checkpoint_bytes)} in {res.checkpoint_s:.2f} s")
+    t = Table(title="per tier", title_justify="left")
+    for c in ("tier", "rows", "bytes", "read requests", "rows/s", "bytes/s", "requests/s"):
+        t.add_column(c, justify="left" if c == "tier" else "right")
+    for k, f in res.tiers.items():
+        t.add_row(k, f"{f.rows:,}", format_size(f.bytes), f"{f.requests:,}", f"{f.rows_per_s / 1e3:.1f} k",
+                  f"{format_size(f.bytes_per_s)}/s", f"{f.requests_per_s / 1e3:.1f} k")
+    con.print(t)
+    if args.plot:
+        con.print(f"[dim]picture written to {args.plot}[/dim]")
+    return 0
+
+
+def _record(args: argparse.Namespace) -> int:
+    from moment._args import parse_fanouts
+    from training.stream import record_stream
+
+    if args.batch_size < 1 or args.epochs < 1 or not 0 <= args.rank < args.world_size:
+        raise PlannerError("need --batch-size >= 1, --epochs >= 1 and 0 <= --rank < --world-size")
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        raise PlannerError(f"{out}: directory {out.parent} does not exist")
+    path = record_stream(args.dataset, out, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
+                         seed=args.seed, epochs=args.epochs, rank=args.rank, world_size=args.world_size)
+    print(f"stream written to {path}")
     return 0

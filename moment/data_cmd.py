@@ -17,7 +17,8 @@ from planner.errors import PlannerError
 #: options of `data import` and the formats they apply to (dest -> formats)
 _FORMAT_OPTIONS = {
     "dataset": ("planetoid",),
-    "undirected": ("ogb", "igb", "edgelist"),
+    "undirected": ("ogb", "igb", "edgelist", "hdf5"),
+    "hdf5_key": ("hdf5",),
     "directed": ("npz",),
     "lcc": ("npz",),
     "split": ("npz",),
@@ -30,7 +31,7 @@ _FORMAT_OPTIONS = {
     "feature_dim": ("edgelist",),
     "no_relabel": ("edgelist",),
 }
-_KWARG = {"igb_classes": "classes", "no_relabel": "relabel"}
+_KWARG = {"igb_classes": "classes", "no_relabel": "relabel", "hdf5_key": "keys"}
 
 
 def _import_command(args: argparse.Namespace) -> int:
@@ -53,6 +54,8 @@ def _import_command(args: argparse.Namespace) -> int:
         options[_KWARG.get(dest, dest)] = (not value) if dest == "no_relabel" else value
     if fmt == "igb" and "classes" in options:
         options["classes"] = str(options["classes"])
+    if "keys" in options:
+        options["keys"] = _hdf5_keys(options["keys"])
     err = Console(stderr=True, highlight=False, emoji=False)
     last = {"stage": None}
 
@@ -75,6 +78,16 @@ def _import_command(args: argparse.Namespace) -> int:
         + (f", split {splits}" if splits else "")
     )
     return 0
+
+
+def _hdf5_keys(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for text in pairs:
+        key, sep, path = text.partition("=")
+        if not sep or not key or not path:
+            raise PlannerError(f"--hdf5-key {text!r}: expected KEY=PATH, e.g. features=/node/x")
+        out[key] = path
+    return out
 
 
 def _info_command(args: argparse.Namespace) -> int:
@@ -135,7 +148,7 @@ def register(subparsers) -> None:
 
     imp = data_sub.add_parser(
         "import", help="convert a public graph format into a dataset directory",
-        description="Convert Planetoid, gnn-benchmark .npz, OGB node-property, IGB or edge-list "
+        description="Convert Planetoid, gnn-benchmark .npz, OGB node-property, IGB, HDF5 or edge-list "
                     "data into a dataset directory. Large inputs are converted in chunks with bounded memory; "
                     "DST appears only when complete.",
     )
@@ -150,7 +163,7 @@ def register(subparsers) -> None:
     g = imp.add_argument_group("format options")
     g.add_argument("--dataset", metavar="NAME", help="planetoid: which ind.NAME.* when SRC holds several")
     g.add_argument("--undirected", action="store_true", default=None,
-                   help="ogb/igb/edgelist: store every edge in both directions "
+                   help="ogb/igb/edgelist/hdf5: store every edge in both directions "
                         "(ogb default: as OGB does, for ogbn-products/proteins)")
     g.add_argument("--directed", action="store_true", help="npz: keep the raw direction (default: symmetrise)")
     g.add_argument("--lcc", action="store_true", help="npz: keep only the largest connected component")
@@ -165,6 +178,10 @@ def register(subparsers) -> None:
     g.add_argument("--feature-dim", type=int, metavar="F", help="edgelist: width of generated features")
     g.add_argument("--no-relabel", action="store_true",
                    help="edgelist: keep node ids as they are (num_nodes = max id + 1)")
+    g.add_argument("--hdf5-key", action="append", metavar="KEY=PATH",
+                   help="hdf5: where a dataset of the layout lives in the file, e.g. features=/node/x "
+                        "(keys: indptr, indices, edge_index, src, dst, features, labels, train, valid, test; "
+                        "repeatable; docs/dataset-format.md)")
     imp.set_defaults(func=_import_command)
 
     info = data_sub.add_parser("info", help="counts, degree distribution, skew and sizes of a dataset directory")

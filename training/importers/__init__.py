@@ -10,6 +10,7 @@ planetoid  directory of ``ind.<name>.*`` pickles         :mod:`training.importer
 npz        gnn-benchmark ``.npz`` file                  :mod:`training.importers.npz`
 ogb        OGB node-property directory (raw/, split/)   :mod:`training.importers.ogb`
 igb        IGB directory (processed/paper/...)          :mod:`training.importers.igb`
+hdf5       HDF5 file (CSR or edge list, features, ...)  :mod:`training.importers.hdf5`
 edgelist   SNAP text edge list, optionally gzipped      :mod:`training.importers.edgelist`
 ========== ============================================ ==========================================
 
@@ -31,6 +32,7 @@ FORMATS: dict[str, tuple[str, str]] = {
     "ogb": ("training.importers.ogb", "import_ogb"),
     "igb": ("training.importers.igb", "import_igb"),
     "npz": ("training.importers.npz", "import_npz"),
+    "hdf5": ("training.importers.hdf5", "import_hdf5"),
     "edgelist": ("training.importers.edgelist", "import_edgelist"),
 }
 
@@ -45,7 +47,7 @@ def detect_format(src: str | Path) -> str:
             return fmt
     raise DatasetError(
         f"{src}: cannot tell its format (expected ind.<name>.* files, an OGB raw/ + split/ directory, an IGB "
-        f"processed/ directory, a gnn-benchmark .npz or a text edge list); pass --format {{{','.join(FORMATS)}}}"
+        f"processed/ directory, a gnn-benchmark .npz, an HDF5 file or a text edge list); pass --format {{{','.join(FORMATS)}}}"
     )
 
 

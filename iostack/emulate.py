@@ -1,0 +1,544 @@
+"""The training I/O stream as a benchmark: replay a workload's reads through the tiered store.
+
+What DLIO and the h5bench AI-I/O extension do for deep-learning training in general,
+for GNN feature reads: a :class:`Workload` names the data (the tiers of a ``moment
+place`` placement, or one synthetic SSD bin), the access stream (recorded from the
+real sampler, or uniform / Zipf ids), an emulated compute time per step, reader
+processes, prefetch depth, checkpoint writes and epochs. :func:`emulate` replays it
+and returns an :class:`EmulateResult`: throughput, per-tier rows / bytes / read
+requests per second, gather latency p50/p99, the I/O-wait share, and accelerator
+utilisation as DLIO defines it (compute time / step time).
+
+The replay is the trainer's pipeline without the model: a background thread gathers
+the next ``prefetch`` steps' rows (:meth:`~iostack.store.FeatureStore.gather`, the
+trainer's own call) while the main thread "computes" by sleeping the step's compute
+time; a step waits for its rows (the I/O wait), computes, and every ``every_steps``
+writes a checkpoint of ``bytes`` (fsync'ed, as the trainer's). With the sampling
+time of a measured run (``compute.from_metrics``) the preparing thread also spends
+each step's sampling time, so a recorded stream replays what ``moment train`` did.
+Several readers are separate processes, each with its own store, taking steps
+``r, r + R, ...`` (a data-parallel rank's share).
+
+The workload file is YAML (``docs/emulate.md``)::
+
+    name: sage-on-skewed
+    data: {placement: /data/place}          # or {synthetic: {rows: 1e6, row_bytes: 4096, dir: /ssd}}
+    stream: {kind: zipf, exponent: 1.1, rows_per_step: 65536, steps: 200, seed: 0}
+    compute: {seconds_per_step: 0.05}      # or {from_metrics: metrics.jsonl}
+    readers: 1
+    prefetch: 2
+    epochs: 1
+    checkpoint: {bytes: 256MiB, every_steps: 100, dir: /ssd/ckpt}
+
+>>> w = workload_from_dict({"data": {"synthetic": {"rows": 1000, "row_bytes": 4096, "dir": "/tmp"}},
+...                         "stream": {"kind": "uniform", "rows_per_step": 64, "steps": 3}})
+>>> w.stream.kind, w.compute.seconds_per_step, w.readers
+('uniform', 0.0, 1)
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iostack.errors import StoreError
+
+Progress = Callable[[str], None]
+
+#: latency samples each reader returns (a uniform subsample beyond this)
+_LATENCY_SAMPLES = 4096
+
+
+class WorkloadError(StoreError):
+    """A workload file or value that cannot be emulated (the message names the key and the fix)."""
+
+
+# --- the workload ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyntheticData:
+    """One SSD bin of ``rows`` random rows of ``row_bytes`` in ``dir`` (written once, then reused)."""
+
+    rows: int
+    row_bytes: int
+    dir: str
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """Which rows each step reads: ``recorded`` (a ``.npz`` from :func:`save_stream`), ``uniform``
+    or ``zipf`` (``exponent``; id ``k`` drawn with weight ``(k + 1) ** -exponent``)."""
+
+    kind: str
+    path: str | None = None
+    rows_per_step: int = 0
+    steps: int = 0
+    exponent: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """Emulated compute per step: a fixed ``seconds_per_step``, or per step from a ``moment train``
+    metrics file (its steps' compute + all-reduce time, and sampling time for the preparing thread)."""
+
+    seconds_per_step: float = 0.0
+    from_metrics: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """A checkpoint of ``bytes`` written to ``dir`` every ``every_steps`` steps (0: none)."""
+
+    bytes: int = 0
+    every_steps: int = 0
+    dir: str | None = None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything :func:`emulate` needs (see the module docstring)."""
+
+    name: str
+    placement: str | None
+    synthetic: SyntheticData | None
+    stream: StreamSpec
+    compute: ComputeSpec = field(default_factory=ComputeSpec)
+    readers: int = 1
+    prefetch: int = 2
+    epochs: int = 1
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    backend: str = "auto"
+    features: str | None = None
+
+
+def _num(section: Mapping[str, Any], key: str, where: str, kind: type = int, default: Any = None,
+         minimum: float = 0) -> Any:
+    v = section.get(key, default)
+    if v is None:
+        raise WorkloadError(f"{where}.{key}: missing; give a number")
+    if isinstance(v, str) and kind is int and key in ("bytes", "row_bytes"):
+        from planner.capacities import parse_size
+
+        try:
+            v = parse_size(v)
+        except Exception:  # noqa: BLE001 - parse_size's own error, re-worded with the key
+            raise WorkloadError(f"{where}.{key}: {v!r} is not a size like 4KiB or 256MiB") from None
+    try:
+        x = kind(float(v)) if kind is int else kind(v)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"{where}.{key}: {v!r} is not a number") from None
+    if x < minimum:
+        raise WorkloadError(f"{where}.{key}: {x} is below {minimum}")
+    return x
+
+
+def _section(d: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any]:
+    v = d.get(key) or {}
+    if not isinstance(v, Mapping):
+        raise WorkloadError(f"{where}{key}: expected a mapping of keys, got {type(v).__name__}")
+    return v
+
+
+def workload_from_dict(d: Mapping[str, Any], base: str | os.PathLike[str] = ".") -> Workload:
+    """A validated :class:`Workload` from parsed YAML; relative paths resolve against ``base``.
+
+    Raises :class:`WorkloadError` naming the key for a missing or bad value.
+    """
+    if not isinstance(d, Mapping):
+        raise WorkloadError("the workload: expected a mapping of keys (name, data, stream, ...)")
+    known = {"name", "data", "stream", "compute", "readers", "prefetch", "epochs", "checkpoint", "backend"}
+    unknown = set(d) - known
+    if unknown:
+        raise WorkloadError(f"unknown key(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(known))}")
+
+    def path(p: Any) -> str:
+        return str(Path(base) / str(p)) if not Path(str(p)).is_absolute() else str(p)
+
+    data = _section(d, "data")
+    placement = synthetic = None
+    features = None
+    if "placement" in data and "synthetic" in data:
+        raise WorkloadError("data: give placement or synthetic, not both")
+    if "placement" in data:
+        placement = path(data["placement"])
+        features = path(data["features"]) if data.get("features") else None
+    elif "synthetic" in data:
+        s = _section(data, "synthetic", "data.")
+        if "dir" not in s:
+            raise WorkloadError("data.synthetic.dir: missing; name a directory on the SSD to test")
+        synthetic = SyntheticData(_num(s, "rows", "data.synthetic", minimum=1),
+                                  _num(s, "row_bytes", "data.synthetic", minimum=1), path(s["dir"]))
+    else:
+        raise WorkloadError("data: missing; give {placement: DIR} (a moment place output) or "
+                            "{synthetic: {rows: N, row_bytes: B, dir: DIR}}")
+    st = _section(d, "stream")
+    kind = st.get("kind")
+    if kind not in ("recorded", "uniform", "zipf"):
+        raise WorkloadError(f"stream.kind: {kind!r}; expected recorded, uniform or zipf")
+    if kind == "recorded":
+        if "path" not in st:
+            raise WorkloadError("stream.path: missing; a recorded stream (.npz from moment bench emulate --record)")
+        stream = StreamSpec("recorded", path(st["path"]))
+    else:
+        stream = StreamSpec(kind, None, _num(st, "rows_per_step", "stream", minimum=1),
+                            _num(st, "steps", "stream", minimum=1),
+                            _num(st, "exponent", "stream", float, 1.0, minimum=0.0),
+                            _num(st, "seed", "stream", int, 0))
+    c = _section(d, "compute")
+    compute = ComputeSpec(_num(c, "seconds_per_step", "compute", float, 0.0),
+                          path(c["from_metrics"]) if c.get("from_metrics") else None)
+    ck = _section(d, "checkpoint")
+    checkpoint = CheckpointSpec(_num(ck, "bytes", "checkpoint", int, 0), _num(ck, "every_steps", "checkpoint", int, 0),
+                                path(ck["dir"]) if ck.get("dir") else None)
+    if checkpoint.bytes and checkpoint.every_steps and checkpoint.dir is None:
+        raise WorkloadError("checkpoint.dir: missing; name where checkpoints are written")
+    backend = str(d.get("backend", "auto"))
+    if backend not in ("auto", "posix", "kvikio"):
+        raise WorkloadError(f"backend: {backend!r}; expected auto, posix or kvikio")
+    return Workload(str(d.get("name", "workload")), placement, synthetic, stream, compute,
+                    _num(d, "readers", "", int, 1, minimum=1), _num(d, "prefetch", "", int, 2),
+                    _num(d, "epochs", "", int, 1, minimum=1), checkpoint, backend, features)
+
+
+def load_workload(path: str | os.PathLike[str]) -> Workload:
+    """Read a workload YAML file (``docs/emulate.md``)."""
+    import yaml
+
+    p = Path(path)
+    try:
+        d = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise WorkloadError(f"{p}: no such workload file") from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise WorkloadError(f"{p}: not readable YAML ({exc})") from None
+    try:
+        return workload_from_dict(d, p.parent)
+    except WorkloadError as exc:
+        raise WorkloadError(f"{p}: {exc}") from None
+
+
+# --- streams -----------------------------------------------------------------------------------
+
+
+def save_stream(path: str | os.PathLike[str], batches: list[np.ndarray], sample_s: list[float] | None = None,
+                meta: Mapping[str, Any] | None = None) -> Path:
+    """Write a recorded stream: the row ids each step reads (``batches``), optionally each step's sampling time."""
+    p = Path(path)
+    ids = np.concatenate(batches) if batches else np.zeros(0, np.int64)
+    offsets = np.zeros(len(batches) + 1, np.int64)
+    np.cumsum([b.size for b in batches], out=offsets[1:])
+    arrays = {"ids": ids.astype(np.int64), "offsets": offsets,
+              "meta": np.frombuffer(json.dumps(dict(meta or {})).encode(), np.uint8)}
+    if sample_s is not None:
+        arrays["sample_s"] = np.asarray(sample_s, np.float64)
+    tmp = p.with_name(f".{p.name}.tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, p)
+    return p
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Row ids per step (``ids[offsets[s]:offsets[s + 1]]``), and each step's sampling time if recorded."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    sample_s: np.ndarray | None = None
+
+    @property
+    def steps(self) -> int:
+        return int(self.offsets.size - 1)
+
+    def step(self, s: int) -> np.ndarray:
+        return self.ids[self.offsets[s]:self.offsets[s + 1]]
+
+
+def make_stream(spec: StreamSpec, num_rows: int) -> Stream:
+    """The stream ``spec`` describes over ``num_rows`` rows (a recorded one is checked against it)."""
+    if spec.kind == "recorded":
+        try:
+            z = np.load(spec.path, allow_pickle=False)
+            ids, offsets = z["ids"], z["offsets"]
+            sample_s = z["sample_s"] if "sample_s" in z.files else None
+        except (OSError, KeyError, ValueError) as exc:
+            raise WorkloadError(f"stream.path {spec.path}: not a recorded stream ({exc}); "
+                                "record one with moment bench emulate --record") from None
+        if ids.size and (ids.min() < 0 or ids.max() >= num_rows):
+            raise WorkloadError(f"stream.path {spec.path}: ids reach {int(ids.max())}, the data has {num_rows} rows; "
+                                "record the stream on this dataset")
+        return Stream(ids, offsets, sample_s)
+    rng = np.random.default_rng(spec.seed)
+    n = spec.rows_per_step * spec.steps
+    if spec.kind == "uniform":
+        ids = rng.integers(0, num_rows, n, dtype=np.int64)
+    else:
+        from iostack.bench import zipf_ids
+
+        # a random relabelling: the hot ids are spread over the file, as a real graph's are
+        perm = rng.permutation(num_rows)
+        ids = perm[zipf_ids(num_rows, n, spec.exponent, rng)]
+    return Stream(ids, np.arange(0, n + 1, spec.rows_per_step, dtype=np.int64))
+
+
+def metrics_times(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step (compute + all-reduce, sampling) seconds of the first epoch in a ``moment train`` metrics file."""
+    rows = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise WorkloadError(f"compute.from_metrics {path}: {exc.strerror or exc}") from None
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("kind") == "step":
+            rows.append((r.get("epoch", 0), r["step"], r["compute_s"] + r.get("allreduce_s", 0.0), r["sample_s"]))
+    if not rows:
+        raise WorkloadError(f"compute.from_metrics {path}: no step records; pass the --metrics file of moment train")
+    first = min(e for e, *_ in rows)
+    rows = sorted(r for r in rows if r[0] == first)
+    return np.array([r[2] for r in rows]), np.array([r[3] for r in rows])
+
+
+# --- the replay --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TierFigures:
+    """What one tier served during the replay (all readers): rows, bytes, read requests, per second."""
+
+    rows: int
+    bytes: int
+    requests: int
+    rows_per_s: float
+    bytes_per_s: float
+    requests_per_s: float
+
+
+@dataclass(frozen=True)
+class EmulateResult:
+    """One replay. Times in seconds; ``accelerator_utilisation`` = compute / wall time (DLIO's AU)."""
+
+    workload: str
+    readers: int
+    steps: int
+    seconds: float
+    rows: int
+    bytes: int
+    steps_per_s: float
+    rows_per_s: float
+    bytes_per_s: float
+    io_wait_s: float
+    io_wait_share: float
+    compute_s: float
+    accelerator_utilisation: float
+    checkpoint_s: float
+    checkpoint_bytes: int
+    latency_p50_s: float
+    latency_p99_s: float
+    tiers: dict[str, TierFigures]
+    direct: bool
+    step_wait_s: tuple[float, ...] = ()
+    step_compute_s: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _open_store(w: Workload):
+    from iostack.bench import bench_file
+    from iostack.placement import Placement, load_placement
+    from iostack.store import FeatureStore
+
+    if w.synthetic is not None:
+        s = w.synthetic
+        Path(s.dir).mkdir(parents=True, exist_ok=True)
+        _, b = bench_file(s.dir, s.rows * s.row_bytes, s.row_bytes)
+        p = Placement((b,), np.zeros(s.rows, np.int16), np.arange(s.rows, dtype=np.int64))
+        return FeatureStore(p, s.dir, backend=w.backend)
+    if not Path(w.placement, "placement.json").exists():
+        raise WorkloadError(f"data.placement {w.placement}: no placement there (write one with moment place)")
+    p = load_placement(w.placement)
+    feats = None
+    if any(b.kind != "ssd" for b in p.bins):
+        if w.features is None:
+            raise WorkloadError(f"data.placement {w.placement}: it has GPU/CPU caches; give data.features, "
+                                "the dataset's features.npy, to fill them")
+        feats = np.load(w.features, mmap_mode="r")
+    return FeatureStore(p, w.placement, features=feats, backend=w.backend)
+
+
+def _checkpoint(spec: CheckpointSpec, rank: int, buf: np.ndarray) -> float:
+    t0 = time.perf_counter()
+    path = Path(spec.dir) / f"emulated-checkpoint-{rank}.bin"
+    with open(path, "wb") as f:
+        for a in range(0, spec.bytes, buf.size):
+            f.write(memoryview(buf)[: min(buf.size, spec.bytes - a)])
+        f.flush()
+        os.fsync(f.fileno())
+    return time.perf_counter() - t0
+
+
+def _replay(w: Workload, rank: int, progress: Progress | None = None) -> dict[str, Any]:
+    """One reader: its steps of every epoch through its own store; raw figures for :func:`_combine`."""
+    import torch
+
+    store = _open_store(w)
+    try:
+        stream = make_stream(w.stream, store.num_vertices)
+        compute = sample = None
+        if w.compute.from_metrics:
+            compute, sample = metrics_times(w.compute.from_metrics)
+        mine = list(range(rank, stream.steps, w.readers))
+        ck_buf = np.random.default_rng(rank).integers(0, 256, min(w.checkpoint.bytes, 64 << 20) or 1, np.uint8)
+        if w.checkpoint.dir:
+            Path(w.checkpoint.dir).mkdir(parents=True, exist_ok=True)
+        order = [(e, s) for e in range(w.epochs) for s in mine]
+        q: queue.Queue = queue.Queue(maxsize=max(1, w.prefetch))
+        stop = threading.Event()
+        lat: list[float] = []
+
+        def prepare() -> None:
+            try:
+                for _, s in order:
+                    if stop.is_set():
+                        return
+                    if sample is not None:  # the sampler's time of the measured run
+                        time.sleep(float(sample[s % sample.size]))
+                    t0 = time.perf_counter()
+                    store.gather(torch.from_numpy(stream.step(s)))
+                    lat.append(time.perf_counter() - t0)
+                    q.put(s)
+                q.put(None)
+            except BaseException as exc:  # handed to the replaying thread
+                q.put(exc)
+
+        store.reset_stats()
+        thread = threading.Thread(target=prepare, name="moment-emulate-prefetch", daemon=True) if w.prefetch else None
+        waits, computes, ck_s, ck_bytes, done = [], [], 0.0, 0, 0
+        t_start = time.perf_counter()
+        if thread is not None:
+            thread.start()
+        for i, (_, s) in enumerate(order):
+            t0 = time.perf_counter()
+            if thread is None:  # no prefetch: gather inline, all of it is waiting
+                if sample is not None:
+                    time.sleep(float(sample[s % sample.size]))
+                store.gather(torch.from_numpy(stream.step(s)))
+                item = s
+            else:
+                item = q.get()
+            if isinstance(item, BaseException):
+                raise item
+            waits.append(time.perf_counter() - t0)
+            c = float(compute[s % compute.size]) if compute is not None else w.compute.seconds_per_step
+            if c > 0:
+                time.sleep(c)
+            computes.append(c)
+            done += 1
+            ck = w.checkpoint
+            if ck.bytes and ck.every_steps and (i + 1) % ck.every_steps == 0:
+                ck_s += _checkpoint(ck, rank, ck_buf)
+                ck_bytes += ck.bytes
+            if progress is not None and (i + 1) % 50 == 0:
+                progress(f"reader {rank}: step {i + 1} of {len(order)}")
+        seconds = time.perf_counter() - t_start
+        stop.set()
+        if thread is not None:
+            thread.join()
+        tiers = {}
+        for b in store.stats():
+            t = tiers.setdefault(b.kind, [0, 0, 0])
+            t[0] += b.rows
+            t[1] += b.bytes
+            t[2] += b.requests
+        if len(lat) > _LATENCY_SAMPLES:
+            lat = [lat[i] for i in np.linspace(0, len(lat) - 1, _LATENCY_SAMPLES).astype(int)]
+        return {"steps": done, "seconds": seconds, "waits": waits, "computes": computes, "ck_s": ck_s,
+                "ck_bytes": ck_bytes, "tiers": tiers, "lat": lat, "row_bytes": store.row_bytes,
+                "direct": all(d for d, _ in store.direct_io().values())}
+    finally:
+        store.close()
+
+
+def _reader_main(w: Workload, rank: int, out: Any) -> None:
+    try:
+        out.put((rank, _replay(w, rank)))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent as text
+        out.put((rank, f"{type(exc).__name__}: {exc}"))
+
+
+def _combine(w: Workload, parts: list[dict[str, Any]]) -> EmulateResult:
+    seconds = max(p["seconds"] for p in parts)
+    steps = sum(p["steps"] for p in parts)
+    wait = sum(sum(p["waits"]) for p in parts)
+    comp = sum(sum(p["computes"]) for p in parts)
+    wall = sum(p["seconds"] for p in parts)  # reader-seconds: shares are per reader, averaged
+    tiers: dict[str, TierFigures] = {}
+    for k in sorted({k for p in parts for k in p["tiers"]}):
+        r, b, q = (sum(p["tiers"].get(k, [0, 0, 0])[i] for p in parts) for i in range(3))
+        tiers[k] = TierFigures(r, b, q, r / seconds, b / seconds, q / seconds)
+    rows = sum(t.rows for t in tiers.values())
+    nbytes = sum(t.bytes for t in tiers.values())
+    lat = [x for p in parts for x in p["lat"]]
+    p50, p99 = (np.percentile(lat, [50, 99]).tolist() if lat else (0.0, 0.0))
+    first = parts[0]
+    return EmulateResult(w.name, w.readers, steps, seconds, rows, nbytes, steps / seconds, rows / seconds,
+                         nbytes / seconds, wait, wait / wall if wall else 0.0, comp, comp / wall if wall else 0.0,
+                         sum(p["ck_s"] for p in parts), sum(p["ck_bytes"] for p in parts), p50, p99, tiers,
+                         all(p["direct"] for p in parts), tuple(first["waits"]), tuple(first["computes"]))
+
+
+def emulate(workload: Workload, progress: Progress | None = None) -> EmulateResult:
+    """Replay ``workload`` (one reader in this process; several as spawned processes) and measure it.
+
+    Raises :class:`WorkloadError` for data or streams that do not fit, and
+    :class:`~iostack.errors.StoreError` from the store.
+    """
+    w = workload
+    if w.readers == 1:
+        return _combine(w, [_replay(w, 0, progress)])
+    ctx = multiprocessing.get_context("spawn")  # fresh interpreters: no forked store or threads
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_reader_main, args=(w, r, out), name=f"moment-emulate-{r}") for r in range(w.readers)]
+    for p in procs:
+        p.start()
+    parts: dict[int, Any] = {}
+    try:
+        while len(parts) < len(procs):
+            try:
+                rank, res = out.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]
+                if dead:
+                    raise StoreError(f"emulation reader {dead[0].name} died (exit {dead[0].exitcode})") from None
+                continue
+            if isinstance(res, str):
+                raise StoreError(f"emulation reader {rank}: {res}")
+            parts[rank] = res
+            if progress is not None:
+                progress(f"reader {rank} done")
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    return _combine(w, [parts[r] for r in range(w.readers)])
+
+
+__all__ = ["CheckpointSpec", "ComputeSpec", "EmulateResult", "Stream", "StreamSpec", "SyntheticData",
+           "TierFigures", "Workload", "WorkloadError", "emulate", "load_workload", "make_stream",
+           "metrics_times", "save_stream", "workload_from_dict"]
