@@ -13,7 +13,19 @@ The layout is a tidy tree: every subtree owns a horizontal interval, sibling
 intervals follow each other left to right without overlapping, and a parent
 is centred over its children. An interval is as wide as the widest of the
 node's box, the label of the link into it and its children's intervals, so
-neither boxes nor link labels of one row can collide.
+neither boxes nor link labels of one row can collide. A parent with many
+leaves — chipset functions, empty slots, slots holding one device — hangs
+them in columns from rails, a slot's device drawn to its right: side by side,
+the slots of a switch and the bays of a backplane made Machine B's plan
+3855 px wide (now about 1850).
+
+Devices the planner placed carry their slot-map numbers ("GPU 3", "SSD 6",
+:func:`device_number`); captured ones their bus address. Slots show their
+designation as the BIOS or spec gives it (:func:`slot_title`). Names too long
+for a box wrap onto a second (third) line; only minor "other" functions are
+cut, their tooltip holding the whole name. A plan's bottleneck links are red
+and thicker, devices that are themselves the bottleneck (an SSD at its read
+limit) are outlined in red, and the legend says so whenever something is red.
 
 Only the standard library builds the SVG (no graphviz, no matplotlib); all
 text is XML-escaped. Coordinates are in SVG user units (px).
@@ -41,13 +53,14 @@ import os
 import re
 import tempfile
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 
-__all__ = ["Box", "TopologyLayout", "topology_layout", "topology_svg", "write_svg"]
+__all__ = ["Box", "TopologyLayout", "device_number", "slot_title", "topology_layout", "topology_svg",
+           "write_svg"]
 
 SVG_NS = "http://www.w3.org/2000/svg"
 
@@ -63,7 +76,7 @@ LINE_GAP_PX = 2.0
 
 BOX_H = 40.0
 SMALL_BOX_H = 32.0
-BOX_MIN_W, BOX_MAX_W = 104.0, 184.0
+BOX_MIN_W, BOX_MAX_W = 104.0, 232.0
 SMALL_MIN_W, SMALL_MAX_W = 84.0, 136.0
 BOX_PAD_X = 8.0
 
@@ -131,6 +144,34 @@ def _fit(text: str, width_px: float, font_px: float) -> str:
     return text[: max(0, max_chars - 1)].rstrip() + "…"
 
 
+def _wrap(text: str, width_px: float, font_px: float, max_lines: int = 2) -> list[str]:
+    """``text`` broken at spaces into at most ``max_lines`` lines that fit ``width_px``.
+
+    Only what still does not fit (a single word longer than the line, or a
+    third line's worth) is cut with an ellipsis.
+
+    >>> _wrap("BCM57416 NetXtreme-E Dual-Media 10G RDMA Ethernet Controller", 140, 10)
+    ['BCM57416 NetXtreme-E', 'Dual-Media 10G RDMA E…']
+    >>> _wrap("BCM57416 NetXtreme-E Dual-Media 10G RDMA Ethernet Controller", 140, 10, 3)
+    ['BCM57416 NetXtreme-E', 'Dual-Media 10G RDMA', 'Ethernet Controller']
+    >>> _wrap("short", 120, 10)
+    ['short']
+    """
+    max_chars = max(1, int(width_px / (font_px * CHAR_EM)))
+    if len(text) <= max_chars:
+        return [text]
+    out: list[str] = []
+    rest = text
+    while len(rest) > max_chars and len(out) < max_lines - 1:
+        cut = rest.rfind(" ", 0, max_chars + 1)
+        if cut <= 0:
+            break
+        out.append(rest[:cut].rstrip())
+        rest = rest[cut + 1:].lstrip()
+    out.append(_fit(rest, width_px, font_px))
+    return out
+
+
 def _gbps(bytes_per_s: float | None) -> str:
     """``'25.2 GB/s'`` (per direction, decimal GB), ``'? GB/s'`` when unknown.
 
@@ -157,13 +198,17 @@ def _short_addr(addr: str | None) -> str:
 _REV = re.compile(r"\s*\(rev [0-9a-f]+\)\s*$", re.I)
 _IDS = re.compile(r"\s*\[[0-9a-f]{4}:[0-9a-f]{4}\]", re.I)
 _CLASS_PREFIX = re.compile(r"^[A-Za-z /-]+ (?:controller|bridge|device)\s*(?:\[[0-9a-f]{4}\])?:\s*", re.I)
+# vendor words that lead a product title ("NVIDIA A100 40GB PCIe", "Intel P5510 3.84 TB")
+_BRAND = re.compile(r"^(?:NVIDIA|Intel|AMD|Samsung|Micron|KIOXIA|Kioxia|Solidigm|Western Digital|WD|"
+                    r"Seagate|SK hynix|Kingston|Mellanox|Broadcom|Microchip|Marvell|Huawei|Memblaze|"
+                    r"Toshiba|Sandisk)\s+(?=\S)")
 _VENDOR = re.compile(
     r"^(?:[^\s\[]+\s+){0,3}?(?:(?:Corporation|Corp\.?|Inc\.?|Co\.?,?|Ltd\.?|Technologies|"
     r"Technology|Electronics|Semiconductor|Systems|Group|and subsidiaries)\s+)+",
 )
 
 
-def _short_name(name: str) -> str:
+def _short_name(name: str, *, brand: bool = False) -> str:
     """A device name without vendor, class prefix, ids and revision.
 
     >>> _short_name("NVIDIA Corporation GH100 [H100 SXM5 80GB] [10de:2330] (rev a1)")
@@ -172,6 +217,10 @@ def _short_name(name: str) -> str:
     'NVMe SSD Controller SM981/PM981/PM983'
     >>> _short_name("Micron Technology Inc 7450 PRO NVMe SSD")
     '7450 PRO NVMe SSD'
+    >>> _short_name("NVIDIA A100 40GB PCIe", brand=True), _short_name("Intel P5510 3.84 TB", brand=True)
+    ('A100 40GB PCIe', 'P5510 3.84 TB')
+
+    ``brand`` also drops a leading brand word (a device's product title).
     """
     s = _REV.sub("", name.strip())
     s = _IDS.sub("", s)
@@ -180,6 +229,8 @@ def _short_name(name: str) -> str:
     if brackets:
         return brackets[-1].strip()
     stripped = _VENDOR.sub("", s, count=1)
+    if stripped == s and brand:
+        stripped = _BRAND.sub("", s, count=1)
     return (stripped or s).strip()
 
 
@@ -201,8 +252,12 @@ def _node_lines(node: Node, empty_slot: bool) -> list[str]:
     model = str(node.attrs.get("model") or "")
     if kind in (NodeKind.GPU, NodeKind.NVME, NodeKind.NIC):
         tag = {NodeKind.GPU: "GPU", NodeKind.NVME: "NVMe", NodeKind.NIC: "NIC"}[kind]
+        title = str(node.attrs.get("title") or model or node.name or "")
+        second = _short_name(title, brand=True) if title else ""
+        number = device_number(node)
+        if number is not None:  # a device the planner placed: "GPU 3", as in the slot map
+            return [number, second] if second else [number]
         first = f"{tag} {addr}" if addr else tag
-        second = _short_name(model or node.name) if (model or node.name) else ""
         if not addr and second:
             first, second = f"{tag} {second}", ""
         return [first, second] if second else [first]
@@ -218,17 +273,18 @@ def _node_lines(node: Node, empty_slot: bool) -> list[str]:
             second = f"{len(ports)} port{'s' if len(ports) != 1 else ''}"
         return [node.label, second] if second else [node.label]
     if kind == NodeKind.SLOT:
+        first = slot_title(node)
         bits = []
-        ff = node.attrs.get("form_factor")
+        ff = _FORM_FACTOR_WORDS.get(str(node.attrs.get("form_factor") or ""), "")
         if ff:
-            bits.append(str(ff))
+            bits.append(ff)
         lanes = node.attrs.get("width_lanes")
         if lanes:
             bits.append(f"x{lanes}")
         second = " ".join(bits)
         if empty_slot:
             second = f"{second} · empty" if second else "empty"
-        return [node.label, second] if second else [node.label]
+        return [first, second] if second else [first]
     if kind == NodeKind.SOCKET:
         numa = node.attrs.get("numa_nodes")
         m = re.match(r"^(.*?)\s*\((.+)\)$", node.label)
@@ -253,6 +309,43 @@ def _node_lines(node: Node, empty_slot: bool) -> list[str]:
             second = f"NUMA {node.numa_node}"
         return [label, second] if second else [label]
     return [node.label]
+
+
+_FORM_FACTOR_WORDS = {"cem": "card", "u.2": "U.2", "m.2": "M.2", "ocp": "OCP"}
+_PLACED_ID = re.compile(r"^(?:placed:)?(gpu|ssd)(\d+)$")
+_NAMES_ITSELF = re.compile(r"slot|bay|socket|riser|connector|m\.?2|pcie|ocp|sxm|oam|u\.2|mezz", re.I)
+
+
+def device_number(node: Node) -> str | None:
+    """``"GPU 3"``/``"SSD 6"`` for a device the planner placed, numbered as in the slot map.
+
+    :func:`planner.layout.place` numbers placed devices ``gpu0``, ``ssd0``, …
+    in tree order of their slots, and the slot map calls them "GPU 0",
+    "SSD 0", …; a captured device has no such number (``None``).
+
+    >>> device_number(Node("ssd6", NodeKind.NVME, attrs={"placed": True}))
+    'SSD 6'
+    >>> device_number(Node("pci:0000:01:00.0", NodeKind.GPU)) is None
+    True
+    """
+    m = _PLACED_ID.match(node.id)
+    if not node.attrs.get("placed") or m is None:
+        return None
+    return f"{m.group(1).upper()} {m.group(2)}"
+
+
+def slot_title(node: Node) -> str:
+    """A slot's designation as the BIOS or spec gives it; ``"slot 168"`` for a bare number.
+
+    >>> slot_title(Node("s", NodeKind.SLOT, "slot Slot 0 (switch 1)", attrs={"designation": "Slot 0 (switch 1)"}))
+    'Slot 0 (switch 1)'
+    >>> slot_title(Node("s", NodeKind.SLOT, "slot 168", attrs={"designation": "168"}))
+    'slot 168'
+    """
+    designation = str(node.attrs.get("designation") or "").strip()
+    if not designation:
+        return node.label
+    return designation if _NAMES_ITSELF.search(designation) else f"slot {designation}"
 
 
 def _node_tooltip(node: Node) -> str:
@@ -338,6 +431,7 @@ STACK_RAIL_X = 4.0  # rail position inside a stack column
 STACK_INDENT = 14.0  # from a column's rail to its boxes
 STACK_PITCH = SMALL_BOX_H + LINK_FONT_PX + 10.0
 STACK_COL_GAP = 12.0
+STACK_CHAIN_ROWS = 8  # a stack of slot → device chains stays one column up to this many
 
 
 @dataclass(frozen=True)
@@ -387,7 +481,8 @@ class TopologyLayout:
     drawn as tree edges as ``(parent, child)``; ``link_label_boxes`` and
     ``link_label_lines`` give the rectangle and text of each one's label.
     ``rails`` maps a child stacked in a column to the x of the rail its link
-    runs down. ``beside`` maps a socket to the memory node drawn beside it
+    runs down; ``chained`` maps a device drawn to the right of its slot in
+    such a column to that slot. ``beside`` maps a socket to the memory node drawn beside it
     and ``mem_side`` says on which side (``"left"``/``"right"``).
     ``socket_row`` lists the sockets left to right, ``unplaced`` the roots of
     the "unplaced" band whose caption sits at ``unplaced_top`` (``None``
@@ -410,6 +505,7 @@ class TopologyLayout:
     top: float
     width: float
     height: float
+    chained: Mapping[str, str] = field(default_factory=dict)
 
 
 def _tree(topo: Topology) -> tuple[list[str], dict[str, str], list[str], dict[str, list[str]]]:
@@ -509,20 +605,34 @@ def topology_layout(
         font = SMALL_FONT_PX if _is_small(n) else NODE_FONT_PX
         lo, hi = (SMALL_MIN_W, SMALL_MAX_W) if _is_small(n) else (BOX_MIN_W, BOX_MAX_W)
         w = min(hi, max(lo, max(_text_w(t, font) for t in lines) + 2 * BOX_PAD_X))
-        node_lines[n.id] = tuple(_fit(t, w - 2 * BOX_PAD_X, font) for t in lines)
-        size[n.id] = (w, SMALL_BOX_H if _is_small(n) else BOX_H)
+        # a name too long for the widest box wraps onto a second line rather than being cut
+        most = 2 if _is_small(n) else 3  # OTHER functions keep two lines; the tooltip has the rest
+        wrapped = [lines[0], *(part for t in lines[1:] for part in _wrap(t, w - 2 * BOX_PAD_X, font, most))]
+        wrapped[0:1] = _wrap(lines[0], w - 2 * BOX_PAD_X, font)
+        node_lines[n.id] = tuple(wrapped)
+        base = SMALL_BOX_H if _is_small(n) else BOX_H
+        size[n.id] = (w, base + (font + 3) * max(0, len(wrapped) - 2))
 
-    # Leaf OTHER children of a busy parent go into a stack of columns.
+    # A busy parent's leaves — OTHER functions, empty slots, and slots holding one
+    # leaf device (drawn as a chain: slot, then its device to the right) — go into
+    # a stack of columns hanging from rails: side by side, the slots of a
+    # switch or the bays of a backplane would stretch the picture over metres.
     nvlinked = {end for lk in topo.links(LinkKind.NVLINK) for end in lk.key}
     stacks: dict[str, list[str]] = {}
+    chained: dict[str, str] = {}  # device -> the slot it is drawn beside
     layout_kids: dict[_Key, list[_Key]] = {}
     for p, cs in kids.items():
         # a node with NVLinks stays on the row, where its arcs can reach it
-        leaves = [c for c in cs
-                  if not kids.get(c) and _is_small(node_of[c]) and c not in nvlinked]
-        if len(leaves) >= STACK_MIN:
-            stacks[p] = leaves
-            layout_kids[p] = [c for c in cs if c not in leaves] + [("stack", p)]
+        items = [c for c in cs if c not in nvlinked and (
+            (not kids.get(c) and (_is_small(node_of[c]) or _is_empty_slot(node_of[c], kids)))
+            or _chain_device(node_of[c], kids, nvlinked) is not None)]
+        if len(items) >= STACK_MIN:
+            stacks[p] = items
+            layout_kids[p] = [c for c in cs if c not in items] + [("stack", p)]
+            for c in items:
+                d = _chain_device(node_of[c], kids, nvlinked)
+                if d is not None:
+                    chained[d] = c
         else:
             layout_kids[p] = list(cs)
     stacked_in = {c: p for p, cs in stacks.items() for c in cs}
@@ -534,25 +644,38 @@ def topology_layout(
             link = topo.link_between(p, c)
             assert link is not None  # kids only holds linked pairs
             lines = _link_label_lines(link, extra.get(link.key))
-            if c in stacked_in:  # one line beside the rail
+            if c in stacked_in or c in chained:  # one line beside the rail or above the chain
                 lines = [" · ".join(lines)]
             label_lines[(p, c)] = tuple(lines)
             label_w[c] = max(_text_w(t, LINK_FONT_PX) for t in lines) + 6
 
-    # Columns of each stack: about twice as tall as wide, in rows of boxes.
+    def chain_gap(d: str) -> float:
+        return max(label_w[d], 36.0) + 12.0
+
+    def item_w(c: str) -> float:
+        d = next((x for x, slot in chained.items() if slot == c), None)
+        box = size[c][0] + (chain_gap(d) + size[d][0] if d is not None else 0.0)
+        return max(STACK_RAIL_X + STACK_INDENT + box, STACK_RAIL_X + 6 + label_w[c])
+
+    # Columns of each stack: about twice as tall as wide, in rows of boxes; a
+    # stack of chains (wide items) goes in one column up to STACK_CHAIN_ROWS.
     stack_cols: dict[str, list[list[str]]] = {}
     stack_col_w: dict[str, list[float]] = {}
     for p, items in stacks.items():
-        rows = min(len(items), max(STACK_MIN, math.ceil(math.sqrt(2 * len(items)))))
+        if any(c in chained.values() for c in items):
+            rows = min(len(items), max(STACK_CHAIN_ROWS, math.ceil(len(items) / 2)))
+        else:
+            rows = min(len(items), max(STACK_MIN, math.ceil(math.sqrt(2 * len(items)))))
         cols = [items[i:i + rows] for i in range(0, len(items), rows)]
         stack_cols[p] = cols
-        stack_col_w[p] = [
-            max(max(STACK_RAIL_X + STACK_INDENT + size[c][0], STACK_RAIL_X + 6 + label_w[c])
-                for c in col)
-            for col in cols
-        ]
+        stack_col_w[p] = [max(item_w(c) for c in col) for col in cols]
 
-    mem_gap = _text_w("~100 GB/s", LINK_FONT_PX) + 16
+    mem_texts = ["~100 GB/s"]
+    for s, m in beside.items():
+        lk = topo.link_between(s, m)
+        if lk is not None:
+            mem_texts.append(_bw_text(lk) + (f" · {extra[lk.key]}" if lk.key in extra else ""))
+    mem_gap = max(_text_w(t, LINK_FONT_PX) for t in mem_texts) + 16
     linked = [s for s in sockets
               if any(lk.kind == LinkKind.INTER_SOCKET and s in lk.key for lk in topo.links())]
     last = linked[-1] if len(linked) >= 2 else None
@@ -622,7 +745,7 @@ def topology_layout(
     boxes: dict[str, Box] = {}
     label_boxes: dict[tuple[str, str], Box] = {}
     rails: dict[str, float] = {}
-    row_h = BOX_H + ROW_GAP
+    row_h = max([BOX_H, *(h for _, h in size.values())]) + ROW_GAP
 
     def materialise(centre: Mapping[_Key, float], depth: Mapping[_Key, int], band_top: float) -> None:
         for key, c in centre.items():
@@ -632,13 +755,23 @@ def topology_layout(
                 x = c - extents(key)[0]
                 for col, cw in zip(stack_cols[p], stack_col_w[p], strict=True):
                     rail = x + STACK_RAIL_X
-                    for i, item in enumerate(col):
+                    yy = y
+                    for item in col:
                         w, h = size[item]
-                        b = Box(rail + STACK_INDENT, y + i * STACK_PITCH, w, h)
+                        d = next((x for x, slot in chained.items() if slot == item), None)
+                        row_h_item = max(h, size[d][1]) if d is not None else h
+                        b = Box(rail + STACK_INDENT, yy + (row_h_item - h) / 2, w, h)
                         boxes[item] = b
                         rails[item] = rail
                         lh = LINK_FONT_PX + 3
                         label_boxes[(p, item)] = Box(rail + 6, b.y - lh - 3, label_w[item], lh)
+                        if d is not None:
+                            dw, dh = size[d]
+                            db = Box(b.right + chain_gap(d), b.cy - dh / 2, dw, dh)
+                            boxes[d] = db
+                            label_boxes[(item, d)] = Box((b.right + db.x) / 2 - label_w[d] / 2,
+                                                         b.cy - lh - 3, label_w[d], lh)
+                        yy += row_h_item + STACK_PITCH - SMALL_BOX_H
                     x += cw + STACK_COL_GAP
                 continue
             w, h = size[key]
@@ -658,10 +791,18 @@ def topology_layout(
     centre: dict[_Key, float] = {}
     depth: dict[_Key, int] = {}
     x = MARGIN
+    prev_right: float | None = None  # right edge of the previous socket's box (and memory)
     for s in sockets:
+        trial: dict[_Key, float] = {}
+        place(s, 0.0, trial, {})
+        left_edge = trial[s] - extents(s)[0]
+        if prev_right is not None:
+            # subtrees TREE_GAP apart, socket boxes far enough apart for the inter-socket label
+            x = max(x, prev_right + top_gap - left_edge)
         place(s, x, centre, depth)
-        x += width_memo[s] + top_gap
-    right = x - top_gap if sockets else MARGIN
+        prev_right = centre[s] + extents(s)[1]
+        x += width_memo[s] + TREE_GAP
+    right = x - TREE_GAP if sockets else MARGIN
     materialise(centre, depth, top)
     for s, m in beside.items():
         sb = boxes[s]
@@ -685,7 +826,7 @@ def topology_layout(
         materialise(centre, depth, unplaced_top + 26.0)
 
     for (p, c), lines in label_lines.items():
-        if c in stacked_in:
+        if c in stacked_in or c in chained:
             continue
         cb = boxes[c]
         h = (LINK_FONT_PX + LINE_GAP_PX) * len(lines) + 2
@@ -713,7 +854,18 @@ def topology_layout(
         top=top,
         width=max(width, right) + MARGIN,
         height=bottom + MARGIN,
+        chained=chained,
     )
+
+
+def _chain_device(node: Node, kids: Mapping[str, list[str]], nvlinked: set[str]) -> str | None:
+    """The one leaf device of a slot, when the slot holds exactly that (else ``None``)."""
+    if node.kind != NodeKind.SLOT:
+        return None
+    cs = kids.get(node.id, [])
+    if len(cs) != 1 or kids.get(cs[0]) or cs[0] in nvlinked:
+        return None
+    return cs[0]
 
 
 def _socket_arcs(topo: Topology, sockets: list[str], mem_side: Mapping[str, str]) -> list[Link]:
@@ -889,6 +1041,7 @@ def topology_svg(
     title: str | None = None,
     highlight_links: Iterable[tuple[str, str]] | None = None,
     link_labels: Mapping[tuple[str, str], str] | None = None,
+    highlight_nodes: Iterable[str] | None = None,
 ) -> str:
     """The device graph of ``topo`` as an SVG document (a string).
 
@@ -896,19 +1049,26 @@ def topology_svg(
     always shown). ``highlight_links`` lists ``(src, dst)`` pairs — either
     orientation — to draw in red and thicker, e.g. a plan's bottlenecks;
     ``link_labels`` maps such pairs to extra text appended to the link's
-    label (a flow's utilisation, say). A pair that names no link raises
-    :class:`~planner.errors.TopologyError`.
+    label (a flow's utilisation, say). ``highlight_nodes`` lists node ids
+    to outline in red: devices that are themselves the bottleneck, such as
+    SSDs reading at their limit. A pair that names no link, or an id that
+    names no node, raises :class:`~planner.errors.TopologyError`. The
+    legend explains the red only when something is red.
 
     Each node is a ``<g class="node" data-id="...">`` holding one ``<rect>``
     and a ``<title>`` tooltip with everything known about it; each link is a
     ``<g class="link" data-src="..." data-dst="...">`` with its own tooltip.
     """
     highlight = {_link_key(topo, p) for p in (highlight_links or ())}
+    hot_nodes = set(highlight_nodes or ())
+    for nid in hot_nodes:
+        if nid not in topo:
+            raise TopologyError(f"no node {nid!r} in topology {topo.name!r} to highlight")
     extra = _normalise_pairs(topo, link_labels or {})
 
     heading = title if title is not None else (topo.name or "topology")
     notes = [n for n in topo.notes if n][:4]
-    legend_items = _legend_items(topo, highlight)
+    legend_items = _legend_items(topo, highlight, hot_nodes)
     # The legend wraps at the canvas width, which the layout decides: lay out
     # with a guess of the heading's height, then again if the guess was wrong.
     title_h = 0.0
@@ -965,7 +1125,9 @@ def topology_svg(
         assert link is not None
         pb, cb = boxes[p], boxes[c]
         bus = pb.bottom + BUS_DROP
-        if c in lay.rails:
+        if c in lay.chained:
+            path = f"M{pb.right:.1f},{cb.cy:.1f} L{cb.x:.1f},{cb.cy:.1f}"
+        elif c in lay.rails:
             rail = lay.rails[c]
             path = _ortho([(pb.cx, pb.bottom), (pb.cx, bus), (rail, bus), (rail, cb.cy), (cb.x, cb.cy)])
         else:
@@ -1009,10 +1171,14 @@ def topology_svg(
             fill = "#ffffff"
         small = _is_small(n)
         font = SMALL_FONT_PX if small else NODE_FONT_PX
-        out.append(f'<g class="node" data-id="{_esc(n.id)}" data-kind="{_esc(n.kind.value)}">')
+        stroke_w = 1.0 if small else 1.6
+        hot = ""
+        if n.id in hot_nodes:
+            stroke, stroke_w, hot = HIGHLIGHT, 3.5, ' data-highlight="bottleneck"'
+        out.append(f'<g class="node" data-id="{_esc(n.id)}" data-kind="{_esc(n.kind.value)}"{hot}>')
         out.append(f"<title>{_esc(_node_tooltip(n))}</title>")
         out.append(f'<rect x="{b.x:.1f}" y="{b.y:.1f}" width="{b.width:.1f}" height="{b.height:.1f}" '
-                   f'rx="5" fill="{fill}" stroke="{stroke}" stroke-width="{1.0 if small else 1.6:g}"{dash}/>')
+                   f'rx="5" fill="{fill}" stroke="{stroke}" stroke-width="{stroke_w:g}"{dash}/>')
         line_h = font + 3
         y0 = b.cy - (len(lines) * line_h) / 2 + font * 0.85
         for i, t in enumerate(lines):
@@ -1117,7 +1283,8 @@ def topology_svg(
 # -- legend ----------------------------------------------------------------------
 
 
-def _legend_items(topo: Topology, highlight: set[tuple[str, str]]) -> list[tuple[str, str, str]]:
+def _legend_items(topo: Topology, highlight: set[tuple[str, str]],
+                  hot_nodes: set[str] = frozenset()) -> list[tuple[str, str, str]]:
     """(type, style key, text) for everything the picture uses."""
     items: list[tuple[str, str, str]] = []
     present = {n.kind for n in topo.nodes()}
@@ -1151,7 +1318,9 @@ def _legend_items(topo: Topology, highlight: set[tuple[str, str]]) -> list[tuple
     if any(lk.bandwidth_source == "default" and lk.bytes_per_s for lk in links):
         items.append(("text", "~", "typical figure, not from this machine"))
     if highlight:
-        items.append(("line", "highlight", "highlighted (bottleneck)"))
+        items.append(("line", "highlight", "bottleneck link (saturated)"))
+    if hot_nodes:
+        items.append(("box", "hot", "bottleneck device (at its limit)"))
     items.append(("text", "GB/s", "GB/s per direction"))
     return items
 
@@ -1179,13 +1348,16 @@ def _draw_legend(rows: list[list[tuple[str, str, str]]], x0: float, y0: float) -
     for row in rows:
         x = x0
         for kind, key, text in row:
+            out.append(f'<g class="legend-item" data-key="{_esc(key)}">')
             if kind == "box":
                 if key == "empty-slot":
                     fill, stroke, dash = "#ffffff", KIND_COLOURS[NodeKind.SLOT][1], ' stroke-dasharray="4,2"'
+                elif key == "hot":
+                    fill, stroke, dash = "#ffffff", HIGHLIGHT, ""
                 else:
                     (fill, stroke), dash = KIND_COLOURS[NodeKind(key)], ""
                 out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="26" height="14" rx="3" fill="{fill}" '
-                           f'stroke="{stroke}" stroke-width="1.4"{dash}/>')
+                           f'stroke="{stroke}" stroke-width="{3.0 if key == "hot" else 1.4:g}"{dash}/>')
             elif kind == "line":
                 colour = {"pcie": LINK_COLOURS[LinkKind.PCIE], "memory": LINK_COLOURS[LinkKind.MEMORY],
                           "inter-socket": LINK_COLOURS[LinkKind.INTER_SOCKET],
@@ -1203,6 +1375,7 @@ def _draw_legend(rows: list[list[tuple[str, str, str]]], x0: float, y0: float) -
             else:
                 out.append(_text(x + 13, y + 11, key, size=11.0, weight="bold"))
             out.append(_text(x + 34, y + 11, text, size=11.0, anchor="start"))
+            out.append("</g>")
             x += _legend_item_w((kind, key, text))
         y += 22.0
     out.append("</g>")
