@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import queue
 import random
@@ -641,7 +642,8 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
             pre = Prefetcher(source.batches(epoch, first), prepare, config.prefetch)
             try:
                 for step in range(first, steps):
-                    rec = _step(model, params, optimizer, pre, world, n_train, config.batch_size, step, sums)
+                    rec = _step(model, params, optimizer, pre, world, n_train, config.batch_size, step, sums,
+                                epoch=epoch)
                     rec.update(kind="step", epoch=epoch, step=step, steps=steps)
                     emit(rec)
                     if config.checkpoint_every_steps and (step + 1) % config.checkpoint_every_steps == 0 \
@@ -678,7 +680,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
 
 
 def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.optim.Optimizer, pre: Prefetcher,
-          world: _World, n_train: int, batch_size: int, step: int, sums: _Sums) -> dict:
+          world: _World, n_train: int, batch_size: int, step: int, sums: _Sums, *, epoch: int = 0) -> dict:
     t0 = time.perf_counter()
     item, waited = pre.get()
     if item is None:
@@ -704,6 +706,7 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
     t2 = time.perf_counter()
     world.all_reduce(flat)
     t3 = time.perf_counter()
+    _refuse_non_finite(flat, epoch, step)
     at = 0
     for p in params:
         n = p.numel()
@@ -728,6 +731,24 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
         acc[0] += r
         acc[1] += n
     return rec
+
+
+def _refuse_non_finite(flat: Tensor, epoch: int, step: int) -> None:
+    """Stop before the update when the summed loss or any gradient is NaN or infinite.
+
+    ``flat`` is the all-reduced buffer, the same on every rank, so every rank
+    stops at the same step (none waits in a collective). Raising here leaves
+    the model as the last good step made it and writes no checkpoint: the one
+    on disk stays the last good one.
+    """
+    if bool(torch.isfinite(flat).all()):
+        return
+    loss = float(flat[-2])
+    what = f"the loss is {loss}" if not math.isfinite(loss) else "a gradient is NaN or infinite"
+    raise TrainError(
+        f"epoch {epoch}, step {step}: {what}; training stopped before updating the model, and the last "
+        "checkpoint is left as it was. Corrupt features (check them with `moment data info --verify "
+        "DATASET`) or too high a learning rate (--lr) are the usual causes")
 
 
 def _epoch_record(epoch: int, steps: int, sums: _Sums, epoch_s: float) -> dict:

@@ -618,33 +618,21 @@ def _processor(rec: _Record) -> DmiProcessor:
 
 
 def _onboard(rec: _Record, source: str) -> DmiOnboardDevice:
+    """A type 41 record, or one item of a type 10 record (no bus address, a description)."""
     def val(key: str) -> str | None:
         f = rec.get(key)
         return f.value if f is not None else None
 
+    legacy = rec.dmi_type == 10
     status = (val("Status") or "").strip().lower()
     return DmiOnboardDevice(
-        reference_designation=(val("Reference Designation") or "").strip(),
+        reference_designation=(val("Description" if legacy else "Reference Designation") or "").strip(),
         device_type=_clean(val("Type")),
         enabled={"enabled": True, "disabled": False}.get(status),
-        type_instance=_int(val("Type Instance")),
-        bus_address=_bus_address(rec.get("Bus Address"), source),
+        type_instance=None if legacy else _int(val("Type Instance")),
+        bus_address=None if legacy else _bus_address(rec.get("Bus Address"), source),
         handle=rec.handle,
-    )
-
-
-def _onboard_legacy(rec: _Record) -> DmiOnboardDevice:
-    def val(key: str) -> str | None:
-        f = rec.get(key)
-        return f.value if f is not None else None
-
-    status = (val("Status") or "").strip().lower()
-    return DmiOnboardDevice(
-        reference_designation=(val("Description") or "").strip(),
-        device_type=_clean(val("Type")),
-        enabled={"enabled": True, "disabled": False}.get(status),
-        handle=rec.handle,
-        dmi_type=10,
+        dmi_type=10 if legacy else 41,
     )
 
 
@@ -707,10 +695,8 @@ def parse_dmidecode(text: str, source: str) -> DmiInfo:
             processors.append(_processor(rec))
         elif rec.dmi_type == 9:
             slots.append(_slot(rec, source))
-        elif rec.dmi_type == 41:
+        elif rec.dmi_type in (10, 41):
             onboard.append(_onboard(rec, source))
-        elif rec.dmi_type == 10:
-            onboard.append(_onboard_legacy(rec))
     return DmiInfo(
         system_vendor=vendor,
         system_product=product,
