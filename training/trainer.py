@@ -134,7 +134,7 @@ class TrainConfig:
         for name in ("prefetch", "eval_every_epochs", "checkpoint_every_steps"):
             if int(getattr(self, name)) < 0:
                 raise TrainError(f"{name}: expected a non-negative integer, got {getattr(self, name)}")
-        if self.lr <= 0 or self.weight_decay < 0:
+        if not 0 < self.lr < math.inf or not 0 <= self.weight_decay < math.inf:  # nan fails too
             raise TrainError(f"lr must be > 0 and weight_decay >= 0, got {self.lr} and {self.weight_decay}")
         if self.gcn_norm not in ("local", "global"):
             raise TrainError(f"gcn_norm: expected 'local' or 'global', got {self.gcn_norm!r}")

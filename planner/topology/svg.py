@@ -1390,12 +1390,18 @@ def write_svg(topo: Topology, path: str | os.PathLike[str], **kw: object) -> Pat
 
     The picture goes to a temporary file in the same directory first and
     then replaces ``path`` in one step, so a reader (or a crash) never sees
-    a half-written file. Keyword arguments go to :func:`topology_svg`.
+    a half-written file. Keyword arguments go to :func:`topology_svg`. A
+    directory that does not exist or cannot be written is a
+    :class:`~planner.errors.TopologyError` naming the path.
     """
     target = Path(path)
     text = topology_svg(topo, **kw)  # type: ignore[arg-type]
     directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        why = "no such directory" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc))
+        raise TopologyError(f"{target}: cannot write the picture there ({directory}: {why})") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
