@@ -51,6 +51,11 @@ else a ``Data Bus Width:`` line (printed on its own line by newer
 dmidecode, as ``x16``, ``16x or x16`` or the raw SMBIOS code, 0x08–0x0E =
 x1…x32), else the physical width. ``Type: PCI Express 4 x16`` therefore
 gives 16 lanes.
+
+This module is long (reading records, checking a dump is whole, interpreting
+slots, processors and onboard devices, joining slots to a PCI tree) because
+each part needs the others' records and conventions; the join is
+:func:`apply_dmi_slots` and its ``_Join`` class, at the end.
 """
 
 from __future__ import annotations

@@ -29,6 +29,11 @@ unknown. Records whose class came from the name say so in
 >>> topo = topology_from_lspci(tree, source="lspci-tv.txt")
 >>> [n.id for n in topo.nodes("gpu")], topo.parent("pci:0000:02:00.0").id
 (['pci:0000:02:00.0'], 'socket?')
+
+This module is long because lspci has two output formats that describe the
+same functions (the tree, the dumps), a table of pci.ids class and vendor
+names to read them without ``-nn``, and the checks that refuse a dump cut
+short; they share the address and naming rules.
 """
 
 from __future__ import annotations
