@@ -39,6 +39,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "accuracy": ("bench_accuracy.py", [], ["--seeds", "1", "--epochs", "100"]),
     "train": ("bench_train.py", [], ["--quick"]),
     "serve": ("bench_serve.py", [], ["--nodes", "50000", "--edges", "500000", "--rounds", "1", "--steps", "10"]),
+    "integrity": ("bench_integrity.py", ["--nodes", "1e6", "--repeats", "5"], ["--nodes", "2e5", "--repeats", "2"]),
 }
 
 
