@@ -311,7 +311,7 @@ STACK_RAIL_X = 4.0  # rail position inside a stack column
 STACK_INDENT = 14.0  # from a column's rail to its boxes
 STACK_PITCH = SMALL_BOX_H + LINK_FONT_PX + 10.0
 STACK_COL_GAP = 12.0
-STACK_CHAIN_ROWS = 8  # a stack of slot → device chains stays one column up to this many
+STACK_CHAIN_ROWS = 8  # a stack with slot → device chains stays one column up to this many
 
 
 @dataclass(frozen=True)
@@ -543,7 +543,8 @@ def topology_layout(
     stack_col_w: dict[str, list[float]] = {}
     for p, items in stacks.items():
         if any(c in chained.values() for c in items):
-            rows = min(len(items), max(STACK_CHAIN_ROWS, math.ceil(len(items) / 2)))
+            columns = math.ceil(len(items) / STACK_CHAIN_ROWS)
+            rows = math.ceil(len(items) / columns)  # balanced: 9 items are 5 + 4, not 8 + 1
         else:
             rows = min(len(items), max(STACK_MIN, math.ceil(math.sqrt(2 * len(items)))))
         cols = [items[i:i + rows] for i in range(0, len(items), rows)]
