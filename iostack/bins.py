@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from iostack.checksums import crc32_of
 from iostack.errors import StoreError
 from iostack.placement import Bin, Placement
 
@@ -173,8 +174,7 @@ def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | 
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
-        with open(tmp, "rb") as f:  # still in the page cache
-            first_crc = zlib.crc32(f.read(BLOCK_BYTES))
+        first_crc = crc32_of(tmp, 0, BLOCK_BYTES)  # still in the page cache
         info = BinFile(path=str(path), bin_id=bin_id, dtype=dtype.str, dim=dim, row_bytes=row_bytes,
                        row_stride_bytes=stride, rows_per_page=rpp, rows=rows,
                        file_bytes=file_bytes_for(rows, row_bytes), crc32=crc, crc32_first_block=first_crc)
@@ -250,14 +250,10 @@ def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str
         raise StoreError(f"{path}: bin {b.id} holds rows of dim {info.dim}, the store expects {dim}; {fix}")
     if min_rows is not None and info.rows < min_rows:
         raise StoreError(f"{path}: bin {b.id} holds {info.rows} rows, the placement needs {min_rows}; {fix}")
-    with open(path, "rb") as f:
-        first = f.read(BLOCK_BYTES)
-        if info.rows and zlib.crc32(first) != info.crc32_first_block:
-            raise StoreError(f"{path}: bin {b.id} does not match its manifest (checksum of the first block); {fix}")
-        if full_check:
-            crc = zlib.crc32(first)
-            while chunk := f.read(BLOCK_BYTES):
-                crc = zlib.crc32(chunk, crc)
-            if crc != info.crc32:
-                raise StoreError(f"{path}: bin {b.id} is corrupt (CRC-32 {crc:#010x}, manifest says {info.crc32:#010x}); {fix}")
+    if info.rows and crc32_of(path, 0, BLOCK_BYTES) != info.crc32_first_block:
+        raise StoreError(f"{path}: bin {b.id} does not match its manifest (checksum of the first block); {fix}")
+    if full_check:
+        crc = crc32_of(path)
+        if crc != info.crc32:
+            raise StoreError(f"{path}: bin {b.id} is corrupt (CRC-32 {crc:#010x}, manifest says {info.crc32:#010x}); {fix}")
     return info

@@ -89,7 +89,7 @@ def _raw(args: argparse.Namespace) -> int:
     from iostack.bench import bench_raw
     from planner.capacities import format_size, parse_size
 
-    if args.queue_depth < 1 or args.runs < 1 or args.seconds <= 0:
+    if args.queue_depth < 1 or args.runs < 1 or not 0 < args.seconds < float("inf"):
         raise PlannerError("--queue-depth and --runs must be >= 1 and --seconds > 0")
     d = Path(args.dir)
     if not d.is_dir():
@@ -124,9 +124,15 @@ def _gather(args: argparse.Namespace) -> int:
     from iostack.store import FeatureStore
     from planner.capacities import format_size
 
-    v, g, c = args.vertices, max(0, args.gpu_rows), max(0, args.cpu_rows)
-    if v < 1 or args.dim < 1 or args.batch < 1 or g + c > v:
-        raise PlannerError("need --vertices >= 1, --dim >= 1, --batch >= 1 and --gpu-rows + --cpu-rows <= --vertices")
+    v, g, c = args.vertices, args.gpu_rows, args.cpu_rows
+    if v < 1 or args.dim < 1 or args.batch < 1 or g < 0 or c < 0 or g + c > v:
+        raise PlannerError("need --vertices >= 1, --dim >= 1, --batch >= 1, --gpu-rows and --cpu-rows >= 0 "
+                           "and --gpu-rows + --cpu-rows <= --vertices")
+    if not 0 < args.seconds < float("inf") or not 0 <= args.alpha < float("inf"):
+        raise PlannerError(f"need --seconds > 0 and a Zipf exponent --alpha >= 0 (0: uniform ids), "
+                           f"got {args.seconds:g} and {args.alpha:g}")
+    if args.dir is not None and not Path(args.dir).is_dir():
+        raise PlannerError(f"--dir {args.dir}: no such directory (create it, or leave --dir out for a temporary one)")
     ids = None
     if args.ids:
         try:

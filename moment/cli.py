@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from moment._args import accept_negative_values, positive_number
 from planner.errors import PlannerError
 
 EXIT_USAGE = 2
@@ -228,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     wl.add_argument("--cpu-cache-share", type=float, default=0.0, metavar="S",
                     help="share of reads served by host memory (default 0)")
     wl.add_argument("--capacities", metavar="FILE", help="measured figures from `moment profile`")
-    wl.add_argument("--unknown-link-gbps", type=float, metavar="GB/S",
+    wl.add_argument("--unknown-link-gbps", type=positive_number("--unknown-link-gbps"), metavar="GB/S",
                     help="assume this many GB/s per direction for links no source sized")
     wl.add_argument("--nvlink", action="append", metavar="I-J",
                     help="what-if: an NVLink bridge between placed GPUs I and J (repeatable)")
@@ -272,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="write the capacities here (YAML; JSON if FILE ends in .json)")
     prof.add_argument("--sys-root", metavar="DIR", default="/sys", help=argparse.SUPPRESS)
     prof.set_defaults(func=_profile_command)
+    accept_negative_values(parser)  # "--gpu-cache -1KiB": a clear error from the size parser
     return parser
 
 

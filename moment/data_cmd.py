@@ -96,7 +96,7 @@ def _info_command(args: argparse.Namespace) -> int:
 
     from training.data import dataset_info, open_dataset
 
-    info = dataset_info(open_dataset(args.dir))
+    info = dataset_info(open_dataset(args.dir, verify="full" if args.verify else "sample"))
     if args.json:
         sys.stdout.write(json.dumps(info.to_dict(), indent=2) + "\n")
         return 0
@@ -122,6 +122,7 @@ def _info_command(args: argparse.Namespace) -> int:
         t.add_row("source", ", ".join(f"{k}={v}" for k, v in flat.items())
                   + (" (more with --json)" if nested else "")
                   + (f"\n{info.source['path']}" if "path" in info.source else ""))
+    t.add_row("integrity", info.integrity)
     Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160).print(t)
     return 0
 
@@ -187,6 +188,9 @@ def register(subparsers) -> None:
     info = data_sub.add_parser("info", help="counts, degree distribution, skew and sizes of a dataset directory")
     info.add_argument("dir", metavar="DIR", help="dataset directory")
     info.add_argument("--json", action="store_true", help="print the figures as JSON")
+    info.add_argument("--verify", action="store_true",
+                      help="check every block of every file against its checksum (default: each file's "
+                           "first, last and a few random blocks)")
     info.set_defaults(func=_info_command)
 
     try:

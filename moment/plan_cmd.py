@@ -176,7 +176,8 @@ def run(args: argparse.Namespace, topo) -> int:
         util = best.result.link_utilisation
         labels = {k: f"{u:.0%}" for k, u in util.items() if u >= 0.005}
         write_svg(best.placed, args.svg, title=f"{result.machine}: recommended layout",
-                  highlight_links=best.result.bottleneck, link_labels=_one_direction(labels))
+                  highlight_links=best.result.bottleneck, link_labels=_one_direction(labels),
+                  highlight_nodes=best.result.saturated_stores)
     if args.json:
         sys.stdout.write(json.dumps(plan_to_dict(result, args.top), indent=2) + "\n")
     else:

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from moment._args import argtype, parse_fanouts
+from moment._args import argtype, parse_fanouts, port
 
 
 def _positive(kind):
@@ -23,7 +23,7 @@ def _positive(kind):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r}: expected a number") from None
-        if value <= 0:
+        if not 0 < value < float("inf"):  # nan and inf too
             raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number")
         return value
     return parse
@@ -92,7 +92,7 @@ def register(subparsers) -> None:
     net = p.add_argument_group("network")
     net.add_argument("--host", default="127.0.0.1",
                      help="address to listen on (default 127.0.0.1: this machine only)")
-    net.add_argument("--port", type=int, default=29600, help="port (default 29600; 0 = any free port)")
+    net.add_argument("--port", type=port, default=29600, help="port (default 29600; 0 = any free port)")
     smp = p.add_argument_group("sampling (trainers must match)")
     smp.add_argument("--fanouts", type=argtype(parse_fanouts), default=(25, 10), metavar="F1,F2,...",
                      help="neighbours per hop, hop 1 first; -1 = all (default 25,10)")

@@ -13,6 +13,16 @@ import time
 from planner.errors import PlannerError
 
 
+def _feature_dim(text: str) -> int:
+    """A feature width of at least 1: a graph without features can be sampled but not placed or
+    trained on (``SynthSpec(feature_dim=0)`` still makes one, for sampling benchmarks)."""
+    dim = _count(text, "--feature-dim")
+    if dim < 1:
+        raise PlannerError(f"--feature-dim {text}: expected 1 or more (`moment place` and `moment train` "
+                           "need features)")
+    return dim
+
+
 def _count(text: str, option: str) -> int:
     """A whole count written as ``1000000``, ``1_000_000``, ``1e6`` or ``10**6``."""
     t = text.strip().replace("_", "")
@@ -53,7 +63,7 @@ def _synth_command(args: argparse.Namespace) -> int:
         num_edges=_count(args.edges, "--edges"),
         generator=args.generator,
         skew=None if args.skew is None else _share(args.skew, "--skew"),
-        feature_dim=_count(args.feature_dim, "--feature-dim"),
+        feature_dim=_feature_dim(args.feature_dim),
         feature_dtype=args.feature_dtype,
         num_classes=_count(args.classes, "--classes"),
         homophily=_share(args.homophily, "--homophily"),
@@ -128,7 +138,7 @@ def register_synth(data_subparsers) -> argparse.ArgumentParser:
     g.add_argument("--homophily", default="0.7", metavar="H",
                    help="share of edges whose target is redrawn from the source's class (default 0.7)")
     f = p.add_argument_group("features and labels")
-    f.add_argument("--feature-dim", default="128", metavar="F", help="feature width (default 128; 0 for none)")
+    f.add_argument("--feature-dim", default="128", metavar="F", help="feature width (default 128, at least 1)")
     f.add_argument("--feature-dtype", default="float32", metavar="float32|float16",
                    help="feature dtype (default float32)")
     f.add_argument("--feature-snr", default="2.0", metavar="R",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -166,9 +167,23 @@ def edit_meta(path, **changes):
     ],
 )
 def test_corrupt_dataset_is_named(tmp_path, corrupt, message):
+    """What the format checks catch, with the checksums out of the way (``verify="none"``)."""
     path = small(tmp_path)
     corrupt(path)
     with pytest.raises(DatasetError, match=message):
+        open_dataset(path, verify="none")
+
+
+@pytest.mark.parametrize("name, arr", [
+    ("indices", np.array([1, 2, 3, 4, 0, 7], dtype=np.int32)),
+    ("indptr", np.array([0, 1, 3, 2, 5, 6], dtype=np.int64)),
+    ("labels", np.array([0, 1, 3, -1, 0])),
+    ("test_idx", np.array([3])),  # a well-formed split, just not the one written
+])
+def test_a_rewritten_file_fails_its_checksum_before_any_range_check(tmp_path, name, arr):
+    path = small(tmp_path)
+    rewrite(path, name, arr)
+    with pytest.raises(DatasetError, match=rf"{name}\.npy: block 0 of 1 \(bytes 0 to \d+\) does not match the CRC-32"):
         open_dataset(path)
 
 
@@ -186,7 +201,7 @@ def test_validation_in_chunks_finds_late_errors(tmp_path):
     bad[-1] = -1
     np.save(tmp_path / "g" / "indices.npy", bad)
     with pytest.raises(DatasetError, match="position 999 is -1"):
-        training.data.validate_dataset(open_dataset(tmp_path / "g", validate=False), chunk=64)
+        training.data.validate_dataset(open_dataset(tmp_path / "g", validate=False, verify="none"), chunk=64)
 
 
 def test_skew_and_info(tmp_path):
@@ -205,3 +220,85 @@ def test_skew_and_info(tmp_path):
     info = dataset_info(open_dataset(small(tmp_path)))
     assert info.labelled_nodes == 4 and info.split_sizes == {"train": 2, "valid": 1, "test": 1}
     assert info.feature_bytes == 40 and info.graph_bytes == 6 * 8 + 6 * 4
+
+
+# --- checksums: per-block CRC-32 written by the writer, checked on open -------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from iostack.checksums import BlockSums  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def many_blocks(tmp_path_factory):
+    """A dataset whose features span 626 checksum blocks of 256 bytes."""
+    import unittest.mock
+
+    path = tmp_path_factory.mktemp("blocks") / "g"
+    with unittest.mock.patch.object(training.data, "CHECKSUM_BLOCK_BYTES", 256), \
+            DatasetWriter(path, num_nodes=5000) as w:
+        w.write_edges((np.arange(4999), np.arange(1, 5000)))
+        w.write_features(np.arange(5000 * 8, dtype=np.float32).reshape(5000, 8))
+    return path
+
+
+def _corrupt_copy(src, dst, offset):
+    shutil.copytree(src, dst)
+    with open(dst / "features.npy", "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    return dst
+
+
+def test_a_plain_open_checks_first_last_and_a_sample(many_blocks):
+    meta = json.loads((many_blocks / "meta.json").read_text())
+    sums = BlockSums.from_json(meta["checksums"]["files"]["features"])
+    assert sums.block_bytes == 256 and sums.blocks == 626
+    total = sum(BlockSums.from_json(e).blocks for e in meta["checksums"]["files"].values())
+    assert total == 626 + 157 + 79  # features, indptr, indices
+    ds = open_dataset(many_blocks)
+    assert ds.integrity.startswith(f"CRC-32 verified: {3 * 8} of {total} blocks of 3 file(s)")
+    assert "moment data info --verify" in ds.integrity
+    assert open_dataset(many_blocks, verify="full").integrity == f"CRC-32 verified: all {total} block(s) of 3 file(s)"
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_the_first_and_last_blocks_are_always_checked(many_blocks, tmp_path, where):
+    size = (many_blocks / "features.npy").stat().st_size
+    bad = _corrupt_copy(many_blocks, tmp_path / "g", 200 if where == "first" else size - 1)  # after the header
+    with pytest.raises(DatasetError, match=rf"features\.npy: block {0 if where == 'first' else 625} of 626"):
+        open_dataset(bad)
+
+
+@settings(max_examples=25, deadline=None)
+@given(offset=st.integers(128, 5000 * 8 * 4 + 127))  # the data (a bad header is numpy's to refuse)
+def test_full_verification_names_the_block_of_any_flipped_byte(many_blocks, tmp_path_factory, offset):
+    bad = _corrupt_copy(many_blocks, tmp_path_factory.mktemp("flip") / "g", offset)
+    with pytest.raises(DatasetError) as info:
+        open_dataset(bad, verify="full")
+    a = offset // 256 * 256
+    assert f"block {offset // 256} of 626 (bytes {a:,} to {min(a + 256, 5000 * 32 + 128):,})" in str(info.value)
+    open_dataset(bad, verify="none", validate=False)  # nothing checked, nothing refused
+    shutil.rmtree(bad.parent)
+
+
+@given(size=st.integers(0, 10_000), block=st.integers(64, 4096), data=st.data())
+def test_block_sums_round_trip_through_json(size, block, data):
+    n = -(-size // block)
+    crcs = tuple(data.draw(st.lists(st.integers(0, 2**32 - 1), min_size=n, max_size=n)))
+    sums = BlockSums(size, block, crcs)
+    assert BlockSums.from_json(json.loads(json.dumps(sums.to_json()))) == sums
+
+
+def test_malformed_checksum_tables_are_named(tmp_path):
+    path = small(tmp_path)
+    meta = json.loads((path / "meta.json").read_text())
+    meta["checksums"]["files"]["labels"]["crc32"] = "0123"
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DatasetError, match=r"meta\.json: checksums of labels: .*cut CRC list"):
+        open_dataset(path)
+    with pytest.raises(DatasetError, match="verify='quick'"):
+        open_dataset(path, verify="quick")

@@ -82,4 +82,70 @@ def test_corrupt_dataset_info_is_a_clear_error(tmp_path, capsys):
     assert main(["data", "import", str(graph_fixture("cora")), str(dst)]) == 0
     np.save(dst / "labels.npy", np.full(2708, 9))
     assert main(["data", "info", str(dst)]) == 2
-    assert "labels.npy: label at position 0 is 9, outside [-1, 7)" in capsys.readouterr().err
+    assert "labels.npy: block 0 of 1 (bytes 0 to 21,792) does not match the CRC-32" in capsys.readouterr().err
+
+
+# -- integrity: checksums written at import, checked on open ----------------------------------
+
+
+@pytest.fixture
+def cora_copy(tmp_path, capsys):
+    dst = tmp_path / "cora"
+    assert main(["data", "import", str(graph_fixture("cora")), str(dst)]) == 0
+    capsys.readouterr()
+    return dst
+
+
+def _overwrite(path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def test_64_overwritten_feature_bytes_are_caught_by_every_command(cora_copy, tmp_path, capsys):
+    """Before checksums, these 64 bytes (NaNs in row ~838) trained to `loss nan` with exit 0."""
+    _overwrite(cora_copy / "features.npy", 9_000_000, b"\xff" * 64)
+    want = (f"{cora_copy / 'features.npy'}: block 2 of 4 (bytes 8,388,608 to 12,582,912) "
+            "does not match the CRC-32 meta.json recorded")
+    for argv in (["data", "info", str(cora_copy)], ["data", "info", str(cora_copy), "--verify"],
+                 ["train", "--dataset", str(cora_copy), "--epochs", "1", "--model", "gcn"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert want in err and "re-import or regenerate" in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_info_says_what_was_verified(cora_copy, capsys):
+    assert main(["data", "info", str(cora_copy), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["integrity"] == "CRC-32 verified: all 10 block(s) of 7 file(s)"
+    meta = json.loads((cora_copy / "meta.json").read_text())
+    assert meta["checksums"]["algorithm"] == "crc32"
+    feats = meta["checksums"]["files"]["features"]
+    assert feats["bytes"] == (cora_copy / "features.npy").stat().st_size and len(feats["crc32"]) == 4 * 8
+
+
+def test_a_dataset_from_before_checksums_still_opens_with_a_note(cora_copy, capsys):
+    meta = json.loads((cora_copy / "meta.json").read_text())
+    del meta["checksums"]
+    (cora_copy / "meta.json").write_text(json.dumps(meta))
+    for argv in (["data", "info", str(cora_copy)], ["data", "info", str(cora_copy), "--verify"]):
+        assert main(argv) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "no checksums: written before Moment recorded them" in out
+    assert open_dataset(cora_copy).integrity.startswith("no checksums")
+
+
+def test_a_cut_or_grown_file_is_named(cora_copy, capsys):
+    path = cora_copy / "features.npy"
+    size = path.stat().st_size
+    with open(path, "ab") as f:  # bytes appended: numpy reads the array and cannot tell
+        f.write(b"\0" * 16)
+    assert main(["data", "info", str(cora_copy)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: {size + 16:,} bytes, but meta.json recorded {size:,}" in err, err
+    with open(path, "r+b") as f:
+        f.truncate(size - 1)
+    assert main(["data", "info", str(cora_copy)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: shorter than its .npy header says (cut short)" in err, err

@@ -49,9 +49,16 @@ def hpe(hpe_text) -> DmiInfo:
     return parse_dmidecode(hpe_text, "hpe/dmidecode.txt")
 
 
+#: what dmidecode prints in every type 9 record; ``slot`` adds those a test leaves out
+_SLOT_DEFAULTS = {"Designation": "S", "Type": "Other", "Current Usage": "Unknown", "Length": "Unknown"}
+
+
 def slot(text: str, source: str = "slot.txt") -> DmiSlot:
-    """The one slot of a type 9 record given as its field lines."""
-    body = "\n".join("\t" + ln for ln in text.strip().splitlines())
+    """The one slot of a type 9 record given as its field lines (the always-printed ones added)."""
+    lines = text.strip().splitlines()
+    given = {ln.split(":", 1)[0] for ln in lines}
+    lines += [f"{k}: {v}" for k, v in _SLOT_DEFAULTS.items() if k not in given]
+    body = "\n".join("\t" + ln for ln in lines)
     info = parse_dmidecode(f"Handle 0x0900, DMI type 9, 17 bytes\nSystem Slot Information\n{body}\n", source)
     assert len(info.slots) == 1
     return info.slots[0]
@@ -349,14 +356,15 @@ def test_binary_input_is_refused(tmp_path):
         read_text(tmp_path / "missing.txt")
 
 
-def test_truncated_slot_record_keeps_what_it_has(dell_text):
+def test_truncated_slot_record_is_refused_on_its_last_line(dell_text):
     lines = dell_text.splitlines()
     cut = next(i for i, ln in enumerate(lines) if ln == "\tDesignation: PCIe SSD Slot 8 in Bay 1")
-    info = parse_dmidecode("\n".join(lines[: cut + 2]), "cut.txt")  # up to the Type line
-    last = info.slots[-1]
-    assert last.designation == "PCIe SSD Slot 8 in Bay 1"
-    assert (last.width_lanes, last.form_factor, last.bus_address, last.in_use) == (4, "u.2", None, None)
-    assert len(info.slots) == 6
+    with pytest.raises(ParseError) as info:
+        parse_dmidecode("\n".join(lines[: cut + 2]), "cut.txt")  # up to the Type line
+    err = info.value
+    assert (err.source, err.line) == ("cut.txt", cut + 2)
+    assert "Current Usage, Length" in err.expected and "type 9" in err.expected
+    assert "cut short" in str(err)
 
 
 def test_truncation_anywhere_never_crashes(dell_text):

@@ -802,3 +802,82 @@ def test_mutated_tree_with_real_dumps(data):
     except ParseError:
         return
     assert isinstance(topo, Topology)
+
+
+# ---------------------------------------------------------------------------
+# truncated captures: refused, or noted, never a quietly partial tree
+
+
+def _cut_block_lines(text: str, address: str, drop) -> str:
+    """``text`` with the lines of ``address``'s block for which ``drop(line)`` holds removed."""
+    out, inside = [], False
+    for line in text.split("\n"):
+        if line and line[0] not in " \t":
+            inside = line.startswith(address + " ")
+        if not (inside and drop(line)):
+            out.append(line)
+    return "\n".join(out)
+
+
+def test_a_device_without_its_capability_block_is_refused():
+    text = text_of(DELL, "lspci-vvnn.txt")
+    cut = _cut_block_lines(text, "88:00.0", lambda ln: ln.startswith(("\tCapabilities", "\t\t")))
+    with pytest.raises(ParseError) as info:
+        parse_lspci_verbose(cut, "cut.txt")
+    err = info.value
+    assert err.line == cut.split("\n").index(next(ln for ln in cut.split("\n") if ln.startswith("88:00.0"))) + 1
+    assert "88:00.0" in err.expected and "Cap+" in err.expected and "cut short" in str(err)
+
+
+def test_a_dump_cut_inside_an_express_capability_is_refused_on_that_capability():
+    text = text_of(HPE, "lspci-vvnn.txt")
+    lines = text.split("\n")
+    gpu = lines.index(next(ln for ln in lines if ln.startswith("e4:00.0 ")))
+    express = next(i for i in range(gpu, len(lines)) if "] Express (v2) Endpoint" in lines[i])
+    devsta = next(i for i in range(express, len(lines)) if lines[i].startswith("\t\tDevSta:"))
+    with pytest.raises(ParseError) as info:
+        parse_lspci_verbose("\n".join(lines[: devsta + 1]) + "\n", "cut.txt")
+    assert info.value.line == express + 1
+    assert "e4:00.0" in info.value.expected and "LnkSta" in info.value.expected
+
+
+def test_a_dump_cut_after_a_device_line_is_refused():
+    text = text_of(DELL, "lspci-vvnn.txt")
+    end = text.index("\n", text.index("\n88:00.0 ") + 1)
+    with pytest.raises(ParseError) as info:
+        parse_lspci_verbose(text[: end + 1], "cut.txt")
+    assert "'Control:' and 'Status:'" in info.value.expected
+
+
+@pytest.mark.parametrize("machine", [DELL, HPE])
+@PROPERTY
+@given(frac=st.floats(0.02, 0.999))
+def test_a_dump_cut_anywhere_is_refused_or_noted(machine, frac):
+    text = text_of(machine, "lspci-vvnn.txt")
+    cut = int(len(text) * frac)
+    notes: list[str] = []
+    try:
+        fns = parse_lspci_verbose(text[:cut], "cut.txt", notes=notes)
+    except ParseError as err:
+        assert err.source == "cut.txt"
+        return
+    # what passes is a cut between two devices (undetectable: the rest looks whole), or noted
+    assert text[:cut].endswith("\n\n") or notes, repr(text[max(0, cut - 60):cut])
+    assert len(fns) <= text.count("\n\n")
+
+
+def test_whole_captures_carry_no_truncation_note():
+    notes: list[str] = []
+    for machine in (DELL, HPE):
+        parse_lspci_verbose(text_of(machine, "lspci-vvnn.txt"), machine, notes=notes)
+    for machine, bus in ((ASUS, "01_00.0"), (ASUS, "71_00.0"), (PUGET, "c1_00.0")):
+        parse_lspci_verbose(text_of(machine, f"lspci-vvv-s-{bus}.txt"), machine, notes=notes)
+    assert notes == []
+
+
+def test_a_noted_cut_reaches_the_topology_notes():
+    text = text_of(DELL, "lspci-vvnn.txt")
+    end = text.index("\tKernel driver in use: nvme", text.index("\n88:00.0 "))
+    topo = topology_from_lspci(verbose_texts=[(text[:end], "cut.txt")])
+    assert any(n.startswith("cut.txt: the text ends without the blank line") and "88:00.0" in n
+               for n in topo.notes)

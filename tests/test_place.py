@@ -231,6 +231,9 @@ def test_training_refuses_a_placement_made_from_another_dataset(cora, tmp_path, 
     shutil.copytree(cora.path, twin, ignore=shutil.ignore_patterns("hotness"))
     feats = np.load(twin / "features.npy")
     np.save(twin / "features.npy", feats + 1)
+    meta = json.loads((twin / "meta.json").read_text())
+    del meta["checksums"]["files"]["features"]  # a twin, not a corrupt copy: features without a checksum
+    (twin / "meta.json").write_text(json.dumps(meta))
     capsys.readouterr()
     assert main(["train", "--dataset", str(twin), "--placement", str(out), "--fanouts", "5", "--hidden", "8"]) == 2
     err = capsys.readouterr().err

@@ -349,7 +349,10 @@ def test_memory_beside_socket_and_other_nodes_small(big: Topology) -> None:
     assert others and all(lay.boxes[n.id].height == SMALL_BOX_H for n in others)
     # the loose functions under "socket?" are stacked in columns on rails
     stacked = [n.id for n in others if n.id in lay.rails]
-    assert len(stacked) == 2 * MISC_PER_ROOT_BUS
+    # and each socket's SAS HBA, stacked with its four empty U.2 bays
+    assert len(stacked) == 2 * MISC_PER_ROOT_BUS + 2
+    bays = [n.id for n in big.nodes(NodeKind.SLOT) if not big.children(n.id)]
+    assert len(bays) == 8 and all(b in lay.rails for b in bays)
     assert len({lay.boxes[i].x for i in stacked}) < len(stacked)
 
 
@@ -514,3 +517,116 @@ def test_real_dgx2_hwloc_renders() -> None:
     root = _parse(svg)
     assert len([g for g in _node_groups(root).values() if g.get("data-kind") == "gpu"]) == 16
     assert_no_overlaps(topo, svg)
+
+
+# -- the plan picture (`moment plan --svg`): bottlenecks, numbers, labels, size --------
+
+
+def _plan_svg(tmp_path: Path, *argv: str) -> tuple[ET.Element, str]:
+    """Run ``moment plan ARGV --svg`` (the CLI, as a user would) and parse the picture."""
+    import contextlib
+    import io
+
+    from moment.cli import main
+
+    svg = tmp_path / "plan.svg"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["plan", *argv, "--svg", str(svg)]) == 0
+    return _parse(svg.read_text()), out.getvalue()
+
+
+def _texts(group: ET.Element) -> list[str]:
+    return [t.text or "" for t in group.iter(f"{NS}text")]
+
+
+def _slot_map_lines(printed: str) -> list[tuple[str, str]]:
+    """(device, slot designation) of each line of the printed slot map."""
+    import re
+
+    section = printed.split("Recommended slot map", 1)[1].split("per-GPU inlet", 1)[0]
+    return [(m.group(1), m.group(2)) for m in
+            re.finditer(r"^\s*((?:GPU|SSD) \d+)(?: \([^)]*\))? → (.+?) \(PCIe", section, re.M)]
+
+
+@pytest.mark.parametrize("machine", ["moment-b", "moment-a"])
+def test_plan_picture_numbers_every_device_as_the_slot_map(tmp_path: Path, machine: str) -> None:
+    root, printed = _plan_svg(tmp_path, "--machine", machine)
+    groups = _node_groups(root)
+    entries = _slot_map_lines(printed)
+    assert len(entries) == len([g for g in groups.values() if g.get("data-kind") in ("gpu", "nvme")])
+    lay_parent = {}
+    for link in root.iter(f"{NS}g"):
+        if link.get("class") == "link":
+            lay_parent.setdefault(link.get("data-dst"), link.get("data-src"))
+    for device, designation in entries:
+        node_id = device.replace("GPU ", "gpu").replace("SSD ", "ssd")
+        assert _texts(groups[node_id])[0] == device, (device, _texts(groups[node_id]))
+        slot = lay_parent[node_id]
+        assert designation in " ".join(_texts(groups[slot])), (device, designation, _texts(groups[slot]))
+
+
+@pytest.mark.parametrize("machine", ["moment-b", "moment-a"])
+def test_plan_picture_labels_are_whole_and_size_sane(tmp_path: Path, machine: str) -> None:
+    root, _ = _plan_svg(tmp_path, "--machine", machine)
+    width, height = float(root.get("width")), float(root.get("height"))
+    # before: Machine B 3855 × 632, Machine A 5176 × 528 (every slot side by side)
+    assert width <= (2000 if machine == "moment-b" else 2300) and height <= 1100, (width, height)
+    assert width / height <= 3.0
+    cut = [t for t in _texts(root) if "…" in t]
+    assert cut == []
+    assert not any(t.startswith("slot Slot") for t in _texts(root))
+    boxes = [_rect_box(g.find(f"{NS}rect")) for g in _node_groups(root).values()]
+    for a, b in itertools.combinations(boxes, 2):
+        assert not a.overlaps(b), (a, b)
+    assert all(b.right <= width and b.bottom <= height for b in boxes)
+
+
+def test_plan_picture_draws_saturated_ssds_red_with_a_legend(tmp_path: Path) -> None:
+    root, printed = _plan_svg(tmp_path, "--machine", "moment-b")
+    assert "bottleneck: reads of ssd" in printed
+    hot = [g for g in _node_groups(root).values() if g.get("data-highlight") == "bottleneck"]
+    assert hot and all(g.get("data-kind") == "nvme" for g in hot)
+    assert all(g.find(f"{NS}rect").get("stroke") == HIGHLIGHT for g in hot)
+    legend = {g.get("data-key"): g for g in root.iter(f"{NS}g") if g.get("class") == "legend-item"}
+    assert "hot" in legend and "highlight" not in legend  # no link binds in this plan
+    assert "bottleneck" in " ".join(_texts(legend["hot"]))
+
+
+def test_plan_picture_draws_bottleneck_links_red_with_a_legend(tmp_path: Path) -> None:
+    root, printed = _plan_svg(tmp_path, "--machine", "moment-b", "--cpu-cache-share", "0.5", "--json")
+    import json
+
+    bottleneck = {frozenset(pair) for pair in json.loads(printed)["ranked"][0]["bottleneck"]}
+    assert bottleneck
+    red = set()
+    for g in root.iter(f"{NS}g"):
+        if g.get("class") == "link" and g.find(f"{NS}path").get("stroke") == HIGHLIGHT:
+            red.add(frozenset((g.get("data-src"), g.get("data-dst"))))
+    assert red == bottleneck
+    legend = {g.get("data-key"): g for g in root.iter(f"{NS}g") if g.get("class") == "legend-item"}
+    assert "bottleneck link" in " ".join(_texts(legend["highlight"]))
+    line = legend["highlight"].find(f"{NS}line")
+    assert line.get("stroke") == HIGHLIGHT
+
+
+@pytest.mark.parametrize("machine, argv", [
+    ("hpe-cray-xd665-2x-epyc9354-h100", ("--lspci-vvv", "lspci-vvnn.txt", "--dmidecode", "dmidecode.txt")),
+    ("dell-poweredge-r640-2x-xeon-gold6230-nvme", ("--lspci-vvv", "lspci-vvnn.txt", "--dmidecode", "dmidecode.txt")),
+    ("nvidia-dgx2h-hwloc", ("--hwloc", "hwloc.xml")),
+])
+def test_captured_machines_keep_device_labels_whole(tmp_path: Path, machine: str, argv: tuple[str, ...]) -> None:
+    """Long lspci names wrap; only minor "other" functions may be cut (their tooltip has it all)."""
+    import contextlib
+    import io
+
+    from moment.cli import main
+
+    args = [str(topology_fixture(machine, a)) if i % 2 else a for i, a in enumerate(argv)]
+    svg = tmp_path / "topo.svg"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["topo", *args, "--svg", str(svg)]) == 0
+    root = _parse(svg.read_text())
+    for g in _node_groups(root).values():
+        if g.get("data-kind") != "other":
+            assert not any("…" in t for t in _texts(g)), _texts(g)

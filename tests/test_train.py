@@ -319,3 +319,53 @@ def test_python_dash_m_moment_train_help():
     proc = subprocess.run([sys.executable, "-m", "moment", "train", "--help"], cwd=REPO, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
     assert proc.returncode == 0 and "--placement" in proc.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# a non-finite loss or gradient stops the run; the last checkpoint stays
+
+
+def test_a_nan_loss_stops_training_naming_epoch_and_step_and_keeps_the_checkpoint(cora, tmp_path):
+    """The issue's case: NaN bytes in features.npy of a dataset written before checksums existed."""
+    poisoned = tmp_path / "cora-nan"
+    shutil.copytree(cora, poisoned)
+    meta = json.loads((poisoned / "meta.json").read_text())
+    del meta["checksums"]  # as written before checksums: nothing on open can tell
+    (poisoned / "meta.json").write_text(json.dumps(meta))
+    feats = np.load(poisoned / "features.npy", mmap_mode="r+")
+    feats[:, 0] = np.nan  # every row, so that the first step of any epoch meets one
+    feats.flush()
+    del feats
+    ckpt = tmp_path / "ck"
+    train(TrainConfig(dataset=str(cora), epochs=1, checkpoint_dir=str(ckpt), **SMALL))
+    before = (ckpt / CHECKPOINT_NAME).read_bytes()
+    seen = []
+    with pytest.raises(TrainError, match=r"^epoch 1, step 0: the loss is nan; training stopped before updating"):
+        train(TrainConfig(dataset=str(poisoned), epochs=3, checkpoint_dir=str(ckpt), resume=True,
+                          checkpoint_every_steps=1, **SMALL), progress=seen.append)
+    assert (ckpt / CHECKPOINT_NAME).read_bytes() == before
+    assert not [r for r in seen if r.get("kind") in ("step", "epoch")]  # no record of the bad step
+
+
+def test_a_non_finite_gradient_with_a_finite_loss_is_named():
+    from training.trainer import _refuse_non_finite
+
+    _refuse_non_finite(torch.tensor([0.5, -1.0, 2.0, 3.0]), 0, 0)  # all finite: nothing happens
+    with pytest.raises(TrainError, match="epoch 4, step 7: a gradient is NaN or infinite"):
+        _refuse_non_finite(torch.tensor([0.5, float("inf"), 2.0, 3.0]), 4, 7)
+
+
+def test_cli_reports_the_nan_step_in_one_line(cora, tmp_path, capsys):
+    poisoned = tmp_path / "cora-nan"
+    shutil.copytree(cora, poisoned)
+    meta = json.loads((poisoned / "meta.json").read_text())
+    del meta["checksums"]
+    (poisoned / "meta.json").write_text(json.dumps(meta))
+    feats = np.load(poisoned / "features.npy", mmap_mode="r+")
+    feats[:, :4] = np.inf
+    feats.flush()
+    del feats
+    assert main(["train", "--dataset", str(poisoned), "--epochs", "1", "--fanouts", "10,5"]) == 2
+    errors = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+    assert len(errors) == 1 and errors[0].startswith("moment train: error: epoch 0, step 0: the loss is nan")
+    assert "Traceback" not in errors[0]

@@ -40,6 +40,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "train": ("bench_train.py", [], ["--quick"]),
     "serve": ("bench_serve.py", [], ["--nodes", "50000", "--edges", "500000", "--rounds", "1", "--steps", "10"]),
     "gpu": ("bench_gpu.py", [], ["--quick"]),
+    "integrity": ("bench_integrity.py", ["--nodes", "1e6", "--repeats", "5"], ["--nodes", "2e5", "--repeats", "2"]),
 }
 
 

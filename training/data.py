@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from iostack.checksums import BlockSums, bad_blocks, block_sums
 from planner.errors import PlannerError
 
 SCHEMA = "moment.dataset"
@@ -66,6 +67,13 @@ SPLITS = ("train_idx", "valid_idx", "test_idx")
 
 #: progress callback: (stage, done, total) with total None when unknown
 Progress = Callable[[str, int, "int | None"], None]
+
+#: bytes per checksummed block of a dataset file (meta.json keeps one CRC-32 per block)
+CHECKSUM_BLOCK_BYTES = 4 << 20
+#: blocks of each file an ordinary open checks besides its first and last, picked at random
+SAMPLE_BLOCKS = 6
+#: what ``open_dataset(verify=...)`` accepts
+VERIFY_MODES = ("sample", "full", "none")
 
 
 class DatasetError(PlannerError):
@@ -107,6 +115,8 @@ class Dataset:
     valid_idx: np.ndarray | None = None
     test_idx: np.ndarray | None = None
     hotness: np.ndarray | None = field(default=None, repr=False)
+    #: what the checksums said on open (a sentence for ``moment data info``)
+    integrity: str = field(default="", repr=False)
 
     @property
     def name(self) -> str:
@@ -162,6 +172,9 @@ def _load(path: Path, what: str, mmap: bool = True) -> np.ndarray:
     except FileNotFoundError:
         raise DatasetError(f"{path}: {what} file is missing; re-import the dataset") from None
     except (ValueError, OSError, EOFError) as exc:
+        if "mmap length is greater than file size" in str(exc):
+            raise DatasetError(f"{path}: shorter than its .npy header says (cut short); "
+                               "re-import the dataset") from None
         raise DatasetError(f"{path}: not a readable .npy file ({exc}); re-import the dataset") from None
 
 
@@ -249,12 +262,74 @@ def validate_dataset(ds: Dataset, *, chunk: int = DEFAULT_CHUNK_EDGES) -> None:
             seen[uniq] = True
 
 
-def open_dataset(path: str | os.PathLike, *, validate: bool = True) -> Dataset:
+def verify_checksums(root: Path, meta: Mapping[str, Any], mode: str = "sample") -> str:
+    """Check the dataset files against the CRC-32s ``meta.json`` records; say what was checked.
+
+    ``mode`` ``"sample"`` reads, of every file, its first and last block and
+    :data:`SAMPLE_BLOCKS` others at random (all of a file of at most
+    ``SAMPLE_BLOCKS + 2`` blocks): at most 32 MiB per file, whatever its size.
+    ``"full"`` reads every block; ``"none"`` reads nothing. Every file's size
+    is checked in all modes but ``"none"``. Raises :class:`DatasetError` naming
+    the file and the first bad block. A dataset written before checksums
+    existed has none: it is accepted and the sentence says so.
+    """
+    if mode not in VERIFY_MODES:
+        raise DatasetError(f"verify={mode!r}: expected one of {', '.join(VERIFY_MODES)}")
+    sums_meta = meta.get("checksums")
+    if not sums_meta:
+        return ("no checksums: written before Moment recorded them (nothing to verify; "
+                "re-import or regenerate the dataset to add them)")
+    if mode == "none":
+        return "checksums not checked"
+    where = root / "meta.json"
+    entries = sums_meta.get("files") if isinstance(sums_meta, Mapping) else None
+    if sums_meta.get("algorithm") != "crc32" or not isinstance(entries, Mapping):
+        raise DatasetError(f"{where}: 'checksums' is not a CRC-32 table this Moment reads; re-import the dataset")
+    rng = np.random.default_rng()
+    checked = total = 0
+    for key in meta["files"]:
+        if key not in entries:
+            continue  # written after the checksums (hotness, say): its shape was checked above
+        fpath = root / f"{key}.npy"
+        try:
+            sums = BlockSums.from_json(entries[key])
+        except ValueError as exc:
+            raise DatasetError(f"{where}: checksums of {key}: {exc}; re-import the dataset") from None
+        size = fpath.stat().st_size
+        if size != sums.size_bytes:
+            raise DatasetError(f"{fpath}: {size:,} bytes, but meta.json recorded {sums.size_bytes:,}; "
+                               "the file was cut or replaced: re-import or regenerate the dataset")
+        n = sums.blocks
+        if mode == "full" or n <= SAMPLE_BLOCKS + 2:
+            which = list(range(n))
+        else:
+            which = [0, n - 1, *(1 + rng.choice(n - 2, size=SAMPLE_BLOCKS, replace=False)).tolist()]
+        bad = bad_blocks(fpath, sums, which)
+        if bad:
+            a, b = sums.span(bad[0])
+            more = f" and {len(bad) - 1} more of the {len(which)} checked" if len(bad) > 1 else ""
+            raise DatasetError(
+                f"{fpath}: block {bad[0]} of {n} (bytes {a:,} to {b:,}){more} does not match the CRC-32 "
+                "meta.json recorded when the dataset was written: the file is corrupt; re-import or "
+                "regenerate the dataset")
+        checked += len(set(which))
+        total += n
+    files = len([k for k in meta["files"] if k in entries])
+    if checked == total:
+        return f"CRC-32 verified: all {total:,} block(s) of {files} file(s)"
+    return (f"CRC-32 verified: {checked:,} of {total:,} blocks of {files} file(s) (each file's first, last "
+            f"and {SAMPLE_BLOCKS} random blocks); `moment data info --verify` reads them all")
+
+
+def open_dataset(path: str | os.PathLike, *, validate: bool = True, verify: str = "sample") -> Dataset:
     """Open a dataset directory read-only, memory-mapped, and check it.
 
     Checks the schema and version, that every file in ``meta["files"]`` exists with
-    the declared dtype and shape, and (unless ``validate=False``) the value ranges
-    of :func:`validate_dataset`. Raises :class:`DatasetError` naming the file.
+    the declared dtype and shape, the files' bytes against the checksums
+    ``meta.json`` records (``verify``: ``"sample"`` of blocks, ``"full"``,
+    ``"none"``; see :func:`verify_checksums`), and (unless ``validate=False``)
+    the value ranges of :func:`validate_dataset`. Raises :class:`DatasetError`
+    naming the file (and the block).
     """
     root = Path(path)
     meta = read_meta(root)
@@ -297,7 +372,8 @@ def open_dataset(path: str | os.PathLike, *, validate: bool = True) -> Dataset:
     for s in SPLITS:
         if s in arrays and arrays[s].ndim != 1:
             raise DatasetError(f"{root / f'{s}.npy'}: must be one-dimensional, has shape {list(arrays[s].shape)}")
-    ds = Dataset(path=root, meta=meta, **arrays)
+    integrity = verify_checksums(root, meta, verify)
+    ds = Dataset(path=root, meta=meta, **arrays, integrity=integrity)
     if validate:
         validate_dataset(ds)
     return ds
@@ -620,6 +696,18 @@ class DatasetWriter:
                 self._save(key, np.asarray(ids, dtype=np.int64).ravel())
 
     # -- commit --------------------------------------------------------------------------------
+    def _checksums(self, tmp: Path) -> dict[str, Any]:
+        """One CRC-32 per block of every file written (read back once, mostly from the page cache)."""
+        out: dict[str, Any] = {}
+        total = sum((tmp / f"{k}.npy").stat().st_size for k in self.files)
+        done = 0
+        for key in self.files:
+            sums = block_sums(tmp / f"{key}.npy", CHECKSUM_BLOCK_BYTES)
+            out[key] = sums.to_json()
+            done += sums.size_bytes
+            self._report("checksumming", done, total)
+        return {"algorithm": "crc32", "block_bytes": CHECKSUM_BLOCK_BYTES, "files": out}
+
     def _commit(self, tmp: Path) -> None:
         if self.num_edges is None:
             raise DatasetError(f"{self.path}: no graph was written (call write_edges or write_csr)")
@@ -642,6 +730,7 @@ class DatasetWriter:
         for k, v in self.meta.items():
             if k not in meta or k == "source":
                 meta[k] = v
+        meta["checksums"] = self._checksums(tmp)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n")
         open_dataset(tmp)  # never publish a directory that would not open
         old = None
@@ -696,6 +785,7 @@ class DatasetInfo:
     top1pct_endpoint_share: float
     gini: float
     source: dict
+    integrity: str = ""
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
@@ -750,7 +840,7 @@ def dataset_info(ds: Dataset, *, chunk: int = DEFAULT_CHUNK_EDGES) -> DatasetInf
         graph_bytes=int(ds.indptr.nbytes + ds.indices.nbytes), num_classes=ds.num_classes,
         labelled_nodes=labelled, split_sizes=splits, in_degree=_summary(indeg),
         isolated_nodes=int((endpoints == 0).sum()), top1pct_endpoint_share=share, gini=gini,
-        source=dict(ds.meta.get("source", {})),
+        source=dict(ds.meta.get("source", {})), integrity=ds.integrity,
     )
 
 

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import queue
 import random
@@ -174,7 +175,7 @@ class TrainConfig:
         for name in ("prefetch", "eval_every_epochs", "checkpoint_every_steps"):
             if int(getattr(self, name)) < 0:
                 raise TrainError(f"{name}: expected a non-negative integer, got {getattr(self, name)}")
-        if self.lr <= 0 or self.weight_decay < 0:
+        if not 0 < self.lr < math.inf or not 0 <= self.weight_decay < math.inf:  # nan fails too
             raise TrainError(f"lr must be > 0 and weight_decay >= 0, got {self.lr} and {self.weight_decay}")
         if self.gcn_norm not in ("local", "global"):
             raise TrainError(f"gcn_norm: expected 'local' or 'global', got {self.gcn_norm!r}")
@@ -924,7 +925,8 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
             pre = Prefetcher(source.batches(epoch, first), prepare, config.prefetch, features.transfer)
             try:
                 for step in range(first, steps):
-                    rec = _step(model, params, optimizer, pre, world, n_train, config.batch_size, step, sums)
+                    rec = _step(model, params, optimizer, pre, world, n_train, config.batch_size, step, sums,
+                                epoch=epoch)
                     rec.update(kind="step", epoch=epoch, step=step, steps=steps)
                     emit(rec)
                     if config.checkpoint_every_steps and (step + 1) % config.checkpoint_every_steps == 0 \
@@ -962,7 +964,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
 
 
 def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.optim.Optimizer, pre: Prefetcher,
-          world: _World, n_train: int, batch_size: int, step: int, sums: _Sums) -> dict:
+          world: _World, n_train: int, batch_size: int, step: int, sums: _Sums, *, epoch: int = 0) -> dict:
     t0 = time.perf_counter()
     item, waited = pre.get()
     if item is None:
@@ -989,6 +991,7 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
     t2 = time.perf_counter()
     world.all_reduce(flat)
     t3 = time.perf_counter()
+    _refuse_non_finite(flat, epoch, step)
     at = 0
     for p in params:
         n = p.numel()
@@ -1023,6 +1026,24 @@ def _moved_since(before: TransferCounts, now: TransferCounts) -> dict[str, list[
         if n > n0:
             out[f"{src}->{dst}"] = [n - n0, b - b0]
     return out
+
+
+def _refuse_non_finite(flat: Tensor, epoch: int, step: int) -> None:
+    """Stop before the update when the summed loss or any gradient is NaN or infinite.
+
+    ``flat`` is the all-reduced buffer, the same on every rank, so every rank
+    stops at the same step (none waits in a collective). Raising here leaves
+    the model as the last good step made it and writes no checkpoint: the one
+    on disk stays the last good one.
+    """
+    if bool(torch.isfinite(flat).all()):
+        return
+    loss = float(flat[-2])
+    what = f"the loss is {loss}" if not math.isfinite(loss) else "a gradient is NaN or infinite"
+    raise TrainError(
+        f"epoch {epoch}, step {step}: {what}; training stopped before updating the model, and the last "
+        "checkpoint is left as it was. Corrupt features (check them with `moment data info --verify "
+        "DATASET`) or too high a learning rate (--lr) are the usual causes")
 
 
 def _epoch_record(epoch: int, steps: int, sums: _Sums, epoch_s: float) -> dict:

@@ -51,6 +51,11 @@ else a ``Data Bus Width:`` line (printed on its own line by newer
 dmidecode, as ``x16``, ``16x or x16`` or the raw SMBIOS code, 0x08–0x0E =
 x1…x32), else the physical width. ``Type: PCI Express 4 x16`` therefore
 gives 16 lanes.
+
+This module is long (reading records, checking a dump is whole, interpreting
+slots, processors and onboard devices, joining slots to a PCI tree) because
+each part needs the others' records and conventions; the join is
+:func:`apply_dmi_slots` and its ``_Join`` class, at the end.
 """
 
 from __future__ import annotations
@@ -134,7 +139,12 @@ class DmiProcessor:
 
 @dataclass(frozen=True)
 class DmiOnboardDevice:
-    """One Onboard Devices Extended Information (DMI type 41) record."""
+    """One onboard device: an Onboard Devices Extended Information (DMI type 41) record,
+    or one device of an On Board Devices Information (type 10, obsolete) record.
+
+    Type 10 gives no bus address and no instance: ``reference_designation``
+    is then its ``Description``. Several type 10 devices share one handle.
+    """
 
     reference_designation: str
     device_type: str | None = None
@@ -142,6 +152,7 @@ class DmiOnboardDevice:
     type_instance: int | None = None
     bus_address: str | None = None
     handle: str | None = None
+    dmi_type: int = 41
 
 
 @dataclass(frozen=True)
@@ -174,20 +185,24 @@ class DmiInfo:
 _HANDLE = re.compile(r"^Handle (0x[0-9A-Fa-f]{1,4}), DMI type (\d{1,3}), (\d{1,5}) bytes\.?$")
 _BANNER = (
     re.compile(r"^#"),  # "# dmidecode 3.4", "# SMBIOS implementations newer than ..."
-    re.compile(r"^(Getting SMBIOS data from|Scanning /dev/mem for|Reading SMBIOS/DMI data from)\b"),
+    re.compile(r"^(Getting SMBIOS data from|Scanning /dev/mem for|Reading SMBIOS/DMI data from|"
+               r"Found SMBIOS entry point in)\b"),
     re.compile(r"^(SMBIOS|Legacy DMI|DMI) \d+\.\d+(\.\d+)? present\.$"),
     re.compile(r"^\d+ structures occupying \d+ bytes\.$"),
     re.compile(r"^Table at 0x[0-9A-Fa-f]+\.$"),
 )
 # dmidecode's complaints about a broken table; the records before them stand.
 _WARNING = re.compile(
-    r"^(Wrong DMI structures (count|length)|Invalid entry length|Invalid SMBIOS|"
+    r"^(Wrong DMI structures (count|length)|Invalid entry length|Invalid SMBIOS|SMBIOS version fixup|"
     r"Table is unreachable|Can't read|No SMBIOS nor DMI entry point found|"
     r"SMBIOS \d+\.\d+(\.\d+)? not supported|.*DMI table is broken)"
 )
+_STRUCTURES = re.compile(r"^(\d{1,6}) structures occupying \d+ bytes\.$")
 _DMIDECODE_VERSION = re.compile(r"^# dmidecode (\d+\.\d+(?:\.\d+)?)")
 _SMBIOS_VERSION = re.compile(r"^SMBIOS (\d+\.\d+(?:\.\d+)?) present\.$")
 _MARKER = re.compile(r"^<[A-Z][A-Z ]*>$")
+# A type 10 record lists every onboard device under a title of its own.
+_ONBOARD_TITLE = re.compile(r"^On Board Device (\d+ )?Information$")
 _FIELD = re.compile(r"^([^:]+):(?:[ \t]+(.*))?$")
 
 #: record titles dmidecode prints, for ``dmidecode -q`` output (no Handle lines)
@@ -233,6 +248,7 @@ class _Record:
     title: str | None = None
     fields: list[_Field] = field(default_factory=list)
     indent: str | None = None  # the indentation of its first-level fields
+    item: bool = False  # a second or later item of a record that titles its items
 
     def get(self, key: str) -> _Field | None:
         for f in self.fields:
@@ -256,6 +272,8 @@ def _records(text: str, source: str) -> tuple[list[_Record], dict[str, str], lis
     seen_handle = False
     for no, raw in enumerate(text_lines(text), start=1):
         line = raw.rstrip()
+        if not line and raw[:1] in (" ", "\t") and cur is not None and not want_title:
+            continue  # an indented blank: a string of spaces in an OEM record's "Strings:" list
         if not line.strip():
             if want_title:
                 records.pop()  # a Handle line and nothing else: a record cut short
@@ -271,17 +289,31 @@ def _records(text: str, source: str) -> tuple[list[_Record], dict[str, str], lis
                 want_title, after_blank = True, False
                 continue
             if want_title and cur is not None:
+                if _WARNING.match(line):  # "Invalid entry length (16). Fixed up to 11."
+                    warnings.append(f"{source}:{no}: {line.strip()}")
+                    continue
                 cur.title = line.strip()
                 want_title, after_blank = False, False
                 continue
             if line.startswith("Handle "):
                 raise ParseError(source, no, "a record header like 'Handle 0x0900, DMI type 9, 17 bytes'", line)
+            if cur is not None and _same_title(cur.title, line.strip()):
+                # Records that list several items title each one: "On Board Device 2
+                # Information" (type 10), "Additional Information 2" (type 40).
+                cur = _Record(cur.handle, cur.dmi_type, no, line.strip(), indent=cur.indent, item=True)
+                records.append(cur)
+                continue
             mv = _DMIDECODE_VERSION.match(line)
             if mv:
                 meta.setdefault("dmidecode", mv.group(1))
             ms = _SMBIOS_VERSION.match(line)
             if ms:
                 meta.setdefault("smbios", ms.group(1))
+            mc = _STRUCTURES.match(line)
+            if mc:
+                meta.setdefault("structures", mc.group(1))
+            if line.startswith("Table at 0x"):
+                meta["full_dump"] = "yes"  # dmidecode prints it only without -t
             if any(p.match(line) for p in _BANNER):
                 cur, after_blank = None, True
                 continue
@@ -290,16 +322,22 @@ def _records(text: str, source: str) -> tuple[list[_Record], dict[str, str], lis
                 cur, after_blank = None, True
                 continue
             title = line.strip()
-            quiet_title = title in _TITLES or (records and not seen_handle)
+            quiet_title = (title in _TITLES or bool(_ONBOARD_TITLE.match(title))
+                           or (records and not seen_handle))
             if quiet_title and (after_blank or cur is None):
                 # dmidecode -q prints records without their Handle line; once it is
                 # clear that the text is such output, vendor (OEM) titles are let in too
-                cur = _Record(None, _TITLES.get(title), no, title)
+                cur = _Record(None, 10 if _ONBOARD_TITLE.match(title) else _TITLES.get(title), no, title)
                 records.append(cur)
                 after_blank = False
                 continue
             raise ParseError(source, no, _expected_line(text, records), line)
         # an indented line: a field of the current record
+        if want_title and cur is not None and line.strip() in _TITLES:
+            # dmidecode before 3.0 printed type 25's title indented ("\tSystem Power Controls")
+            cur.title = line.strip()
+            want_title, after_blank = False, False
+            continue
         if cur is None or want_title:
             raise ParseError(source, no, _expected_line(text, records, field=True), line)
         indent = line[: len(line) - len(line.lstrip())]
@@ -319,8 +357,70 @@ def _records(text: str, source: str) -> tuple[list[_Record], dict[str, str], lis
                 cur.fields.append(_Field("", body, no))
         after_blank = False
     if want_title and records:
-        records.pop()  # the text ends after a Handle line
+        rec = records[-1]
+        raise ParseError(source, rec.line, "a record title after the 'Handle ...' line",
+                         "the end of the text: the capture is cut short")
     return records, meta, warnings
+
+
+def _same_title(title: str | None, line: str) -> bool:
+    """Whether ``line`` titles the next item of a record titled ``title`` ("... 1 ..." → "... 2 ...")."""
+    if not title or not re.search(r"\d", title) or line == title:
+        return False
+    return re.sub(r"\d+", "#", title) == re.sub(r"\d+", "#", line)
+
+
+#: fields dmidecode prints for every record of a type this module reads, whatever
+#: the firmware says (checked on 2,049 server dumps of linuxhw/DMI)
+_ALWAYS = {
+    1: ("Manufacturer", "Product Name"),
+    4: ("Socket Designation", "Type", "Family"),
+    9: ("Designation", "Type", "Current Usage", "Length"),
+    10: ("Type", "Status", "Description"),
+    41: ("Reference Designation", "Type", "Status", "Type Instance"),
+}
+_TABLE_WARNING = re.compile(r"DMI table is broken|Wrong DMI structures|Invalid entry length")
+
+
+def _check_complete(text: str, records: list[_Record], meta: dict[str, str],
+                    warnings: list[str], source: str) -> list[str]:
+    """Refuse a dump that is certainly cut short; return warnings for one that may be.
+
+    Certain: fewer records than the header's "N structures occupying"; a
+    full dump (``Table at 0x...``) of an SMBIOS 3 table (no count) without
+    its End Of Table record — both unless dmidecode itself complained about
+    the table; a last record of a type read here without a field dmidecode
+    always prints. Possible: the text does not end with the blank line
+    dmidecode prints after every record (``dmidecode -t 9`` output cut
+    between two fields).
+    """
+    lines = text_lines(text)
+    last_no = max((i for i, ln in enumerate(lines, 1) if ln.strip()), default=1)
+    broken_table = any(_TABLE_WARNING.search(w) for w in warnings)
+    announced = int(meta.get("structures", "0"))
+    handles = sum(1 for r in records if r.handle is not None and not r.item)
+    out: list[str] = []
+    last = records[-1]
+    required = _ALWAYS.get(last.dmi_type or -1, ())
+    missing = [k for k in required if last.get(k) is None]
+    if missing and last.title is not None:
+        raise ParseError(source, last_no,
+                         f"the field(s) {', '.join(missing)} that dmidecode prints in every "
+                         f"type {last.dmi_type} record",
+                         f"the end of the text inside record {last.handle or last.title}: "
+                         "the capture is cut short")
+    if announced and handles < announced and not broken_table:
+        raise ParseError(source, last_no, f"{announced} DMI records, as the header announces",
+                         f"{handles} before the text ends: the capture is cut short")
+    if (meta.get("full_dump") and not announced and not broken_table
+            and not any(r.dmi_type == 127 for r in records)):
+        # An SMBIOS 3 table announces no count: its End Of Table record closes it.
+        raise ParseError(source, last_no, "the End Of Table record that closes a full dmidecode dump",
+                         "the end of the text: the capture is cut short")
+    if len(lines) - last_no < 2 and last.dmi_type in _ALWAYS:
+        out.append(f"{source}:{last_no}: the text ends without the blank line dmidecode prints after "
+                   f"every record: record {last.handle or last.title} may be cut short")
+    return out
 
 
 def _expected_line(text: str, records: list[_Record], field: bool = False) -> str:
@@ -523,18 +623,21 @@ def _processor(rec: _Record) -> DmiProcessor:
 
 
 def _onboard(rec: _Record, source: str) -> DmiOnboardDevice:
+    """A type 41 record, or one item of a type 10 record (no bus address, a description)."""
     def val(key: str) -> str | None:
         f = rec.get(key)
         return f.value if f is not None else None
 
+    legacy = rec.dmi_type == 10
     status = (val("Status") or "").strip().lower()
     return DmiOnboardDevice(
-        reference_designation=(val("Reference Designation") or "").strip(),
+        reference_designation=(val("Description" if legacy else "Reference Designation") or "").strip(),
         device_type=_clean(val("Type")),
         enabled={"enabled": True, "disabled": False}.get(status),
-        type_instance=_int(val("Type Instance")),
-        bus_address=_bus_address(rec.get("Bus Address"), source),
+        type_instance=None if legacy else _int(val("Type Instance")),
+        bus_address=None if legacy else _bus_address(rec.get("Bus Address"), source),
         handle=rec.handle,
+        dmi_type=10 if legacy else 41,
     )
 
 
@@ -543,8 +646,14 @@ def parse_dmidecode(text: str, source: str) -> DmiInfo:
 
     ``source`` names the input in error messages. Raises :class:`ParseError`
     (naming ``source`` and the 1-based line) for text that is not dmidecode
-    output or has no DMI record at all; a record cut short by truncation
-    keeps what it has. Records of types other than 1, 4, 9 and 41 are
+    output, has no DMI record at all, or is certainly cut short: fewer
+    records than the header announces, a full dump without its End Of Table
+    record, a text that ends after a ``Handle`` line or inside a record of a
+    type read here (before a field dmidecode always prints). A text that
+    merely ends without dmidecode's closing blank line is read, with a
+    warning in :attr:`DmiInfo.warnings`. Records that title several items
+    ("On Board Device 2 Information", "Additional Information 2") give one
+    entry per item. Records of types other than 1, 4, 9, 10 and 41 are
     checked for shape and otherwise ignored.
 
     >>> info = parse_dmidecode('''Handle 0x0100, DMI type 1, 27 bytes
@@ -575,6 +684,7 @@ def parse_dmidecode(text: str, source: str) -> DmiInfo:
     if not records:
         raise ParseError(source, None, "at least one DMI record ('Handle 0x..., DMI type N, ...')",
                          "no records")
+    warnings.extend(_check_complete(text, records, meta, warnings, source))
     vendor = product = None
     processors: list[DmiProcessor] = []
     slots: list[DmiSlot] = []
@@ -590,7 +700,7 @@ def parse_dmidecode(text: str, source: str) -> DmiInfo:
             processors.append(_processor(rec))
         elif rec.dmi_type == 9:
             slots.append(_slot(rec, source))
-        elif rec.dmi_type == 41:
+        elif rec.dmi_type in (10, 41):
             onboard.append(_onboard(rec, source))
     return DmiInfo(
         system_vendor=vendor,
@@ -886,6 +996,7 @@ class _Join:
                 "they belong to (placement unknown): " + ", ".join(self.unknown))
         for u in self.unplaced:
             topo.notes.append(f"unplaced slot {u}: no device, bridge or slot of the PCI tree is on its bus")
+        topo.notes.extend(dmi.warnings)
         _mark_onboard(topo, dmi)
         return topo
 

@@ -172,6 +172,8 @@ class _Walk:
     fns: dict[str, _Fn] = field(default_factory=dict)
     gp: dict[int, tuple[str, Any]] = field(default_factory=dict)
     machine_infos: dict[str, str] = field(default_factory=dict)
+    elems: dict[str, ET.Element] = field(default_factory=dict)  # PCI address -> its element
+    duplicates: list[str] = field(default_factory=list)  # "address (lines a, b)" of identical repeats
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,9 @@ def _parse(doc: XmlDocument, source: str) -> Topology:
                                   numa_to_socket=numa_to_socket or None)
     else:
         topo = Topology(name=name, sources=[source])
+    if walk.duplicates:
+        topo.notes.append(f"{len(walk.duplicates)} PCI function(s) appear twice, identically; "
+                          "the copies were ignored: " + ", ".join(walk.duplicates))
     _complete_sockets(topo, walk, numa_to_socket)
     _fix_kinds(topo, walk)
     _set_pcie_capacities(topo, walk)
@@ -296,9 +301,11 @@ def _visit(doc: XmlDocument, elem: ET.Element, ctx: _Ctx, walk: _Walk, source: s
 
 
 def _visit_io(doc: XmlDocument, elem: ET.Element, otype: str, ctx: _Ctx, walk: _Walk,
-              source: str, infos: dict[str, str], gp: int | None) -> _Ctx:
+              source: str, infos: dict[str, str], gp: int | None) -> _Ctx | None:
     line = doc.line(elem)
     io_ctx = _Ctx(ctx.chain, ctx.package, ctx.numa, ctx.pci_parent, ctx.pci_fn, True)
+    if otype in ("Bridge", "PCIDev") and _repeated(doc, elem, walk, source):
+        return None  # an identical copy of a function already read: skip it and what it holds
     if otype == "Bridge":
         btype = elem.get("bridge_type", "")
         m = _BRIDGE_TYPE.match(btype)
@@ -337,6 +344,48 @@ def _visit_io(doc: XmlDocument, elem: ET.Element, otype: str, ctx: _Ctx, walk: _
     return io_ctx  # Misc and anything newer: look through it
 
 
+_VOLATILE = {"gp_index", "id"}  # hwloc's object numbering, not part of what an object says
+
+
+def _shape(elem: ET.Element) -> tuple[Any, ...]:
+    """An element and its subtree without hwloc's object numbers, for comparing copies."""
+    attrs = tuple(sorted((k, v) for k, v in elem.attrib.items() if k not in _VOLATILE))
+    return (elem.tag, attrs, tuple(_shape(c) for c in elem))
+
+
+def _repeated(doc: XmlDocument, elem: ET.Element, walk: _Walk, source: str) -> bool:
+    """Whether ``elem`` repeats a PCI function already read, identically (then it is noted).
+
+    Two different objects with one bus id cannot both be right: the export
+    was edited or merged from two machines, and no rule says which to keep,
+    so that is refused naming both lines.
+    """
+    busid = elem.get("pci_busid")
+    if busid is None:
+        return False
+    line = doc.line(elem)
+    address = _busid(busid, source, line)
+    first = walk.elems.get(address)
+    if first is None:
+        return False
+    first_line = doc.line(first)
+    if _shape(first) == _shape(elem):
+        walk.duplicates.append(f"{address} (lines {first_line} and {line})")
+        return True
+    raise ParseError(
+        source, line,
+        f"PCI function {address} only once; line {first_line} describes it as "
+        f"{_describe(first)}, this line as {_describe(elem)} (was the file edited, or merged "
+        "from two machines?)",
+        busid)
+
+
+def _describe(elem: ET.Element) -> str:
+    infos = _infos(elem)
+    name = infos.get("PCIDevice") or elem.get("pci_type") or elem.get("type") or "an object"
+    return f"'{name}'"
+
+
 def _function(doc: XmlDocument, elem: ET.Element, walk: _Walk, ctx: _Ctx, source: str,
               infos: dict[str, str], *, is_bridge: bool) -> _Fn:
     line = doc.line(elem)
@@ -346,6 +395,7 @@ def _function(doc: XmlDocument, elem: ET.Element, walk: _Walk, ctx: _Ctx, source
     address = _busid(busid, source, line)
     if address in walk.fns:
         raise ParseError(source, line, f"PCI function {address} only once", busid)
+    walk.elems[address] = elem
     fn = _Fn(address, line, is_bridge, parent=ctx.pci_parent, infos=infos,
              subtype=elem.get("subtype"))
     ptype = elem.get("pci_type")

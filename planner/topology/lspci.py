@@ -29,6 +29,11 @@ unknown. Records whose class came from the name say so in
 >>> topo = topology_from_lspci(tree, source="lspci-tv.txt")
 >>> [n.id for n in topo.nodes("gpu")], topo.parent("pci:0000:02:00.0").id
 (['pci:0000:02:00.0'], 'socket?')
+
+This module is long because lspci has two output formats that describe the
+same functions (the tree, the dumps), a table of pci.ids class and vendor
+names to read them without ``-nn``, and the checks that refuse a dump cut
+short; they share the address and naming rules.
 """
 
 from __future__ import annotations
@@ -677,7 +682,8 @@ def _verbose_function(lineno: int, m: re.Match[str], details: list[tuple[int, st
     )
 
 
-def parse_lspci_verbose(text: str, source: str = "<lspci -vvv>") -> list[PciFunction]:
+def parse_lspci_verbose(text: str, source: str = "<lspci -vvv>", *,
+                        notes: list[str] | None = None) -> list[PciFunction]:
     r"""The PCI functions of ``lspci -v``/``-vv``/``-vvv`` output, with or without ``-nn``.
 
     Reads a whole dump or a single-device ``-s`` dump, TAB-indented (as
@@ -739,10 +745,92 @@ def parse_lspci_verbose(text: str, source: str = "<lspci -vvv>") -> list[PciFunc
             raise ParseError(source, None, "lspci output with " + _EXPECT_HEADER, "an empty text")
         raise ParseError(source, first_line[0],
                          "lspci output with " + _EXPECT_HEADER + _hint(text, "lspci -v"), first_line[1])
+    very_verbose = any(_top_fields(details).get("Status") for _, _, details in blocks)
+    for lineno, m, details in blocks:
+        _check_block(lineno, m, details, very_verbose, source)
+    lines = text_lines(text)
+    if len(blocks) > 1 and notes is not None and (len(lines) < 2 or lines[-1] or lines[-2].strip()):
+        # lspci ends every device with a blank line; a one-device paste often drops it
+        last = blocks[-1]
+        notes.append(f"{source}: the text ends without the blank line lspci prints after every device: "
+                     f"{last[1].group('bus')}:{last[1].group('dev')}.{last[1].group('fn')} "
+                     f"(line {last[0]}) may be cut short")
     return [_verbose_function(lineno, m, details, source) for lineno, m, details in blocks]
 
 
-def parse_lspci(text: str, source: str = "<lspci>") -> list[PciFunction]:
+_CUT = "the capture is cut short (or was edited)"
+
+
+def _top_fields(details: list[tuple[int, str]]) -> dict[str, list[tuple[int, str]]]:
+    """A device block's first-level fields: key -> [(line number, value), ...]."""
+    if not details:
+        return {}
+    base = min(_indent(line) for _, line in details)
+    out: dict[str, list[tuple[int, str]]] = {}
+    for no, line in details:
+        if _indent(line) == base:
+            key, _, value = line.strip().partition(":")
+            out.setdefault(key, []).append((no, value.strip()))
+    return out
+
+
+def _check_block(lineno: int, m: re.Match[str], details: list[tuple[int, str]], very_verbose: bool,
+                 source: str) -> None:
+    """Refuse a device block that a cut (or an edit) left without what lspci always prints.
+
+    At ``-vv`` and above lspci prints ``Control:`` and ``Status:`` for every
+    function; when the status says ``Cap+`` it lists the capabilities (or
+    prints ``Capabilities: <access denied>`` when not run as root); an
+    Express capability of a port or endpoint always ends with its link
+    lines (``LnkCap`` … ``LnkSta``).
+    """
+    addr = f"{m.group('bus')}:{m.group('dev')}.{m.group('fn')}"
+    top = _top_fields(details)
+    if not very_verbose or any("Unknown header type" in line for _, line in details):
+        return
+    status = top.get("Status")
+    if status is None:
+        raise ParseError(source, lineno, f"the 'Control:' and 'Status:' lines lspci -vv prints for {addr}",
+                         f"a block without them: {_CUT}")
+    caps = top.get("Capabilities", [])
+    if status[0][1].startswith("Cap+") and not caps:
+        raise ParseError(source, lineno,
+                         f"the capability list that 'Status: Cap+' announces for {addr} "
+                         "(or 'Capabilities: <access denied>' from a run without root)",
+                         f"a block without it: {_CUT}")
+    for no, value in caps:
+        x = _EXPRESS.match(value)
+        if x is None:
+            continue
+        kind = re.sub(r" \(Slot[+-]\)$", "", x.group("type").strip()).lower()
+        if kind not in _PORT_TYPES or _PORT_TYPES[kind] == "rc-endpoint":
+            continue  # an integrated endpoint or event collector has no link
+        below = _express_keys(details, no)
+        if "LnkSta" not in below:
+            raise ParseError(source, no, f"the link lines (LnkCap … LnkSta) of {addr}'s Express capability",
+                             f"{'the end of the block' if below else 'nothing'} after "
+                             f"{', '.join(below) or 'the capability line'}: {_CUT}")
+
+
+def _express_keys(details: list[tuple[int, str]], cap_line: int) -> list[str]:
+    """The keys of the lines inside the capability that starts at line ``cap_line``."""
+    keys: list[str] = []
+    cap_indent: int | None = None
+    for no, line in details:
+        if no == cap_line:
+            cap_indent = _indent(line)
+            continue
+        if cap_indent is None or no < cap_line:
+            continue
+        if _indent(line) <= cap_indent:
+            break
+        key, sep, _ = line.strip().partition(":")
+        if sep and " " not in key:
+            keys.append(key)
+    return keys
+
+
+def parse_lspci(text: str, source: str = "<lspci>", *, notes: list[str] | None = None) -> list[PciFunction]:
     """The PCI functions of ``lspci -t``/``-tv`` or ``lspci -v``… output, whichever ``text`` is.
 
     >>> [f.address for f in parse_lspci("-[0000:00]---00.0  Intel Corporation Device 2020")]
@@ -759,7 +847,7 @@ def parse_lspci(text: str, source: str = "<lspci>") -> list[PciFunction]:
         if _TREE_FIRST.match(line):
             return parse_lspci_tree(text, source)
         if any(_HEADER.match(ln.rstrip()) for ln in text_lines(text)):
-            return parse_lspci_verbose(text, source)
+            return parse_lspci_verbose(text, source, notes=notes)
         raise ParseError(source, lineno, "lspci -t or lspci -v output"
                          + _hint(text, "lspci -t or lspci -v"), line)
     raise ParseError(source, None, "lspci -t or lspci -v output", "an empty text")
@@ -848,15 +936,16 @@ def topology_from_lspci(
     tree: list[PciFunction] = []
     verbose: list[PciFunction] = []
     sources: list[str] = []
+    notes: list[str] = []
     if tree_text is not None:
-        tree = parse_lspci(tree_text, source)
+        tree = parse_lspci(tree_text, source, notes=notes)
         sources.append(source)
     for i, item in enumerate(verbose_texts):
         if isinstance(item, str):
             text, src = item, f"{source} (dump {i + 1})"
         else:
             text, src = item
-        verbose.extend(parse_lspci_verbose(text, src))
+        verbose.extend(parse_lspci_verbose(text, src, notes=notes))
         sources.append(src)
     if not sources:
         raise ParseError(source, None, "lspci -t or lspci -vvv output", "nothing")
@@ -867,4 +956,5 @@ def topology_from_lspci(
     except TopologyError as exc:
         raise ParseError(", ".join(sources), None, "a consistent PCI hierarchy", str(exc)) from None
     topo.sources = sources
+    topo.notes.extend(notes)
     return topo

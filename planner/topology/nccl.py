@@ -201,6 +201,13 @@ def _parse(doc: XmlDocument, source: str) -> Topology:
         topo = Topology(name=name, sources=[source])
     _complete_sockets(topo, cpu_info)
     _fix_nodes(topo, pcis)
+    unknown = sorted(p.address for p in pcis.values()
+                     if not p.nccl_class and not p.is_bridge and p.gpu is None and not p.has_nic)
+    if unknown:
+        topo.notes.append(
+            f"{len(unknown)} <pci> element(s) give no class and no <gpu>/<nic> child ({', '.join(unknown)}): "
+            "kept as devices of unknown kind (NCCL reads the class from sysfs at run time; "
+            'add class="0x030200" to a GPU\'s <pci> for the planner)')
     for numa, nic in loose_nics:
         _add_loose_nic(topo, doc, nic, numa, source)
     _add_nvlinks(topo, doc, pcis, source)
@@ -251,6 +258,14 @@ def _pci_function(p: _Pci) -> PciFunction:
     attrs: dict[str, Any] = {}
     if p.nccl_class:
         attrs["nccl_class"] = p.nccl_class
+    elif not p.is_bridge:
+        # NCCL reads a missing class from sysfs at run time, so files leave it
+        # out; what the element holds says what NCCL will make of it.
+        if p.gpu is not None:
+            class_code = "0302"
+        elif p.has_nic:
+            class_code = "0200"
+        attrs["class_given"] = False  # a device the file names, not a chipset function
     if p.subsystem:
         attrs["subsystem"] = p.subsystem
     if _is_virtual(p):
@@ -275,6 +290,8 @@ def _name(p: _Pci) -> str:
     label = {NodeKind.GPU: "GPU", NodeKind.NIC: "NIC"}.get(kind, "PCI device")
     if p.nccl_class == _CLASS_NVSWITCH:
         label = "NVSwitch"
+    elif not p.nccl_class and kind == NodeKind.OTHER:
+        label = "PCI device (class not given)"
     return f"{label}{ids}"
 
 

@@ -166,6 +166,21 @@ _PLATFORM_CLASS_PREFIXES = ("06", "08", "05", "0c05", "11", "10", "ff", "13")
 _KIND_RANK = {NodeKind.GPU: 0, NodeKind.NVME: 1, NodeKind.NIC: 2, NodeKind.OTHER: 3}
 
 
+def _is_platform(fn0: PciFunction, group: list[PciFunction]) -> bool:
+    """Whether a root-bus device (its functions ``group``, ``fn0`` first) is chipset, not a device.
+
+    A device of kind "other" whose class is a platform class — or unknown —
+    is part of the chipset; anything a user places (GPU, NVMe, NIC) is not,
+    nor is a device whose source names it without a class
+    (``attrs["class_given"] is False``: NCCL files leave the class to sysfs).
+    """
+    if min((classify(f) for f in group), key=lambda k: _KIND_RANK[k]) != NodeKind.OTHER:
+        return False
+    if fn0.attrs.get("class_given") is False:
+        return False
+    return not fn0.class_code or fn0.class_code.lower().startswith(_PLATFORM_CLASS_PREFIXES)
+
+
 def _min_link(*links: tuple[int, int] | None) -> tuple[int | None, int | None]:
     known = [lk for lk in links if lk]
     if not known:
@@ -237,9 +252,31 @@ def build_pci_topology(
             stack.extend(children.get(x, []))
         return None
 
+    # Node ids for devices: one per (domain, bus, device).
+    def device_key(a: str) -> str:
+        return a.rsplit(".", 1)[0]
+
+    dev_groups: dict[str, list[str]] = {}
+    for a, f in fns.items():
+        if not f.is_bridge:
+            dev_groups.setdefault(device_key(a), []).append(a)
+    for addrs in dev_groups.values():
+        addrs.sort()
+    # Chipset and uncore functions on a root bus are left out; so is the socket of
+    # a root bus that holds nothing else (Intel's uncore buses 7f/ff have no NUMA
+    # node: they must not become a socket of their own).
+    platform = set() if keep_root_bus_platform else {
+        k for k, addrs in dev_groups.items()
+        if parent[addrs[0]] is None and _is_platform(fns[addrs[0]], [fns[x] for x in addrs])}
+
     socket_id: dict[str, str] = {}  # root-bus function -> socket node id
     numas_seen: set[int] = set()
+    unplaced_platform: set[str] = set()  # root buses of left-out functions with no NUMA node
     for a in children.get(None, []):
+        if not fns[a].is_bridge and device_key(a) in platform:
+            if subtree_numa(a) is None:
+                unplaced_platform.add(a.rsplit(":", 1)[0])
+            continue
         numa = subtree_numa(a)
         if numa is None:
             # Functions of one root bus share a root complex: borrow a sibling's NUMA node.
@@ -259,6 +296,11 @@ def build_pci_topology(
     sockets = sorted({s for s in socket_id.values()}, key=lambda s: (s == "socket?", s))
     if not sockets:
         sockets = ["socket?"]
+    buses = sorted(unplaced_platform - {a.rsplit(":", 1)[0] for a in socket_id})
+    if buses:
+        topo.notes.append(
+            f"root bus(es) {', '.join(buses)} hold only chipset/uncore functions and no NUMA node; "
+            "left out (they are not a socket)")
     for s in sockets:
         if s == "socket?":
             topo.add_node(Node(s, NodeKind.SOCKET, "socket (unknown: no NUMA node given)",
@@ -272,15 +314,6 @@ def build_pci_topology(
                                numa_node=numa_nodes[0] if len(numa_nodes) == 1 else None,
                                attrs={"numa_nodes": numa_nodes}))
     add_memory_and_interconnect(topo)
-
-    # Node ids for devices: one per (domain, bus, device).
-    def device_key(a: str) -> str:
-        return a.rsplit(".", 1)[0]
-
-    dev_groups: dict[str, list[str]] = {}
-    for a, f in fns.items():
-        if not f.is_bridge:
-            dev_groups.setdefault(device_key(a), []).append(a)
 
     # Where the traffic of a bridge's secondary side attaches: a node id and the port's link.
     attach: dict[str, tuple[str, PciFunction]] = {}
@@ -360,15 +393,12 @@ def build_pci_topology(
         visit(a)
 
     # Devices.
-    for addrs in dev_groups.values():
-        addrs.sort()
+    for key, addrs in dev_groups.items():
+        if key in platform:
+            continue
         fn0 = fns[addrs[0]]
         kinds = [classify(fns[x]) for x in addrs]
         kind = min(kinds, key=lambda k: _KIND_RANK[k])
-        if parent[addrs[0]] is None and kind == NodeKind.OTHER and not keep_root_bus_platform:
-            cc = (fn0.class_code or "ff").lower()
-            if cc.startswith(_PLATFORM_CLASS_PREFIXES) or not fn0.class_code:
-                continue
         up = upstream_of(addrs[0])
         if up is None:
             continue
@@ -471,6 +501,10 @@ def _find_parent(addr: str, fn: PciFunction, fns: Mapping[str, PciFunction]) -> 
         if not bf.is_bridge or bf.secondary_bus is None or b == addr:
             continue
         if b.split(":")[0] != domain:
+            continue
+        if bf.secondary_bus <= split_address(b)[1]:
+            # "secondary=00": firmware never numbered this bridge's buses (a
+            # disabled port; sysfs reports 0); nothing can be below it.
             continue
         if bf.secondary_bus == bus:
             return b

@@ -56,6 +56,9 @@ def _sparse(zf: zipfile.ZipFile, src: Path, prefix: str, packed: str) -> sp.csr_
 
 
 def _random_split(labels: np.ndarray, train_per_class: int, valid_per_class: int, seed: int, src: Path):
+    if train_per_class < 0 or valid_per_class < 0:
+        raise DatasetError(f"--train-per-class {train_per_class} / --valid-per-class {valid_per_class}: "
+                           "expected 0 or more nodes per class")
     rng = np.random.default_rng(seed)
     train, valid = [], []
     for c in range(int(labels.max()) + 1 if labels.size else 0):
