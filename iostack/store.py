@@ -298,6 +298,16 @@ class FeatureStore:
             out["device" if self._held[i] == "device" and self.memory.accelerated else "host"] += n
         return out
 
+    def unlink_shared(self) -> None:
+        """Remove the names of this store's node-shared segments; the memory stays mapped here and elsewhere.
+
+        Call it once every process of the node that shares them has opened its
+        store: nothing is left in ``/dev/shm`` from then on, however the
+        processes end (see :mod:`iostack.hostshare`).
+        """
+        for seg in self._shared:
+            seg.unlink()
+
     def gather(self, ids: torch.Tensor | np.ndarray, device: str | torch.device | None = None,
                dtype: torch.dtype | None = None) -> torch.Tensor:
         """Rows of ``ids`` (1-D int, any order, duplicates fine), shape ``(len(ids), dim)``, on ``device``.

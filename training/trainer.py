@@ -288,6 +288,9 @@ class StoreFeatures:
     def totals(self) -> dict[str, tuple[int, int]]:
         return {k: (int(v["rows"]), int(v["bytes"])) for k, v in self.store.tier_stats().items()}
 
+    def unlink_shared(self) -> None:
+        self.store.unlink_shared()
+
     def close(self) -> None:
         self.store.close()
 
@@ -562,6 +565,12 @@ class _World:
             dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
                                    "min": dist.ReduceOp.MIN}[op])
         return t
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
 
     def gather_objects(self, obj: Any) -> list[Any]:
         """``obj`` of every rank, in rank order (every rank calls it)."""
@@ -840,6 +849,9 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
                                  share_key=share_key_of(ds, config.placement)
                                  if config.placement and world.local_size > 1 else None,
                                  capacities=config.capacities)
+        if world.size > 1 and world.local_size > 1 and hasattr(features, "unlink_shared"):
+            world.barrier()  # every rank of the node has mapped the shared tiers: no name need stay
+            features.unlink_shared()
         sample_dev, sample_why, lookups = _sampling(config, ds, labels, memory)
         csr = _csr_on(ds, sample_dev)
         source = _open_source(config, train_idx, world, csr)
