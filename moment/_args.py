@@ -28,6 +28,22 @@ def parse_fanouts(text: str, flag: str = "--fanouts") -> tuple[int, ...]:
     return out
 
 
+def size_arg(text: str, flag: str) -> int:
+    """A size like ``8GiB`` in bytes (``0``, ``0B``, ``none``: 0); :class:`PlannerError` naming ``flag`` otherwise.
+
+    >>> size_arg("2KiB", "--remote-cache"), size_arg("none", "--cpu-cache")
+    (2048, 0)
+    """
+    from planner.capacities import parse_size
+
+    if text.strip() in ("0", "0B", "none"):
+        return 0
+    try:
+        return parse_size(text)
+    except PlannerError as exc:
+        raise PlannerError(f"{flag} {text!r}: {exc}") from None
+
+
 def argtype(parse: Callable[[str], T]) -> Callable[[str], T]:
     """``parse`` as an argparse ``type=``: its PlannerError becomes argparse's usage error."""
 

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from moment._args import parse_fanouts
+from moment._args import size_arg as _size
 from planner.errors import PlannerError
 
 
@@ -80,18 +81,15 @@ def register(subparsers) -> None:
     alg.add_argument("--pool", type=int, metavar="N",
                      help="DDAK pool size in rows (default 100, smaller for small graphs: >= 100 pools per bin)")
     alg.add_argument("--json", action="store_true", help="print the report as JSON")
+    nodes = p.add_argument_group("several nodes (a feature store sharded across them)")
+    nodes.add_argument("--nodes", type=int, default=1, metavar="N",
+                       help="split the rows over N nodes: each gets --out/node<k> (and <ssd>/node<k>) with its "
+                            "own rows and bins; train with torchrun --nnodes N (default 1: one machine)")
+    nodes.add_argument("--replicas", type=int, default=1, metavar="W",
+                       help="hold the hottest rows (--hot-rows) on W nodes, the rest on one (default 1)")
+    nodes.add_argument("--hot-rows", type=float, default=0.05, metavar="SHARE",
+                       help="share of the rows, hottest first, that --replicas applies to (default 0.05)")
     p.set_defaults(func=run)
-
-
-def _size(text: str, flag: str) -> int:
-    from planner.capacities import parse_size
-
-    if text.strip() in ("0", "0B", "none"):
-        return 0
-    try:
-        return parse_size(text)
-    except PlannerError as exc:
-        raise PlannerError(f"{flag} {text!r}: {exc}") from None
 
 
 def _read_plan(path: str):
@@ -129,10 +127,12 @@ def run(args: argparse.Namespace) -> int:
 
     from iostack.bins import bin_path, write_bins
     from iostack.placement import MANIFEST
+    from moment.place_nodes import check_node_args
     from training.data import fingerprint, open_dataset
     from training.hotness import HotnessSpec, get_hotness
     from training.placing import build_bins, check_free_space, place, plan_targets
 
+    check_node_args(args)
     gpu_bytes = _size(args.gpu_cache, "--gpu-cache")
     cpu_bytes = _size(args.cpu_cache, "--cpu-cache")
     if args.pool is not None and args.pool < 1:
@@ -140,8 +140,9 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise PlannerError(f"--batch-size {args.batch_size}: expected at least 1")
     out = Path(args.out)
-    if (out / MANIFEST).exists() and not args.force:
-        raise PlannerError(f"--out {out}: holds a placement already ({MANIFEST}); "
+    held = next((n for n in (MANIFEST, "shards.json") if (out / n).exists()), None)
+    if held and not args.force:
+        raise PlannerError(f"--out {out}: holds a placement already ({held}); "
                            "choose another directory or pass --force to replace it")
     if out.exists() and not out.is_dir():
         raise PlannerError(f"--out {out}: exists and is not a directory")
@@ -169,28 +170,37 @@ def run(args: argparse.Namespace) -> int:
             bars.note("planning")
             targets = plan_targets(_topology(args), spec=args.machine, hotness=hot.values, gpu_rows=gpu_rows,
                                    cpu_rows=cpu_rows, gpu_mode=args.gpu_cache_mode, model=args.model)
-        bins = build_bins(targets, num_rows=ds.num_nodes, row_bytes=ds.row_bytes, gpu_cache_bytes=gpu_bytes,
-                          cpu_cache_bytes=cpu_bytes, ssd_dirs=args.ssd, out_dir=out, gpu_mode=args.gpu_cache_mode)
-        reads = hot.reads_per_epoch
-        bars.note(f"placing ({args.strategy})")
-        res = place(hot.values, bins, targets, row_bytes=ds.row_bytes, strategy=args.strategy, pool=args.pool,
-                    seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None)
-        ssd_files = [bin_path(out, b) for b in res.placement.bins if b.kind == "ssd"]
-        clash = [str(f) for f in ssd_files if f.exists()]
-        if clash and not args.force:
-            raise PlannerError(f"bin file {clash[0]} exists already"
-                               + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
-                               + "; choose other --ssd directories or pass --force to replace them")
-        check_free_space(res.placement, ds.row_bytes, out)
-        if args.force:
-            # the old placement stops existing before its bins change: never an old index over new bins
-            for stale in (out / MANIFEST, out / "place.json"):
-                stale.unlink(missing_ok=True)
-        try:
-            write_bins(ds.features, res.placement, out, progress=bars.bin_message)
-        except OSError as exc:
-            raise PlannerError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
-                               "check the --ssd directories") from None
+        if args.nodes > 1:  # sharded across nodes: moment/place_nodes.py
+            from moment.place_nodes import place_nodes
+
+            sharded = place_nodes(args, ds, hot, spec, targets, gpu_bytes, cpu_bytes, bars)
+        else:
+            bins = build_bins(targets, num_rows=ds.num_nodes, row_bytes=ds.row_bytes, gpu_cache_bytes=gpu_bytes,
+                              cpu_cache_bytes=cpu_bytes, ssd_dirs=args.ssd, out_dir=out, gpu_mode=args.gpu_cache_mode)
+            reads = hot.reads_per_epoch
+            bars.note(f"placing ({args.strategy})")
+            res = place(hot.values, bins, targets, row_bytes=ds.row_bytes, strategy=args.strategy, pool=args.pool,
+                        seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None)
+            ssd_files = [bin_path(out, b) for b in res.placement.bins if b.kind == "ssd"]
+            clash = [str(f) for f in ssd_files if f.exists()]
+            if clash and not args.force:
+                raise PlannerError(f"bin file {clash[0]} exists already"
+                                   + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
+                                   + "; choose other --ssd directories or pass --force to replace them")
+            check_free_space(res.placement, ds.row_bytes, out)
+            if args.force:
+                # the old placement stops existing before its bins change: never an old index over new bins
+                for stale in (out / MANIFEST, out / "place.json"):
+                    stale.unlink(missing_ok=True)
+            try:
+                write_bins(ds.features, res.placement, out, progress=bars.bin_message)
+            except OSError as exc:
+                raise PlannerError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
+                                   "check the --ssd directories") from None
+    if args.nodes > 1:
+        from moment.place_nodes import print_nodes
+
+        return print_nodes(args, sharded, ds, hot, targets)
     report = {
         "schema": "moment.place", "version": 1, "dataset": str(ds.path), "dataset_fingerprint": fingerprint(ds),
         "plan": targets.source,

@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from moment._args import parse_fanouts
+from moment._args import size_arg as _size
 from planner.capacities import format_size
 from planner.errors import PlannerError
 
@@ -27,6 +28,8 @@ def _config(args: argparse.Namespace):
         prefetch=args.prefetch, eval_every_epochs=args.eval_every, metrics_path=args.metrics,
         checkpoint_dir=args.checkpoint, checkpoint_every_steps=args.checkpoint_every, resume=args.resume,
         server=args.server, backend=args.backend, sample_on=args.sample_on, capacities=args.capacities,
+        timeout_s=args.timeout, exchange=args.exchange, remote_cache=_size(args.remote_cache, "--remote-cache"),
+        remote_cache_dir=args.remote_cache_dir,
     )
 
 
@@ -179,4 +182,16 @@ def register(subparsers) -> None:
     r.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
                    help="also every STEPS steps (default 0: epoch ends only)")
     r.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
+    r.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="seconds a rank waits on the others in a step (all-reduce, feature exchange) before it "
+                        "stops with an error (default 30)")
+    n = p.add_argument_group("several nodes (a placement from `moment place --nodes N`)")
+    n.add_argument("--exchange", choices=("alltoall", "rpc"), default="alltoall",
+                   help="how remote rows travel: one all_to_all per step on its own group (default), or "
+                        "one-sided RPC fetches")
+    n.add_argument("--remote-cache", default="0", metavar="SIZE",
+                   help="keep the hottest rows of other nodes in a node-local cache of this size, e.g. 2GiB "
+                        "(default 0: none)")
+    n.add_argument("--remote-cache-dir", metavar="DIR",
+                   help="hold that cache in an SSD bin under DIR instead of host memory")
     p.set_defaults(func=_train_command)

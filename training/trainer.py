@@ -53,6 +53,7 @@ only on ``(seed, epoch, step)`` and each rank's dropout stream is its own.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -124,7 +125,11 @@ class TrainConfig:
     (``auto``: chosen by the measurements in ``capacities``, a ``moment profile``
     file; see :func:`iostack.backends.choose_backend`). ``sample_on``: ``auto``
     samples on the GPU when the graph fits there, else on the host; ``cpu``;
-    ``gpu`` (an error when it cannot).
+    ``gpu`` (an error when it cannot). ``timeout_s``: how long a rank waits on
+    the others in a step's collectives (and the feature exchange) before it
+    stops with an error. ``exchange``, ``remote_cache`` (bytes; 0 = none),
+    ``remote_cache_dir`` (an SSD directory for it instead of host memory): a
+    placement sharded across nodes (see :mod:`training.sharded`).
     """
 
     dataset: str
@@ -156,6 +161,10 @@ class TrainConfig:
     server_timeout_s: float = 30.0
     sample_on: str = "auto"
     capacities: str | None = None
+    timeout_s: float = 30.0
+    exchange: str = "alltoall"
+    remote_cache: int = 0
+    remote_cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
@@ -183,6 +192,12 @@ class TrainConfig:
             raise TrainError(f"sample_on: expected one of {', '.join(SAMPLE_ON)}, got {self.sample_on!r}")
         if self.backend not in BACKENDS:
             raise TrainError(f"backend: expected one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if not 0 < self.timeout_s < math.inf:
+            raise TrainError(f"timeout_s: expected a positive number of seconds, got {self.timeout_s}")
+        if self.exchange not in ("alltoall", "rpc"):
+            raise TrainError(f"exchange: expected 'alltoall' or 'rpc', got {self.exchange!r}")
+        if int(self.remote_cache) < 0:
+            raise TrainError(f"remote_cache: expected a size in bytes >= 0, got {self.remote_cache}")
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -326,10 +341,7 @@ def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto",
             raise TrainError(f"{ds.path}: the dataset has no features.npy and no --placement was given; "
                              "import features or pass a placement with SSD bins")
         return MemoryFeatures(ds.features, transfer)
-    from iostack.backends import choose_backend
-    from iostack.bins import bin_path
     from iostack.placement import load_placement
-    from iostack.store import FeatureStore
 
     if not Path(placement_dir).is_dir():
         raise TrainError(f"{placement_dir}: no such placement directory (write one with `moment place`)")
@@ -338,6 +350,27 @@ def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto",
     if placement.num_vertices != ds.num_nodes:
         raise TrainError(f"{placement_dir}: the placement holds {placement.num_vertices} vertices but the dataset "
                          f"{ds.path} has {ds.num_nodes}; place this dataset's features")
+    store = open_store(placement, placement_dir, ds.features, backend, transfer=transfer,
+                       local_gpu_bins=local_gpu_bins, share_key=share_key, capacities=capacities)
+    if ds.features is not None and store.dim != ds.feature_dim:
+        store.close()
+        raise TrainError(f"{placement_dir}: bins hold rows of dim {store.dim}, the dataset's features have "
+                         f"{ds.feature_dim}; place this dataset's features")
+    return StoreFeatures(store)
+
+
+def open_store(placement: Any, placement_dir: str | os.PathLike[str], features: np.ndarray | None,
+               backend: str = "auto", *, transfer: Transfer, local_gpu_bins: Sequence[int] | None = None,
+               share_key: str | None = None, capacities: str | None = None) -> Any:
+    """A :class:`~iostack.store.FeatureStore` of ``placement`` on ``transfer``'s device, its backend chosen.
+
+    ``backend`` ``auto`` is chosen by measurement (``capacities``: a file of
+    ``moment profile``); ``features`` fill the cache tiers.
+    """
+    from iostack.backends import choose_backend
+    from iostack.bins import bin_path
+    from iostack.store import FeatureStore
+
     caps = None
     if capacities is not None and backend == "auto":
         from planner.capacities import load_capacities
@@ -345,14 +378,10 @@ def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto",
         caps = load_capacities(capacities)
     choice = choose_backend(backend, cuda=isinstance(transfer.memory, CudaMemory), capacities=caps,
                             paths=[str(bin_path(placement_dir, b)) for b in placement.bins if b.kind == "ssd"])
-    store = FeatureStore(placement, placement_dir, features=ds.features, backend=choice.name,
+    store = FeatureStore(placement, placement_dir, features=features, backend=choice.name,
                          memory=transfer.memory, local_gpu_bins=local_gpu_bins, share_key=share_key)
     store.notes.insert(0, f"SSD reads: {choice.name} ({choice.reason})")
-    if ds.features is not None and store.dim != ds.feature_dim:
-        store.close()
-        raise TrainError(f"{placement_dir}: bins hold rows of dim {store.dim}, the dataset's features have "
-                         f"{ds.feature_dim}; place this dataset's features")
-    return StoreFeatures(store)
+    return store
 
 
 def share_key_of(ds: Dataset, placement_dir: str) -> str:
@@ -557,20 +586,25 @@ class _World:
     local_size: int = 1
     #: the placement's GPU bins this rank holds on its device (None: all of them)
     gpu_bins: tuple[int, ...] | None = None
+    #: the group of the per-step collectives (short timeout); None: the default group
+    group: Any = None
 
-    def all_reduce(self, t: Tensor, op: str = "sum") -> Tensor:
+    def all_reduce(self, t: Tensor, op: str = "sum", during: str = "an all-reduce") -> Tensor:
         if self.size > 1:
             import torch.distributed as dist
 
-            dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
-                                   "min": dist.ReduceOp.MIN}[op])
+            with _peer_errors(during):
+                dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+                                       "min": dist.ReduceOp.MIN}[op], group=self.group)
         return t
 
     def barrier(self) -> None:
+        """Every rank here (the default group: its long timeout covers slow start-ups)."""
         if self.size > 1:
             import torch.distributed as dist
 
-            dist.barrier()
+            with _peer_errors("waiting for the other ranks"):
+                dist.barrier()
 
     def gather_objects(self, obj: Any) -> list[Any]:
         """``obj`` of every rank, in rank order (every rank calls it)."""
@@ -579,8 +613,20 @@ class _World:
         import torch.distributed as dist
 
         out: list[Any] = [None] * self.size
-        dist.all_gather_object(out, obj)
+        with _peer_errors("gathering from every rank"):
+            dist.all_gather_object(out, obj)
         return out
+
+
+@contextlib.contextmanager
+def _peer_errors(during: str) -> Iterator[None]:
+    """A collective that fails (a peer died, or hung past the timeout) as one clear error."""
+    try:
+        yield
+    except RuntimeError as exc:
+        from training.exchange import PeerLostError
+
+        raise PeerLostError.of(exc, during) from None
 
 
 def _partition(placement_dir: str | None, local_rank: int, local_size: int
@@ -605,8 +651,13 @@ def _partition(placement_dir: str | None, local_rank: int, local_size: int
     return (bins[mine[0]].id,), bus
 
 
-def _world(placement_dir: str | None = None, memory: DeviceMemory | None = None) -> _World:
-    """This process's rank, its device (see :mod:`training.devices`) and its process group."""
+def _world(placement_dir: str | None = None, memory: DeviceMemory | None = None, timeout_s: float | None = None
+           ) -> _World:
+    """This process's rank, its device (see :mod:`training.devices`) and its process groups.
+
+    ``timeout_s``: the timeout of the per-step collectives' group (the
+    default group keeps torch's, for start-up and checkpoints).
+    """
     size = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
@@ -629,7 +680,12 @@ def _world(placement_dir: str | None = None, memory: DeviceMemory | None = None)
         owns = True
     if device.type == "cpu":  # ranks on one host share its cores; oversubscribed OpenMP pools crawl
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_size))
-    return _World(dist.get_rank(), dist.get_world_size(), device, owns, local, local_size, gpu_bins)
+    group = None
+    if timeout_s is not None:  # a dead or hung peer fails a step within the timeout, not torch's 30 minutes
+        from datetime import timedelta
+
+        group = dist.new_group(timeout=timedelta(seconds=float(timeout_s)))
+    return _World(dist.get_rank(), dist.get_world_size(), device, owns, local, local_size, gpu_bins, group)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -781,7 +837,7 @@ def train(config: TrainConfig, progress: Progress | None = None, *, memory: Devi
     """
     ds = open_dataset(config.dataset, validate=False)
     train_idx, labels = _check_dataset(ds)
-    world = _world(config.placement, memory)
+    world = _world(config.placement, memory, config.timeout_s)
     if memory is None:
         memory = memory_for(world.device)
     try:
@@ -791,6 +847,24 @@ def train(config: TrainConfig, progress: Progress | None = None, *, memory: Devi
             import torch.distributed as dist
 
             dist.destroy_process_group()
+
+
+def _sharded(placement_dir: str | None) -> bool:
+    from training.sharded import is_sharded
+
+    return is_sharded(placement_dir)
+
+
+def _open_sharded(config: TrainConfig, ds: Dataset, world: _World, memory: DeviceMemory) -> FeatureSource:
+    """This node's shard of a placement sharded across nodes (:mod:`training.sharded`)."""
+    from training.sharded import Peers, ShardedOptions, open_sharded
+
+    options = ShardedOptions(config.exchange, config.timeout_s, int(config.remote_cache), config.remote_cache_dir)
+    peers = Peers.from_env(world.rank, world.size, world.local_rank, world.local_size)
+    return open_sharded(ds, config.placement, peers, options, transfer=Transfer(memory), open_store=open_store,
+                        share_key=lambda d: share_key_of(ds, str(d)),
+                        local_gpu_bins=world.gpu_bins if world.size > 1 else None, backend=config.backend,
+                        capacities=config.capacities)
 
 
 def _sampling(config: TrainConfig, ds: Dataset, labels: np.ndarray, memory: DeviceMemory
@@ -844,11 +918,14 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
     features: FeatureSource | None = None
     source: BatchSource | None = None
     try:
-        features = open_features(ds, config.placement, config.backend, memory=memory,
-                                 local_gpu_bins=world.gpu_bins if world.size > 1 else None,
-                                 share_key=share_key_of(ds, config.placement)
-                                 if config.placement and world.local_size > 1 else None,
-                                 capacities=config.capacities)
+        if _sharded(config.placement):
+            features = _open_sharded(config, ds, world, memory)
+        else:
+            features = open_features(ds, config.placement, config.backend, memory=memory,
+                                     local_gpu_bins=world.gpu_bins if world.size > 1 else None,
+                                     share_key=share_key_of(ds, config.placement)
+                                     if config.placement and world.local_size > 1 else None,
+                                     capacities=config.capacities)
         if world.size > 1 and world.local_size > 1 and hasattr(features, "unlink_shared"):
             world.barrier()  # every rank of the node has mapped the shared tiers: no name need stay
             features.unlink_shared()
@@ -914,7 +991,8 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
               "start_step": start_step, "features": type(features).__name__, "num_train": n_train,
               "parameters": sum(p.numel() for p in params), "device": str(world.device),
               "sampling": {"device": "server" if config.server else str(sample_dev), "why": sample_why},
-              "store_notes": list(store.notes) if store is not None else [], "rng_restored": rng_note})
+              "store_notes": list(getattr(features, "notes", None) or (store.notes if store is not None else [])),
+              "rng_restored": rng_note})
 
         def checkpoint(epoch: int, step: int, sums: _Sums | None) -> None:
             if ckpt_path is None:
@@ -927,6 +1005,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
                                         "rng": rngs, "config": config.to_dict()})
 
         eval_sampler = NeighborSampler(*csr, config.eval_fanouts or config.fanouts, seed=config.seed)
+        world.barrier()  # everyone set up: the steps' short timeouts start from here
         records: list[dict] = []
         for epoch in range(start_epoch, config.epochs):
             first = start_step if epoch == start_epoch else 0
@@ -961,6 +1040,8 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
                 rec["eval_s"] = time.perf_counter() - t_eval
             if world.size > 1:
                 rec["param_spread"] = _param_spread(params, world)
+            if hasattr(features, "epoch_record"):  # a sharded store: what crossed between nodes
+                rec.update(features.epoch_record())
             checkpoint(epoch + 1, 0, None)
             emit(rec)
             records.append(rec)
@@ -1001,7 +1082,7 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
     if world.device.type == "cuda":
         torch.cuda.synchronize(world.device)
     t2 = time.perf_counter()
-    world.all_reduce(flat)
+    world.all_reduce(flat, during=f"epoch {epoch}, step {step}")
     t3 = time.perf_counter()
     _refuse_non_finite(flat, epoch, step)
     at = 0

@@ -1,0 +1,212 @@
+"""A feature matrix sharded across nodes: which nodes hold each row, and each node's own rows.
+
+DDStore's layout with a hotness twist: every row has an *owner* node and a
+*width* (1 up to ``replicas``, DDStore's replication knob): it is held by the
+nodes ``owner, owner + 1, ..., owner + width - 1`` (mod the node count).
+:func:`shard_rows` makes one: rows are dealt to the nodes in order of falling
+hotness (row ``i`` of that order to node ``i mod N``), so every node owns as
+many rows and as much of the traffic as any other; the ``hot_rows`` hottest
+are held by ``replicas`` nodes, the rest by their owner alone.
+
+A node stores its rows under *local ids*: ``0..rows-1`` in increasing global
+id (:meth:`ShardLayout.local_index`). A row a node does not hold is fetched
+from :meth:`ShardLayout.server_of` it, a holder chosen so that requesters
+spread over the holders of a replicated row.
+
+:meth:`ShardLayout.save` writes ``shards.json`` with ``owner.npy`` and
+``width.npy`` into a node's directory (and, with ``node=None``, the job's
+root directory); :meth:`ShardLayout.digest` names the layout, so nodes
+started on different layouts find out before they train.
+
+>>> import numpy as np
+>>> lay = shard_rows(np.array([5, 1, 9, 0, 3, 7], np.float32), num_nodes=2, replicas=2, hot_rows=2)
+>>> lay.owner.tolist(), lay.width.tolist()
+([0, 0, 0, 1, 1, 1], [1, 1, 2, 1, 1, 2])
+>>> lay.rows_of(0).tolist(), lay.rows_of(1).tolist()
+([0, 1, 2, 5], [2, 3, 4, 5])
+>>> lay.server_of(np.array([3, 4]), node=0).tolist()
+[1, 1]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from iostack.errors import StoreError
+
+#: the layout's manifest in a node's (or the job's) directory
+SHARDS = "shards.json"
+
+#: the most nodes a layout spans (owners are int16)
+MAX_NODES = 1 << 15
+
+
+@dataclass(frozen=True, eq=False)
+class ShardLayout:
+    """Rows of ``num_vertices`` vertices over ``num_nodes`` nodes.
+
+    ``owner`` (int16 ``[V]``): the first node holding each row; ``width``
+    (uint8 ``[V]``, ``1..replicas``): how many consecutive nodes (mod
+    ``num_nodes``) from the owner hold it. ``hot_rows``: rows held by more
+    than one node (what :func:`shard_rows` was asked to replicate).
+    """
+
+    num_nodes: int
+    replicas: int
+    owner: np.ndarray
+    width: np.ndarray
+    hot_rows: int = 0
+
+    def __post_init__(self) -> None:
+        n, w = int(self.num_nodes), int(self.replicas)
+        if not 1 <= n <= MAX_NODES:
+            raise StoreError(f"a sharded layout spans 1 to {MAX_NODES} nodes, got {n}")
+        if not 1 <= w <= n:
+            raise StoreError(f"replicas: expected 1 to {n} (the node count), got {w}")
+        owner, width = np.asarray(self.owner), np.asarray(self.width)
+        if owner.ndim != 1 or owner.shape != width.shape:
+            raise StoreError(f"owner {owner.shape} and width {width.shape} must be 1-D and of one length")
+        if owner.size and (owner.min() < 0 or owner.max() >= n):
+            raise StoreError(f"an owner is outside nodes 0..{n - 1}")
+        if width.size and (width.min() < 1 or width.max() > w):
+            raise StoreError(f"a width is outside 1..{w} (the replicas)")
+        owner, width = owner.astype(np.int16), width.astype(np.uint8)
+        owner.setflags(write=False)
+        width.setflags(write=False)
+        object.__setattr__(self, "num_nodes", n)
+        object.__setattr__(self, "replicas", w)
+        object.__setattr__(self, "owner", owner)
+        object.__setattr__(self, "width", width)
+
+    @property
+    def num_vertices(self) -> int:
+        return int(self.owner.shape[0])
+
+    def holds(self, node: int) -> np.ndarray:
+        """Boolean ``[V]``: which rows ``node`` holds."""
+        self._check(node)
+        return (node - self.owner.astype(np.int32)) % self.num_nodes < self.width
+
+    def rows_of(self, node: int) -> np.ndarray:
+        """Global ids of the rows ``node`` holds, increasing (its local id order), int64."""
+        return np.flatnonzero(self.holds(node)).astype(np.int64)
+
+    def local_index(self, node: int) -> np.ndarray:
+        """``[V]`` global id → ``node``'s local id, ``-1`` where it does not hold the row (int32 or int64)."""
+        held = self.holds(node)
+        dt = np.int32 if self.num_vertices < np.iinfo(np.int32).max else np.int64
+        out = np.full(self.num_vertices, -1, dt)
+        out[held] = np.arange(int(held.sum()), dtype=dt)
+        return out
+
+    def server_of(self, ids: np.ndarray, node: int) -> np.ndarray:
+        """The node that serves ``node`` each of ``ids`` (rows it does not hold), int64.
+
+        Holder number ``node mod width`` of the row: requesters spread over the
+        holders of a replicated row; it is never ``node`` itself.
+        """
+        self._check(node)
+        ids = np.asarray(ids, np.int64)
+        w = self.width[ids].astype(np.int64)
+        return (self.owner[ids].astype(np.int64) + node % w) % self.num_nodes
+
+    def bytes_per_node(self, row_bytes: int) -> np.ndarray:
+        """Feature bytes each node holds, ``[num_nodes]`` int64."""
+        counts = np.zeros(self.num_nodes, np.int64)
+        for j in range(self.replicas):
+            sel = self.width > j
+            counts += np.bincount((self.owner[sel].astype(np.int64) + j) % self.num_nodes,
+                                  minlength=self.num_nodes)
+        return counts * int(row_bytes)
+
+    def digest(self) -> str:
+        """A name of this layout (nodes, replicas, every row's holders): equal layouts, equal digests."""
+        h = hashlib.sha1(f"{self.num_nodes}:{self.replicas}:{self.num_vertices}".encode())
+        h.update(np.ascontiguousarray(self.owner).tobytes())
+        h.update(np.ascontiguousarray(self.width).tobytes())
+        return h.hexdigest()[:20]
+
+    def _check(self, node: int) -> None:
+        if not 0 <= int(node) < self.num_nodes:
+            raise StoreError(f"node {node} is outside the layout's {self.num_nodes} nodes")
+
+    def save(self, directory: str | os.PathLike[str], node: int | None = None,
+             extra: dict | None = None) -> Path:
+        """Write ``shards.json`` (``node``: the node this directory is for; None: the job's root), owner, width."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, arr in (("owner", self.owner), ("width", self.width)):
+            tmp = d / f".{name}.npy.tmp"
+            with open(tmp, "wb") as f:
+                np.save(f, arr)
+            os.replace(tmp, d / f"{name}.npy")
+        if node is not None:
+            self._check(node)
+        man = {"format": "moment-shards", "version": 1, "num_nodes": self.num_nodes, "replicas": self.replicas,
+               "num_vertices": self.num_vertices, "hot_rows": int(self.hot_rows), "node": node,
+               "digest": self.digest(), **(extra or {})}
+        tmp = d / f".{SHARDS}.tmp"
+        tmp.write_text(json.dumps(man, indent=1) + "\n")
+        os.replace(tmp, d / SHARDS)
+        return d / SHARDS
+
+
+def read_manifest(directory: str | os.PathLike[str]) -> dict | None:
+    """The ``shards.json`` of ``directory`` as a dict; None when there is none (not a sharded placement)."""
+    p = Path(directory) / SHARDS
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{p}: cannot read the shard manifest ({exc}); place again with `moment place --nodes`") from None
+    if not isinstance(data, dict) or data.get("format") != "moment-shards":
+        raise StoreError(f"{p}: not a shard manifest (no \"format\": \"moment-shards\")")
+    return data
+
+
+def load_layout(directory: str | os.PathLike[str]) -> tuple[ShardLayout, dict]:
+    """The layout :meth:`ShardLayout.save` wrote to ``directory``, and its manifest (``node`` says whose)."""
+    d = Path(directory)
+    man = read_manifest(d)
+    if man is None:
+        raise StoreError(f"{d}: no {SHARDS} (not a sharded placement: write one with `moment place --nodes N`)")
+    try:
+        arrays = [np.load(d / f"{n}.npy", allow_pickle=False) for n in ("owner", "width")]
+        lay = ShardLayout(int(man["num_nodes"]), int(man["replicas"]), *arrays, hot_rows=int(man.get("hot_rows", 0)))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"{d}: the shard layout is unreadable ({exc}); place again with `moment place --nodes`"
+                         ) from None
+    if lay.digest() != man.get("digest"):
+        raise StoreError(f"{d}: owner.npy/width.npy do not match {SHARDS} (digest {lay.digest()} is not "
+                         f"{man.get('digest')}); the directory was changed after placing: place again")
+    return lay, man
+
+
+def shard_rows(hotness: np.ndarray, num_nodes: int, replicas: int = 1, hot_rows: int = 0) -> ShardLayout:
+    """Deal rows to ``num_nodes`` nodes by falling ``hotness``; the ``hot_rows`` hottest on ``replicas`` nodes.
+
+    ``hotness`` (``[V]``, any non-negative numbers: reads per epoch from
+    pre-sampling). Ties keep id order, so the layout is a pure function of
+    its inputs.
+    """
+    h = np.asarray(hotness)
+    if h.ndim != 1:
+        raise StoreError(f"hotness must be 1-D, got shape {h.shape}")
+    if not 0 <= int(hot_rows) <= h.size:
+        raise StoreError(f"hot_rows: expected 0 to {h.size} (the rows), got {hot_rows}")
+    if not 1 <= int(replicas) <= int(num_nodes):
+        raise StoreError(f"replicas {replicas}: expected 1 to {num_nodes} (a row is on at most every node)")
+    order = np.argsort(-h.astype(np.float64), kind="stable")
+    owner = np.empty(h.size, np.int16)
+    owner[order] = (np.arange(h.size) % int(num_nodes)).astype(np.int16)
+    width = np.ones(h.size, np.uint8)
+    hot = int(hot_rows) if replicas > 1 else 0
+    width[order[:hot]] = int(replicas)
+    return ShardLayout(int(num_nodes), int(replicas), owner, width, hot_rows=hot)

@@ -1,0 +1,73 @@
+"""``moment place --nodes N``: the rows split over N nodes, every node's own directory (thin: see training.sharding)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from planner.errors import PlannerError
+
+
+def check_node_args(args: argparse.Namespace) -> None:
+    """``--nodes``, ``--replicas``, ``--hot-rows`` that make sense together, before any work."""
+    if args.nodes < 1:
+        raise PlannerError(f"--nodes {args.nodes}: expected at least 1")
+    if not 1 <= args.replicas <= args.nodes:
+        raise PlannerError(f"--replicas {args.replicas}: expected 1 to --nodes ({args.nodes}): a row is on at "
+                           "most every node")
+    if not 0.0 <= args.hot_rows <= 1.0:
+        raise PlannerError(f"--hot-rows {args.hot_rows}: expected a share of the rows between 0 and 1")
+
+
+def place_nodes(args: argparse.Namespace, ds, hot, spec, targets, gpu_bytes: int, cpu_bytes: int, bars):
+    """Place and write every node's directory (:func:`training.sharding.place_sharded`)."""
+    from training.data import fingerprint
+    from training.sharding import hot_rows_of, place_sharded
+
+    head = {"schema": "moment.place", "version": 1, "dataset": str(ds.path), "dataset_fingerprint": fingerprint(ds),
+            "plan": targets.source, "machine": targets.machine,
+            "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
+                        "epochs_covered": hot.epochs_covered},
+            "gpu_cache_bytes": gpu_bytes, "cpu_cache_bytes": cpu_bytes, "gpu_cache_mode": args.gpu_cache_mode,
+            "row_bytes": ds.row_bytes, "strategy": args.strategy}
+    bars.note(f"placing over {args.nodes} nodes ({args.strategy}, replicas {args.replicas})")
+    try:
+        return place_sharded(ds.features, hot.values, targets, num_nodes=args.nodes, replicas=args.replicas,
+                             hot_rows=hot_rows_of(args.hot_rows, ds.num_nodes), out=args.out,
+                             gpu_cache_bytes=gpu_bytes, cpu_cache_bytes=cpu_bytes, ssd_dirs=args.ssd,
+                             gpu_mode=args.gpu_cache_mode, strategy=args.strategy, pool=args.pool, seed=args.seed,
+                             reads_per_epoch=hot.reads_per_epoch, report=head, progress=bars.note)
+    except OSError as exc:
+        raise PlannerError(f"writing the node directories: {exc.strerror or exc} "
+                           f"({getattr(exc, 'filename', '')}); check --out and the --ssd directories") from None
+
+
+def print_nodes(args: argparse.Namespace, sp, ds, hot, targets) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from planner.capacities import format_size
+    from training.sharding import sharded_summary
+
+    summary = sharded_summary(sp)
+    if args.json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+        return 0
+    console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+    full = ds.num_nodes * ds.row_bytes
+    console.print(f"[bold]{ds.name}[/bold]: {ds.num_nodes:,} rows of {format_size(ds.row_bytes)} over "
+                  f"{sp.layout.num_nodes} nodes · replicas {sp.layout.replicas} for the {sp.layout.hot_rows:,} "
+                  f"hottest rows · plan: {targets.source} · strategy {args.strategy}")
+    t = Table(title=f"nodes (written to {args.out}/node<k>)", title_justify="left")
+    for c in ("node", "rows", "bytes", "of a full replica", "SSD share of its reads", "directory"):
+        t.add_column(c, justify="left" if c == "directory" else "right")
+    for n in sp.nodes:
+        t.add_row(str(n.node), f"{n.rows:,}", format_size(n.rows * sp.row_bytes), f"{n.rows * sp.row_bytes / full:.1%}",
+                  f"{n.result.report.ssd_share:.1%}", str(n.directory))
+    console.print(t)
+    console.print(f"[dim]train on node k: torchrun --nnodes {sp.layout.num_nodes} --node-rank k ... -m moment "
+                  f"train --placement {Path(args.out)} (or {Path(args.out)}/node<k> where each node has only its "
+                  "own directory)[/dim]")
+    return 0

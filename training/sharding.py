@@ -1,0 +1,210 @@
+"""Placing a dataset's feature rows across several nodes: the layout, then every node's own bins.
+
+:func:`place_sharded` is ``moment place --nodes N``: the rows are split over the
+nodes by :func:`iostack.shards.shard_rows` (the hottest ``hot_rows`` held by
+``replicas`` nodes, DDStore's width; every other row by one), then each node's
+rows are placed into that node's GPU, CPU and SSD bins exactly as one machine's
+(:func:`training.placing.place`: DDAK on the plan's targets, with the hotness
+of the node's rows). Node ``k`` gets a directory of its own, ``out/node<k>``,
+with everything it needs and nothing it does not:
+
+* ``placement.json``, ``bin_of.npy``, ``row_of.npy``: its bins over its
+  *local ids* (its rows in increasing global id);
+* ``rows.npy``: its rows of the feature matrix (``[local rows, dim]``): what
+  its cache tiers are filled from, so a node needs no copy of the dataset's
+  ``features.npy`` (only the graph, labels and splits);
+* its SSD bin files (under ``<ssd>/node<k>`` for each ``--ssd``; inside its
+  directory when ``--ssd`` is ``--out``);
+* ``shards.json``, ``owner.npy``, ``width.npy``: the layout (which node owns
+  which rows), with the node's number and the dataset's fingerprint;
+  ``hotness.npy``: what the locality cache of remote rows is chosen by;
+  ``place.json``: the report.
+
+``out`` itself gets the layout (``shards.json`` with ``node: null``) and a
+summary ``place.json``, so ``--placement out`` works where every node sees
+``out`` (a shared file system, or one machine), and ``--placement
+out/node<k>`` where each node has only its own directory.
+
+>>> import numpy as np, tempfile
+>>> from training.placing import PlanTargets, Store
+>>> t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(Store("mem0", "cpu", "mem0", "s0", 1.0),))
+>>> feats = np.arange(20, dtype=np.float32).reshape(10, 2)
+>>> with tempfile.TemporaryDirectory() as d:
+...     sp = place_sharded(feats, np.arange(10.0), t, num_nodes=2, replicas=2, hot_rows=2, out=d,
+...                        gpu_cache_bytes=0, cpu_cache_bytes=80, ssd_dirs=[])
+...     [n.rows for n in sp.nodes], sorted(p.name for p in Path(d, "node0").iterdir())[:4]
+([6, 6], ['bin_of.npy', 'hotness.npy', 'owner.npy', 'place.json'])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iostack.bins import write_bins
+from iostack.placement import MANIFEST
+from iostack.shards import SHARDS, ShardLayout, shard_rows
+from training.placing import (
+    PlaceResult,
+    PlacingError,
+    PlanTargets,
+    build_bins,
+    check_free_space,
+    place,
+)
+
+#: rows copied per block into a node's rows.npy
+BLOCK_ROWS = 1 << 16
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    """One node's part: its directory, how many rows it holds, and its placement with the report."""
+
+    node: int
+    directory: Path
+    rows: int
+    result: PlaceResult
+
+
+@dataclass(frozen=True)
+class ShardedPlacement:
+    """A layout over nodes and every node's placement; ``row_bytes`` per feature row."""
+
+    layout: ShardLayout
+    nodes: tuple[NodePlacement, ...]
+    row_bytes: int
+
+    def bytes_per_node(self) -> list[int]:
+        """Feature bytes each node holds (its rows, whatever tier they are in)."""
+        return [n.rows * self.row_bytes for n in self.nodes]
+
+    def replica_share(self) -> float:
+        """Rows held per node over the rows a full replica holds, averaged over the nodes (1/N without replicas)."""
+        v = self.layout.num_vertices
+        return float(np.mean([n.rows / v for n in self.nodes])) if v else 0.0
+
+
+def node_dir(out: str | os.PathLike[str], node: int) -> Path:
+    return Path(out) / f"node{node}"
+
+
+def hot_rows_of(share: float, num_rows: int) -> int:
+    """``share`` (0..1) of ``num_rows``, rounded, as a row count; :class:`PlacingError` outside 0..1.
+
+    >>> hot_rows_of(0.05, 2708)
+    135
+    """
+    if not 0.0 <= share <= 1.0:
+        raise PlacingError(f"--hot-rows {share}: expected a share of the rows between 0 and 1")
+    return int(round(share * num_rows))
+
+
+def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTargets, *, num_nodes: int,
+                  out: str | os.PathLike[str], gpu_cache_bytes: int, cpu_cache_bytes: int,
+                  ssd_dirs: Sequence[str | os.PathLike[str]], replicas: int = 1, hot_rows: int = 0,
+                  gpu_mode: str = "replicate", strategy: str = "ddak", pool: int | None = None, seed: int = 0,
+                  reads_per_epoch: np.ndarray | None = None, report: Mapping[str, Any] | None = None,
+                  progress: Progress | None = None, fsync: bool = True) -> ShardedPlacement:
+    """Split ``features`` (``[V, dim]``, may be a memmap) over ``num_nodes`` nodes and write each node's directory.
+
+    ``hotness`` (``[V]``) orders the rows for the layout and drives each
+    node's DDAK; ``reads_per_epoch`` (``[V]`` or None) gives the report its
+    SSD bytes; the caches and ``ssd_dirs`` are per node (each node gets
+    ``<ssd>/node<k>``), as for one machine. ``report``: fields every
+    ``place.json`` starts with (the dataset, its fingerprint under
+    ``dataset_fingerprint``, the hotness). Nothing under ``out`` is the
+    placement until the last file of it is written (``placement.json`` per
+    node, then the root's ``shards.json``).
+    """
+    feats = features.reshape(-1, 1) if features.ndim == 1 else features
+    num_rows, dim = int(feats.shape[0]), int(feats.shape[1])
+    if num_rows != np.asarray(hotness).shape[0]:
+        raise PlacingError(f"hotness has {np.asarray(hotness).shape[0]} rows, the features {num_rows}")
+    row_bytes = dim * np.dtype(feats.dtype).itemsize
+    if not 1 <= int(replicas) <= int(num_nodes):
+        raise PlacingError(f"--replicas {replicas}: expected 1 to {num_nodes} (--nodes): a row is on at most "
+                           "every node")
+    layout = shard_rows(hotness, int(num_nodes), int(replicas), int(hot_rows))
+    head = dict(report or {})
+    fp = head.get("dataset_fingerprint")
+    hot32 = np.asarray(hotness, np.float32)
+    nodes = []
+    for k in range(layout.num_nodes):
+        rows = layout.rows_of(k)
+        d = node_dir(out, k)
+        d.mkdir(parents=True, exist_ok=True)
+        for stale in (d / MANIFEST, d / SHARDS):  # an old node index never stands over new bins
+            stale.unlink(missing_ok=True)
+        ssd = [node_dir(s, k) if Path(s).resolve() != Path(out).resolve() else d for s in ssd_dirs]
+        bins = build_bins(targets, num_rows=int(rows.size), row_bytes=row_bytes, gpu_cache_bytes=gpu_cache_bytes,
+                          cpu_cache_bytes=cpu_cache_bytes, ssd_dirs=ssd, out_dir=d, gpu_mode=gpu_mode)
+        reads = float(np.asarray(reads_per_epoch)[rows].sum()) if reads_per_epoch is not None else None
+        res = place(hot32[rows], bins, targets, row_bytes=row_bytes, strategy=strategy, pool=pool, seed=seed,
+                    reads_per_epoch=reads)
+        check_free_space(res.placement, row_bytes, d)
+        if progress is not None:
+            progress(f"node {k}: writing {rows.size:,} rows")
+        local = _write_rows(feats, rows, d / "rows.npy")
+        write_bins(local, res.placement, d, fsync=fsync)
+        del local
+        _save_npy(d / "hotness.npy", hot32)
+        layout.save(d, node=k, extra={"dataset_fingerprint": fp, "rows": int(rows.size)})
+        _write_json(d / "place.json", {**head, "node": k, "num_nodes": layout.num_nodes,
+                                       "rows": int(rows.size), "bins": [asdict(b) for b in res.bins],
+                                       "report": asdict(res.report),
+                                       "baseline": asdict(res.baseline) if res.baseline else None,
+                                       "target_notes": list(res.notes)})
+        res.placement.save(d)  # last: the node's placement exists only once its bins do
+        nodes.append(NodePlacement(k, d, int(rows.size), res))
+    sp = ShardedPlacement(layout, tuple(nodes), row_bytes)
+    _write_json(Path(out) / "place.json", {**head, **sharded_summary(sp)})
+    layout.save(out, node=None, extra={"dataset_fingerprint": fp, "nodes": [f"node{k}" for k in range(num_nodes)]})
+    return sp
+
+
+def sharded_summary(sp: ShardedPlacement) -> dict[str, Any]:
+    """The root ``place.json`` fields: nodes, replicas, rows and bytes per node, the replicated share."""
+    lay = sp.layout
+    return {"num_nodes": lay.num_nodes, "replicas": lay.replicas, "hot_rows": lay.hot_rows,
+            "digest": lay.digest(), "row_bytes": sp.row_bytes,
+            "nodes": [{"node": n.node, "directory": str(n.directory), "rows": n.rows,
+                       "bytes": n.rows * sp.row_bytes, "ssd_share": n.result.report.ssd_share}
+                      for n in sp.nodes],
+            "rows_per_node_share": sp.replica_share()}
+
+
+def _write_rows(feats: np.ndarray, rows: np.ndarray, path: Path) -> np.ndarray:
+    """``feats[rows]`` to ``path`` (a .npy written block by block, renamed into place); its memmap."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=feats.dtype, shape=(int(rows.size), feats.shape[1]))
+    for a in range(0, rows.size, BLOCK_ROWS):
+        out[a:a + BLOCK_ROWS] = feats[rows[a:a + BLOCK_ROWS]]
+    out.flush()
+    del out
+    os.replace(tmp, path)
+    return np.load(path, mmap_mode="r")
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, arr)
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+__all__ = ["NodePlacement", "ShardedPlacement", "hot_rows_of", "node_dir", "place_sharded", "sharded_summary"]
