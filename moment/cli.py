@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="solve every distinct layout instead of pruning by a cut bound")
     how.add_argument("--json", action="store_true", help="print the plan as JSON")
     how.add_argument("--svg", metavar="FILE", help="write the recommended layout with its flows")
+    from moment.plan_nodes import add_args as add_node_args
+
+    add_node_args(pl)
     pl.set_defaults(func=_plan_command)
 
     _register_modules(sub)

@@ -178,11 +178,21 @@ def run(args: argparse.Namespace, topo) -> int:
         write_svg(best.placed, args.svg, title=f"{result.machine}: recommended layout",
                   highlight_links=best.result.bottleneck, link_labels=_one_direction(labels),
                   highlight_nodes=best.result.saturated_stores)
+    nodes = None
+    if getattr(args, "nodes", 1) > 1:  # one node of several (moment/plan_nodes.py)
+        from moment.plan_nodes import plan_nodes
+
+        nodes = plan_nodes(args, result)
     if args.json:
-        sys.stdout.write(json.dumps(plan_to_dict(result, args.top), indent=2) + "\n")
+        sys.stdout.write(json.dumps({**plan_to_dict(result, args.top), **({"nodes": nodes} if nodes else {})},
+                                    indent=2) + "\n")
     else:
         console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
         print_plan(result, args.top, console)
+        if nodes:
+            from moment.plan_nodes import print_nodes
+
+            print_nodes(nodes, console)
         if args.svg:
             console.print(f"[dim]picture written to {args.svg}[/dim]")
     return 0

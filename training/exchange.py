@@ -212,8 +212,10 @@ def _rpc_name(rank: int) -> str:
 class RpcExchange:
     """One-sided fetches over ``torch.distributed.rpc`` (TensorPipe); see the module docstring.
 
-    ``address``: ``host:port`` of the RPC rendezvous (rank 0 listens there);
-    every rank of the job constructs one. ``threads``: RPC threads serving
+    ``address``: ``host:port`` of a rendezvous store rank 0 starts; None
+    (the default) takes the job's own (``env://``: ``MASTER_ADDR`` and
+    ``MASTER_PORT``: the torchrun agent's store, or rank 0's, shared). Every
+    rank of the job constructs one. ``threads``: RPC threads serving
     the peers' requests. ``transports``/``channels``: TensorPipe's; the
     default (TCP through libuv, no shared-memory shortcut) is what crosses
     nodes.
@@ -221,7 +223,7 @@ class RpcExchange:
 
     name = "rpc"
 
-    def __init__(self, serve: Serve, *, rank: int, size: int, address: str, dim: int, dtype: torch.dtype,
+    def __init__(self, serve: Serve, *, rank: int, size: int, dim: int, dtype: torch.dtype, address: str | None = None,
                  timeout_s: float = 30.0, threads: int = 4, transports: Sequence[str] = ("uv",),
                  channels: Sequence[str] = ("basic",)) -> None:
         from torch.distributed import rpc
@@ -230,7 +232,8 @@ class RpcExchange:
         self.rank, self.size, self.dim, self.dtype = rank, size, dim, dtype
         self._counts = _Counts()
         _SERVING["serve"] = (serve, self._counts)
-        opts = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://{address}", rpc_timeout=float(timeout_s),
+        opts = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://{address}" if address else "env://",
+                                               rpc_timeout=float(timeout_s),
                                                num_worker_threads=int(threads), _transports=list(transports),
                                                _channels=list(channels))
         rpc.init_rpc(_rpc_name(rank), rank=rank, world_size=size, rpc_backend_options=opts)

@@ -485,21 +485,8 @@ def _start_exchange(options: ShardedOptions, peers: Peers, feats: ShardedFeature
     if peers.size <= 1:
         return LoopbackExchange(feats.serve, **kw)
     if options.exchange == "rpc":
-        import torch.distributed as dist
-
-        addr = [f"{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{_free_port()}" if peers.rank == 0 else None]
-        dist.broadcast_object_list(addr, 0)
-        return RpcExchange(feats.serve, rank=peers.rank, size=peers.size, address=addr[0],
-                           timeout_s=options.timeout_s, **kw)
+        return RpcExchange(feats.serve, rank=peers.rank, size=peers.size, timeout_s=options.timeout_s, **kw)
     return AllToAllExchange(AllToAllExchange.new_group(options.timeout_s, backend="gloo"), feats.serve, **kw)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def _fill_cache(feats: ShardedFeatures, node_dir: Path, layout: ShardLayout, options: ShardedOptions,

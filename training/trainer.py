@@ -282,6 +282,9 @@ class MemoryFeatures:
     def totals(self) -> dict[str, tuple[int, int]]:
         return {"memory": (self._rows, self._rows * self._row_bytes)}
 
+    def memory_bytes(self) -> dict[str, int]:
+        return {"host": self._x.numel() * self._x.element_size()}
+
     def close(self) -> None:
         pass
 
@@ -305,6 +308,9 @@ class StoreFeatures:
 
     def unlink_shared(self) -> None:
         self.store.unlink_shared()
+
+    def memory_bytes(self) -> dict[str, int]:
+        return self.store.memory_bytes()
 
     def close(self) -> None:
         self.store.close()
@@ -992,6 +998,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
               "parameters": sum(p.numel() for p in params), "device": str(world.device),
               "sampling": {"device": "server" if config.server else str(sample_dev), "why": sample_why},
               "store_notes": list(getattr(features, "notes", None) or (store.notes if store is not None else [])),
+              "memory": features.memory_bytes() if hasattr(features, "memory_bytes") else None,
               "rng_restored": rng_note})
 
         def checkpoint(epoch: int, step: int, sums: _Sums | None) -> None:
