@@ -123,16 +123,26 @@ class Placement:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         for name, arr in (("bin_of", self.bin_of), ("row_of", self.row_of)):
-            tmp = d / f".{name}.npy.tmp"
-            with open(tmp, "wb") as f:
-                np.save(f, arr)
-            os.replace(tmp, d / f"{name}.npy")
+            save_npy(d / f"{name}.npy", arr)
         manifest = {"format": "moment-placement", "version": 1, "num_vertices": self.num_vertices,
                     "bins": [asdict(b) for b in self.bins]}
-        tmp = d / f".{MANIFEST}.tmp"
-        tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-        os.replace(tmp, d / MANIFEST)
+        save_json(d / MANIFEST, manifest)
         return d / MANIFEST
+
+
+def save_npy(path: Path, arr: np.ndarray) -> None:
+    """``np.save`` to a temporary sibling, renamed into place: readers never see half an array."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, arr)
+    os.replace(tmp, path)
+
+
+def save_json(path: Path, data: object) -> None:
+    """JSON to a temporary sibling, renamed into place."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def load_placement(directory: str | os.PathLike[str]) -> Placement:

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from iostack.errors import StoreError
+from iostack.placement import save_json, save_npy
 
 #: the layout's manifest in a node's (or the job's) directory
 SHARDS = "shards.json"
@@ -142,18 +143,13 @@ class ShardLayout:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         for name, arr in (("owner", self.owner), ("width", self.width)):
-            tmp = d / f".{name}.npy.tmp"
-            with open(tmp, "wb") as f:
-                np.save(f, arr)
-            os.replace(tmp, d / f"{name}.npy")
+            save_npy(d / f"{name}.npy", arr)
         if node is not None:
             self._check(node)
         man = {"format": "moment-shards", "version": 1, "num_nodes": self.num_nodes, "replicas": self.replicas,
                "num_vertices": self.num_vertices, "hot_rows": int(self.hot_rows), "node": node,
                "digest": self.digest(), **(extra or {})}
-        tmp = d / f".{SHARDS}.tmp"
-        tmp.write_text(json.dumps(man, indent=1) + "\n")
-        os.replace(tmp, d / SHARDS)
+        save_json(d / SHARDS, man)
         return d / SHARDS
 
 

@@ -16,9 +16,19 @@ from iostack.shards import load_layout, shard_rows
 from iostack.store import FeatureStore
 from moment.cli import main
 from tests.conftest import graph_fixture
+from tests.fake_cuda import FakeDeviceMemory
 from training.exchange import PeerLostError
 from training.placing import PlanTargets, Store
-from training.sharded import NodeError, Peers, RemoteCache, ShardedFeatures, cache_rows, join
+from training.sharded import (
+    NodeError,
+    Peers,
+    RemoteCache,
+    ShardedFeatures,
+    ShardedOptions,
+    _fill_cache,
+    cache_rows,
+    join,
+)
 from training.sharding import place_sharded
 
 
@@ -118,13 +128,13 @@ def two_nodes(tmp_path_factory):
     return feats, hot, sp, d
 
 
-def _node_sources(sp, d, cache_budget=0, hot=None):
+def _node_sources(sp, d, cache_budget=0, hot=None, memory=None):
     ex = _Cross(8)
     out = []
     for k in range(2):
         nd = d / f"node{k}"
         store = FeatureStore(load_placement(nd), nd, features=np.load(nd / "rows.npy"), backend="posix",
-                             backend_options={"processes": 0})
+                             backend_options={"processes": 0}, memory=memory)
         f = ShardedFeatures(store, sp.layout, k, sp.layout.local_index(k), np.array([0, 1]), 2, ex)
         ex.serves.append(f.serve)
         out.append(f)
@@ -158,6 +168,47 @@ def test_a_node_gathers_every_row_from_its_tiers_its_cache_and_the_other_node(tw
         finally:
             for f in nodes:
                 f.close()
+
+
+def test_on_an_accelerator_local_rows_stay_there_and_remote_ones_go_up_in_one_copy(two_nodes):
+    """The device path through the fake accelerator: the result is assembled in "device" memory, the cache's
+    and the other node's rows cross once from pinned staging."""
+    feats, hot, sp, d = two_nodes
+    mem = FakeDeviceMemory()
+    nodes, _ = _node_sources(sp, d, 20, hot, memory=mem)
+    try:
+        f = nodes[0]
+        ids = torch.cat([torch.from_numpy(f.cache.ids[:5]), torch.tensor([0, 1, 2, 150, 299])])
+        before = f.transfer.counts()
+        g = f.gather_landing(ids, dtype=torch.float64)
+        rows = g.wait()
+        assert mem.kind_of(rows) == "device" and rows.dtype == torch.float64
+        assert torch.equal(rows, torch.from_numpy(feats[ids.numpy()]).double())
+        moved = f.transfer.counts().by_route
+        assert moved.get(("pinned", "device"), (0, 0))[0] > before.by_route.get(("pinned", "device"), (0, 0))[0]
+        assert ("pageable", "device") not in moved  # nothing uploaded from pageable memory
+    finally:
+        for f in nodes:
+            f.close()
+
+
+@pytest.mark.parametrize("on_ssd", [False, True])
+def test_the_locality_cache_holds_the_hottest_remote_rows_in_memory_or_an_ssd_bin(two_nodes, tmp_path, on_ssd):
+    feats, hot, sp, d = two_nodes
+    nodes, _ = _node_sources(sp, d)
+    try:
+        f = nodes[1]
+        opts = ShardedOptions(remote_cache_bytes=25 * 32, remote_cache_dir=str(tmp_path) if on_ssd else None)
+        f.cache = _fill_cache(f, d / "node1", sp.layout, opts, Peers(0, 1, 0, 1, 0), None)
+        assert len(f.cache) == 25 and ("SSD bin" in f.cache.where) == on_ssd
+        assert (f.cache.ids == cache_rows(hot, sp.layout.holds(1), 25)).all()
+        assert not sp.layout.holds(1)[f.cache.ids].any()  # only rows of the other node
+        ids = torch.from_numpy(f.cache.ids)
+        assert torch.equal(f.gather(ids), torch.from_numpy(feats[f.cache.ids]))
+        assert f.totals()["remote-cache"][0] == 25 and f.totals()["remote"][0] == 0
+    finally:
+        for f in nodes:
+            f.close()
 
 
 def test_serving_a_row_the_node_does_not_hold_is_refused(two_nodes):

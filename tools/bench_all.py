@@ -41,6 +41,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "serve": ("bench_serve.py", [], ["--nodes", "50000", "--edges", "500000", "--rounds", "1", "--steps", "10"]),
     "gpu": ("bench_gpu.py", [], ["--quick"]),
     "integrity": ("bench_integrity.py", ["--nodes", "1e6", "--repeats", "5"], ["--nodes", "2e5", "--repeats", "2"]),
+    "multinode": ("bench_multinode.py", [], ["--quick"]),
 }
 
 
@@ -122,7 +123,17 @@ def main() -> int:
     ap.add_argument("--dgl-venv", help="DGL reference environment for the sampler benchmark")
     ap.add_argument("--io-dir", default="/var/tmp/moment-io", help="directory on the SSD for the I/O benchmark")
     ap.add_argument("--timeout", type=float, default=3600, help="per benchmark, seconds")
+    ap.add_argument("--use", action="append", default=[], metavar="NAME=FILE",
+                    help="take benchmark NAME's figures from FILE (its --json of a run already made) instead of "
+                         "running it again")
     args = ap.parse_args()
+    used = {}
+    for item in args.use:
+        name, _, path = item.partition("=")
+        if name not in BENCHES or not path:
+            print(f"--use {item}: expected NAME=FILE with NAME one of {', '.join(BENCHES)}", file=sys.stderr)
+            return 2
+        used[name] = json.loads(Path(path).read_text())
     names = list(BENCHES) if not args.only else [n.strip() for n in args.only.split(",")]
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
@@ -133,6 +144,10 @@ def main() -> int:
         extra["sample"] = ["--dgl-venv", args.dgl_venv]
     results = []
     for n in names:
+        if n in used:
+            r = {"seconds": 0.0, **used[n]}
+            results.append({**r, "bench": n, "when": r.get("machine", {}).get("date", "")})
+            continue
         print(f"running {n} ...", file=sys.stderr, flush=True)
         r = run_one(n, args.quick, extra, args.timeout)
         print(f"  {n}: " + (r["error"] if r.get("error") else f"{len(r['figures'])} figures, {r['seconds']:.0f} s"),

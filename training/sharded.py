@@ -238,6 +238,8 @@ class ShardedFeatures:
         self._local = torch.from_numpy(np.asarray(local))
         self._server_rank = np.asarray(server_rank, np.int64)
         self.exchange = exchange
+        #: where exchanged rows live: the host (gloo, RPC), or this rank's GPU (NCCL)
+        self.exchange_device = torch.device("cpu")
         self.cache: RemoteCache | None = None
         self._all_reduce = all_reduce
         self.notes = list(store.notes) + list(notes)
@@ -246,13 +248,14 @@ class ShardedFeatures:
 
     # -- serving peers ------------------------------------------------------------------------
     def serve(self, ids: Tensor) -> Tensor:
-        """This node's rows of ``ids`` (global ids a peer asked for), on the host (the exchange's device)."""
-        loc = self._local[ids.to("cpu")]
+        """This node's rows of ``ids`` (global ids a peer asked for), on the exchange's device."""
+        ids = ids.to("cpu")
+        loc = self._local[ids]
         if loc.numel() and bool((loc < 0).any()):
             bad = int(ids[loc < 0][0])
             raise NodeError(f"a peer asked node shard {self.shard} for vertex {bad}, which it does not hold: the "
                             "nodes disagree on the layout")
-        return self.store.gather(loc.to(torch.int64), device="cpu")
+        return self.store.gather(loc.to(torch.int64), device=self.exchange_device)
 
     # -- fetching --------------------------------------------------------------------------------
     def fetch_remote(self, rid: Tensor) -> Tensor:
@@ -266,9 +269,11 @@ class ShardedFeatures:
             parts = self.exchange.fetch(requests)
         except RuntimeError as exc:  # gloo/NCCL/RPC errors: a peer died or hung past the timeout
             raise PeerLostError.of(exc, "the feature exchange") from None
-        rows = torch.cat([p.to("cpu") for p in parts]) if parts else torch.empty((0, self.dim), dtype=self.dtype)
+        dev = self.exchange_device
+        rows = torch.cat([p.to(dev) for p in parts]) if parts else torch.empty((0, self.dim), dtype=self.dtype,
+                                                                                 device=dev)
         out = torch.empty_like(rows)
-        out[torch.from_numpy(order)] = rows
+        out[torch.from_numpy(order).to(dev)] = rows
         return out
 
     def gather(self, ids: Tensor) -> Tensor:
@@ -296,19 +301,29 @@ class ShardedFeatures:
                 pos_c, slot_c = pos_r[hit], slot[hit].to(torch.int64)
                 pos_r = pos_r[~hit]
             fetched = self.fetch_remote(ids_h[pos_r])
-            out = tb.empty((n, self.dim), self.dtype)
-            if pos_l.numel():
-                local = self.store.gather_landing(loc[pos_l].to(torch.int64))
-                out.index_copy_(0, tb.to_device(pos_l), tb.keep(local.rows))
+            on_host = fetched.device.type == "cpu"  # else NCCL delivered them on the device: no staging
             n_c = 0 if pos_c is None else pos_c.numel()
-            m = n_c + pos_r.numel()
-            if m:  # cache and fetched rows: host memory, up in one copy
+            # where each part goes, up in one pinned copy: local rows, then host rows (cache, fetched), then
+            # rows already on the device
+            host_pos = [p for p in (pos_c if n_c else None, pos_r if on_host else None) if p is not None]
+            parts = [pos_l, *host_pos] + ([] if on_host else [pos_r])
+            ibuf = tb.staging("remote-index", (sum(p.numel() for p in parts),), torch.int64)
+            torch.cat(parts, out=ibuf)
+            idx = tb.to_device(ibuf)
+            nl, m = pos_l.numel(), sum(p.numel() for p in host_pos)
+            out = tb.empty((n, self.dim), self.dtype)
+            if nl:
+                local = self.store.gather_landing(loc[pos_l].to(torch.int64))
+                out.index_copy_(0, idx[:nl], tb.keep(local.rows))
+            if m:  # cache rows (and rows fetched to the host): host memory, up in one copy
                 hbuf = tb.staging("remote", (m, self.dim), self.dtype)
                 if n_c:
                     self.cache.take(slot_c, hbuf[:n_c])
-                hbuf[n_c:].copy_(fetched)
-                pos_h = torch.cat([pos_c, pos_r]) if n_c else pos_r
-                out.index_copy_(0, tb.to_device(pos_h), tb.to_device(hbuf))
+                if on_host:
+                    hbuf[n_c:].copy_(fetched)
+                out.index_copy_(0, idx[nl:nl + m], tb.to_device(hbuf))
+            if not on_host and pos_r.numel():
+                out.index_copy_(0, idx[nl + m:], tb.keep(fetched))
             result = tb.cast(out, dtype)
         self._c["local"][0] += pos_l.numel()
         self._c["local"][1] += pos_l.numel() * self.row_bytes
@@ -486,6 +501,10 @@ def _start_exchange(options: ShardedOptions, peers: Peers, feats: ShardedFeature
         return LoopbackExchange(feats.serve, **kw)
     if options.exchange == "rpc":
         return RpcExchange(feats.serve, rank=peers.rank, size=peers.size, timeout_s=options.timeout_s, **kw)
+    if feats.transfer.memory.device.type == "cuda":  # NCCL: rows stay on the GPUs (GPUDirect RDMA between nodes)
+        feats.exchange_device = feats.transfer.memory.device
+        return AllToAllExchange(AllToAllExchange.new_group(options.timeout_s, backend="nccl"), feats.serve,
+                                device=feats.exchange_device, **kw)
     return AllToAllExchange(AllToAllExchange.new_group(options.timeout_s, backend="gloo"), feats.serve, **kw)
 
 
@@ -563,7 +582,7 @@ def _fetch_all(feats: ShardedFeatures, ids: np.ndarray, peers: Peers) -> Tensor:
     t = torch.from_numpy(np.ascontiguousarray(ids, np.int64))
     for i in range(int(rounds)):
         parts.append(feats.fetch_remote(t[i * FILL_ROWS:(i + 1) * FILL_ROWS]))
-    return torch.cat(parts) if parts else torch.empty((0, feats.dim), dtype=feats.dtype)
+    return torch.cat([p.cpu() for p in parts]) if parts else torch.empty((0, feats.dim), dtype=feats.dtype)
 
 
 def _fill_cache_ssd(feats: ShardedFeatures, ids: np.ndarray, directory: str, layout: ShardLayout,

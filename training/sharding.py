@@ -38,7 +38,6 @@ out/node<k>`` where each node has only its own directory.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -48,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from iostack.bins import write_bins
-from iostack.placement import MANIFEST
+from iostack.placement import MANIFEST, save_json, save_npy
 from iostack.shards import SHARDS, ShardLayout, shard_rows
 from training.placing import (
     PlaceResult,
@@ -156,9 +155,9 @@ def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTarget
         local = _write_rows(feats, rows, d / "rows.npy")
         write_bins(local, res.placement, d, fsync=fsync)
         del local
-        _save_npy(d / "hotness.npy", hot32)
+        save_npy(d / "hotness.npy", hot32)
         layout.save(d, node=k, extra={"dataset_fingerprint": fp, "rows": int(rows.size)})
-        _write_json(d / "place.json", {**head, "node": k, "num_nodes": layout.num_nodes,
+        save_json(d / "place.json", {**head, "node": k, "num_nodes": layout.num_nodes,
                                        "rows": int(rows.size), "bins": [asdict(b) for b in res.bins],
                                        "report": asdict(res.report),
                                        "baseline": asdict(res.baseline) if res.baseline else None,
@@ -166,7 +165,7 @@ def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTarget
         res.placement.save(d)  # last: the node's placement exists only once its bins do
         nodes.append(NodePlacement(k, d, int(rows.size), res))
     sp = ShardedPlacement(layout, tuple(nodes), row_bytes)
-    _write_json(Path(out) / "place.json", {**head, **sharded_summary(sp)})
+    save_json(Path(out) / "place.json", {**head, **sharded_summary(sp)})
     layout.save(out, node=None, extra={"dataset_fingerprint": fp, "nodes": [f"node{k}" for k in range(num_nodes)]})
     return sp
 
@@ -192,19 +191,6 @@ def _write_rows(feats: np.ndarray, rows: np.ndarray, path: Path) -> np.ndarray:
     del out
     os.replace(tmp, path)
     return np.load(path, mmap_mode="r")
-
-
-def _save_npy(path: Path, arr: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        np.save(f, arr)
-    os.replace(tmp, path)
-
-
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 __all__ = ["NodePlacement", "ShardedPlacement", "hot_rows_of", "node_dir", "place_sharded", "sharded_summary"]
