@@ -457,7 +457,10 @@ def _gather_objects(peers: Peers) -> Callable[[Any], list[Any]]:
 
     def gather(obj: Any) -> list[Any]:
         out: list[Any] = [None] * peers.size
-        dist.all_gather_object(out, obj)
+        try:
+            dist.all_gather_object(out, obj)
+        except RuntimeError as exc:  # a peer that failed to start (its own error says why)
+            raise PeerLostError.of(exc, "comparing the nodes' placements") from None
         return out
 
     return gather
