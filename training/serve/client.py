@@ -137,12 +137,13 @@ class _Feed:
             except OSError as exc:
                 raise self._lost(f"cannot send ({exc.strerror or exc})") from None
 
-    def request(self, epoch: int, step: int) -> int | None:
-        """Ask for ``step`` of ``epoch``; its sequence number, or None when no slot is free right now."""
+    def request(self, epoch: int, step: int, *, must: bool = False) -> int | None:
+        """Ask for ``step`` of ``epoch``; its sequence number, or None when no slot is free right now
+        and requests of the caller are still to be consumed (``must``: there are none; grow instead)."""
         slot = self.ring.take()
         if slot is None:
-            if any(self.outstanding):
-                return None  # a slot frees when a batch in flight is consumed
+            if not must:
+                return None  # a slot frees when the trainer lets go of a batch
             self._grow()
             slot = self.ring.take()
             assert slot is not None
@@ -356,7 +357,8 @@ class RemoteBatchSource:
         def fill() -> None:
             nonlocal nxt
             while nxt < steps and len(pending) < self.prefetch:
-                seq = feed.request(epoch, nxt)
+                # with nothing of ours in flight the ring must grow: the trainer holds every slot
+                seq = feed.request(epoch, nxt, must=not pending)
                 if seq is None:
                     return
                 pending.append(seq)
