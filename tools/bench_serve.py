@@ -1,6 +1,6 @@
 """Batches/s and MB/s of trainers fed by ``moment serve`` vs trainers that sample locally (not a test).
 
-    python tools/bench_serve.py [--nodes 200000 --edges 2000000] [--steps 40] [--json PATH]
+    python tools/bench_serve.py [--nodes 200000 --edges 2000000] [--steps 300 --rounds 5] [--json PATH]
 
 Generates (once, cached in ``--workdir``) a synthetic power-law graph, then for 1 and 2
 trainer processes measures the same batches (same seed, epoch, ranks and steps) two
@@ -124,8 +124,8 @@ def main() -> int:
     p.add_argument("--edges", type=int, default=2_000_000)
     p.add_argument("--fanouts", default="25,10")
     p.add_argument("--batch-size", type=int, default=1024, help="global seeds per step")
-    p.add_argument("--steps", type=int, default=40, help="batches per trainer per round")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=300, help="batches per trainer per round (default 300)")
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--workers", type=int, help="the server's sampler worker processes (default: one per CPU)")
     p.add_argument("--transport", choices=("auto", "shm", "rpc"), default="auto",
                    help="how served batches travel (default auto: shared memory on one host)")
