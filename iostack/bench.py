@@ -143,8 +143,8 @@ def bench_raw(directory: str | os.PathLike[str], *, file_bytes: int = 4 << 30, r
             # an idle gap) meets the device in a state the other left (a throttled cloud disk's
             # refill), so every engine must sit in every position equally often. Each tool rests
             # the device the same pause before it.
-            for j, e in enumerate(engines[i % len(engines):] + engines[:i % len(engines)]):
-                fio_first = (i + j) % 2 == 0
+            for e in engines[i % len(engines):] + engines[:i % len(engines)]:
+                fio_first = (i + engines.index(e)) % 2 == 0  # each engine: fio first every other round
                 res: dict[str, float] = {}
                 fio = None
                 for tool in (("fio", e) if fio_first else (e, "fio")):
