@@ -9,7 +9,8 @@ reused), O_DIRECT, queue depth 64: fio's io_uring engine and each of our engines
 :class:`iostack.store.FeatureStore` makes for SSD bins) in every round, the order rotating,
 each after the same idle pause. Prints every run side by side with its ratio to the fio of
 the same round, each engine's median and range, and the load averages; with several engines
-it records the fastest for this device (``iostack.backends.choice``; ``--no-record`` not to).
+``--record`` keeps the fastest for this device (``iostack.backends.choice``), as ``moment
+bench io raw`` does by default.
 The issue asks for io_uring / fio >= 0.95. On this machine's throttled virtual disk the tool
 that runs second in a pair lost ~12% after a 1 s pause (medians by order printed), so each
 tool waits ``--pause`` seconds (3) first and every engine goes first in half the rounds. ``gather``: Zipf-skewed ids through a FeatureStore
@@ -129,8 +130,8 @@ def main() -> int:
     ap.add_argument("--file-gib", type=int, default=4)
     ap.add_argument("--engine", default="all", choices=("all", "auto", "uring", "aio", "threads"),
                     help="our engine(s): all (default: every one that works here), or one")
-    ap.add_argument("--no-record", dest="record", action="store_false",
-                    help="do not record the fastest engine for this device")
+    ap.add_argument("--record", action="store_true",
+                    help="record the fastest engine for this device, for engine='auto' (as `moment bench io raw` does)")
     ap.add_argument("--vertices", type=int, default=300_000, help="gather: vertices (default 300000, 1.2 GB)")
     ap.add_argument("--alpha", type=float, default=0.8, help="gather: Zipf exponent (default 0.8)")
     ap.add_argument("--skip-gather", action="store_true")

@@ -1,13 +1,19 @@
 """Linux io_uring through raw system calls and ``ctypes``: no liburing, no compiled code.
 
 Like :mod:`iostack.backends._aio` it keeps ``depth`` reads in flight from one
-thread, but one ``io_uring_enter`` both submits the new reads and waits for
-completions, and completions are read from a shared ring instead of copied
-out by a system call: this is the path fio's ``io_uring`` engine takes, and
-on this machine's disks it gives more IOPS than native AIO at the same depth.
-Reads are ``IORING_OP_READ`` (kernel 5.6+); :func:`available` says why not
-when the kernel lacks it or forbids io_uring (``kernel.io_uring_disabled``,
-seccomp in containers).
+thread; ``io_uring_enter`` submits and waits, and completions are read from the
+mapped completion ring with numpy slices instead of being copied out by a
+system call (fio's ``io_uring`` engine takes the same path). Measured on this
+project's machines it reads as fast as the AIO engine, both within noise of fio
+(``tools/bench_io.py``; docs/benchmarks.md). Reads are ``IORING_OP_READ``
+(kernel 5.6+); :func:`available` says why not when the kernel lacks it or
+forbids io_uring (``kernel.io_uring_disabled``, seccomp in containers).
+
+Why no maintained binding: the PyPI ``liburing`` package (2026.3.30, a prebuilt
+wheel) installs here, but its ``io_uring_prep_read`` takes a ``bytearray`` only,
+whose memory is not block-aligned, so O_DIRECT reads fail with EINVAL, and it
+costs Python calls per entry where this module handles a whole burst in a few
+numpy operations.
 """
 
 from __future__ import annotations
@@ -93,8 +99,8 @@ class Uring:
     ``submit_batch``: most reads per ``io_uring_enter``. The kernel plugs a submission
     of more than two reads and hands it to the device only when the call returns; on
     this machine's virtual disk completions come in bursts, and refilling in small
-    batches gets the first reads out sooner. Measured (``tools/bench_io.py``, paired
-    with fio io_uring, 6-8 runs each): 64 per call 0.84-0.92x fio, 8 per call 0.99-1.01x.
+    batches gets the first reads out sooner. Measured with a prototype of this loop,
+    6 runs each paired with fio io_uring: median 0.84x fio with 64 per call, 0.99x with 8.
     ``register_files``: the file goes in the ring's registered-file table (one entry,
     swapped when the descriptor changes), so the kernel skips a file lookup per read.
     """
