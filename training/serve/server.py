@@ -125,6 +125,7 @@ class SamplingServer:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._workers: WorkerPool | None = None
         self._token = secrets.token_hex(16)
+        self._max_degree: int | None = None
         self._sock: socket.socket | None = None
         self._store = None
         self._membership: GroupMembership | None = None
@@ -299,8 +300,11 @@ class SamplingServer:
 
     def _slot_bytes(self, world: int) -> int:
         indptr = self.dataset.indptr
-        max_degree = int(np.diff(indptr).max()) if len(indptr) > 1 else 0
-        bound = slot_bytes_bound(self.params, world, len(indptr) - 1, int(indptr[-1]), max_degree)
+        if self._max_degree is None:  # in chunks: the CSR may be a memory map far larger than RAM
+            step = 1 << 24
+            self._max_degree = max((int(np.diff(indptr[a:a + step + 1]).max()) for a in range(0, len(indptr) - 1, step)),
+                                   default=0)
+        bound = slot_bytes_bound(self.params, world, len(indptr) - 1, int(indptr[-1]), self._max_degree)
         return max(4096, min(bound, MAX_SLOT_BYTES))
 
     def _unregister(self, name: str, batches: int = 0, nbytes: int = 0) -> None:
