@@ -18,7 +18,9 @@ group) is outside the timed loop.
 On a machine with few cores the server's workers compete with the trainers for the same
 cores: with one trainer the workers sample on every core while local sampling has one;
 with as many trainers as cores, local sampling already fills them, and a ratio below 1 is
-the cost of the hand-over (requests, a copy into the slot).
+the cost of the hand-over (requests, a copy into the slot). So the CPU time per batch of
+every process involved (trainers, server, workers) is printed too: unlike batches/s it
+hardly depends on what else runs on the machine.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def trainer(args: argparse.Namespace) -> int:
     print(json.dumps({"ready": True}), flush=True)
     sys.stdin.readline()
     count = nbytes = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), os.times()
     epoch = 0
     while count < args.steps:
         for batch in src.batches(epoch):
@@ -78,14 +80,31 @@ def trainer(args: argparse.Namespace) -> int:
             if count == args.steps:
                 break
         epoch += 1
-    seconds = time.perf_counter() - t0
+    seconds, c1 = time.perf_counter() - t0, os.times()
     src.close()
-    print(json.dumps({"batches": count, "bytes": nbytes, "seconds": seconds}), flush=True)
+    cpu = c1.user - c0.user + c1.system - c0.system
+    print(json.dumps({"batches": count, "bytes": nbytes, "seconds": seconds, "cpu_s": cpu}), flush=True)
     return 0
 
 
-def run_trainers(args, n: int, server: str | None) -> tuple[float, float]:
-    """Start ``n`` trainers, release them together; (batches/s, MB/s) over the slowest one's time."""
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process ``pid`` and its children (the sampler workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+    return total
+
+
+def run_trainers(args, n: int, server: str | None, server_pid: int | None = None) -> tuple[float, float, float]:
+    """Start ``n`` trainers, release them together; (batches/s, MB/s) over the slowest one's time, and the
+    CPU milliseconds per batch of the trainers plus (served) the server and its workers."""
     procs = []
     for rank in range(n):
         cmd = [sys.executable, __file__, "--as-trainer", "--dataset", str(args.dataset_dir), "--rank", str(rank),
@@ -97,12 +116,16 @@ def run_trainers(args, n: int, server: str | None) -> tuple[float, float]:
         line = p.stdout.readline()
         if not line.startswith("{"):
             raise SystemExit(f"a trainer failed to start: {line}{p.communicate()[0]}")
+    served0 = _tree_cpu_s(server_pid) if server_pid else 0.0
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
     results = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+    served_cpu = _tree_cpu_s(server_pid) - served0 if server_pid else 0.0
     seconds = max(r["seconds"] for r in results)
-    return sum(r["batches"] for r in results) / seconds, sum(r["bytes"] for r in results) / seconds / 1e6
+    batches = sum(r["batches"] for r in results)
+    cpu_ms = (sum(r["cpu_s"] for r in results) + served_cpu) / batches * 1e3
+    return batches / seconds, sum(r["bytes"] for r in results) / seconds / 1e6, cpu_ms
 
 
 def start_server(args) -> tuple[subprocess.Popen, str]:
@@ -158,11 +181,12 @@ def main() -> int:
             local, served = [], []
             for _ in range(args.rounds):
                 local.append(run_trainers(args, n, None))
-                served.append(run_trainers(args, n, address))
+                served.append(run_trainers(args, n, address, server.pid))
             lb, lm = (statistics.median(x[i] for x in local) for i in (0, 1))
             sb, sm = (statistics.median(x[i] for x in served) for i in (0, 1))
             ratios = sorted(s[0] / lo[0] for s, lo in zip(served, local, strict=True))
-            rows.append((n, lb, lm, sb, sm, ratios))
+            cpu = (statistics.median(x[2] for x in local), statistics.median(x[2] for x in served))
+            rows.append((n, lb, lm, sb, sm, ratios, cpu))
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -171,14 +195,15 @@ def main() -> int:
           f"server workers {args.workers or os.cpu_count()}, transport {args.transport}, {os.cpu_count()} CPUs, "
           f"median of {args.rounds} rounds; {load0} before, {load1} after")
     print(f"{'trainers':>8} {'local b/s':>10} {'local MB/s':>11} {'served b/s':>11} {'served MB/s':>12} "
-          f"{'served/local':>13} {'range':>12}")
+          f"{'served/local':>13} {'range':>12} {'CPU ms/batch local, served':>27}")
     figures = []
-    for n, lb, lm, sb, sm, ratios in rows:
+    for n, lb, lm, sb, sm, ratios, cpu in rows:
         print(f"{n:>8} {lb:>10.1f} {lm:>11.1f} {sb:>11.1f} {sm:>12.1f} {sb / lb:>13.2f} "
-              f"{ratios[0]:>5.2f}..{ratios[-1]:.2f}")
+              f"{ratios[0]:>5.2f}..{ratios[-1]:.2f} {cpu[0]:>18.2f}, {cpu[1]:.2f}")
         figures.append(Figure("serve", f"{n} trainer(s), fan-out {args.fanouts}, batch {args.batch_size}",
                               "batches/s", sb, lb, "local sampling in the trainer", target="ratio >= 1.0",
-                              note=f"served {sm:.1f} MB/s vs local {lm:.1f} MB/s; paired ratios "
+                              note=f"served {sm:.1f} MB/s vs local {lm:.1f} MB/s; CPU per batch (all processes) "
+                                   f"served {cpu[1]:.2f} ms vs local {cpu[0]:.2f} ms; paired ratios "
                                    f"{ratios[0]:.2f}..{ratios[-1]:.2f} over {args.rounds} rounds; {load0} before, "
                                    f"{load1} after"))
     write(args.json, "bench_serve", figures, shlex.join(sys.argv))
