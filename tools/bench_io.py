@@ -26,6 +26,7 @@ import resource
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +92,95 @@ def raw(args: argparse.Namespace) -> list[Figure]:
     return figures
 
 
+class _BindingRing:
+    """The same reads through the PyPI ``liburing`` binding, the way its API allows: one Python call
+    per entry, and each read into a ``bytearray`` of a pool (its ``io_uring_prep_read`` takes no
+    address), copied to ``out``. Its buffers are not block-aligned, so O_DIRECT reads fail (EINVAL)."""
+
+    def __init__(self, depth: int, row_bytes: int, submit_batch: int = 8) -> None:
+        import liburing
+
+        self.lib, self.depth, self.sb = liburing, depth, submit_batch
+        self.ring, self.cqe = liburing.Ring(), liburing.Cqe()
+        liburing.io_uring_queue_init(depth, self.ring, 0)
+        self.pool = [bytearray(row_bytes) for _ in range(depth)]
+
+    def run(self, fd: int, offsets: np.ndarray, out: np.ndarray) -> None:
+        lib, ring, cqe, pool = self.lib, self.ring, self.cqe, self.pool
+        off, m = offsets.tolist(), len(offsets)
+        free, owner = list(range(self.depth)), [0] * self.depth
+        nxt = inflight = done = 0
+        while done < m:
+            k = min(self.depth - inflight, m - nxt, self.sb)
+            for i in range(nxt, nxt + k):
+                b = free.pop()
+                owner[b] = i
+                sqe = lib.io_uring_get_sqe(ring)
+                lib.io_uring_prep_read(sqe, fd, pool[b], off[i])
+                sqe.user_data = b
+            nxt, inflight = nxt + k, inflight + k
+            lib.io_uring_submit_and_wait(ring, 1 if (k == 0 or nxt == m or inflight == self.depth) else 0)
+            for _ in range(lib.io_uring_cq_ready(ring)):
+                lib.io_uring_peek_cqe(ring, cqe)
+                c = cqe[0]
+                b = c.user_data
+                if c.res != len(pool[b]):
+                    raise OSError(f"liburing binding: read returned {c.res}")
+                out[owner[b]] = np.frombuffer(pool[b], np.uint8)
+                free.append(b)
+                lib.io_uring_cqe_seen(ring, c)
+                inflight, done = inflight - 1, done + 1
+
+    def close(self) -> None:
+        self.lib.io_uring_queue_exit(self.ring)
+
+
+def binding(args: argparse.Namespace) -> list[Figure]:
+    """Buffered random reads (the binding cannot do O_DIRECT): the PyPI liburing binding vs our io_uring engine."""
+    from iostack.backends import _uring
+    from iostack.backends.base import aligned_empty
+    from iostack.bench import bench_file
+
+    try:
+        import liburing  # noqa: F401
+    except ImportError:
+        print("binding: the PyPI `liburing` package is not installed (pip install liburing); skipped")
+        return []
+    path, _ = bench_file(args.dir, args.file_gib << 30)
+    fd = os.open(path, os.O_RDONLY)
+    rows_n, batch = (args.file_gib << 30) // 4096, 16384
+    out = aligned_empty(batch, 4096)
+    addrs = np.uint64(out.ctypes.data) + np.arange(batch, dtype=np.uint64) * np.uint64(4096)
+    engines = {"liburing (PyPI)": _BindingRing(args.queue_depth, 4096), "ours": _uring.Uring(args.queue_depth)}
+    iops: dict[str, list[float]] = {k: [] for k in engines}
+    rng = np.random.default_rng()
+    load0 = _load()
+    try:
+        for r in range(args.runs):
+            for name in (list(engines) if r % 2 == 0 else list(engines)[::-1]):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # a cold page cache for each
+                time.sleep(args.pause)
+                n, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < args.seconds:
+                    offs = np.sort(rng.integers(0, rows_n, batch)) * 4096
+                    if name == "ours":
+                        engines[name].run(fd, offs, np.full(batch, 4096), addrs)
+                    else:
+                        engines[name].run(fd, offs, out)
+                    n += batch
+                iops[name].append(n / (time.perf_counter() - t0))
+    finally:
+        for e in engines.values():
+            e.close()
+        os.close(fd)
+    med = {k: statistics.median(v) for k, v in iops.items()}
+    print(f"binding: buffered random 4 KiB reads, QD {args.queue_depth}, {args.runs} alternating runs; {load0}: "
+          + ", ".join(f"{k} {med[k] / 1e3:.1f} k IOPS ({min(v) / 1e3:.1f}..{max(v) / 1e3:.1f})" for k, v in iops.items()))
+    return [Figure("io", f"buffered random 4096 B reads, QD {args.queue_depth}: our io_uring engine vs the "
+                         "PyPI liburing binding", "k IOPS", med["ours"] / 1e3, med["liburing (PyPI)"] / 1e3,
+                   "liburing (PyPI)", note=f"median of {args.runs}; the binding cannot read O_DIRECT; {load0}")]
+
+
 def gather(args: argparse.Namespace) -> list[Figure]:
     v, dim, cpu_rows = args.vertices, 1024, args.vertices // 10
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="moment-gather-") as d:
@@ -135,10 +225,14 @@ def main() -> int:
     ap.add_argument("--vertices", type=int, default=300_000, help="gather: vertices (default 300000, 1.2 GB)")
     ap.add_argument("--alpha", type=float, default=0.8, help="gather: Zipf exponent (default 0.8)")
     ap.add_argument("--skip-gather", action="store_true")
+    ap.add_argument("--binding", action="store_true",
+                    help="also: buffered reads, our io_uring engine vs the PyPI liburing binding (if installed)")
     ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
     args = ap.parse_args()
     Path(args.dir).mkdir(parents=True, exist_ok=True)
     figures = raw(args)
+    if args.binding:
+        figures += binding(args)
     if not args.skip_gather:
         figures += gather(args)
     write(args.json, "bench_io", figures, " ".join(sys.argv))
