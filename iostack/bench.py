@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import resource
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,17 +26,23 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class RawRun:
-    """One round of ``raw``: fio's and our random-read IOPS on the same file, same block size and depth."""
+    """One engine in one round of ``raw``: its random-read IOPS and fio's of the same round, same file, block size and depth."""
 
     fio_iops: float
     fio_engine: str
     ours_iops: float
     ours_engine: str
     fio_first: bool = True
+    round: int = 0
 
     @property
     def ratio(self) -> float:
         return self.ours_iops / self.fio_iops if self.fio_iops else float("nan")
+
+    @property
+    def engine(self) -> str:
+        """Our read engine (``uring``, ``aio``, ``threads``)."""
+        return self.ours_engine.rpartition("-")[2]
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,18 @@ class RawResult:
     runs: tuple[RawRun, ...]
     buffer_bytes: int
     peak_rss_bytes: int
+
+    def by_engine(self) -> dict[str, list[RawRun]]:
+        """The runs of each of our engines, in the order the engines were measured."""
+        out: dict[str, list[RawRun]] = {}
+        for r in self.runs:
+            out.setdefault(r.engine, []).append(r)
+        return out
+
+    def fastest(self) -> str:
+        """The engine with the highest median ratio to fio (ratios, not IOPS: each is paired with
+        the fio of its own round, which cancels the load of that moment)."""
+        return max(self.by_engine().items(), key=lambda kv: statistics.median(r.ratio for r in kv[1]))[0]
 
 
 def bench_file(directory: str | os.PathLike[str], file_bytes: int, row_bytes: int = PAGE,
@@ -79,18 +98,28 @@ def _ours(backend: PosixBackend, handle, rows: int, seconds: float, batch: int) 
     return n / (time.perf_counter() - t0)
 
 
+def available_engines() -> tuple[str, ...]:
+    """Our asynchronous engines that work on this machine (``uring``, ``aio``), or ``("threads",)``."""
+    from iostack.backends import _aio, _uring
+
+    found = tuple(name for name, mod in (("uring", _uring), ("aio", _aio)) if mod.available() is None)
+    return found or ("threads",)
+
+
 def bench_raw(directory: str | os.PathLike[str], *, file_bytes: int = 4 << 30, row_bytes: int = PAGE,
               queue_depth: int = 64, seconds: float = 5.0, runs: int = 3, batch: int = 65536,
-              engine: str = "auto", pause_s: float = 1.0, progress: Progress | None = None) -> RawResult:
+              engine: str | Sequence[str] = "auto", pause_s: float = 1.0,
+              progress: Progress | None = None) -> RawResult:
     """Random ``row_bytes`` reads of one bin file: fio (io_uring, else libaio/psync) and ours, alternating.
 
     Same file, block size (= row size, page-aligned), total queue depth, and
     O_DIRECT when the file system allows it (buffered otherwise, for both).
-    Each run is fio and ours back to back, so the ratio compares the same
-    moment of a noisy machine; the order alternates between runs and each
-    tool starts after the same ``pause_s`` of idle device, so neither side
-    gets a throttled cloud disk's refilled burst more often. ``ours`` is the
-    same :meth:`PosixBackend.read_rows` that :class:`~iostack.store.FeatureStore`
+    Each round pairs each of our ``engine`` (a name, several, or ``"all"``: every
+    engine that works here) with a fio run of its own, back to back, so each ratio
+    compares the same moment of a noisy machine; who goes first alternates, the
+    engines' order rotates, and each tool starts after the same ``pause_s`` of idle
+    device, so no side gets a throttled cloud disk's refilled burst more often. ``ours`` is the same
+    :meth:`PosixBackend.read_rows` that :class:`~iostack.store.FeatureStore`
     calls for its SSD bins (batches of ``batch`` random rows).
 
     ``batch`` defaults to 65,536 rows per call: one training mini-batch
@@ -100,36 +129,47 @@ def bench_raw(directory: str | os.PathLike[str], *, file_bytes: int = 4 << 30, r
     """
     from planner.profile import ProfileError, run_fio
 
+    engines = available_engines() if engine == "all" else (engine,) if isinstance(engine, str) else tuple(engine)
     path, b = bench_file(directory, file_bytes, row_bytes, progress)
     info = open_bin(directory, b)
-    be = PosixBackend(queue_depth=queue_depth, engine=engine)  # the store's own buffer sizes
+    backends = {e: PosixBackend(queue_depth=queue_depth, engine=e) for e in engines}  # the store's buffer sizes
     try:
-        h = be.open(info)
+        handles = {e: be.open(info) for e, be in backends.items()}
+        direct = all(h.direct for h in handles.values())
         out = []
         for i in range(runs):
-            # Alternate who goes first (fio, ours, ours, fio, ...) and rest the device the same time
-            # before each tool: a cloud disk's throttle refills while idle, and whoever runs right
-            # after an idle gap (fio's start-up is one) gets the burst. A fixed order biased the ratio.
-            fio_first = i % 2 == 0
-            res: dict[str, float] = {}
-            for tool in (("fio", "ours") if fio_first else ("ours", "fio")):
-                time.sleep(pause_s)
-                if progress:
-                    progress(f"run {i + 1}/{runs}: {tool}" + (f" ({be.engine_of(h)})" if tool == "ours" else ""))
-                if tool == "fio":
-                    try:
-                        fio, _ = run_fio(path, block_bytes=info.row_stride_bytes, queue_depth=queue_depth,
-                                         seconds=seconds, file_bytes=info.file_bytes, direct=h.direct)
-                    except ProfileError as exc:
-                        raise StoreError(f"fio: {exc}") from None
-                    res["fio"] = fio.read_iops
-                else:
-                    res["ours"] = _ours(be, h, info.rows, seconds, batch)
-            out.append(RawRun(res["fio"], fio.tool, res["ours"], f"moment-posix-{be.engine_of(h)}", fio_first))
-        return RawResult(str(path), info.file_bytes, info.row_bytes, be.queue_depth, h.direct, tuple(out),
-                         be.buffer_bytes, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+            # Each engine is paired with a fio run of its own, back to back, alternating who goes
+            # first, and the engines' order rotates: whoever runs right after another tool (or
+            # an idle gap) meets the device in a state the other left (a throttled cloud disk's
+            # refill), so every engine must sit in every position equally often. Each tool rests
+            # the device the same pause before it.
+            for e in engines[i % len(engines):] + engines[:i % len(engines)]:
+                fio_first = (i + engines.index(e)) % 2 == 0  # each engine: fio first every other round
+                res: dict[str, float] = {}
+                fio = None
+                for tool in (("fio", e) if fio_first else (e, "fio")):
+                    time.sleep(pause_s)
+                    if progress:
+                        name = "fio" if tool == "fio" else f"ours ({backends[e].engine_of(handles[e])})"
+                        progress(f"run {i + 1}/{runs}: {name}")
+                    if tool == "fio":
+                        try:
+                            fio, _ = run_fio(path, block_bytes=info.row_stride_bytes, queue_depth=queue_depth,
+                                             seconds=seconds, file_bytes=info.file_bytes, direct=direct)
+                        except ProfileError as exc:
+                            raise StoreError(f"fio: {exc}") from None
+                        res["fio"] = fio.read_iops
+                    else:
+                        res[e] = _ours(backends[e], handles[e], info.rows, seconds, batch)
+                assert fio is not None
+                out.append(RawRun(res["fio"], fio.tool, res[e], f"moment-posix-{backends[e].engine_of(handles[e])}",
+                                  fio_first, i))
+        be0 = backends[engines[0]]
+        return RawResult(str(path), info.file_bytes, info.row_bytes, be0.queue_depth, direct, tuple(out),
+                         be0.buffer_bytes, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     finally:
-        be.close()
+        for be in backends.values():
+            be.close()
 
 
 @dataclass(frozen=True)

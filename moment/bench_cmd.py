@@ -18,6 +18,9 @@ from pathlib import Path
 
 from planner.errors import PlannerError
 
+#: fewer paired rounds than this are too noisy on a shared machine to choose an engine by
+MIN_RUNS_TO_RECORD = 3
+
 
 def register(subparsers) -> None:
     bench = subparsers.add_parser("bench", help="benchmarks: the feature store's reads, training I/O emulation")
@@ -32,8 +35,11 @@ def register(subparsers) -> None:
     raw.add_argument("--queue-depth", type=int, default=64, help="reads in flight, both tools (default 64)")
     raw.add_argument("--seconds", type=float, default=5.0, help="per tool per run (default 5)")
     raw.add_argument("--runs", type=int, default=3, help="alternating fio/ours runs (default 3)")
-    raw.add_argument("--engine", choices=("auto", "uring", "aio", "threads"), default="auto",
-                     help="our read engine (default auto: io_uring, else native AIO, with O_DIRECT; else threads)")
+    raw.add_argument("--engine", choices=("all", "auto", "uring", "aio", "threads"), default="all",
+                     help="our read engine(s): all (default: each that works here; with 3 runs or more the "
+                          "fastest is recorded for this device, and engine 'auto' then uses it), auto, or one")
+    raw.add_argument("--no-record", dest="record", action="store_false",
+                     help="with --engine all: do not record the fastest engine")
     raw.set_defaults(func=_raw)
 
     g = which.add_parser("gather", help="the gather stream without training: rows/s, GB/s, tier shares, latency")
@@ -102,15 +108,20 @@ def _raw(args: argparse.Namespace) -> int:
                     f"{'O_DIRECT' if res.direct else 'buffered'}, {format_size(res.file_bytes)} file {res.path}")
     for c in ("run", "first", "fio", "k IOPS", "ours", "k IOPS", "ours / fio"):
         t.add_column(c, justify="right" if c not in ("fio", "ours", "first") else "left")
-    for i, r in enumerate(res.runs, 1):
-        t.add_row(str(i), "fio" if r.fio_first else "ours", r.fio_engine, f"{r.fio_iops / 1e3:.1f}",
+    for r in res.runs:
+        t.add_row(str(r.round + 1), "fio" if r.fio_first else "ours", r.fio_engine, f"{r.fio_iops / 1e3:.1f}",
                   r.ours_engine, f"{r.ours_iops / 1e3:.1f}", f"{r.ratio:.2f}")
-    fio_sum = sum(r.fio_iops for r in res.runs)
-    ours_sum = sum(r.ours_iops for r in res.runs)
-    t.add_row("all", "", "", f"{fio_sum / len(res.runs) / 1e3:.1f}", "", f"{ours_sum / len(res.runs) / 1e3:.1f}",
-              f"{ours_sum / fio_sum:.2f}" if fio_sum else "-")
     con.print(t)
-    con.print(f"median ours / fio over {len(res.runs)} runs: {statistics.median(r.ratio for r in res.runs):.2f}")
+    for engine, runs in res.by_engine().items():
+        ratios = sorted(r.ratio for r in runs)
+        con.print(f"{engine}: median ours / fio over {len(runs)} runs: {statistics.median(ratios):.2f} "
+                  f"(range {ratios[0]:.2f}..{ratios[-1]:.2f})")
+    if len(res.by_engine()) > 1 and args.record and args.runs >= MIN_RUNS_TO_RECORD:
+        from iostack.backends.choice import record_engine
+
+        best = res.fastest()
+        medians = {e: statistics.median(r.ratio for r in runs) for e, runs in res.by_engine().items()}
+        con.print(f"fastest here: {best} (recorded in {record_engine(d, best, medians)}; engine 'auto' uses it)")
     con.print(f"store buffers {format_size(res.buffer_bytes)}, peak RSS {format_size(res.peak_rss_bytes)}")
     return 0
 

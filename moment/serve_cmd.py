@@ -29,6 +29,16 @@ def _positive(kind):
     return parse
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 0 or more")
+    return value
+
+
 def _describe(event) -> str:
     t = event.trainer
     who = f"{t.name} (rank {t.rank}/{t.world_size}, pid {t.pid} on {t.host})" if t else "a trainer"
@@ -54,19 +64,21 @@ def _serve_command(args: argparse.Namespace) -> int:
         stop.set()
 
     params = SamplingParams(batch_size=args.batch_size, fanouts=args.fanouts, seed=args.seed)
-    server = SamplingServer(args.dataset, params, host=args.host, port=args.port, threads=args.threads,
-                            timeout_s=args.timeout, trainer_timeout_s=args.trainer_timeout,
-                            on_event=lambda e: say(_describe(e)), validate=not args.no_validate)
+    server = SamplingServer(args.dataset, params, host=args.host, port=args.port, workers=args.workers,
+                            threads=args.threads, device=args.device, timeout_s=args.timeout,
+                            trainer_timeout_s=args.trainer_timeout, on_event=lambda e: say(_describe(e)),
+                            validate=not args.no_validate)
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         server.start()
         say(f"serving {server.dataset.name} ({server.train_idx.numel():,} training vertices) on {server.address}: "
             f"batch size {params.batch_size}, fan-outs {','.join(map(str, params.fanouts))}, seed {params.seed}, "
-            f"{args.threads} sampling thread(s)")
+            f"{server.workers} sampler worker process(es) on {args.device}")
         say(f"trainers: moment train --server {server.address} ...")
         why = server.wait(stop, max_trainers=args.max_trainers, idle_exit_s=args.idle_exit)
         say({"stopped": "stopping (signal)", "max-trainers": f"stopping: {server.connects} trainer(s) served",
-             "idle": f"stopping: no trainer for {args.idle_exit} s"}[why])
+             "idle": f"stopping: no trainer for {args.idle_exit} s",
+             "worker-died": "stopping: a sampler worker process died (its error is above)"}[why])
     finally:
         server.close()
         for s, h in old.items():
@@ -84,9 +96,11 @@ def register(subparsers) -> None:
     """Add ``moment serve``."""
     p = subparsers.add_parser(
         "serve", help="serve sampled mini-batches of a dataset to trainers (moment train --server)",
-        description="Own a dataset's graph and serve sampled mini-batches to one or more trainers over "
-                    "torch.distributed.rpc. Trainers must use the same batch size, fan-outs and seed; "
-                    "each batch is exactly what the trainer would sample itself.",
+        description="Own a dataset's graph and serve sampled mini-batches to one or more trainers. "
+                    "Sampler worker processes write batches into shared memory the trainers on this host "
+                    "lend them; torch.distributed.rpc carries control (and batches to other hosts). "
+                    "Trainers must use the same batch size, fan-outs and seed; each batch is exactly what "
+                    "the trainer would sample itself.",
     )
     p.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (with a train split)")
     net = p.add_argument_group("network")
@@ -100,7 +114,13 @@ def register(subparsers) -> None:
                      help="global seeds per step over all trainers (default 1024)")
     smp.add_argument("--seed", type=int, default=0, help="shuffle / sampling seed (default 0)")
     run = p.add_argument_group("running")
-    run.add_argument("--threads", type=_positive(int), default=2, help="sampling threads (default 2)")
+    run.add_argument("--workers", type=_non_negative_int, default=None, metavar="N",
+                     help="sampler worker processes for trainers on this host (default: one per CPU); "
+                          "their batches go through shared memory")
+    run.add_argument("--threads", type=_positive(int), default=1,
+                     help="sampling threads in the server for trainers on other hosts (default 1)")
+    run.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                     help="where the workers sample (cuda: batches handed over by CUDA IPC)")
     run.add_argument("--timeout", type=_positive(float), default=30.0, metavar="S",
                      help="rpc timeout of the server's calls (default 30)")
     run.add_argument("--trainer-timeout", type=_positive(float), default=10.0, metavar="S",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -51,13 +52,15 @@ def main() -> int:
     p.add_argument("--delay", type=float, default=0.05, help="slow mode: seconds 'training' per batch")
     p.add_argument("--prefetch", type=int, default=4)
     p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--transport", choices=("auto", "shm", "rpc"), default="auto")
     a = p.parse_args()
     fanouts = tuple(int(f) for f in a.fanouts.split(","))
     last = time.monotonic()
     try:
         src = RemoteBatchSource(a.address, rank=a.rank, world_size=a.world_size, batch_size=a.batch_size,
-                                fanouts=fanouts, seed=a.seed, prefetch=a.prefetch, timeout_s=a.timeout)
-        say(event="joined", name=src.name, steps=src.steps(0))
+                                fanouts=fanouts, seed=a.seed, prefetch=a.prefetch, timeout_s=a.timeout,
+                                transport=a.transport)
+        say(event="joined", name=src.name, steps=src.steps(0), transport=src.transport, pid=os.getpid())
         last = time.monotonic()
         if a.mode == "compare":
             ds = open_dataset(a.dataset)

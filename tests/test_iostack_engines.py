@@ -274,3 +274,37 @@ def test_read_rows_at_positions(dim):
             assert not got[rest].any()  # nothing written elsewhere
             with pytest.raises(IndexError):
                 be.read_rows_at(h, ids[:2], out, np.array([0, out.shape[0]]))
+
+
+def test_auto_takes_the_engine_recorded_for_the_device(tmp_path, monkeypatch):
+    """`moment bench io raw` records the fastest engine per device; engine='auto' follows it."""
+    from iostack.backends import choice
+
+    working = [name for name, mod in ENGINES.items() if mod.available() is None]
+    if not working:
+        pytest.skip("no asynchronous engine here")
+    monkeypatch.setenv("MOMENT_CACHE_DIR", str(tmp_path / "cache"))
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    feats = np.random.default_rng(0).random((64, 1024)).astype(np.float32)
+    p = simple_placement(64, [("ssd", 64)])
+    with tempfile.TemporaryDirectory(dir=base, prefix="moment-test-") as d:
+        infos = write_bins(feats, p, d)
+        with PosixBackend(processes=0) as be:  # no record: the default order
+            h = be.open(infos[0])
+            if not h.direct:
+                pytest.skip(h.note)
+            assert be.engine_of(h) == next(e for e in choice.DEFAULT_ORDER if e in working)
+        for engine in working:
+            where = choice.record_engine(d, engine, {e: 1.0 for e in working})
+            assert where.parent == tmp_path / "cache" and choice.recorded_engine(infos[0].path) == engine
+            with PosixBackend(processes=0) as be:
+                h = be.open(infos[0])
+                assert be.engine_of(h) == engine
+                out = np.empty((3, 4096), np.uint8)
+                be.read_rows(h, np.array([5, 63, 5]), out)
+                assert np.array_equal(out.view(np.float32), feats[[5, 63, 5]])
+    # a damaged record is ignored, not an error
+    choice.record_file().write_text("{not json")
+    assert choice.recorded_engine(tmp_path) is None
+    with pytest.raises(ValueError, match="engine 'spdk'"):
+        choice.record_engine(tmp_path, "spdk", {})

@@ -201,3 +201,33 @@ def test_cli_bench_raw_tiny(disk_dir, capsys):
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert "ours / fio" in out
+
+
+def _rss_file_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssFile:"):
+            return int(line.split()[1]) * 1024
+    pytest.skip("no RssFile in /proc/self/status")
+
+
+def test_caches_filled_from_a_memmap_do_not_keep_the_file_mapped(tmp_path):
+    """A CPU cache of scattered rows copied out of a memory-mapped feature file leaves the file's
+    pages out of this process's resident set (with read-ahead they were most of the file)."""
+    n, dim = 32768, 512  # 64 MiB of 2 KiB rows
+    path = tmp_path / "features.npy"
+    w = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, dim))
+    w[:] = np.arange(n, dtype=np.float32)[:, None]
+    w.flush()
+    del w
+    feats = np.load(path, mmap_mode="r")
+    every = 16  # the cache holds one row in 16, spread over the whole file
+    bin_of = np.where(np.arange(n) % every == 0, 0, 1).astype(np.int16)
+    row_of = np.where(bin_of == 0, np.arange(n) // every, np.cumsum(bin_of == 1) - 1).astype(np.int64)
+    p = Placement((Bin(0, "cpu", n // every), Bin(1, "ssd", n, path="rest.dat")), bin_of, row_of)
+    write_bins(np.load(path, mmap_mode="r"), p, tmp_path)  # its own mapping, gone with it
+    before = _rss_file_bytes()
+    with FeatureStore(p, tmp_path, features=feats, backend_options={"processes": 0}) as s:
+        grown = _rss_file_bytes() - before
+        got = s.gather(torch.tensor([0, 16, n - 16, 5]))[:, 0].tolist()
+    assert got == [0.0, 16.0, n - 16.0, 5.0]
+    assert grown < 8 << 20, f"the store left {grown / 2**20:.0f} MiB of the feature file mapped"

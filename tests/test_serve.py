@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import doctest
+import importlib
 import json
 import os
 import re
@@ -77,13 +78,39 @@ class Server:
         self.proc.wait()
 
 
-def client(address: str, dataset: Path, *args: str) -> subprocess.Popen:
+def client(address: str, dataset: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """A trainer stand-in; ``env`` given: its stderr is kept (``proc.stderr``)."""
     return subprocess.Popen([sys.executable, str(CLIENT), address, str(dataset), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ENV)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL if env is None else subprocess.PIPE,
+                            text=True, env=env or ENV)
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (the server's sampler workers)."""
+    with contextlib.suppress(OSError):
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return []
+
+
+def ring_maps(pid: int) -> int:
+    """How many mappings of a trainer's ring (``memfd:moment-ring``) process ``pid`` holds; -1 if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/maps").read_text().count("memfd:moment-ring")
+    except OSError:
+        return -1
+
+
+def wait_for(check, what: str, timeout: float = 30.0) -> None:
+    """Poll ``check()`` until true; a hang guard, not a timing assert."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"still waiting for {what} after {timeout:g} s"
+        time.sleep(0.1)
 
 
 def records(proc: subprocess.Popen, timeout: float = 90) -> list[dict]:
-    out, _ = proc.communicate(timeout=timeout)  # a hang guard, not a timing assert
+    out, err = proc.communicate(timeout=timeout)  # a hang guard, not a timing assert
+    proc.stderr_text = err or ""
     return [json.loads(x) for x in out.splitlines() if x.startswith("{")]
 
 
@@ -118,8 +145,10 @@ def listening_addresses(pid: int) -> list[str]:
 # -- in process: no rpc -----------------------------------------------------------------------------
 
 
-def test_docstring_examples():
-    result = doctest.testmod(serve, optionflags=doctest.ELLIPSIS)
+@pytest.mark.parametrize("module", ["__init__", "protocol", "ring", "workers", "device"])
+def test_docstring_examples(module):
+    mod = serve if module == "__init__" else importlib.import_module(f"training.serve.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
 
 
@@ -209,20 +238,39 @@ def test_a_trainer_gets_its_local_batches_from_the_server_and_mismatches_are_ref
                                  rank=1, world_size=2, seed=3)
         with RemoteBatchSource(server.address, rank=1, world_size=2, batch_size=256, fanouts=(10, 5), seed=3,
                                prefetch=2) as remote:
+            assert remote.transport == "shm"  # same host: the workers' shared-memory path
             assert remote.steps(0) == local.steps(0) > 2
             for epoch, start in ((0, 2), (1, 0)):
+                # holding every batch of the epoch: the ring grows instead of waiting for a slot
                 pairs = list(zip(remote.batches(epoch, start), local.batches(epoch, start), strict=True))
                 assert len(pairs) == local.steps(epoch) - start
                 for a, b in pairs:
                     assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
                     assert (a.batch_size, a.num_sampled_nodes) == (b.batch_size, b.num_sampled_nodes)
+                    assert a.num_sampled_edges == b.num_sampled_edges
+            ring = remote._feed.ring
+            assert ring.num_segments > 1
+            # an epoch left early abandons its prefetched requests; with every slot held or
+            # abandoned, the next epoch is still served whole
+            it = remote.batches(2)
+            first = next(it)
+            it.close()
+            got = list(remote.batches(3))
+            want = list(local.batches(3))
+            assert len(got) == len(want) and all(torch.equal(x.n_id, y.n_id) for x, y in zip(got, want, strict=True))
+            # every slot comes back once its batch's tensors are gone
+            remote._feed.poll()
+            del pairs, a, b, first, got, want
+            assert ring.free_slots() == ring.num_segments * ring.slots
         with pytest.raises(ServerError, match="closed"):
             next(remote.batches(0))
-        # a process can open a source again (rejoining under its first id)
+        # a process can open a source again (rejoining under its first id), here with the batches
+        # copied through rpc, the path of a trainer on another host
         with RemoteBatchSource(server.address, rank=1, world_size=2, batch_size=256, fanouts=(10, 5),
-                               seed=3) as again:
-            assert again.name == remote.name
-            assert torch.equal(next(again.batches(3)).n_id, next(local.batches(3)).n_id)
+                               seed=3, transport="rpc") as again:
+            assert again.name == remote.name and again.transport == "rpc"
+            for a, b in zip(again.batches(3), local.batches(3), strict=True):
+                assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
         log = server.finish()
     finally:
         server.kill()
@@ -266,6 +314,9 @@ def test_killed_trainer_spares_the_others_and_killed_server_gives_a_clear_error(
         assert read_until(victim, "step", 2)[-1]["event"] == "step"
         first = read_until(survivor, "step", 1)
         assert first[-1]["event"] == "step"
+        assert first[0]["transport"] == "shm"
+        workers = children(server.proc.pid)
+        assert len(workers) >= 1 and all(ring_maps(w) == 2 for w in workers), [ring_maps(w) for w in workers]
         # one job per server: a second rank 1, or another world size, is refused by the server
         for args, why in ((("--rank", "1", "--world-size", "2"), "rank 1 is already fed to trainer"),
                           (("--rank", "0", "--world-size", "3"), "feeds a world of 2 trainers")):
@@ -276,11 +327,17 @@ def test_killed_trainer_spares_the_others_and_killed_server_gives_a_clear_error(
         victim.wait()
         done = records(survivor)
         assert done[-1] == {"event": "done", "batches": 3 * first[0]["steps"]}, done[-1]
+        # the killed trainer's ring went with its sockets, the one that left with its goodbye
+        wait_for(lambda: all(ring_maps(w) == 0 for w in workers), "the workers to drop the trainers' rings")
         # the dead trainer was dropped from the group: a newcomer can still join, even
         # for the dead one's rank
+        # without TORCH_CPP_LOG_LEVEL, as a user runs it: torch's C++ warnings must stay quiet
+        quiet = {k: v for k, v in ENV.items() if k != "TORCH_CPP_LOG_LEVEL"}
         late = client(server.address, graph, "--rank", "0", "--world-size", "2", "--mode", "slow",
-                      "--epochs", "100", "--delay", "0.1")
+                      "--epochs", "100", "--delay", "0.1", "--prefetch", "8", env=quiet)
         assert read_until(late, "step", 3)[-1]["event"] == "step"
+        workers = children(server.proc.pid)
+        assert workers and all(ring_maps(w) > 0 for w in workers)  # the late trainer's ring, lent to each
         server.proc.send_signal(signal.SIGKILL)
         server.proc.wait()
         killed_at = time.monotonic()
@@ -289,6 +346,12 @@ def test_killed_trainer_spares_the_others_and_killed_server_gives_a_clear_error(
         assert end[-1]["event"] == "error" and end[-1]["type"] == "ServerError", end[-1]
         assert server.address in end[-1]["message"] and "moment serve" in end[-1]["message"]
         assert late.returncode == 3
+        # it had up to 8 batches prefetched; still it reports the death at once, not after them
+        assert sum(r["event"] == "step" for r in end) <= 1, end
+        stderr = late.stderr_text
+        assert "tensorpipe" not in stderr.lower() and "[W" not in stderr, stderr
+        # the workers die with their server: no process keeps shared memory
+        wait_for(lambda: all(ring_maps(w) == -1 for w in workers), "the sampler workers to exit")
         print(f"trainer stopped {waited:.1f} s after the server was killed "
               f"({end[-1]['seconds_since_last_batch']} s after its last batch)")
     finally:
@@ -318,3 +381,84 @@ def test_torchrun_two_trainers_train_from_the_server(graph, tmp_path):
     assert [r["epoch"] for r in epochs] == [0, 1]
     assert all(r["param_spread"] == 0 for r in epochs)  # the ranks stayed identical
     assert epochs[1]["loss"] < epochs[0]["loss"]
+
+
+# -- the shared-memory pieces, in process -------------------------------------------------------
+
+
+def test_worker_answers_into_the_ring_or_a_memfd_when_a_batch_is_too_big(graph):
+    """A worker's reply over a real socket pair: in the slot, or (too big) in a memfd sent with the reply."""
+    from training.data import open_dataset
+    from training.serve.protocol import OK, OVERSIZE, Reply, Request
+    from training.serve.ring import BatchRing, batch_from_memfd
+    from training.serve.workers import BatchMaker, _answer, _Trainer
+
+    ds = open_dataset(graph)
+    params = SamplingParams(256, (10, 5), 3)
+    maker = BatchMaker(ds.indptr, ds.indices, ds.train_idx, params)
+    local = list(LocalBatchSource(NeighborSampler(ds.indptr, ds.indices, (10, 5)), ds.train_idx, 256, seed=3)
+                 .batches(0))
+    worker_end, trainer_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    for slot_bytes, kind in ((64 << 20, OK), (4096, OVERSIZE)):
+        ring = BatchRing(slot_bytes, 2)
+        _, fd = ring.add_segment()
+        trainer = _Trainer({"name": "t", "rank": 0, "world_size": 1, "shuffle": True, "slot_bytes": slot_bytes,
+                            "slots": 2}, os.dup(fd))
+        slot = ring.take()
+        _answer(worker_end, trainer, maker, Request(seq=1, slot=slot, epoch=0, step=1))
+        msg, fds, _, _ = socket.recv_fds(trainer_end, 1 << 16, 1)
+        reply = Reply.decode(msg, layers=2)
+        assert reply.kind == kind and reply.seq == 1
+        shape = dict(num_nodes=reply.num_nodes, num_edges=reply.num_edges, batch_size=reply.batch_size,
+                     counts=reply.counts)
+        got = ring.batch(slot, **shape) if kind == OK else batch_from_memfd(fds[0], **shape)
+        want = local[1]
+        assert torch.equal(got.n_id, want.n_id) and torch.equal(got.edge_index, want.edge_index)
+        assert (got.num_sampled_nodes, got.num_sampled_edges) == (want.num_sampled_nodes, want.num_sampled_edges)
+        del got
+        trainer.ring.close()
+        ring.close()
+    # a step outside the epoch comes back as an error reply, not a dead worker
+    _answer(worker_end, trainer, maker, Request(seq=2, slot=0, epoch=0, step=999))
+    reply = Reply.decode(trainer_end.recv(1 << 16), layers=2)
+    assert reply.message.startswith("step 999 is outside")
+    worker_end.close()
+    trainer_end.close()
+
+
+def test_slot_bound_holds_every_batch(graph):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from training.data import open_dataset
+    from training.serve.protocol import slot_bytes_bound
+    from training.serve.ring import batch_nbytes
+
+    ds = open_dataset(graph)
+    indptr, indices = torch.from_numpy(np.asarray(ds.indptr)), torch.from_numpy(np.asarray(ds.indices))
+    max_degree = int((indptr[1:] - indptr[:-1]).max())
+
+    @settings(max_examples=25, deadline=None)
+    @given(fanouts=st.lists(st.sampled_from([-1, 1, 3, 10]), min_size=1, max_size=3),
+           batch=st.integers(1, 300), world=st.integers(1, 3), seed=st.integers(0, 9))
+    def check(fanouts, batch, world, seed):
+        params = SamplingParams(batch, tuple(fanouts), seed)
+        bound = slot_bytes_bound(params, world, ds.num_nodes, int(indptr[-1]), max_degree)
+        sampler = NeighborSampler(indptr, indices, tuple(fanouts), seed=seed)
+        seeds = torch.from_numpy(np.asarray(ds.train_idx[:-(-batch // world)], dtype=np.int64))
+        assert batch_nbytes(sampler.sample(seeds)) <= bound
+
+    check()
+
+
+def test_cuda_handover_is_refused_without_cuda(graph):
+    from training.serve.device import device_handover_available, pack_device_batch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal does not apply")
+    assert device_handover_available("cuda") == "CUDA is not available on this machine"
+    with pytest.raises(ServerError, match="device cuda: CUDA is not available"):
+        SamplingServer(graph, SamplingParams(16, (2,)), device="cuda")
+    b = NeighborSampler(torch.tensor([0, 1, 1]), torch.tensor([1]), (1,)).sample(torch.tensor([0]))
+    with pytest.raises(ValueError, match="needs CUDA tensors"):
+        pack_device_batch(b)

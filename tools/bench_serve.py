@@ -1,22 +1,26 @@
 """Batches/s and MB/s of trainers fed by ``moment serve`` vs trainers that sample locally (not a test).
 
-    python tools/bench_serve.py [--nodes 200000 --edges 2000000] [--steps 40] [--json PATH]
+    python tools/bench_serve.py [--nodes 200000 --edges 2000000] [--steps 300 --rounds 5] [--json PATH]
 
 Generates (once, cached in ``--workdir``) a synthetic power-law graph, then for 1 and 2
 trainer processes measures the same batches (same seed, epoch, ranks and steps) two
 ways: each trainer samples itself (``LocalBatchSource``, one intra-op thread, as the
-server's samplers use), or a ``moment serve`` process with ``--threads`` sampling
-threads sends them (``RemoteBatchSource``, prefetch 4). Trainers only consume batches
-(no model), so this is the sampling path's ceiling: batches/s and MB/s (the batch
-tensors' bytes) summed over trainers, and served/local as the ratio. Every figure is
-the median of ``--rounds`` rounds, local and served alternating so that load from
-others on a shared machine hits both alike. The trainers' start-up (importing torch,
-joining the rpc group) is outside the timed loop.
+server's samplers use), or a ``moment serve`` process with ``--workers`` sampler
+processes sends them (``RemoteBatchSource``, prefetch 4, through the trainers' shared-memory
+rings; ``--transport rpc`` for the copy through rpc instead). Trainers only consume
+batches (no model), so this is the sampling path's ceiling: batches/s and MB/s (the batch
+tensors' bytes) summed over trainers, and served/local as the ratio. Every figure is the
+median of ``--rounds`` rounds (with the range of the ratio over rounds), local and served
+alternating so that load from others on a shared machine hits both alike; the load
+averages are printed with them. The trainers' start-up (importing torch, joining the rpc
+group) is outside the timed loop.
 
-On a machine with few cores the server competes with its trainers for the same cores:
-a ratio below 1 is the cost of the transport (one copy per tensor through TensorPipe's
-``cma`` channel, pickling, rpc hops); above 1 the server's threads sample while the
-trainer would otherwise be busy.
+On a machine with few cores the server's workers compete with the trainers for the same
+cores: with one trainer the workers sample on every core while local sampling has one;
+with as many trainers as cores, local sampling already fills them, and a ratio below 1 is
+the cost of the hand-over (requests, a copy into the slot). So the CPU time per batch of
+every process involved (trainers, server, workers) is printed too: unlike batches/s it
+hardly depends on what else runs on the machine.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ from _results import Figure, write  # noqa: E402
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "TORCH_CPP_LOG_LEVEL": "ERROR"}
 
 
+def _load() -> str:
+    return "load " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def trainer(args: argparse.Namespace) -> int:
     """One trainer process: wait for 'go' on stdin, consume ``--steps`` batches, print JSON."""
     import torch
@@ -53,7 +61,8 @@ def trainer(args: argparse.Namespace) -> int:
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
     if args.server:
         src = RemoteBatchSource(args.server, rank=args.rank, world_size=args.world_size,
-                                batch_size=args.batch_size, fanouts=fanouts, seed=args.seed, prefetch=4)
+                                batch_size=args.batch_size, fanouts=fanouts, seed=args.seed, prefetch=4,
+                                transport=args.transport)
     else:
         ds = open_dataset(args.dataset, validate=False)
         sampler = NeighborSampler(ds.indptr, ds.indices, fanouts, seed=0, num_threads=1)
@@ -62,7 +71,7 @@ def trainer(args: argparse.Namespace) -> int:
     print(json.dumps({"ready": True}), flush=True)
     sys.stdin.readline()
     count = nbytes = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), os.times()
     epoch = 0
     while count < args.steps:
         for batch in src.batches(epoch):
@@ -71,37 +80,59 @@ def trainer(args: argparse.Namespace) -> int:
             if count == args.steps:
                 break
         epoch += 1
-    seconds = time.perf_counter() - t0
+    seconds, c1 = time.perf_counter() - t0, os.times()
     src.close()
-    print(json.dumps({"batches": count, "bytes": nbytes, "seconds": seconds}), flush=True)
+    cpu = c1.user - c0.user + c1.system - c0.system
+    print(json.dumps({"batches": count, "bytes": nbytes, "seconds": seconds, "cpu_s": cpu}), flush=True)
     return 0
 
 
-def run_trainers(args, n: int, server: str | None) -> tuple[float, float]:
-    """Start ``n`` trainers, release them together; (batches/s, MB/s) over the slowest one's time."""
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process ``pid`` and its children (the sampler workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+    return total
+
+
+def run_trainers(args, n: int, server: str | None, server_pid: int | None = None) -> tuple[float, float, float]:
+    """Start ``n`` trainers, release them together; (batches/s, MB/s) over the slowest one's time, and the
+    CPU milliseconds per batch of the trainers plus (served) the server and its workers."""
     procs = []
     for rank in range(n):
         cmd = [sys.executable, __file__, "--as-trainer", "--dataset", str(args.dataset_dir), "--rank", str(rank),
                "--world-size", str(n), "--steps", str(args.steps), "--fanouts", args.fanouts,
-               "--batch-size", str(args.batch_size), "--seed", "1"] + (["--server", server] if server else [])
+               "--batch-size", str(args.batch_size), "--seed", "1",
+               "--transport", args.transport] + (["--server", server] if server else [])
         procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV))
     for p in procs:
         line = p.stdout.readline()
         if not line.startswith("{"):
             raise SystemExit(f"a trainer failed to start: {line}{p.communicate()[0]}")
+    served0 = _tree_cpu_s(server_pid) if server_pid else 0.0
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
     results = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+    served_cpu = _tree_cpu_s(server_pid) - served0 if server_pid else 0.0
     seconds = max(r["seconds"] for r in results)
-    return sum(r["batches"] for r in results) / seconds, sum(r["bytes"] for r in results) / seconds / 1e6
+    batches = sum(r["batches"] for r in results)
+    cpu_ms = (sum(r["cpu_s"] for r in results) + served_cpu) / batches * 1e3
+    return batches / seconds, sum(r["bytes"] for r in results) / seconds / 1e6, cpu_ms
 
 
 def start_server(args) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "moment", "serve", "--dataset", str(args.dataset_dir), "--port", "0",
          "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--seed", "1",
-         "--threads", str(args.threads), "--no-validate"],
+         "--no-validate"] + (["--workers", str(args.workers)] if args.workers is not None else []),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=REPO)
     for line in proc.stdout:
         m = re.search(r"--server (\S+)", line)
@@ -116,9 +147,11 @@ def main() -> int:
     p.add_argument("--edges", type=int, default=2_000_000)
     p.add_argument("--fanouts", default="25,10")
     p.add_argument("--batch-size", type=int, default=1024, help="global seeds per step")
-    p.add_argument("--steps", type=int, default=40, help="batches per trainer per round")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2, help="the server's sampling threads")
+    p.add_argument("--steps", type=int, default=300, help="batches per trainer per round (default 300)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--workers", type=int, help="the server's sampler worker processes (default: one per CPU)")
+    p.add_argument("--transport", choices=("auto", "shm", "rpc"), default="auto",
+                   help="how served batches travel (default auto: shared memory on one host)")
     p.add_argument("--workdir", default="/tmp/moment-bench-serve")
     p.add_argument("--json", metavar="PATH", help="also write the figures here")
     # trainer role (internal)
@@ -142,27 +175,37 @@ def main() -> int:
                                                train_share=0.5, seed=1))
     server, address = start_server(args)
     rows = []
+    load0 = _load()
     try:
         for n in (1, 2):
             local, served = [], []
             for _ in range(args.rounds):
                 local.append(run_trainers(args, n, None))
-                served.append(run_trainers(args, n, address))
+                served.append(run_trainers(args, n, address, server.pid))
             lb, lm = (statistics.median(x[i] for x in local) for i in (0, 1))
             sb, sm = (statistics.median(x[i] for x in served) for i in (0, 1))
-            rows.append((n, lb, lm, sb, sm))
+            ratios = sorted(s[0] / lo[0] for s, lo in zip(served, local, strict=True))
+            cpu = (statistics.median(x[2] for x in local), statistics.median(x[2] for x in served))
+            rows.append((n, lb, lm, sb, sm, ratios, cpu))
     finally:
         server.terminate()
         server.wait(timeout=30)
+    load1 = _load()
     print(f"\nfan-out {args.fanouts}, global batch {args.batch_size}, {args.steps} batches per trainer, "
-          f"server threads {args.threads}, {os.cpu_count()} CPUs, median of {args.rounds} rounds")
-    print(f"{'trainers':>8} {'local b/s':>10} {'local MB/s':>11} {'served b/s':>11} {'served MB/s':>12} {'served/local':>13}")
+          f"server workers {args.workers or os.cpu_count()}, transport {args.transport}, {os.cpu_count()} CPUs, "
+          f"median of {args.rounds} rounds; {load0} before, {load1} after")
+    print(f"{'trainers':>8} {'local b/s':>10} {'local MB/s':>11} {'served b/s':>11} {'served MB/s':>12} "
+          f"{'served/local':>13} {'range':>12} {'CPU ms/batch local, served':>27}")
     figures = []
-    for n, lb, lm, sb, sm in rows:
-        print(f"{n:>8} {lb:>10.1f} {lm:>11.1f} {sb:>11.1f} {sm:>12.1f} {sb / lb:>13.2f}")
+    for n, lb, lm, sb, sm, ratios, cpu in rows:
+        print(f"{n:>8} {lb:>10.1f} {lm:>11.1f} {sb:>11.1f} {sm:>12.1f} {sb / lb:>13.2f} "
+              f"{ratios[0]:>5.2f}..{ratios[-1]:.2f} {cpu[0]:>18.2f}, {cpu[1]:.2f}")
         figures.append(Figure("serve", f"{n} trainer(s), fan-out {args.fanouts}, batch {args.batch_size}",
-                              "batches/s", sb, lb, "local sampling in the trainer",
-                              note=f"served {sm:.1f} MB/s vs local {lm:.1f} MB/s"))
+                              "batches/s", sb, lb, "local sampling in the trainer", target="ratio >= 1.0",
+                              note=f"served {sm:.1f} MB/s vs local {lm:.1f} MB/s; CPU per batch (all processes) "
+                                   f"served {cpu[1]:.2f} ms vs local {cpu[0]:.2f} ms; paired ratios "
+                                   f"{ratios[0]:.2f}..{ratios[-1]:.2f} over {args.rounds} rounds; {load0} before, "
+                                   f"{load1} after"))
     write(args.json, "bench_serve", figures, shlex.join(sys.argv))
     return 0
 

@@ -112,7 +112,9 @@ DGL_SIDE = textwrap.dedent(
 def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, **kw)
     if proc.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+        why = (" (killed by a signal: over the memory cgroup's limit? lower --batch-size or the fan-outs)"
+               if proc.returncode < 0 or proc.returncode == 137 else "")
+        sys.exit(f"failed{why}: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
     return proc
 
 
@@ -163,7 +165,10 @@ def ours(args, dataset: Path, metrics: Path, placement: Path | None, cgroup: Cgr
     metrics.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "moment", "train", "--dataset", str(dataset), "--model", "sage",
            "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
-           "--lr", str(args.lr), "--epochs", "1", "--eval-every", "0", "--metrics", str(metrics)]
+           "--lr", str(args.lr), "--epochs", "1", "--eval-every", "0", "--metrics", str(metrics),
+           # the run ends with an evaluation (not timed: epoch_s stops before it); in training's batch
+           # size, so that its batches fit the same memory budget
+           "--eval-batch-size", str(args.batch_size)]
     if placement is not None:
         cmd += ["--placement", str(placement)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -199,7 +204,11 @@ class Dgl:
 
     def close(self) -> None:
         self.proc.stdin.close()
-        self.proc.wait(timeout=60)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # still in a round the parent gave up on
+            self.proc.kill()
+            self.proc.wait()
 
 
 def parse_size(text: str) -> int:

@@ -6,8 +6,10 @@ overhead and the GIL to roughly 60% of what the device gives
 ``queue_depth`` reads in flight from one thread with two system calls per
 batch of completions, and the bookkeeping is vectorised with numpy, so the
 Python cost per read is a few array elements (what fio's ``libaio`` engine
-does). The queue is refilled right after each reap, before any bookkeeping. It only runs asynchronously with O_DIRECT; buffered files use the
-thread engine. ``ctypes`` drops the GIL during each system call, so other
+does). The queue is refilled right after each reap, before any bookkeeping.
+It only runs asynchronously with O_DIRECT; buffered files use the thread
+engine. What a completion means (done, short, failed) is
+:class:`iostack.backends._inflight.Reads`'s, shared with the io_uring engine. ``ctypes`` drops the GIL during each system call, so other
 threads (a training step, another gather) keep running while it waits.
 """
 
@@ -15,12 +17,14 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import platform
 from collections.abc import Callable
 
 import numpy as np
 
+from iostack.backends._inflight import Reads
 from iostack.backends.base import CompletedPrefix, libc_syscall
 
 #: (io_setup, io_destroy, io_submit, io_getevents) per architecture
@@ -33,7 +37,7 @@ EVENT = np.dtype([("data", "<u8"), ("obj", "<u8"), ("res", "<i8"), ("res2", "<i8
 assert IOCB.itemsize == 64 and EVENT.itemsize == 32
 
 
-
+@functools.cache
 def available() -> str | None:
     """None when native AIO can be used here, else why not."""
     if platform.machine() not in _NR or os.name != "posix":
@@ -128,7 +132,7 @@ class AioContext:
         cb["buf"] = buf_addrs
         cb["nbytes"] = nbytes
         cb["offset"] = offsets
-        cb_nbytes = cb["nbytes"]
+        reads = Reads(offsets, nbytes, buf_addrs)
         ptr0 = self.ptrs.ctypes.data
         events = self.events
         ev_addr = events.ctypes.data
@@ -171,23 +175,13 @@ class AioContext:
                 got = self._submit(ptr0 + 8 * nxt, min(k, sb))
                 nxt += got
                 inflight += got
-            idx = ev_data[:r]
-            res = ev_res[:r]
-            want = cb_nbytes[idx]
-            if (res != want).any():
-                bad = res != want
-                for i, got in zip(idx[bad].tolist(), res[bad].tolist(), strict=True):
-                    if got < 0:
-                        raise OSError(-got, f"read at offset {int(cb['offset'][i])}: {os.strerror(-got)}")
-                    if got == 0 or got > cb_nbytes[i]:
-                        raise OSError(errno.EIO, f"read at offset {int(cb['offset'][i])} hit the end of the file")
-                    # continue the short read from where it stopped
-                    cb["offset"][i] += got
-                    cb["buf"][i] += got
-                    cb["nbytes"][i] -= got
-                    retry.append(i)
-                idx = idx[~bad]
-            tracker.completed(idx)
+            done, again = reads.settle(ev_data[:r].copy(), ev_res[:r].copy())
+            if again.size:  # continue the short reads from where they stopped
+                cb["offset"][again] = reads.off[again].astype(np.int64)
+                cb["buf"][again] = reads.addr[again]
+                cb["nbytes"][again] = reads.left[again].astype(np.uint64)
+                retry.extend(again.tolist())
+            tracker.completed(done)
         tracker.finish()
 
     def close(self) -> None:

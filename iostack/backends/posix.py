@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iostack.backends import _aio, _engine, _uring
+from iostack.backends import _aio, _engine, _uring, choice
 from iostack.backends.base import BinHandle, ReadBackend, aligned_empty
 from iostack.backends.base import coalesced_runs as _runs
 from iostack.bins import PAGE, BinFile
@@ -74,8 +74,9 @@ def probe_direct(path: str, nbytes: int = PAGE) -> tuple[bool, str | None]:
         os.close(fd)
 
 
-#: read engines: ``aio`` (native AIO), ``uring`` (io_uring), ``threads`` (preadv); ``auto`` takes the first that works
-ENGINES = ("auto", "aio", "uring", "threads")
+#: read engines: ``uring`` (io_uring), ``aio`` (native AIO), ``threads`` (preadv); ``auto``: see :mod:`.choice`
+ENGINES = ("auto", "uring", "aio", "threads")
+_ASYNC = {"uring": _uring, "aio": _aio}
 __all__ = ["ENGINES", "PosixBackend", "aligned_empty", "probe_direct"]
 
 
@@ -149,19 +150,16 @@ class PosixBackend(ReadBackend):
         self._reader: _engine.ThreadReader | None = None
         self._aio: _aio.AioContext | _uring.Uring | None = None
         self._aio_fds: dict[int, int] = {}
-        # the asynchronous engine for O_DIRECT files: io_uring, else native AIO
+        # the asynchronous engine for O_DIRECT files (one serves every bin): named, or for "auto"
+        # the one measured fastest on the first bin's device, else the first of DEFAULT_ORDER that works
+        self.engine = engine
         self._async: str | None = None
-        why: dict[str, str | None] = {}
-        # native AIO first: at the same depth it measured as fast as io_uring here, with less Python per turn
-        for name, mod in (("aio", _aio), ("uring", _uring)):
-            if engine in ("auto", name):
-                why[name] = mod.available()
-                if why[name] is None:
-                    self._async = name
-                    break
-        if engine in ("uring", "aio") and self._async is None:
-            raise StoreError(f"posix backend: engine {engine} is not available here: {why[engine]}")
-        self._aio_ok = self._async is not None
+        if engine in _ASYNC:
+            why = _ASYNC[engine].available()
+            if why is not None:
+                raise StoreError(f"posix backend: engine {engine} is not available here: {why}")
+            self._async = engine
+        self._aio_ok = engine != "threads"
         if self.processes == 0:
             self._ctl_mv = memoryview(self._ctl_map).cast("q")
             self._stg_mv = memoryview(self._stg_map)
@@ -169,7 +167,15 @@ class PosixBackend(ReadBackend):
 
     def engine_of(self, handle: BinHandle) -> str:
         """``"uring"`` (io_uring) or ``"aio"`` (native AIO) for O_DIRECT files, else ``"threads"`` (preadv)."""
-        return (self._async or "aio") if handle.fid in self._aio_fds else "threads"
+        return (self._async or "?") if handle.fid in self._aio_fds else "threads"
+
+    def _pick_async(self, path: str) -> str | None:
+        """For ``auto``: the engine recorded for ``path``'s device if it works here, else the first that works."""
+        recorded = choice.recorded_engine(path)
+        for name in ((recorded,) if recorded else ()) + choice.DEFAULT_ORDER:
+            if _ASYNC[name].available() is None:
+                return name
+        return None
 
     # -- workers -----------------------------------------------------------
     def _start_workers(self) -> None:
@@ -235,8 +241,11 @@ class PosixBackend(ReadBackend):
                 raise StoreError(f"{path}: {note}; pass direct='auto' to allow buffered reads")
         with self._lock:
             fid = next(self._fids)
+            if direct and self._aio_ok and self._async is None:
+                self._async = self._pick_async(path)
+                self._aio_ok = self._async is not None
             if direct and self._aio_ok:
-                # native AIO is asynchronous only with O_DIRECT; one context serves every bin
+                # the engines are asynchronous only with O_DIRECT; one ring / context serves every bin
                 if self._aio is None:
                     self._aio = (_uring.Uring(self.queue_depth) if self._async == "uring"
                                  else _aio.AioContext(self.queue_depth))
@@ -260,7 +269,10 @@ class PosixBackend(ReadBackend):
     def close_handle(self, handle: BinHandle) -> None:
         with self._lock:
             if handle.fid in self._aio_fds:
-                os.close(self._aio_fds.pop(handle.fid))
+                fd = self._aio_fds.pop(handle.fid)
+                if isinstance(self._aio, _uring.Uring):
+                    self._aio.forget(fd)  # the ring's file table would keep the file open
+                os.close(fd)
             elif self._reader is not None:
                 fd = self._local_fds.pop(handle.fid, None)
                 if fd is not None:

@@ -1,0 +1,305 @@
+"""The sampler worker processes of ``moment serve``: what they sample, and the process each one is.
+
+Sampling is CPU-bound Python and torch: threads of one interpreter contend for the GIL
+(measured before: 0.41x of local sampling with 2 trainers on 2 cores). So the server
+runs ``workers`` processes (``python -m training.serve._worker_main``), each with one
+intra-op thread, each listening on its own abstract Unix socket
+(:func:`~training.serve.protocol.worker_socket_name`). A trainer on the same host
+connects to every worker, lends each its ring (:mod:`training.serve.ring`) and sends
+requests of a few dozen bytes; a worker samples, writes the batch into the slot the
+request names and replies with its shape. The server process itself stays out of the
+data path.
+
+A worker's stdin is its control pipe from the server (JSON lines: ``{"op": "drop",
+"name": ...}`` closes a trainer's connection); its end (the server exited, or was
+killed) ends the worker, as does the server's death through ``PR_SET_PDEATHSIG``, so
+no worker outlives its server.
+
+>>> from training.serve.protocol import SamplingParams
+>>> import numpy as np
+>>> maker = BatchMaker(np.array([0, 1, 2, 2]), np.array([1, 2], dtype=np.int32), np.arange(3),
+...                    SamplingParams(batch_size=2, fanouts=(1,), seed=0))
+>>> maker.steps(), maker.sample(0, 0, 1, 1).batch_size  # 3 seeds in batches of 2
+(2, 1)
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from training.batches import _mix, epoch_permutation, num_steps
+from training.sampler import NeighborSampler, SampledBatch
+from training.serve.protocol import (
+    DEVICE,
+    ERROR,
+    MAX_MESSAGE,
+    OK,
+    OVERSIZE,
+    Reply,
+    Request,
+    SamplingParams,
+    ServerError,
+)
+from training.serve.ring import RingWriter, batch_to_memfd
+
+#: a message's first byte: its kind (requests are binary, the rest JSON)
+HELLO, SEGMENT, REQUEST = b"H", b"S", b"R"
+
+
+class BatchMaker:
+    """``(epoch, rank, world_size, step) -> SampledBatch``, exactly as :class:`~training.batches.LocalBatchSource`.
+
+    One sampler per thread (one torch intra-op thread each); epoch orders are cached
+    (trainers of one job are within an epoch of each other).
+    """
+
+    def __init__(self, indptr, indices, train_idx, params: SamplingParams, device: str = "cpu") -> None:
+        import warnings
+
+        with warnings.catch_warnings():  # read-only memory maps: the sampler never writes to the CSR
+            warnings.simplefilter("ignore", UserWarning)
+            self.indptr = torch.as_tensor(indptr).to(device)
+            self.indices = torch.as_tensor(indices).to(device)
+        self.train_idx = torch.as_tensor(np.asarray(train_idx, dtype=np.int64))
+        self.params, self.device = params, device
+        # one throwaway sampler validates fan-outs and the CSR now, not in a worker
+        NeighborSampler(self.indptr, self.indices, params.fanouts, seed=0)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._orders: collections.OrderedDict[tuple[int, bool], torch.Tensor] = collections.OrderedDict()
+
+    def steps(self) -> int:
+        return num_steps(int(self.train_idx.numel()), self.params.batch_size)
+
+    def sample(self, epoch: int, rank: int, world_size: int, step: int, *, shuffle: bool = True) -> SampledBatch:
+        """The batch :class:`~training.batches.LocalBatchSource` yields for these coordinates."""
+        if not 0 <= rank < world_size:
+            raise ServerError(f"rank {rank} is outside a world of {world_size} trainers")
+        b, steps = self.params.batch_size, self.steps()
+        if not 0 <= step < steps:
+            raise ServerError(f"step {step} is outside epoch {epoch}'s {steps} steps")
+        seeds = torch.tensor_split(self._order(epoch, shuffle)[step * b:(step + 1) * b], world_size)[rank]
+        sampler = getattr(self._local, "sampler", None)
+        if sampler is None:
+            sampler = self._local.sampler = NeighborSampler(self.indptr, self.indices, self.params.fanouts,
+                                                            seed=0, num_threads=1)
+        sampler.reseed(_mix(self.params.seed, epoch, rank, step, 1))
+        return sampler.sample(seeds.to(self.device))
+
+    def _order(self, epoch: int, shuffle: bool) -> torch.Tensor:
+        key = (int(epoch), bool(shuffle))
+        with self._lock:
+            hit = self._orders.get(key)
+            if hit is not None:
+                self._orders.move_to_end(key)
+                return hit
+        idx = self.train_idx
+        order = idx[epoch_permutation(idx.numel(), epoch, self.params.seed)] if shuffle else idx
+        with self._lock:
+            self._orders[key] = order
+            while len(self._orders) > 4:
+                self._orders.popitem(last=False)
+        return order
+
+
+# ----------------------------------------------------------------------------------------------
+# the worker process
+
+
+class _Trainer:
+    """One trainer's connection to this worker."""
+
+    def __init__(self, hello: dict, fd: int) -> None:
+        self.name = str(hello["name"])
+        self.rank, self.world_size = int(hello["rank"]), int(hello["world_size"])
+        self.shuffle = bool(hello["shuffle"])
+        self.ring = RingWriter(int(hello["slot_bytes"]), int(hello["slots"]))
+        self.ring.add_segment(0, fd)
+
+
+def _set_parent_death_signal() -> None:
+    with contextlib.suppress(Exception):  # Linux only; stdin's end covers the rest
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _answer(conn: socket.socket, trainer: _Trainer, maker: BatchMaker, req: Request) -> None:
+    try:
+        batch = maker.sample(req.epoch, trainer.rank, trainer.world_size, req.step, shuffle=trainer.shuffle)
+    except ServerError as exc:
+        conn.send(Reply(ERROR, req.seq, message=str(exc)).encode())
+        return
+    except Exception as exc:  # a bug: send it back rather than leave the trainer waiting
+        conn.send(Reply(ERROR, req.seq, message=f"internal error on the server: {type(exc).__name__}: {exc}").encode())
+        return
+    counts = (*batch.num_sampled_nodes, *batch.num_sampled_edges)
+    shape = dict(num_nodes=batch.num_nodes, num_edges=batch.num_edges, batch_size=batch.batch_size, counts=counts)
+    if batch.n_id.device.type == "cuda":
+        from training.serve.device import pack_device_batch
+
+        conn.send(Reply(DEVICE, req.seq, req.slot, payload=pack_device_batch(batch), **shape).encode())
+    elif trainer.ring.write(req.slot, batch):
+        conn.send(Reply(OK, req.seq, req.slot, **shape).encode())
+    else:  # too big for a slot: its own memfd, sent with the reply
+        fd = batch_to_memfd(batch)
+        try:
+            socket.send_fds(conn, [Reply(OVERSIZE, req.seq, req.slot, **shape).encode()], [fd])
+        finally:
+            os.close(fd)
+
+
+def serve_worker(cfg: dict) -> int:
+    """A worker: open the dataset, listen, answer trainers until stdin closes."""
+    from training.data import open_dataset
+
+    _set_parent_death_signal()
+    if os.getppid() != cfg["parent"]:  # the server died before the signal was armed
+        return 0
+    torch.set_num_threads(1)
+    ds = open_dataset(cfg["dataset"], validate=False)
+    params = SamplingParams(int(cfg["batch_size"]), tuple(cfg["fanouts"]), int(cfg["seed"]))
+    maker = BatchMaker(ds.indptr, ds.indices, ds.train_idx, params, cfg.get("device", "cpu"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(cfg["socket"])
+    listener.listen(64)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, "listen")
+    sel.register(sys.stdin, selectors.EVENT_READ, "control")
+    print("ready", flush=True)
+    conns: dict[socket.socket, _Trainer | None] = {}
+
+    def drop(conn: socket.socket) -> None:
+        trainer = conns.pop(conn, None)
+        sel.unregister(conn)
+        conn.close()
+        if trainer is not None:
+            trainer.ring.close()
+
+    while True:
+        for key, _ in sel.select():
+            if key.data == "listen":
+                conn, _ = listener.accept()
+                conns[conn] = None
+                sel.register(conn, selectors.EVENT_READ, "trainer")
+            elif key.data == "control":
+                line = sys.stdin.readline()
+                if not line:
+                    return 0  # the server is gone
+                msg = json.loads(line)
+                if msg.get("op") == "drop":
+                    for c in [c for c, t in conns.items() if t is not None and t.name == msg["name"]]:
+                        drop(c)
+            else:
+                _on_message(key.fileobj, conns, maker, cfg["token"], drop)
+
+
+def _on_message(conn: socket.socket, conns: dict, maker: BatchMaker, token: str, drop) -> None:
+    try:
+        msg, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 4)
+    except OSError:
+        msg, fds = b"", []
+    trainer = conns.get(conn)
+    kind, body = msg[:1], msg[1:]
+    try:
+        if not msg:  # the trainer left or died: its ring goes with its connection
+            drop(conn)
+        elif kind == REQUEST and trainer is not None:
+            _answer(conn, trainer, maker, Request.decode(body))
+        elif kind == SEGMENT and trainer is not None and fds:
+            trainer.ring.add_segment(int(json.loads(body)["seg"]), fds.pop())
+        elif kind == HELLO and trainer is None and fds:
+            hello = json.loads(body)
+            if hello.get("token") != token:
+                conn.send(b'{"error": "wrong token: this socket belongs to another server"}')
+                drop(conn)
+            else:
+                conns[conn] = _Trainer(hello, fds.pop())
+                conn.send(b'{"ok": true}')
+        else:
+            drop(conn)  # a protocol error: nothing sensible to answer
+    except OSError:  # the trainer went away while we answered
+        if conn in conns:
+            drop(conn)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+# ----------------------------------------------------------------------------------------------
+# the server's side
+
+
+class WorkerPool:
+    """``count`` worker processes for one server; :meth:`start` returns once all listen."""
+
+    def __init__(self, cfg: dict, sockets: list[str]) -> None:
+        self.cfg, self.sockets = cfg, sockets
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, timeout_s: float) -> None:
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])  # the workers import this very package
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        try:
+            for name in self.sockets:
+                cfg = {**self.cfg, "socket": name, "parent": os.getpid()}
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "training.serve._worker_main", json.dumps(cfg)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env))
+            deadline = time.monotonic() + timeout_s
+            for p in self.procs:
+                assert p.stdout is not None
+                sel = selectors.DefaultSelector()
+                sel.register(p.stdout, selectors.EVENT_READ)
+                if not sel.select(max(0.0, deadline - time.monotonic())) or p.stdout.readline().strip() != "ready":
+                    raise ServerError(f"a sampler worker did not start within {timeout_s:g} s "
+                                      f"(exit status {p.poll()}; its error is above)")
+        except OSError as exc:
+            self.close()
+            raise ServerError(f"cannot start sampler workers: {exc.strerror or exc}") from None
+        except ServerError:
+            self.close()
+            raise
+
+    def dead(self) -> list[int]:
+        """Indices of workers that exited."""
+        return [i for i, p in enumerate(self.procs) if p.poll() is not None]
+
+    def drop(self, name: str) -> None:
+        """Close trainer ``name``'s connections (the server forgot it)."""
+        for p in self.procs:
+            with contextlib.suppress(OSError, ValueError):
+                assert p.stdin is not None
+                p.stdin.write(json.dumps({"op": "drop", "name": name}) + "\n")
+                p.stdin.flush()
+
+    def close(self) -> None:
+        for p in self.procs:
+            with contextlib.suppress(OSError):
+                if p.stdin is not None:
+                    p.stdin.close()  # the worker's cue to leave
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            if p.stdout is not None:
+                with contextlib.suppress(OSError):
+                    p.stdout.close()
+        self.procs = []
+
