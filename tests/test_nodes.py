@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -123,13 +124,13 @@ def test_a_dead_node_is_a_clear_error_and_the_job_resumes(cora, shards, tmp_path
     wait_all(procs)
     text = log(tmp_path / "a", 0).strip().splitlines()[-1]
     assert code == 2 and waited < 30, (code, waited)
-    assert text.startswith("moment train: error: epoch 1, step ") and "another rank died" in text, text
+    assert re.match(r"moment train: error: epoch [12], step \d+: .*another rank died", text), text
     assert "--resume" in text
     saved = torch.load(ck / CHECKPOINT_NAME, weights_only=False)
-    assert saved["epoch"] == 1 and saved["step"] > 0
+    assert 1 <= saved["epoch"] < 3  # mid-training: the restart has work left
     procs = launch([a + ["--resume"] for a in node], logs=tmp_path / "b")
     assert wait_all(procs) == [[0], [0]], log(tmp_path / "b", 0)[-2000:]
-    assert f"resuming at epoch 1, step {saved['step']}" in log(tmp_path / "b", 0)
+    assert f"resuming at epoch {saved['epoch']}, step {saved['step']}" in log(tmp_path / "b", 0)
     # the resumed job ends where an uninterrupted one does (one process: the same global batches)
     whole = train(TrainConfig(dataset=str(cora), batch_size=7, epochs=3, **CFG))
     final = torch.load(ck / CHECKPOINT_NAME, weights_only=False)

@@ -94,6 +94,7 @@ from training.devices import (
     rank_device,
     sampling_device,
 )
+from training.exchange import PeerLostError
 from training.models import build_model
 from training.sampler import NeighborSampler, SampledBatch
 
@@ -1066,7 +1067,10 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
 def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.optim.Optimizer, pre: Prefetcher,
           world: _World, n_train: int, batch_size: int, step: int, sums: _Sums, *, epoch: int = 0) -> dict:
     t0 = time.perf_counter()
-    item, waited = pre.get()
+    try:
+        item, waited = pre.get()
+    except PeerLostError as exc:  # the prefetch thread's feature exchange lost a peer: say when
+        raise PeerLostError(f"epoch {epoch}, step {step}: {exc}") from None
     if item is None:
         raise TrainError(f"the batch source ended before step {step}; it must yield every step of the epoch")
     item.wait()  # its copies were issued on the prefetch thread's stream
