@@ -183,3 +183,14 @@ def test_kill_9_of_every_local_rank_leaves_no_shared_segment(cora, tmp_path):
     procs = launch([[*argv[:-2], "--epochs", "1"]], local_size=2, logs=tmp_path / "b", env=env)
     assert wait_all(procs) == [[0, 0]], log(tmp_path / "b", 0)[-2000:]
     assert os.listdir(shm) == []
+
+
+def test_bad_node_options_are_one_line(cora, shards, capsys):
+    from moment.cli import main
+
+    base = ["train", "--dataset", str(cora), "--placement", str(shards / "node0"), "--epochs", "1"]
+    for bad, msg in ((["--timeout", "0"], "timeout_s"), (["--remote-cache", "lots"], "--remote-cache 'lots'"),
+                     (["--remote-cache", "-1KiB"], "--remote-cache")):
+        assert main([*base, *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("moment train: error:") and msg in err and "\n" not in err, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -263,3 +264,19 @@ def test_place_nodes_writes_one_directory_per_node(tmp_path, capsys):
         assert main([*args, *bad]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("moment place: error:") and msg in err and "\n" not in err
+
+
+def test_a_nodes_ssd_bins_go_under_each_ssd_directory_in_its_own_subdirectory(tmp_path):
+    feats = np.arange(400, dtype=np.float32).reshape(100, 4)
+    t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(Store("ssd0", "ssd", "ssd0", "s0", 1.0),
+                                                           Store("ssd1", "ssd", "ssd1", "s0", 1.0)))
+    out, a, b = tmp_path / "out", tmp_path / "nvme0", tmp_path / "nvme1"
+    sp = place_sharded(feats, np.ones(100), t, num_nodes=2, out=out, gpu_cache_bytes=0, cpu_cache_bytes=0,
+                       ssd_dirs=[a, b], fsync=False)
+    for k, n in enumerate(sp.nodes):
+        p = load_placement(out / f"node{k}")
+        paths = sorted(Path(x.path).parent for x in p.bins if x.kind == "ssd")
+        assert paths == [a / f"node{k}", b / f"node{k}"]
+        with FeatureStore(p, out / f"node{k}", backend="posix", backend_options={"processes": 0}) as s:
+            rows = sp.layout.rows_of(k)
+            assert np.array_equal(s.gather(torch.arange(n.rows)).numpy(), feats[rows])
