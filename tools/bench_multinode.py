@@ -135,10 +135,17 @@ def node_host_bytes(recs: list[dict]) -> list[int]:
 
 
 def tier_pss(recs: list[dict]) -> tuple[int, int]:
-    """Anonymous + shared-memory proportional set size that opening the store added, and the same for RSS, summed."""
-    pss = sum((r["start_mem"]["Pss_Anon"] + r["start_mem"]["Pss_Shmem"])
-              - (r["before"]["Pss_Anon"] + r["before"]["Pss_Shmem"]) for r in recs)
-    rss = sum(r["start_mem"]["Rss"] - r["before"]["Rss"] for r in recs)
+    """The host tiers' memory, every rank's proportional share summed; and the ranks' RSS growth, summed.
+
+    Private memory the store allocated is anonymous, all touched when the store fills it: the
+    ``Pss_Anon`` that opening the store added (start record - before). A node-shared segment is
+    shared memory, counted in a process's PSS only once it touches the pages: its ``Pss_Shmem`` at
+    the last epoch's end (by then the gathers have touched nearly all of it), split among the ranks
+    that map it. RSS counts a shared page in full in every rank that touched it.
+    """
+    pss = sum((r["start_mem"]["Pss_Anon"] - r["before"]["Pss_Anon"]) + r["epoch_mem"][-1]["Pss_Shmem"]
+              for r in recs)
+    rss = sum(r["epoch_mem"][-1]["Rss"] - r["before"]["Rss"] for r in recs)
     return pss, rss
 
 
@@ -169,7 +176,8 @@ def main() -> int:
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\n({time.time() - t_start:.0f} s in all, {os.cpu_count()} cores)")
+    print(f"\n({'runs taken from ' + str(work) if args.reuse else f'{time.time() - t_start:.0f} s in all'}, "
+          f"{os.cpu_count()} cores)")
     write(args.json, "bench_multinode", figures, " ".join(sys.argv))
     return 0
 
@@ -269,9 +277,8 @@ def _bench(args, work: Path) -> list[Figure]:
                                "bytes", statistics.mean(per_node), full_bytes, "one node, full replica",
                                higher_is_better=False, target=f"about 1/N + replicated share = {rows_share:.3f} of "
                                                               "the full replica",
-                               note=f"max node {max(per_node) / full_bytes:.3f} of a full replica; measured "
-                                    f"(PSS anon+shmem added by opening the store) {pss / 2**20:.0f} vs "
-                                    f"{pss_full / 2**20:.0f} MiB"))
+                               note=f"max node {max(per_node) / full_bytes:.3f} of a full replica; measured PSS of "
+                                    f"the host tiers {pss / 2**20:.0f} vs {pss_full / 2**20:.0f} MiB"))
         m, lo, hi = sps(sh[n, 1, 0])
         r, rlo, rhi = sps(ref[n])
         figs.append(Figure("multinode", f"seeds/s, {n} sharded nodes x 1 rank (W=1) vs one node x {n} ranks",
@@ -290,6 +297,11 @@ def _bench(args, work: Path) -> list[Figure]:
         a2a, rp = last(sh[n, 1, 0][0])["nodes"], last(rpc[n][0])["nodes"]
         per = [last(x)["nodes"]["exchange_s"] / last(x)["nodes"]["exchange_calls"] for x in sh[n, 1, 0]]
         per_rpc = [last(x)["nodes"]["exchange_s"] / last(x)["nodes"]["exchange_calls"] for x in rpc[n]]
+        ma, la, ha = sps(sh[n, 1, 0])
+        mr, lr, hr = sps(rpc[n])
+        figs.append(Figure("multinode", f"seeds/s, {n} nodes: all_to_all exchange vs RPC", "seeds/s", ma, mr,
+                           "RPC (TensorPipe, one rpc_async per peer)",
+                           note=f"median of {len(rpc[n])}; ranges {la:,.0f}-{ha:,.0f} vs {lr:,.0f}-{hr:,.0f}"))
         figs.append(Figure("multinode", f"seconds per exchange, {n} nodes: all_to_all vs RPC", "s",
                            med(per), med(per_rpc), "RPC (TensorPipe, one rpc_async per peer)",
                            higher_is_better=False,
@@ -302,8 +314,8 @@ def _bench(args, work: Path) -> list[Figure]:
     figs.append(Figure("multinode", "two local ranks: CPU tier memory (PSS, both ranks)", "bytes", ps, pp,
                        "a copy per rank", higher_is_better=False,
                        target="about 1x the tier, not 2x",
-                       note=f"{ps / tier:.2f}x vs {pp / tier:.2f}x the tier ({tier / 2**20:.0f} MiB); RSS sums "
-                            f"{rs_ / tier:.2f}x vs {rp_ / tier:.2f}x (RSS counts a shared page in every rank)"))
+                       note=f"{ps / tier:.2f}x vs {pp / tier:.2f}x the tier ({tier / 2**20:.0f} MiB); the ranks' RSS "
+                            f"grew {rs_ / tier:.2f}x vs {rp_ / tier:.2f}x (RSS counts a shared page in every rank)"))
     figs += _cora(work)
     print()
     for f in figs:
