@@ -613,14 +613,14 @@ class _World:
             with _peer_errors("waiting for the other ranks"):
                 dist.barrier()
 
-    def gather_objects(self, obj: Any) -> list[Any]:
+    def gather_objects(self, obj: Any, during: str = "gathering from every rank") -> list[Any]:
         """``obj`` of every rank, in rank order (every rank calls it)."""
         if self.size <= 1:
             return [obj]
         import torch.distributed as dist
 
         out: list[Any] = [None] * self.size
-        with _peer_errors("gathering from every rank"):
+        with _peer_errors(during):
             dist.all_gather_object(out, obj)
         return out
 
@@ -1005,7 +1005,8 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
         def checkpoint(epoch: int, step: int, sums: _Sums | None) -> None:
             if ckpt_path is None:
                 return
-            rngs = world.gather_objects(_rng_state(world.device))  # every rank's own streams, for exact resumes
+            # every rank's own streams, for exact resumes
+            rngs = world.gather_objects(_rng_state(world.device), during=f"epoch {epoch}, step {step}: a checkpoint")
             if world.rank != 0:
                 return
             save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -1047,9 +1048,12 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
                                                         world, config, features.transfer)
                 rec["eval_s"] = time.perf_counter() - t_eval
             if world.size > 1:
-                rec["param_spread"] = _param_spread(params, world)
+                rec["param_spread"] = _param_spread(params, world, epoch)
             if hasattr(features, "epoch_record"):  # a sharded store: what crossed between nodes
-                rec.update(features.epoch_record())
+                try:
+                    rec.update(features.epoch_record())
+                except PeerLostError as exc:
+                    raise PeerLostError(f"epoch {epoch}: {exc}") from None
             checkpoint(epoch + 1, 0, None)
             emit(rec)
             records.append(rec)
@@ -1191,8 +1195,9 @@ def _evaluate(model: torch.nn.Module, idx: np.ndarray, sampler: NeighborSampler,
     return float(hits[0] / hits[1]) if hits[1] else 0.0
 
 
-def _param_spread(params: Sequence[Tensor], world: _World) -> float:
+def _param_spread(params: Sequence[Tensor], world: _World, epoch: int = 0) -> float:
     """Largest difference between ranks of any parameter tensor's sum (0.0: the ranks agree)."""
     fp = torch.stack([p.detach().double().sum() for p in params])
-    hi, lo = world.all_reduce(fp.clone(), "max"), world.all_reduce(fp.clone(), "min")
+    during = f"epoch {epoch}: comparing the ranks' parameters"
+    hi, lo = world.all_reduce(fp.clone(), "max", during), world.all_reduce(fp.clone(), "min", during)
     return float((hi - lo).abs().max())
