@@ -15,8 +15,8 @@ process overlapping compute, as our prefetch thread does) and the faster is the
 reference. Figures: seeds per second of the epoch loop (start-up and graph loading
 excluded on both sides), median and range over ``--rounds``.
 
-``--out-of-core``: features larger than the memory the run may use. Both sides run
-in a memory cgroup (``--memory-limit``, cgroup v1 or v2; the page cache of a
+``--out-of-core``: features larger than the memory the run may use. Each side runs
+in its own memory cgroup (``--memory-limit``, cgroup v1 or v2; the page cache of a
 memory-mapped file is charged to it, so the file cannot stay cached): DGL reads
 features through an ``np.memmap`` of ``features.npy`` (page faults, 4 KiB at a time,
 synchronous), ours through ``moment place`` bins (a host cache of ``--cpu-cache``
@@ -269,18 +269,20 @@ def main() -> int:
                                                                       ("--ssd", str(placement))],
                  "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--out", str(placement),
                  "--force"])
-        cgroup = Cgroup(limit)
+        cgroup = limit
         mode = (f"features {feat_bytes / 2**30:.1f} GiB on disk, memory limit {limit / 2**30:.1f} GiB "
                 "(DGL: np.memmap; ours: moment place bins)")
     print(f"{mode}; GraphSAGE {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, "
           f"{args.threads} threads, {args.rounds} rounds", flush=True)
     metrics = args.workdir / "metrics.jsonl"
     workers = [int(w) for w in args.dgl_workers.split(",")]
-    dgl = {w: Dgl(args, dataset, w, "memmap" if args.out_of_core else "memory", cgroup) for w in workers}
+    # one cgroup per process: each side gets the whole budget, none is charged for another's memory
+    groups = {k: Cgroup(cgroup) for k in ["ours", *workers]} if cgroup else {}
+    dgl = {w: Dgl(args, dataset, w, "memmap" if args.out_of_core else "memory", groups.get(w)) for w in workers}
     res: dict[str, list[dict]] = {"ours": [], **{f"dgl{w}": [] for w in workers}}
     try:
         for r in range(args.rounds):
-            res["ours"].append(ours(args, dataset, metrics, placement, cgroup))
+            res["ours"].append(ours(args, dataset, metrics, placement, groups.get("ours")))
             for w, side in dgl.items():
                 res[f"dgl{w}"].append(side.round())
             print(f"round {r + 1}: ours {res['ours'][-1]['seeds_per_s']:.0f} seeds/s; "
@@ -289,8 +291,8 @@ def main() -> int:
     finally:
         for side in dgl.values():
             side.close()
-        if cgroup is not None:
-            cgroup.close()
+        for g in groups.values():
+            g.close()
         metrics.unlink(missing_ok=True)
 
     def med(k: str) -> float:
