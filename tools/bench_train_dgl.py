@@ -169,6 +169,8 @@ def ours(args, dataset: Path, metrics: Path, placement: Path | None, cgroup: Cgr
            # the run ends with an evaluation (not timed: epoch_s stops before it); in training's batch
            # size, so that its batches fit the same memory budget
            "--eval-batch-size", str(args.batch_size)]
+    if args.prefetch is not None:
+        cmd += ["--prefetch", str(args.prefetch)]
     if placement is not None:
         cmd += ["--placement", str(placement)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -229,6 +231,8 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.003)
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads of both sides (default 2)")
+    ap.add_argument("--prefetch", type=int, default=None, metavar="K",
+                    help="our --prefetch (default: moment train's own default)")
     ap.add_argument("--rounds", type=int, default=3, help="epochs per side, alternating (default 3)")
     ap.add_argument("--dgl-workers", default="0,1", help="DGL DataLoader num_workers to try (default 0,1)")
     ap.add_argument("--workdir", type=Path, default=Path("/var/tmp/moment-bench-train-dgl"))

@@ -80,6 +80,7 @@ from iostack.transfer import (
     Gathered,
     HostMemory,
     Landing,
+    RowBuffers,
     Transfer,
     TransferCounts,
     memory_for,
@@ -265,6 +266,7 @@ class MemoryFeatures:
         self.dim = int(self._x.shape[1])
         self._row_bytes = self.dim * self._x.element_size()
         self._rows = 0
+        self._rows_out = RowBuffers(self.dim, self._x.dtype)
 
     def gather(self, ids: Tensor) -> Tensor:
         return self.gather_landing(ids).wait()
@@ -277,7 +279,7 @@ class MemoryFeatures:
                 stage = tb.staging("rows", (ids.numel(), self.dim), self._x.dtype)
                 x = tb.to_device(torch.index_select(self._x, 0, ids, out=stage), dtype)
             else:
-                x = tb.cast(self._x.index_select(0, ids), dtype)
+                x = tb.cast(torch.index_select(self._x, 0, ids, out=self._rows_out.take(ids.numel())), dtype)
         return Gathered(x, tb.landing)
 
     def totals(self) -> dict[str, tuple[int, int]]:
