@@ -42,6 +42,9 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "gpu": ("bench_gpu.py", [], ["--quick"]),
     "integrity": ("bench_integrity.py", ["--nodes", "1e6", "--repeats", "5"], ["--nodes", "2e5", "--repeats", "2"]),
     "multinode": ("bench_multinode.py", [], ["--quick"]),
+    "train_dgl": ("bench_train_dgl.py", ["--rounds", "5"],
+                  ["--rounds", "1", "--nodes", "50000", "--edges", "500000"]),
+    "emulate": ("bench_emulate.py", ["--rounds", "3"], ["--rounds", "1", "--skip", "dlio"]),
 }
 
 
@@ -142,6 +145,7 @@ def main() -> int:
     extra = {"io": ["--dir", args.io_dir]}
     if args.dgl_venv:
         extra["sample"] = ["--dgl-venv", args.dgl_venv]
+        extra["train_dgl"] = ["--dgl-venv", args.dgl_venv]
     results = []
     for n in names:
         if n in used:

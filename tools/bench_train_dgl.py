@@ -285,6 +285,7 @@ def main() -> int:
     dgl = {w: Dgl(args, dataset, w, "memmap" if args.out_of_core else "memory", groups.get(w)) for w in workers}
     res: dict[str, list[dict]] = {"ours": [], **{f"dgl{w}": [] for w in workers}}
     try:
+        load_before = os.getloadavg()
         for r in range(args.rounds):
             res["ours"].append(ours(args, dataset, metrics, placement, groups.get("ours")))
             for w, side in dgl.items():
@@ -320,7 +321,8 @@ def main() -> int:
     write(args.json, "bench_train_dgl", [
         Figure("train_dgl", f"GraphSAGE {args.fanouts}, {args.nodes} nodes, {name}", "seeds/s", o, d,
                f"DGL 2.1 DataLoader (num_workers={best})", target=target,
-               note=f"median of {args.rounds}; ours {rng('ours')}, DGL {rng(f'dgl{best}')}; {args.threads} threads"),
+               note=f"median of {args.rounds}; ours {rng('ours')}, DGL {rng(f'dgl{best}')}; {args.threads} threads; "
+                    f"load {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after"),
     ], " ".join(sys.argv))
     return 0
 
