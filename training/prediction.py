@@ -10,7 +10,9 @@ tier's reads take
 
 * SSD: ``pages / read_iops`` (the bins are read in 4 KiB pages with O_DIRECT:
   a row of at most 2 KiB is one page, a larger row ``ceil(row_bytes / 4096)``
-  pages), or ``bytes / read_bytes_per_s`` when the profile gave no IOPS;
+  pages), or ``bytes / read_bytes_per_s`` when the profile gave no IOPS. Rows
+  of one page are read one request each, straight into the batch (no
+  coalescing), so the profile's random-read rate is the one that applies;
 * host memory: ``bytes / bandwidth`` of the NUMA node's memory.
 
 Training measures per tier the rows, bytes, requests and the seconds the
@@ -63,6 +65,7 @@ class TierFigures:
     predicted_s: float | None
     measured_s: float | None
     rate_source: str | None
+    measured_requests: float = 0.0
 
     @property
     def error(self) -> float | None:
@@ -164,7 +167,7 @@ def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str
         secs = m.get("seconds")
         out.append(TierFigures(tier, share, nbytes, float(m.get("bytes", 0.0)), pred_s,
                                float(secs) if secs is not None and math.isfinite(secs) else None,
-                               rate.source if rate else None))
+                               rate.source if rate else None, float(m.get("requests", 0.0))))
     return EpochPrediction(epoch, tuple(out))
 
 
