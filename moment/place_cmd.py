@@ -17,7 +17,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from moment._args import (
@@ -140,7 +140,13 @@ def run(args: argparse.Namespace) -> int:
     from moment.place_nodes import check_node_args
     from training.data import fingerprint, open_dataset
     from training.hotness import HotnessSpec, get_hotness
-    from training.placing import build_bins, check_free_space, place, targets_for_caches
+    from training.placing import (
+        build_bins,
+        check_free_space,
+        expected_shares,
+        place,
+        targets_for_caches,
+    )
 
     check_node_args(args)
     gpu_bytes = _size(args.gpu_cache, "--gpu-cache")
@@ -196,6 +202,11 @@ def run(args: argparse.Namespace) -> int:
                                    + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
                                    + "; choose other --ssd directories or pass --force to replace them")
             check_free_space(res.placement, ds.row_bytes, out)
+            held = None
+            if spec.method == "presample":  # what the run will read, from a sample DDAK was not fitted to
+                bars.note("an independent pre-sample (the expected shares that training's prediction uses)")
+                other = get_hotness(ds, replace(spec, seed=spec.seed + 1), save=False, progress=bars.update)
+                held = expected_shares(res.placement.bin_of, other.values, len(res.placement.bins))
             if args.force:
                 # the old placement stops existing before its bins change: never an old index over new bins
                 for stale in (out / MANIFEST, out / "place.json"):
@@ -220,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
         "report": asdict(res.report), "baseline": asdict(res.baseline) if res.baseline else None,
         "target_notes": list(res.notes),
         "plan_notes": plan_notes,
+        # per bin: share of the reads under an independent pre-sample (seed + 1), or None
+        "expected_shares": held,
     }
     _write_atomic(out / "place.json", json.dumps(report, indent=1) + "\n")
     res.placement.save(out)  # last: the placement exists only once its bins do

@@ -50,9 +50,10 @@ def rng(xs: list[float], fmt: str = "{:.3f}") -> str:
     return f"{fmt.format(min(xs))}..{fmt.format(max(xs))}"
 
 
-def place(dataset: Path, out: Path, ssd: Path, strategy: str, cpu_cache: int, fanouts: str, batch: int) -> dict:
+def place(dataset: Path, out: Path, ssd: Path, strategy: str, cpu_cache: int, fanouts: str, batch: int,
+          gpu_cache: int = 0) -> dict:
     if not (out / "place.json").exists():
-        moment("place", "--dataset", str(dataset), "--machine", "moment-b", "--gpu-cache", "0",
+        moment("place", "--dataset", str(dataset), "--machine", "moment-b", "--gpu-cache", str(gpu_cache),
                "--cpu-cache", str(cpu_cache), *[a for _ in range(8) for a in ("--ssd", str(ssd))],
                "--strategy", strategy, "--fanouts", fanouts, "--batch-size", str(batch), "--out", str(out),
                "--force")
@@ -68,8 +69,9 @@ def train(dataset: Path, placement: Path | None, caps: Path, fanouts: str, batch
     return json.loads(moment(*args))["epochs"][-1]
 
 
-def cross_socket(dataset: Path, work: Path, fanouts: str, batch: int, cpu_rows: int, row_bytes: int) -> dict:
-    rep = place(dataset, work, work / "ssd", "ddak", cpu_rows * row_bytes, fanouts, batch)
+def cross_socket(dataset: Path, work: Path, fanouts: str, batch: int, cpu_rows: int, row_bytes: int,
+                 gpu_rows: int = 0) -> dict:
+    rep = place(dataset, work, work / "ssd", "ddak", cpu_rows * row_bytes, fanouts, batch, gpu_rows * row_bytes)
     return {"ddak": rep["report"]["cross_socket_share"], "hash": rep["baseline"]["cross_socket_share"],
             "ddak_ssd": rep["report"]["ssd_share"], "hash_ssd": rep["baseline"]["ssd_share"]}
 
@@ -85,6 +87,7 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=2, help="epochs per run; the last one is reported (default 2)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile-seconds", default="5")
+    ap.add_argument("--skip-training", action="store_true", help="only the cross-socket figures (part 2)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     d = args.dir
@@ -96,12 +99,24 @@ def main() -> int:
                "--generator", "chung-lu", "--undirected", "--feature-dim", "1024", "--train-share",
                args.train_share, "--seed", "3", "--quiet")
     row = 4096
+    small = args.nodes // 20
+    figures: list[Figure] = [] if args.skip_training else training_figures(args, d, dataset, row, small)
+    cross_socket_figures(args, d, dataset, row, small, figures)
+    for f in figures:
+        ratio = f.ratio
+        print(f"{f.figure}: ours {f.ours:.4g} vs {f.reference:.4g} ({'' if ratio is None else f'{ratio:.2f}x'}) "
+              f"{f.note}")
+    write(args.json, "loop", figures, " ".join(["python", "tools/bench_loop.py", *sys.argv[1:]]))
+    return 0
+
+
+def training_figures(args, d: Path, dataset: Path, row: int, small: int) -> list[Figure]:
     caps = d / "caps.yaml"
     print("profiling the disk (4 KiB random reads, QD 64, O_DIRECT)", flush=True)
     (d / "ssd").mkdir(exist_ok=True)
     moment("profile", "--ssd", str(d / "ssd"), "--seconds", args.profile_seconds, "--file-size", "1GiB",
            "--out", str(caps))
-    small, heavy = args.nodes // 20, args.nodes * 2 // 5  # host cache rows: features 20x / 2.5x the cache
+    heavy = args.nodes * 2 // 5  # host cache rows: features 20x (small) / 2.5x (heavy) the cache
     configs = {"ddak": ("ddak", small), "hash": ("hash", small), "cache-heavy": ("ddak", heavy)}
     for name, (strategy, rows) in configs.items():
         print(f"placing {name}", flush=True)
@@ -142,7 +157,11 @@ def main() -> int:
     figures.append(Figure("loop", "seeds/s: DDAK vs all features in memory", "seeds/s", med(seeds["ddak"]),
                           med(seeds["memory"]), "features in memory", target=">= 0.95x where compute-bound",
                           note=f"ranges {rng(seeds['ddak'], '{:.0f}')} vs {rng(seeds['memory'], '{:.0f}')}"))
-    # cross-socket share on three graphs
+    return figures
+
+
+def cross_socket_figures(args, d: Path, dataset: Path, row: int, small: int, figures: list[Figure]) -> None:
+    """Cross-socket share of reads on three graphs (Machine B's plan), DDAK against hash."""
     cora = d / "cora"
     if not (cora / "meta.json").exists():
         moment("data", "import", "--format", "planetoid", str(REPO.parent / "shared/fixtures/graphs/cora"), str(cora))
@@ -154,16 +173,12 @@ def main() -> int:
               "demo graph": (demo, 100_000 // 20, 512, "25,10", 1000),
               "Chung-Lu 1024-dim": (dataset, small, row, args.fanouts, args.batch_size)}
     for name, (ds, cpu_rows, rb, fo, bs) in graphs.items():
-        x = cross_socket(ds, d / f"xs-{name.split()[0].lower()}", fo, bs, cpu_rows, rb)
-        figures.append(Figure("loop", f"cross-socket share of reads, DDAK vs hash: {name}", "share", x["ddak"],
-                              x["hash"], "hash placement", higher_is_better=False, target="DDAK <= hash",
-                              note=f"SSD share {x['ddak_ssd']:.3f} vs {x['hash_ssd']:.3f}"))
-    for f in figures:
-        ratio = f.ratio
-        print(f"{f.figure}: ours {f.ours:.4g} vs {f.reference:.4g} ({'' if ratio is None else f'{ratio:.2f}x'}) "
-              f"{f.note}")
-    write(args.json, "loop", figures, " ".join(["python", "tools/bench_loop.py", *sys.argv[1:]]))
-    return 0
+        for gpu_rows in (0, cpu_rows * 2 // 5):  # no GPU cache; the demo's (rows / 50 per GPU)
+            x = cross_socket(ds, d / f"xs-{name.split()[0].lower()}-{gpu_rows}", fo, bs, cpu_rows, rb, gpu_rows)
+            caches = f"GPU cache {gpu_rows:,} rows, host cache {cpu_rows:,} rows per memory"
+            figures.append(Figure("loop", f"cross-socket share of reads, DDAK vs hash: {name}, {caches}", "share",
+                                  x["ddak"], x["hash"], "hash placement", higher_is_better=False,
+                                  target="DDAK <= hash", note=f"SSD share {x['ddak_ssd']:.3f} vs {x['hash_ssd']:.3f}"))
 
 
 if __name__ == "__main__":

@@ -120,10 +120,18 @@ def pages_per_row(row_bytes: int) -> int:
 
 
 def shares_from_place_report(report: Mapping[str, Any]) -> dict[str, float]:
-    """Expected share of the reads per tier (``gpu``, ``cpu``, ``ssd``) from ``place.json``."""
+    """Expected share of the reads per tier (``gpu``, ``cpu``, ``ssd``) from ``place.json``.
+
+    The shares under the independent pre-sample where the report has them
+    (``expected_shares``), else the shares under the hotness the placement was
+    made from (which flatter a fitted placement).
+    """
+    bins = report["report"]["bins"]
+    held = report.get("expected_shares")
     out: dict[str, float] = {}
-    for b in report["report"]["bins"]:
-        out[b["kind"]] = out.get(b["kind"], 0.0) + float(b["traffic_share"])
+    for i, b in enumerate(bins):
+        share = float(held[i]) if held and len(held) == len(bins) else float(b["traffic_share"])
+        out[b["kind"]] = out.get(b["kind"], 0.0) + share
     return out
 
 
