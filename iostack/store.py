@@ -89,10 +89,11 @@ class BinStats:
 
 
 class _Counter:
-    __slots__ = ("rows", "bytes", "requests", "calls", "ring", "lock", "pending")
+    __slots__ = ("rows", "bytes", "requests", "calls", "ring", "lock", "pending", "seconds")
 
     def __init__(self) -> None:
         self.rows = self.bytes = self.requests = self.calls = 0
+        self.seconds = 0.0  # all calls' time together (what a prediction of read time is checked against)
         self.ring = np.zeros(RESERVOIR, np.float64)
         self.lock = threading.Lock()
         self.pending: list[tuple[Any, Any]] = []
@@ -104,6 +105,7 @@ class _Counter:
                 self.pending.append(marks)
             else:
                 self.ring[self.calls % RESERVOIR] = seconds
+                self.seconds += seconds or 0.0
             self.rows += rows
             self.bytes += nbytes
             self.requests += requests
@@ -118,6 +120,7 @@ class _Counter:
             s = memory.seconds(a, b)
             with self.lock:
                 self.ring[(filled + i) % RESERVOIR] = s
+                self.seconds += s
 
 
 _MADV_NORMAL, _MADV_RANDOM, _MADV_DONTNEED = 0, 1, 4
@@ -488,7 +491,8 @@ class FeatureStore:
         return out
 
     def tier_stats(self) -> dict[str, dict[str, float]]:
-        """Counters summed per tier (``gpu``, ``cpu``, ``ssd``): rows, bytes, requests, share of rows.
+        """Counters summed per tier (``gpu``, ``cpu``, ``ssd``): rows, bytes, requests, seconds of the
+        calls that read them, share of rows.
 
         Rows of another GPU's partition served from host memory count as ``gpu-peer``.
         """
@@ -496,13 +500,16 @@ class FeatureStore:
         total = 0
         for b in self.placement.bins:
             c = self._counters[b.id]
+            # no resolve() here: the trainer asks every batch, and resolving waits on the device;
+            # GPU-tier seconds count once stats() resolved them
             with c.lock:
-                rows, nbytes, req = c.rows, c.bytes, c.requests
+                rows, nbytes, req, secs = c.rows, c.bytes, c.requests, c.seconds
             kind = "gpu-peer" if b.kind == "gpu" and self._held[b.id] == "host" else b.kind
-            t = out.setdefault(kind, {"rows": 0, "bytes": 0, "requests": 0, "share": 0.0})
+            t = out.setdefault(kind, {"rows": 0, "bytes": 0, "requests": 0, "seconds": 0.0, "share": 0.0})
             t["rows"] += rows
             t["bytes"] += nbytes
             t["requests"] += req
+            t["seconds"] += secs
             total += rows
         for t in out.values():
             t["share"] = t["rows"] / (total or 1)

@@ -13,26 +13,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from moment._args import accept_negative_values, positive_number
+from moment._args import accept_negative_values, add_source_args, load_topology
 from planner.errors import PlannerError
 
 EXIT_USAGE = 2
-
-
-def _load_topology(args: argparse.Namespace):
-    """The topology the source options name: captured files, a machine spec, or this machine."""
-    from planner.topology.discover import live_topology, topology_from_files
-
-    files = dict(
-        lspci=args.lspci, lspci_vvv=args.lspci_vvv or (), dmidecode=args.dmidecode,
-        nvidia_smi=args.nvidia_smi, hwloc=args.hwloc, nccl_topo=args.nccl_topo,
-    )
-    if args.machine is not None or any(v for v in files.values()):
-        return topology_from_files(machine=args.machine, name=args.name, **files)
-    topo = live_topology(args.sys_root)
-    if args.name:
-        topo.name = args.name
-    return topo
 
 
 def _topo_command(args: argparse.Namespace) -> int:
@@ -41,7 +25,7 @@ def _topo_command(args: argparse.Namespace) -> int:
     from planner.topology import jsonio
     from planner.topology.render import topology_tree
 
-    topo = _load_topology(args)
+    topo, _ = load_topology(args)
     if args.svg:
         from planner.topology.svg import write_svg
 
@@ -59,7 +43,7 @@ def _topo_command(args: argparse.Namespace) -> int:
 def _plan_command(args: argparse.Namespace) -> int:
     from moment import plan_cmd
 
-    return plan_cmd.run(args, _load_topology(args))
+    return plan_cmd.run(args, *load_topology(args))
 
 
 def _machines_command(args: argparse.Namespace) -> int:
@@ -163,21 +147,6 @@ def _profile_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_source_args(parser: argparse.ArgumentParser) -> None:
-    src = parser.add_argument_group("sources (captured on the machine; combine those of one machine)")
-    src.add_argument("--lspci", metavar="FILE", help="output of `lspci -tv` (or `lspci -t`)")
-    src.add_argument("--lspci-vvv", metavar="FILE", action="extend", nargs="+",
-                     help="output of `lspci -vvv` / `-vvnn`, whole or per device (several files allowed)")
-    src.add_argument("--dmidecode", metavar="FILE", help="output of `dmidecode` or `dmidecode -t 9`")
-    src.add_argument("--nvidia-smi", metavar="FILE", help="output of `nvidia-smi topo -m`")
-    src.add_argument("--hwloc", metavar="FILE", help="hwloc XML (`lstopo --of xml`)")
-    src.add_argument("--nccl-topo", metavar="FILE", help="NCCL topology XML (NCCL_TOPO_FILE format)")
-    src.add_argument("--machine", metavar="NAME|FILE",
-                     help="a bundled machine spec (moment-a, moment-b) or a YAML spec file")
-    src.add_argument("--name", help="name to give the machine")
-    src.add_argument("--sys-root", metavar="DIR", default="/sys", help=argparse.SUPPRESS)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="moment",
@@ -198,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
             "machine's sysfs (and NVML when NVIDIA GPUs are present)."
         ),
     )
-    _add_source_args(topo)
+    add_source_args(topo)
     out = topo.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the model as JSON (schema moment.topology v1)")
     out.add_argument("--svg", metavar="FILE", help="write a picture of the device graph")
@@ -215,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
             "paper's classic layouts (a)-(d) and the machine's current layout."
         ),
     )
-    _add_source_args(pl)
+    add_source_args(pl, planning=True)
     inv = pl.add_argument_group("devices to place (default: the spec's inventory or the machine's own)")
     inv.add_argument("--gpus", type=int, metavar="N", help="number of GPUs to place")
     inv.add_argument("--ssds", type=int, metavar="N", help="number of NVMe SSDs to place")
@@ -228,11 +197,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="share of reads served by a cache replicated on every GPU (default 0)")
     wl.add_argument("--cpu-cache-share", type=float, default=0.0, metavar="S",
                     help="share of reads served by host memory (default 0)")
-    wl.add_argument("--capacities", metavar="FILE", help="measured figures from `moment profile`")
-    wl.add_argument("--unknown-link-gbps", type=positive_number("--unknown-link-gbps"), metavar="GB/S",
-                    help="assume this many GB/s per direction for links no source sized")
-    wl.add_argument("--nvlink", action="append", metavar="I-J",
-                    help="what-if: an NVLink bridge between placed GPUs I and J (repeatable)")
     how = pl.add_argument_group("search and output")
     how.add_argument("--model", choices=("maxflow", "concurrent"), default="maxflow",
                      help="flow model: the paper's max-flow, or the stricter concurrent LP")

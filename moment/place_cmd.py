@@ -17,10 +17,17 @@ import json
 import os
 import re
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from moment._args import parse_fanouts
+from moment._args import (
+    _FILE_OPTIONS,
+    add_source_args,
+    load_topology,
+    parse_fanouts,
+    parse_nvlink,
+    unknown_link_bytes_per_s,
+)
 from moment._args import size_arg as _size
 from planner.errors import PlannerError
 
@@ -39,14 +46,12 @@ def register(subparsers) -> None:
     )
     src = p.add_argument_group("input")
     src.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
-    which = src.add_mutually_exclusive_group()
-    which.add_argument("--plan", metavar="FILE", help="a plan written by `moment plan --json > FILE`")
-    which.add_argument("--machine", metavar="NAME|FILE",
-                       help="plan now for a bundled machine spec (moment-a, moment-b) or a YAML spec file")
-    which.add_argument("--live", action="store_true", help="plan now for this machine (the default)")
+    src.add_argument("--plan", metavar="FILE",
+                     help="a plan written by `moment plan --json > FILE` ('-': standard input); without it a "
+                          "plan is made now for the machine the source options name, as `moment plan` would")
     src.add_argument("--model", choices=("maxflow", "concurrent"), default="maxflow",
                      help="flow model of a plan made now (default maxflow)")
-    src.add_argument("--sys-root", metavar="DIR", default="/sys", help=argparse.SUPPRESS)
+    add_source_args(p, planning=True)
     caches = p.add_argument_group("where the rows go")
     caches.add_argument("--gpu-cache", required=True, metavar="SIZE",
                         help="feature cache per GPU, e.g. 8GiB (0: none)")
@@ -92,28 +97,33 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _read_plan(path: str):
-    from training.placing import targets_from_plan_dict
+def _handoff(args: argparse.Namespace):
+    """The plan to place for: the ``--plan`` file, or one made now for the named machine."""
+    from planner.handoff import read_plan_file
+    from planner.plan import choose_inventory, measured_inventory
+    from training.placing import plan_now
 
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise PlannerError(f"--plan {path}: no such file (write one with `moment plan --json > {path}`)") from None
-    except (OSError, ValueError) as exc:
-        raise PlannerError(f"--plan {path}: not readable JSON ({exc}); write it with `moment plan --json`") from None
-    try:
-        return targets_from_plan_dict(data, source=path)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a field of the wrong shape
-        raise PlannerError(f"--plan {path}: malformed ({type(exc).__name__}: {exc}); "
-                           "write it again with `moment plan --json`") from None
-
-
-def _topology(args: argparse.Namespace):
-    from planner.topology.discover import live_topology, topology_from_files
-
-    if args.machine is not None:
-        return topology_from_files(machine=args.machine)
-    return live_topology(args.sys_root)
+    if args.plan:
+        named = [f"--{k.replace('_', '-')}" for k in ("machine", "capacities", "nvlink", "unknown_link_gbps",
+                                                       *_FILE_OPTIONS) if getattr(args, k, None)]
+        if named:
+            raise PlannerError(f"--plan {args.plan} fixes the machine and its figures already; drop "
+                               f"{', '.join(named)} (or drop --plan to plan now with them)")
+        if args.plan == "-":
+            try:
+                data = json.load(sys.stdin)
+            except ValueError as exc:
+                raise PlannerError(f"--plan -: standard input is not a plan ({exc}); pipe "
+                                   "`moment plan --json` into it") from None
+            return read_plan_file(data, source="the plan on standard input"), []
+        return read_plan_file(args.plan, source=f"--plan {args.plan}"), []
+    topo, caps = load_topology(args)
+    notes: list[str] = []
+    if caps is not None:  # the device models a plan places carry the measured figures too
+        _, inventory = choose_inventory(topo, spec=args.machine)
+        _, notes = measured_inventory(inventory, caps)
+    return plan_now(topo, spec=args.machine, model=args.model, nvlink_pairs=parse_nvlink(args.nvlink),
+                    unknown_link_bytes_per_s=unknown_link_bytes_per_s(args), capacities=caps), notes
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -130,7 +140,13 @@ def run(args: argparse.Namespace) -> int:
     from moment.place_nodes import check_node_args
     from training.data import fingerprint, open_dataset
     from training.hotness import HotnessSpec, get_hotness
-    from training.placing import build_bins, check_free_space, place, plan_targets
+    from training.placing import (
+        build_bins,
+        check_free_space,
+        expected_shares,
+        place,
+        targets_for_caches,
+    )
 
     check_node_args(args)
     gpu_bytes = _size(args.gpu_cache, "--gpu-cache")
@@ -156,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             raise PlannerError(f"{what} {d}: cannot create the directory ({exc.strerror or exc})") from None
     spec = HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                        epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed)
-    targets = _read_plan(args.plan) if args.plan else None  # a bad plan fails before any work
+    handoff, plan_notes = _handoff(args)  # a bad plan or machine fails before any work
 
     ds = open_dataset(args.dataset)
     if ds.features is None:
@@ -165,11 +181,9 @@ def run(args: argparse.Namespace) -> int:
     with _Bars(err) as bars:
         hot = get_hotness(ds, spec, directory=args.hotness_dir, recompute=args.recompute_hotness,
                           progress=bars.update)
-        if targets is None:
-            gpu_rows, cpu_rows = gpu_bytes // ds.row_bytes, cpu_bytes // ds.row_bytes
-            bars.note("planning")
-            targets = plan_targets(_topology(args), spec=args.machine, hotness=hot.values, gpu_rows=gpu_rows,
-                                   cpu_rows=cpu_rows, gpu_mode=args.gpu_cache_mode, model=args.model)
+        targets, resolved = targets_for_caches(handoff, hot.values, gpu_rows=gpu_bytes // ds.row_bytes,
+                                               cpu_rows=cpu_bytes // ds.row_bytes, gpu_mode=args.gpu_cache_mode)
+        plan_notes = [*plan_notes, *([resolved] if resolved else [])]
         if args.nodes > 1:  # sharded across nodes: moment/place_nodes.py
             from moment.place_nodes import place_nodes
 
@@ -188,6 +202,11 @@ def run(args: argparse.Namespace) -> int:
                                    + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
                                    + "; choose other --ssd directories or pass --force to replace them")
             check_free_space(res.placement, ds.row_bytes, out)
+            held = None
+            if spec.method == "presample":  # what the run will read, from a sample DDAK was not fitted to
+                bars.note("an independent pre-sample (the expected shares that training's prediction uses)")
+                other = get_hotness(ds, replace(spec, seed=spec.seed + 1), save=False, progress=bars.update)
+                held = expected_shares(res.placement.bin_of, other.values, len(res.placement.bins))
             if args.force:
                 # the old placement stops existing before its bins change: never an old index over new bins
                 for stale in (out / MANIFEST, out / "place.json"):
@@ -211,6 +230,9 @@ def run(args: argparse.Namespace) -> int:
         "row_bytes": ds.row_bytes, "bins": [asdict(b) for b in res.bins],
         "report": asdict(res.report), "baseline": asdict(res.baseline) if res.baseline else None,
         "target_notes": list(res.notes),
+        "plan_notes": plan_notes,
+        # per bin: share of the reads under an independent pre-sample (seed + 1), or None
+        "expected_shares": held,
     }
     _write_atomic(out / "place.json", json.dumps(report, indent=1) + "\n")
     res.placement.save(out)  # last: the placement exists only once its bins do
@@ -219,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
     _print_summary(console, res, ds, hot, targets, out)
+    for note in plan_notes:
+        console.print(f"[yellow]plan:[/yellow] {note}", markup=True)
     return 0
 
 

@@ -40,6 +40,22 @@ def _epoch_line(rec: dict) -> str:
             f"{rec['seeds_per_s']:,.0f} seeds/s, I/O wait {100 * rec['io_wait_share']:.0f}%")
 
 
+def _prediction_rows(t, pred: dict | None) -> None:
+    """Predicted against measured read time and bytes per tier (the plan's check), when there is one."""
+    if not pred:
+        return
+    for tier in pred["tiers"]:
+        if not tier["measured_bytes"] and not tier["predicted_bytes"]:
+            continue
+        secs = ("no rate measured for it (moment profile --out FILE, then --capacities FILE)"
+                if tier["predicted_s"] is None else
+                f"{tier['predicted_s']:.3f} s predicted · {tier['measured_s'] or 0:.3f} s measured"
+                + (f" ({100 * tier['error']:+.1f}%)" if tier["error"] is not None else ""))
+        t.add_row(f"{tier['tier']} reads: plan vs run",
+                  f"{format_size(tier['predicted_bytes'])} predicted · {format_size(tier['measured_bytes'])} "
+                  f"measured · {secs}")
+
+
 def _train_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -106,6 +122,13 @@ def _train_command(args: argparse.Namespace) -> int:
     if result.rank != 0:
         return 0
     final = result.final
+    if args.json:
+        import json
+
+        sys.stdout.write(json.dumps({"schema": "moment.train", "version": 1, "world_size": result.world_size,
+                                     "resumed_from": result.resumed_from, "epochs": list(result.epochs)},
+                                    indent=2, default=str) + "\n")
+        return 0
     if final is None:
         out.print(f"nothing to do: the checkpoint is already at epoch {config.epochs}", markup=False)
         return 0
@@ -124,6 +147,7 @@ def _train_command(args: argparse.Namespace) -> int:
     for tier, v in sorted(final["tiers"].items()):
         t.add_row(f"rows from {tier}" + (" (rank 0)" if result.world_size > 1 else ""),
                   f"{v['rows']:,} ({format_size(v['bytes'])})")
+    _prediction_rows(t, final.get("prediction"))
     if "param_spread" in final:
         t.add_row("ranks in sync", "yes" if final["param_spread"] == 0 else f"NO (spread {final['param_spread']:.3g})")
     if config.checkpoint_dir:
@@ -179,6 +203,8 @@ def register(subparsers) -> None:
     r.add_argument("--eval-every", type=int, default=1, metavar="E",
                    help="evaluate every E epochs, 0 = after the last only (default 1)")
     r.add_argument("--metrics", metavar="FILE.jsonl", help="append per-step and per-epoch metrics here (rank 0)")
+    r.add_argument("--json", action="store_true",
+                   help="print the epochs' records as JSON (with the plan's prediction against the run, per tier)")
     r.add_argument("--checkpoint", metavar="DIR", help="write DIR/checkpoint.pt at every epoch end")
     r.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
                    help="also every STEPS steps (default 0: epoch ends only)")

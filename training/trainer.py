@@ -963,6 +963,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
         if world.size > 1 and world.local_size > 1 and hasattr(features, "unlink_shared"):
             world.barrier()  # every rank of the node has mapped the shared tiers: no name need stay
             features.unlink_shared()
+        predictor = _Predictor.for_run(config, features, ds)
         sample_dev, sample_why, lookups = _sampling(config, ds, labels, memory)
         csr = _csr_on(ds, sample_dev)
         source = _open_source(config, train_idx, world, csr)
@@ -1050,6 +1051,8 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
             prior_s = sums.v["prior_s"]
             t_epoch = time.perf_counter()
             moved = features.transfer.counts()
+            if predictor is not None:
+                predictor.start()
             pre = Prefetcher(source.batches(epoch, first), prepare, depth, features.transfer)
             try:
                 for step in range(first, steps):
@@ -1066,6 +1069,8 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
             epoch_s = prior_s + time.perf_counter() - t_epoch
             rec = _epoch_record(epoch, steps, sums, epoch_s)
             rec["prefetch"] = depth
+            if predictor is not None:
+                rec["prediction"] = predictor.finish(epoch).to_dict()
             rec["transfers"] = _moved_since(moved, features.transfer.counts())
             last = epoch == config.epochs - 1
             if last or (config.eval_every_epochs and (epoch + 1) % config.eval_every_epochs == 0):
@@ -1181,6 +1186,45 @@ def _refuse_non_finite(flat: Tensor, epoch: int, step: int) -> None:
         f"epoch {epoch}, step {step}: {what}; training stopped before updating the model, and the last "
         "checkpoint is left as it was. Corrupt features (check them with `moment data info --verify "
         "DATASET`) or too high a learning rate (--lr) are the usual causes")
+
+
+class _Predictor:
+    """Per epoch: the placement's predicted I/O against the store's counters (:mod:`training.prediction`)."""
+
+    def __init__(self, store: Any, shares: dict[str, float], row_bytes: int, rates: dict) -> None:
+        self.store, self.shares, self.row_bytes, self.rates = store, shares, row_bytes, rates
+        self._before: dict[str, dict[str, float]] = {}
+
+    @classmethod
+    def for_run(cls, config: TrainConfig, features: FeatureSource, ds: Dataset) -> _Predictor | None:
+        """One where the features come through a placement that ``moment place`` reported on."""
+        from training.prediction import (
+            load_place_report,
+            rates_from_capacities,
+            shares_from_place_report,
+        )
+
+        store = getattr(features, "store", None)
+        report = load_place_report(config.placement) if config.placement else None
+        if store is None or report is None or not hasattr(store, "tier_stats"):
+            return None
+        rates = {}
+        if config.capacities:
+            from planner.capacities import load_capacities
+
+            rates = rates_from_capacities(load_capacities(config.capacities))
+        return cls(store, shares_from_place_report(report), int(report.get("row_bytes") or ds.row_bytes), rates)
+
+    def start(self) -> None:
+        self._before = self.store.tier_stats()
+
+    def finish(self, epoch: int):
+        from training.prediction import predict_epoch
+
+        now = self.store.tier_stats()
+        keys = ("rows", "bytes", "requests", "seconds")
+        measured = {t: {k: v[k] - self._before.get(t, {}).get(k, 0) for k in keys} for t, v in now.items()}
+        return predict_epoch(epoch, self.shares, measured, row_bytes=self.row_bytes, rates=self.rates)
 
 
 def _epoch_record(epoch: int, steps: int, sums: _Sums, epoch_s: float) -> dict:
