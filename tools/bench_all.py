@@ -45,6 +45,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "train_dgl": ("bench_train_dgl.py", ["--rounds", "5"],
                   ["--rounds", "1", "--nodes", "50000", "--edges", "500000"]),
     "emulate": ("bench_emulate.py", ["--rounds", "3"], ["--rounds", "1", "--skip", "dlio"]),
+    "loop": ("bench_loop.py", ["--rounds", "3"], ["--rounds", "1", "--nodes", "30000", "--edges", "300000"]),
 }
 
 
