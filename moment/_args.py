@@ -146,10 +146,10 @@ def add_source_args(parser: argparse.ArgumentParser, *, planning: bool = False) 
 
 def machine_named(args: argparse.Namespace) -> bool:
     """Whether any source option names a machine (else: this machine)."""
-    return args.machine is not None or any(getattr(args, k, None) for k in _FILE_OPTIONS)
+    return args.machine is not None or any(getattr(args, k, None) for k in FILE_OPTIONS)
 
 
-_FILE_OPTIONS = ("lspci", "lspci_vvv", "dmidecode", "nvidia_smi", "hwloc", "nccl_topo")
+FILE_OPTIONS = ("lspci", "lspci_vvv", "dmidecode", "nvidia_smi", "hwloc", "nccl_topo")
 
 
 def load_topology(args: argparse.Namespace):
@@ -160,7 +160,7 @@ def load_topology(args: argparse.Namespace):
     """
     from planner.topology.discover import live_topology, topology_from_files
 
-    files = {k: getattr(args, k, None) for k in _FILE_OPTIONS}
+    files = {k: getattr(args, k, None) for k in FILE_OPTIONS}
     files["lspci_vvv"] = files["lspci_vvv"] or ()
     if machine_named(args):
         topo = topology_from_files(machine=args.machine, name=args.name, **files)

@@ -67,19 +67,26 @@ def _steps(args: argparse.Namespace, out: Path, n_gpus: int, n_ssds: int) -> lis
          ["place", "--dataset", str(out / "graph"), "--machine", args.machine,
           "--gpu-cache", str(gpu_rows * row), "--cpu-cache", str(cpu_rows * row), *ssds,
           "--fanouts", "25,10", "--batch-size", "1000", "--out", str(out / "placement")]),
-        ("4. train",
+        ("4. measure the disk",
+         "Random 4 KiB reads (O_DIRECT, 64 in flight) where the SSD bins are, and host memory bandwidth: the "
+         "rates that the training run's prediction uses (on a real server: every NVMe drive, and the figures "
+         "go into `moment plan --capacities` too).",
+         ["profile", "--ssd", str(out / "ssd0"), "--seconds", "2", "--file-size", "256MiB",
+          "--out", str(out / "capacities.yaml")]),
+        ("5. train",
          f"{args.model.upper()} with fan-outs 25,10, features gathered through the tiered store (the "
          "'gpu' bin lives in host memory on this machine: there is no GPU here), the next batches sampled "
-         "and gathered while the current one trains.",
+         "and gathered while the current one trains. At the end: each tier's reads as the placement and the "
+         "measured rates predicted them, against what the run measured.",
          ["train", "--dataset", str(out / "graph"), "--placement", str(out / "placement"),
           "--model", args.model, "--fanouts", "25,10", "--batch-size", "1000", "--epochs", str(args.epochs),
-          "--metrics", str(out / "metrics.jsonl")]),
+          "--metrics", str(out / "metrics.jsonl"), "--capacities", str(out / "capacities.yaml")]),
     ]
 
 
 def _is_demo_entry(name: str) -> bool:
     """What ``moment demo`` writes in its directory (and nothing else is removed by ``--force``)."""
-    return name in ("graph", "placement", "plan.svg", "metrics.jsonl") or re.fullmatch(r"ssd\d+", name) is not None
+    return name in ("graph", "placement", "plan.svg", "metrics.jsonl", "capacities.yaml") or re.fullmatch(r"ssd\d+", name) is not None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from moment._args import (
-    _FILE_OPTIONS,
+    FILE_OPTIONS,
     add_source_args,
     load_topology,
     parse_fanouts,
@@ -105,7 +105,7 @@ def _handoff(args: argparse.Namespace):
 
     if args.plan:
         named = [f"--{k.replace('_', '-')}" for k in ("machine", "capacities", "nvlink", "unknown_link_gbps",
-                                                       *_FILE_OPTIONS) if getattr(args, k, None)]
+                                                       *FILE_OPTIONS) if getattr(args, k, None)]
         if named:
             raise PlannerError(f"--plan {args.plan} fixes the machine and its figures already; drop "
                                f"{', '.join(named)} (or drop --plan to plan now with them)")
