@@ -282,7 +282,7 @@ def _check_block(blk: np.ndarray, first_row: int, dtype: str) -> None:
     if bad.any():
         r, c = (int(i) for i in np.argwhere(bad)[0])
         raise StoreError(f"--feature-dtype {dtype}: feature row {first_row + r}, column {c} is "
-                         f"{blk[r, c]!r}: {why}")
+                         f"{float(blk[r, c])!r}: {why}")
 
 
 __all__ = ["FEATURE_DTYPES", "FeatureCodec", "check_feature_dtype", "fit_codec", "stored_row_bytes", "to_torch"]
