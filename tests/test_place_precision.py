@@ -78,3 +78,29 @@ def test_feature_dtype_refusals_are_one_line(cora, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([*args[:-4], "--feature-dtype", "fp8"])
     assert "invalid choice: 'fp8'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_training_on_a_fake_gpu_decodes_there_and_equals_the_host_run(cora, tmp_path, dtype):
+    from iostack.bins import write_bins
+    from iostack.codec import fit_codec
+    from iostack.placement import Placement, simple_placement
+    from tests.fake_cuda import FakeDeviceMemory
+    from training.trainer import TrainConfig, train
+
+    p = simple_placement(cora.num_nodes, [("gpu", 300), ("cpu", 700), ("ssd", cora.num_nodes)])
+    p = Placement(p.bins, p.bin_of, p.row_of, codec=fit_codec(cora.features, dtype))
+    write_bins(cora.features, p, tmp_path, fsync=False)
+    p.save(tmp_path)
+    cfg = TrainConfig(dataset=str(cora.path), placement=str(tmp_path), epochs=1, prefetch=2, backend="posix",
+                      model="gcn", gcn_norm="global", fanouts=(10, 5), batch_size=35, hidden=32, seed=3)
+    host = train(cfg)
+    starts = []
+    fake = train(cfg, memory=FakeDeviceMemory(), progress=lambda r: starts.append(r) if r["kind"] == "start" else None)
+    for k, v in host.model.state_dict().items():
+        assert torch.equal(v, fake.model.state_dict()[k]), k
+    assert starts[0]["feature_dtype"] == dtype
+    # the rows crossed as stored: the CPU and SSD rows' bytes at the stored size, not float32's
+    row = p.codec.row_bytes
+    tiers = fake.final["tiers"]
+    assert tiers["ssd"]["bytes"] == tiers["ssd"]["rows"] * row and tiers["cpu"]["bytes"] == tiers["cpu"]["rows"] * row
