@@ -221,8 +221,9 @@ class FeatureStore:
                                   else torch.from_numpy(np.empty(0, dtype)).dtype)
             self.dtype = torch.float32 if self.codec is not None else self.storage_dtype
             self.row_bytes = dim * dtype.itemsize
-            if self.feature_dtype is None:
+            if self.feature_dtype is None:  # no codec, no features: the SSD bins' type
                 self.feature_dtype = str(self.storage_dtype).removeprefix("torch.")
+                self._check_codec(None, None, feature_dtype, self.feature_dtype)
             feats = None if features is None else (features.reshape(-1, 1) if features.ndim == 1 else features)
             local = None if local_gpu_bins is None else {int(i) for i in local_gpu_bins}
             self._build_caches(feats, local, share_key)
@@ -235,14 +236,17 @@ class FeatureStore:
             raise
 
     # -- construction ----------------------------------------------------------------------------
-    def _check_codec(self, dtype: np.dtype | None, dim: int | None, expect: str | None) -> str | None:
-        """The placement's storage type name, checked against the features and what the caller expects."""
+    def _check_codec(self, dtype: np.dtype | None, dim: int | None, expect: str | None,
+                     have: str | None = None) -> str | None:
+        """The placement's storage type name (``have`` if known), checked against the features and what
+        the caller expects."""
         c = self.codec
         if expect is not None:
             from iostack.codec import check_feature_dtype
 
             check_feature_dtype(expect, "feature_dtype")
-        have = c.dtype if c is not None else (None if dtype is None else np.dtype(dtype).name)
+        if have is None:
+            have = c.dtype if c is not None else (None if dtype is None else np.dtype(dtype).name)
         if expect is not None and have is not None and have != expect:
             raise StoreError(f"the placement stores its feature rows as {have}, this code expects {expect}; "
                              f"open it expecting {have}, or place again with --feature-dtype {expect}")

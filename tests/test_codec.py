@@ -210,3 +210,8 @@ def test_store_refuses_a_placement_of_another_type(tmp_path):
         assert s.feature_dtype == "float32" and s.codec is None
     with pytest.raises(StoreError, match="as float32, this code expects int8"):
         FeatureStore(plain, features=x, feature_dtype="int8")
+    # no features given: the SSD bins say what they hold
+    ssd_only = simple_placement(len(x), [("ssd", 200)])
+    write_bins(x, ssd_only, tmp_path / "plain", fsync=False)
+    with pytest.raises(StoreError, match="as float32, this code expects bfloat16"):
+        FeatureStore(ssd_only, tmp_path / "plain", feature_dtype="bfloat16")
