@@ -63,6 +63,10 @@ def register(subparsers) -> None:
     caches.add_argument("--ssd", action="append", metavar="DIR", default=[],
                         help="directory for one SSD's bin file, one per SSD of the plan in its order "
                              "(repeatable; a directory may be repeated)")
+    caches.add_argument("--feature-dtype", choices=("float32", "float16", "bfloat16", "int8"), metavar="TYPE",
+                        help="store the rows in the bins as float32, float16, bfloat16 or int8 (a scale and zero "
+                             "point per column, float features only); smaller rows: fewer SSD bytes, more rows per "
+                             "cache; the gather decodes to float32 (default: the features' own type)")
     caches.add_argument("--out", required=True, metavar="DIR", help="where the placement is written")
     caches.add_argument("--force", action="store_true", help="replace an existing placement and bin files")
     hot = p.add_argument_group("hotness")
@@ -177,31 +181,41 @@ def run(args: argparse.Namespace) -> int:
     ds = open_dataset(args.dataset)
     if ds.features is None:
         raise PlannerError(f"--dataset {args.dataset}: has no features to place; import it with features")
+    if args.feature_dtype is not None and args.nodes > 1:
+        raise PlannerError("--feature-dtype with --nodes > 1: a sharded placement holds the features' own type; "
+                           "leave out --feature-dtype")
     err = Console(stderr=True, highlight=False, emoji=False)
     with _Bars(err) as bars:
+        codec, row_bytes = None, ds.row_bytes
+        if args.feature_dtype is not None:
+            from iostack.codec import fit_codec
+
+            codec = fit_codec(ds.features, args.feature_dtype, progress=bars.update)
+            row_bytes = codec.row_bytes
         hot = get_hotness(ds, spec, directory=args.hotness_dir, recompute=args.recompute_hotness,
                           progress=bars.update)
-        targets, resolved = targets_for_caches(handoff, hot.values, gpu_rows=gpu_bytes // ds.row_bytes,
-                                               cpu_rows=cpu_bytes // ds.row_bytes, gpu_mode=args.gpu_cache_mode)
+        targets, resolved = targets_for_caches(handoff, hot.values, gpu_rows=gpu_bytes // row_bytes,
+                                               cpu_rows=cpu_bytes // row_bytes, gpu_mode=args.gpu_cache_mode)
         plan_notes = [*plan_notes, *([resolved] if resolved else [])]
         if args.nodes > 1:  # sharded across nodes: moment/place_nodes.py
             from moment.place_nodes import place_nodes
 
             sharded = place_nodes(args, ds, hot, spec, targets, gpu_bytes, cpu_bytes, bars)
         else:
-            bins = build_bins(targets, num_rows=ds.num_nodes, row_bytes=ds.row_bytes, gpu_cache_bytes=gpu_bytes,
+            bins = build_bins(targets, num_rows=ds.num_nodes, row_bytes=row_bytes, gpu_cache_bytes=gpu_bytes,
                               cpu_cache_bytes=cpu_bytes, ssd_dirs=args.ssd, out_dir=out, gpu_mode=args.gpu_cache_mode)
             reads = hot.reads_per_epoch
             bars.note(f"placing ({args.strategy})")
-            res = place(hot.values, bins, targets, row_bytes=ds.row_bytes, strategy=args.strategy, pool=args.pool,
-                        seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None)
+            res = place(hot.values, bins, targets, row_bytes=row_bytes, strategy=args.strategy, pool=args.pool,
+                        seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None,
+                        codec=codec)
             ssd_files = [bin_path(out, b) for b in res.placement.bins if b.kind == "ssd"]
             clash = [str(f) for f in ssd_files if f.exists()]
             if clash and not args.force:
                 raise PlannerError(f"bin file {clash[0]} exists already"
                                    + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
                                    + "; choose other --ssd directories or pass --force to replace them")
-            check_free_space(res.placement, ds.row_bytes, out)
+            check_free_space(res.placement, row_bytes, out)
             held = None
             if spec.method == "presample":  # what the run will read, from a sample DDAK was not fitted to
                 bars.note("an independent pre-sample (the expected shares that training's prediction uses)")
@@ -227,7 +241,8 @@ def run(args: argparse.Namespace) -> int:
         "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
                     "epochs_covered": hot.epochs_covered},
         "gpu_cache_bytes": gpu_bytes, "cpu_cache_bytes": cpu_bytes, "gpu_cache_mode": args.gpu_cache_mode,
-        "row_bytes": ds.row_bytes, "bins": [asdict(b) for b in res.bins],
+        "row_bytes": row_bytes, "feature_dtype": codec.dtype if codec is not None else ds.features.dtype.name,
+        "bins": [asdict(b) for b in res.bins],
         "report": asdict(res.report), "baseline": asdict(res.baseline) if res.baseline else None,
         "target_notes": list(res.notes),
         "plan_notes": plan_notes,
@@ -240,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return 0
     console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
-    _print_summary(console, res, ds, hot, targets, out)
+    _print_summary(console, res, ds, hot, targets, out, row_bytes)
     for note in plan_notes:
         console.print(f"[yellow]plan:[/yellow] {note}", markup=True)
     return 0
@@ -292,14 +307,16 @@ class _Bars:
             self.update(f"writing bin {m.group(1)}", int(m.group(2)), int(m.group(3)))
 
 
-def _print_summary(console, res, ds, hot, targets, out: Path) -> None:
+def _print_summary(console, res, ds, hot, targets, out: Path, row_bytes: int) -> None:
     from rich.table import Table
 
     from planner.capacities import format_size
 
     rep, base = res.report, res.baseline
     how = "loaded" if hot.loaded else f"computed in {hot.seconds:.1f} s"
-    console.print(f"[bold]{ds.name}[/bold]: {ds.num_nodes:,} rows of {format_size(ds.row_bytes)} · hotness "
+    codec = res.placement.codec
+    stored = f" stored as {codec.dtype}" if codec is not None else ""
+    console.print(f"[bold]{ds.name}[/bold]: {ds.num_nodes:,} rows of {format_size(row_bytes)}{stored} · hotness "
                   f"{hot.spec.method} ({how}) · plan: {targets.source} · strategy {rep.strategy} "
                   f"({rep.seconds:.2f} s)")
     table = Table(title=f"bins (written to {out})", title_justify="left")

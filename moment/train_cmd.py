@@ -83,7 +83,9 @@ def _train_command(args: argparse.Namespace) -> int:
                 err.print(f"no checkpoint in {args.checkpoint}: starting from scratch", markup=False)
             err.print(f"training {config.model} on {rec['num_train']:,} seeds, {rec['world_size']} rank(s), "
                       f"{rec['steps_per_epoch']} steps per epoch, features: "
-                      f"{'store ' + str(config.placement) if config.placement else 'in memory'}", markup=False)
+                      f"{'store ' + str(config.placement) if config.placement else 'in memory'}"
+                      + (f" ({rec['feature_dtype']} rows)" if rec.get("feature_dtype") else ""), markup=False)
+            state["feature_dtype"] = rec.get("feature_dtype")
             err.print(f"device {rec['device']}; sampling on {rec['sampling']['device']} ({rec['sampling']['why']})",
                       markup=False)
             for note in rec.get("store_notes", []):
@@ -137,6 +139,8 @@ def _train_command(args: argparse.Namespace) -> int:
     t.add_column("what")
     t.add_column("value", overflow="fold")
     t.add_row("loss (last epoch)", f"{final['loss']:.4f}")
+    if state.get("feature_dtype"):
+        t.add_row("feature rows held as", str(state["feature_dtype"]))
     for k in ("train_acc", "valid_acc", "test_acc"):
         if k in final:
             t.add_row(k.replace("_acc", " accuracy"), f"{100 * final[k]:.2f}%")

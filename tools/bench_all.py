@@ -46,6 +46,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
                   ["--rounds", "1", "--nodes", "50000", "--edges", "500000"]),
     "emulate": ("bench_emulate.py", ["--rounds", "3"], ["--rounds", "1", "--skip", "dlio"]),
     "loop": ("bench_loop.py", ["--rounds", "3"], ["--rounds", "1", "--nodes", "30000", "--edges", "300000"]),
+    "precision": ("bench_precision.py", [], ["--quick"]),
 }
 
 

@@ -51,6 +51,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -402,10 +403,12 @@ def default_pool(num_rows: int, num_bins: int) -> int:
 
 def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *, row_bytes: int,
           strategy: str = "ddak", pool: int | None = None, seed: int = 0, reads_per_epoch: float | None = None,
-          baseline: bool = True) -> PlaceResult:
+          baseline: bool = True, codec: Any = None) -> PlaceResult:
     """Place every row: ``hotness`` (``[num_rows]``, any non-negative numbers) into ``bins``.
 
     ``pool``: DDAK's pool size; ``None`` takes :func:`default_pool`.
+    ``row_bytes``: a row as the bins hold it (``codec.row_bytes`` for a
+    :class:`iostack.codec.FeatureCodec`, which the placement then carries).
 
     Returns the iostack :class:`Placement` (SSD bins' capacity = the rows
     they got, the size of their file) with the report, and the hash
@@ -433,7 +436,7 @@ def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *,
     items = result.items_per_bin
     ibins = tuple(Bin(i, b.kind, int(items[i]) if b.kind == "ssd" else b.capacity_rows, path=b.path,
                       device=b.device) for i, b in enumerate(bins))
-    placement = Placement(ibins, result.bin_of, result.row_of)
+    placement = Placement(ibins, result.bin_of, result.row_of, codec=codec)
     return PlaceResult(placement, tuple(bins), rep, base, tuple(notes))
 
 

@@ -369,6 +369,13 @@ def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto",
     return StoreFeatures(store)
 
 
+def _feature_dtype(features: Any, ds: Dataset) -> str | None:
+    """The type the feature rows are held in: the placement's bins (e.g. ``int8``), else the dataset's."""
+    store = getattr(features, "store", None)
+    held = getattr(store, "feature_dtype", None)
+    return held if held is not None else ds.feature_dtype
+
+
 def open_store(placement: Any, placement_dir: str | os.PathLike[str], features: np.ndarray | None,
                backend: str = "auto", *, transfer: Transfer, local_gpu_bins: Sequence[int] | None = None,
                share_key: str | None = None, capacities: str | None = None) -> Any:
@@ -1025,6 +1032,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
         store = getattr(features, "store", None)
         emit({"kind": "start", "config": config.to_dict(), "steps_per_epoch": steps, "start_epoch": start_epoch,
               "start_step": start_step, "features": type(features).__name__, "num_train": n_train,
+              "feature_dtype": _feature_dtype(features, ds),
               "parameters": sum(p.numel() for p in params), "device": str(world.device),
               "sampling": {"device": "server" if config.server else str(sample_dev), "why": sample_why},
               "store_notes": list(getattr(features, "notes", None) or (store.notes if store is not None else [])),
