@@ -63,7 +63,7 @@ def _plan_command(args: argparse.Namespace) -> int:
 
 
 def _machines_command(args: argparse.Namespace) -> int:
-    from planner.topology.spec import bundled_machines
+    from planner.topology.bundled import bundled_machines
 
     for name, path in sorted(bundled_machines().items()):
         print(f"{name}\t{path}")

@@ -11,7 +11,6 @@ import argparse
 import json
 import sys
 
-from planner.capacities import format_size
 from planner.errors import PlannerError
 
 #: options of `data import` and the formats they apply to (dest -> formats)
@@ -94,6 +93,7 @@ def _info_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from planner.capacities import format_size
     from training.data import dataset_info, open_dataset
 
     info = dataset_info(open_dataset(args.dir, verify="full" if args.verify else "sample"))

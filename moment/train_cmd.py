@@ -12,7 +12,6 @@ import sys
 
 from moment._args import parse_fanouts
 from moment._args import size_arg as _size
-from planner.capacities import format_size
 from planner.errors import PlannerError
 
 
@@ -46,6 +45,7 @@ def _train_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from planner.capacities import format_size
     from training.trainer import CHECKPOINT_NAME, train
 
     if not Path(args.dataset).is_dir():

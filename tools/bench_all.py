@@ -42,6 +42,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "gpu": ("bench_gpu.py", [], ["--quick"]),
     "integrity": ("bench_integrity.py", ["--nodes", "1e6", "--repeats", "5"], ["--nodes", "2e5", "--repeats", "2"]),
     "multinode": ("bench_multinode.py", [], ["--quick"]),
+    "startup": ("bench_startup.py", ["--repeats", "15"], ["--repeats", "5"]),
 }
 
 
