@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from moment.bars import Bars
 from planner.errors import PlannerError
 
 #: fewer paired rounds than this are too noisy on a shared machine to choose an engine by
@@ -101,9 +102,10 @@ def _raw(args: argparse.Namespace) -> int:
     if not d.is_dir():
         raise PlannerError(f"--dir {d}: no such directory")
     con = _console()
-    res = bench_raw(d, file_bytes=parse_size(args.file_size), row_bytes=parse_size(args.row_size),
-                    queue_depth=args.queue_depth, seconds=args.seconds, runs=args.runs,
-                    engine=args.engine, progress=lambda m: con.print(f"[dim]{m}[/dim]"))
+    with Bars() as bars:
+        res = bench_raw(d, file_bytes=parse_size(args.file_size), row_bytes=parse_size(args.row_size),
+                        queue_depth=args.queue_depth, seconds=args.seconds, runs=args.runs,
+                        engine=args.engine, progress=bars)
     t = Table(title=f"random {format_size(res.row_bytes)} row reads, queue depth {res.queue_depth}, "
                     f"{'O_DIRECT' if res.direct else 'buffered'}, {format_size(res.file_bytes)} file {res.path}")
     for c in ("run", "first", "fio", "k IOPS", "ours", "k IOPS", "ours / fio"):
@@ -161,10 +163,11 @@ def _gather(args: argparse.Namespace) -> int:
             feats[a:a + (1 << 14)] = rng.random((min(v, a + (1 << 14)) - a, args.dim), dtype=np.float32)
         kinds = [k for k in (("gpu", g), ("cpu", c), ("ssd", v - g - c)) if k[1] > 0]
         p = simple_placement(v, kinds)
-        con.print(f"[dim]writing bins to {d}[/dim]")
-        write_bins(feats, p, d)
-        with FeatureStore(p, d, features=feats, backend=args.backend) as store:
-            r = bench_gather(store, batch=args.batch, seconds=args.seconds, alpha=args.alpha, ids=ids)
+        with Bars(transient=True) as bars:
+            write_bins(feats, p, d, progress=bars)
+            with FeatureStore(p, d, features=feats, backend=args.backend) as store:
+                r = bench_gather(store, batch=args.batch, seconds=args.seconds, alpha=args.alpha, ids=ids,
+                                 progress=bars)
     con.print(f"{r.batches} gathers of {args.batch} ids in {r.seconds:.1f} s: "
               f"{r.rows_per_s / 1e3:.1f} k rows/s, {r.bytes_per_s / 1e9:.3f} GB/s "
               f"(SSD reads {'O_DIRECT' if r.direct else 'buffered'})")
@@ -184,7 +187,8 @@ def _emulate(args: argparse.Namespace) -> int:
 
     w = load_workload(args.workload)
     con = _console()
-    res = emulate(w, progress=None if args.json else (lambda m: con.print(f"[dim]{m}[/dim]")))
+    with Bars(quiet=args.json, transient=True) as bars:
+        res = emulate(w, progress=bars)
     if args.plot:
         from moment.plots import plot_emulation
 

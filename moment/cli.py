@@ -103,19 +103,19 @@ def _profile_command(args: argparse.Namespace) -> int:
         topo = live_topology(args.sys_root)
     except PlannerError:
         pass  # figures are then keyed by bus address rather than node id
-    err = Console(stderr=True, highlight=False, emoji=False)
-    caps = profile_machine(
-        topo, ssd_paths=args.ssd or (), block_bytes=block, queue_depth=depth, seconds=seconds,
-        file_bytes=file_bytes, use_fio=not args.no_fio, memory=not args.no_memory,
-        keep_files=args.keep_file, sys_root=args.sys_root,
-        progress=lambda msg: err.print(f"[dim]… {msg}[/dim]"),
-    )
-    if args.ssd:  # what `moment train --backend auto` compares: both backends' reads into GPU memory
-        from iostack.bench import add_device_read_figures
+    from moment.bars import Bars
 
-        caps = add_device_read_figures(caps, args.ssd, seconds=min(seconds, 3.0), file_bytes=file_bytes,
-                                       keep_file=args.keep_file,
-                                       progress=lambda msg: err.print(f"[dim]… {msg}[/dim]"))
+    with Bars(transient=True) as bars:
+        caps = profile_machine(
+            topo, ssd_paths=args.ssd or (), block_bytes=block, queue_depth=depth, seconds=seconds,
+            file_bytes=file_bytes, use_fio=not args.no_fio, memory=not args.no_memory,
+            keep_files=args.keep_file, sys_root=args.sys_root, progress=bars,
+        )
+        if args.ssd:  # what `moment train --backend auto` compares: both backends' reads into GPU memory
+            from iostack.bench import add_device_read_figures
+
+            caps = add_device_read_figures(caps, args.ssd, seconds=min(seconds, 3.0), file_bytes=file_bytes,
+                                           keep_file=args.keep_file, progress=bars)
 
     def rate(bps: float) -> str:
         return f"{bps / 1e9:.2f} GB/s" if bps >= 1e9 else f"{bps / 1e6:.1f} MB/s"

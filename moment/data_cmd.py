@@ -36,8 +36,7 @@ _KWARG = {"igb_classes": "classes", "no_relabel": "relabel", "hdf5_key": "keys"}
 def _import_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.console import Console
-
+    from moment.bars import Bars
     from training.data import open_dataset
     from training.importers import detect_format, import_dataset
 
@@ -55,16 +54,9 @@ def _import_command(args: argparse.Namespace) -> int:
         options["classes"] = str(options["classes"])
     if "keys" in options:
         options["keys"] = _hdf5_keys(options["keys"])
-    err = Console(stderr=True, highlight=False, emoji=False)
-    last = {"stage": None}
-
-    def progress(stage: str, done: int, total: int | None) -> None:
-        if stage != last["stage"] and err.is_terminal:
-            err.print(f"[dim]… {stage}[/dim]")
-        last["stage"] = stage
-
-    dst = import_dataset(Path(args.src), Path(args.dst), format=fmt, name=args.name, overwrite=args.force,
-                         feature_dtype=args.feature_dtype, progress=progress, **options)
+    with Bars(transient=True) as bars:
+        dst = import_dataset(Path(args.src), Path(args.dst), format=fmt, name=args.name, overwrite=args.force,
+                             feature_dtype=args.feature_dtype, progress=bars, **options)
     ds = open_dataset(dst, validate=False)
     splits = " / ".join(f"{getattr(ds, s).shape[0]:,}" for s in ("train_idx", "valid_idx", "test_idx")
                         if getattr(ds, s) is not None)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -127,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
     from iostack.bins import bin_path, write_bins
     from iostack.placement import MANIFEST
+    from moment.bars import Bars
     from moment.place_nodes import check_node_args
     from training.data import fingerprint, open_dataset
     from training.hotness import HotnessSpec, get_hotness
@@ -161,10 +161,9 @@ def run(args: argparse.Namespace) -> int:
     ds = open_dataset(args.dataset)
     if ds.features is None:
         raise PlannerError(f"--dataset {args.dataset}: has no features to place; import it with features")
-    err = Console(stderr=True, highlight=False, emoji=False)
-    with _Bars(err) as bars:
+    with Bars(quiet=args.json) as bars:
         hot = get_hotness(ds, spec, directory=args.hotness_dir, recompute=args.recompute_hotness,
-                          progress=bars.update)
+                          progress=bars)
         if targets is None:
             gpu_rows, cpu_rows = gpu_bytes // ds.row_bytes, cpu_bytes // ds.row_bytes
             bars.note("planning")
@@ -180,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
             reads = hot.reads_per_epoch
             bars.note(f"placing ({args.strategy})")
             res = place(hot.values, bins, targets, row_bytes=ds.row_bytes, strategy=args.strategy, pool=args.pool,
-                        seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None)
+                        seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None,
+                        progress=bars)
             ssd_files = [bin_path(out, b) for b in res.placement.bins if b.kind == "ssd"]
             clash = [str(f) for f in ssd_files if f.exists()]
             if clash and not args.force:
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
                 for stale in (out / MANIFEST, out / "place.json"):
                     stale.unlink(missing_ok=True)
             try:
-                write_bins(ds.features, res.placement, out, progress=bars.bin_message)
+                write_bins(ds.features, res.placement, out, progress=bars)
             except OSError as exc:
                 raise PlannerError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
                                    "check the --ssd directories") from None
@@ -220,52 +220,6 @@ def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
     _print_summary(console, res, ds, hot, targets, out)
     return 0
-
-
-class _Bars:
-    """Rich progress bars on a terminal (stderr); silent otherwise."""
-
-    _BIN = re.compile(r"bin (\d+): (\d+) of (\d+) rows")
-
-    def __init__(self, console) -> None:
-        self.console = console
-        self.progress = None
-        self.tasks: dict[str, int] = {}
-
-    def __enter__(self) -> _Bars:
-        if self.console.is_terminal:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TimeElapsedColumn(), console=self.console, transient=False)
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def update(self, stage: str, done: int, total: int | None) -> None:
-        if self.progress is None:
-            return
-        if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(stage, total=total)
-        self.progress.update(self.tasks[stage], completed=done, total=total)
-
-    def note(self, text: str) -> None:
-        if self.progress is not None:
-            self.progress.console.print(f"[dim]… {text}[/dim]")
-
-    def bin_message(self, message: str) -> None:
-        m = self._BIN.match(message)
-        if m:
-            self.update(f"writing bin {m.group(1)}", int(m.group(2)), int(m.group(3)))
 
 
 def _print_summary(console, res, ds, hot, targets, out: Path) -> None:

@@ -53,9 +53,7 @@ def _share(text: str, option: str) -> float:
 
 
 def _synth_command(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from moment.bars import Bars
     from training.synth import SynthSpec, synthesize
 
     spec = SynthSpec(
@@ -78,19 +76,9 @@ def _synth_command(args: argparse.Namespace) -> int:
     if chunk < 1:
         raise PlannerError(f"--chunk-edges {args.chunk_edges}: expected a positive whole number")
 
-    err = Console(stderr=True, highlight=False, emoji=False)
     started = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}"),
-                  TimeElapsedColumn(), console=err, transient=True,
-                  disable=args.quiet or not err.is_terminal) as bar:
-        tasks: dict[str, int] = {}
-
-        def progress(stage: str, done: int, total: int | None) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(stage, total=total)
-            bar.update(tasks[stage], completed=done, total=total)
-
-        rep = synthesize(args.dst, spec, chunk_edges=chunk, overwrite=args.force, progress=progress)
+    with Bars(quiet=args.quiet, transient=True) as bars:
+        rep = synthesize(args.dst, spec, chunk_edges=chunk, overwrite=args.force, progress=bars)
     seconds = time.perf_counter() - started
     if not args.quiet:
         dropped = rep.generated_edges - rep.num_edges

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from moment._args import parse_fanouts
 from moment._args import size_arg as _size
@@ -45,6 +46,7 @@ def _train_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from moment.bars import Bars
     from planner.capacities import format_size
     from training.trainer import CHECKPOINT_NAME, train
 
@@ -53,7 +55,8 @@ def _train_command(args: argparse.Namespace) -> int:
     config = _config(args)
     err = Console(stderr=True, highlight=False, emoji=False, width=None if sys.stderr.isatty() else 160)
     out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
-    state: dict = {"bar": None, "task": None, "rank": 0}
+    bars = Bars()  # per-step progress within an epoch, on a terminal only
+    state: dict = {"rank": 0, "seeds": 0, "t0": 0.0}
 
     def progress(rec: dict) -> None:
         state["rank"] = rec["rank"]
@@ -74,35 +77,27 @@ def _train_command(args: argparse.Namespace) -> int:
                 err.print(f"store: {note}", markup=False)
             if rec.get("rng_restored") not in (None, "per-rank"):
                 err.print(f"random streams: {rec['rng_restored']}", markup=False)
-            if err.is_terminal:
-                from rich.progress import (
-                    BarColumn,
-                    MofNCompleteColumn,
-                    Progress,
-                    TextColumn,
-                    TimeRemainingColumn,
-                )
-
-                bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                               TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=err)
-                bar.start()
-                state["bar"] = bar
-                state["task"] = bar.add_task("epoch", total=rec["steps_per_epoch"], info="")
-        elif kind == "step" and state["bar"] is not None:
-            state["bar"].update(state["task"], completed=rec["step"] + 1, description=f"epoch {rec['epoch']}",
-                                info=f"loss {rec['loss']:.3f}")
+            bars.__enter__()
+        elif kind == "step":
+            now = time.perf_counter()
+            if state["seeds"] == 0:
+                state["t0"] = now - rec["step_s"]
+            state["seeds"] += rec["seeds"]
+            rate = state["seeds"] / (now - state["t0"]) if now > state["t0"] else 0.0
+            bars("steps", rec["step"] + 1, rec["steps"],
+                 info=f"epoch {rec['epoch']} · loss {rec['loss']:.3f} · {rate:,.0f} seeds/s")
         elif kind == "epoch":
-            if state["bar"] is not None:
-                state["bar"].console.print(_epoch_line(rec), markup=False)
-                state["bar"].reset(state["task"])
+            state["seeds"] = 0
+            if bars.enabled:
+                bars.print(_epoch_line(rec))
+                bars.reset("steps")
             else:
                 err.print(_epoch_line(rec), markup=False)
 
     try:
         result = train(config, progress=progress)
     finally:
-        if state["bar"] is not None:
-            state["bar"].stop()
+        bars.__exit__(None, None, None)
     if result.rank != 0:
         return 0
     final = result.final
