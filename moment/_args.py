@@ -112,3 +112,24 @@ def accept_negative_values(parser: argparse.ArgumentParser) -> None:
         for action in p._actions:
             if isinstance(action, argparse._SubParsersAction):
                 stack.extend(action.choices.values())
+
+
+class _ExamplesFormatter(argparse.HelpFormatter):
+    """argparse's formatter, except that text with line breaks (the examples) is kept as written:
+    RawDescriptionHelpFormatter would also stop the one-paragraph descriptions from wrapping."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def examples(*lines: str) -> dict:
+    """``add_parser`` keywords that end a command's ``--help`` with ``lines`` as examples.
+
+    A line ``"CMD  # why"`` keeps its comment; the commands are aligned as typed.
+
+    >>> examples("moment machines")["epilog"]
+    'examples:\\n  moment machines'
+    """
+    return {"formatter_class": _ExamplesFormatter, "epilog": "examples:\n" + "\n".join(f"  {x}" for x in lines)}

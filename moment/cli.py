@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from moment._args import accept_negative_values, positive_number
+from moment._args import accept_negative_values, examples, positive_number
 from planner.errors import PlannerError
 
 EXIT_USAGE = 2
@@ -182,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="moment",
         description="Plan slot layouts, place data and train GNNs out-of-core on one multi-GPU server.",
+        **examples("moment demo                                  # the whole pipeline on a bundled default",
+                   "moment plan --machine moment-b --svg plan.svg",
+                   "moment data synth graph --nodes 1e5 --edges 1e6",
+                   "moment COMMAND --help                        # each command's options and examples"),
     )
     from moment import __version__
 
@@ -197,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
             "generation × width and GB/s per direction. With no source option, reads this "
             "machine's sysfs (and NVML when NVIDIA GPUs are present)."
         ),
+        **examples("moment topo                                  # this machine (sysfs, NVML)",
+                   "moment topo --machine moment-b --svg b.svg   # a bundled spec, with a picture",
+                   "moment topo --lspci-vvv lspci-vvv.txt --dmidecode dmidecode.txt   # captured files",
+                   "moment topo --hwloc lstopo.xml --json"),
     )
     _add_source_args(topo)
     out = topo.add_argument_group("output")
@@ -214,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
             "model, and recommend the best with a slot map and its bottleneck, against the "
             "paper's classic layouts (a)-(d) and the machine's current layout."
         ),
+        **examples("moment plan --machine moment-b",
+                   "moment plan --machine moment-b --cpu-cache-share 0.3 --svg plan.svg",
+                   "moment plan --machine moment-a --gpus 2 --ssds 4 --ssd-model samsung-980-pro   # what-if",
+                   "moment plan --machine moment-b --json > plan.json   # for moment place --plan",
+                   "moment plan --lspci-vvv lspci-vvv.txt --dmidecode dmidecode.txt --unknown-link-gbps 16"),
     )
     _add_source_args(pl)
     inv = pl.add_argument_group("devices to place (default: the spec's inventory or the machine's own)")
@@ -248,7 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _register_modules(sub)
 
-    machines = sub.add_parser("machines", help="list the bundled machine specs")
+    machines = sub.add_parser("machines", help="list the bundled machine specs",
+                              description="List the machine specs shipped with Moment: name and file.",
+                              **examples("moment machines", "moment topo --machine moment-b"))
     machines.set_defaults(func=_machines_command)
 
     prof = sub.add_parser(
@@ -260,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
             "DRAM bandwidth, and host/GPU copies when CUDA is present. Writes a capacities file "
             "(schema moment.capacities v1, docs/capacities.md) for planning."
         ),
+        **examples("moment profile --ssd /mnt/nvme0 --ssd /mnt/nvme1 --out capacities.yaml",
+                   "moment profile --no-fio --seconds 2 --file-size 256MiB --ssd /var/tmp",
+                   "moment plan --machine my-server.yaml --capacities capacities.yaml"),
     )
     prof.add_argument("--ssd", metavar="PATH", action="append",
                       help="a directory on an SSD (a test file is written there and removed), "

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from moment._args import examples
 from planner.errors import PlannerError
 
 #: options of `data import` and the formats they apply to (dest -> formats)
@@ -135,6 +136,9 @@ def register(subparsers) -> None:
         "data", help="import graph datasets, describe them, generate synthetic ones",
         description="Graph datasets in Moment's directory format (docs/dataset-format.md): "
                     "memory-mapped CSR, features, labels and splits.",
+        **examples("moment data import ../shared/fixtures/graphs/cora cora",
+                   "moment data synth graph --nodes 1e6 --edges 1e7 --undirected",
+                   "moment data info cora --verify"),
     )
     data.set_defaults(func=_data_usage(data))
     data_sub = data.add_subparsers(dest="data_command", metavar="ACTION")
@@ -144,6 +148,10 @@ def register(subparsers) -> None:
         description="Convert Planetoid, gnn-benchmark .npz, OGB node-property, IGB, HDF5 or edge-list "
                     "data into a dataset directory. Large inputs are converted in chunks with bounded memory; "
                     "DST appears only when complete.",
+        **examples("moment data import ../shared/fixtures/graphs/cora cora   # Planetoid, format detected",
+                   "moment data import --format npz --lcc amazon_photo.npz photo",
+                   "moment data import --format edgelist --undirected soc-Slashdot0902.txt.gz slashdot",
+                   "moment data import --format hdf5 --hdf5-key features=/node/x graph.h5 mygraph"),
     )
     imp.add_argument("src", metavar="SRC", help="source file or directory")
     imp.add_argument("dst", metavar="DST", help="dataset directory to create")
@@ -177,7 +185,11 @@ def register(subparsers) -> None:
                         "repeatable; docs/dataset-format.md)")
     imp.set_defaults(func=_import_command)
 
-    info = data_sub.add_parser("info", help="counts, degree distribution, skew and sizes of a dataset directory")
+    info = data_sub.add_parser("info", help="counts, degree distribution, skew and sizes of a dataset directory",
+                               description="Counts, degree distribution, skew and sizes of a dataset directory, "
+                                           "with a check of its files against their checksums.",
+                               **examples("moment data info cora", "moment data info cora --json",
+                                          "moment data info cora --verify   # every block, not a sample"))
     info.add_argument("dir", metavar="DIR", help="dataset directory")
     info.add_argument("--json", action="store_true", help="print the figures as JSON")
     info.add_argument("--verify", action="store_true",

@@ -21,13 +21,17 @@ import sys
 import time
 from pathlib import Path
 
+from moment._args import examples
 from planner.errors import PlannerError
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "demo", help="plan -> place -> train one epoch on a bundled default (Machine B, a synthetic graph)",
-        description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=__doc__.split("\n\n")[1],
+        **examples("moment demo                               # about a minute on 2 CPU cores",
+                   "moment demo --out /var/tmp/demo --force   # somewhere else, replacing an earlier run",
+                   "moment demo --machine moment-a --nodes 50000"))
     p.add_argument("--out", default="moment-demo", metavar="DIR",
                    help="where the plan picture, dataset, placement and metrics go (default ./moment-demo)")
     p.add_argument("--machine", default="moment-b", metavar="NAME|FILE",

@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from moment._args import parse_fanouts
+from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
 from planner.errors import PlannerError
 
@@ -35,6 +35,10 @@ def register(subparsers) -> None:
             "and SSD bins with DDAK so each serves its target share, and write the placement and the "
             "SSD bin files. Prints a per-bin table with the hash baseline beside it."
         ),
+        **examples("moment place --dataset cora --machine moment-b --gpu-cache 200KiB --cpu-cache 1MiB \\",
+                   "    --ssd /mnt/nvme0 --ssd /mnt/nvme1 ... --out cora-placement   # one --ssd per SSD of the plan",
+                   "moment plan --machine moment-b --json > plan.json",
+                   "moment place --dataset cora --plan plan.json --gpu-cache 200KiB --cpu-cache 1MiB $SSDS --out p2"),
     )
     src = p.add_argument_group("input")
     src.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")

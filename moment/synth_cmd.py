@@ -10,6 +10,7 @@ import argparse
 import math
 import time
 
+from moment._args import examples
 from planner.errors import PlannerError
 
 
@@ -111,6 +112,8 @@ def register_synth(data_subparsers) -> argparse.ArgumentParser:
             "aggregation learn the labels. Self-loops and duplicate edges are dropped. "
             "The same --seed gives byte-identical files."
         ),
+        **examples("moment data synth graph --nodes 1e6 --edges 1e7 --undirected",
+                   "moment data synth g2 --nodes 1e5 --edges 1e6 --generator chung-lu --skew 0.9 --feature-dim 64"),
     )
     p.add_argument("dst", metavar="DST", help="dataset directory to create")
     g = p.add_argument_group("graph")

@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 
-from moment._args import parse_fanouts
+from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
 from planner.errors import PlannerError
 
@@ -136,6 +136,11 @@ def register(subparsers) -> None:
         description="Train a GNN on sampled mini-batches with features from the tiered store (--placement) or "
                     "memory. Launch with `torchrun --nproc-per-node N -m moment train ...` for N data-parallel "
                     "ranks (gloo on CPU, nccl on GPU); N ranks train exactly what one process would.",
+        **examples("moment train --dataset cora --placement cora-placement --model gcn --epochs 10",
+                   "moment train --dataset graph --fanouts 25,10 --batch-size 8000 --metrics m.jsonl",
+                   "moment train --dataset graph --checkpoint ckpt/ --epochs 5 --resume",
+                   "torchrun --nproc-per-node 2 -m moment train --dataset cora --epochs 3   # data-parallel",
+                   "moment report m.jsonl --out plots/   # plots of the metrics"),
     )
     p.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
     p.add_argument("--placement", metavar="DIR",

@@ -57,3 +57,39 @@ def test_help_and_machines_import_nothing_heavy(argv):
     res = loaded_by(*argv)
     assert res["code"] == 0
     assert res["loaded"] == [], res
+
+
+def _all_parsers(parser, path=("moment",)):
+    import argparse
+
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _all_parsers(sub, (*path, name))
+
+
+def test_every_help_ends_with_examples_of_itself():
+    from moment.cli import build_parser
+
+    seen = 0
+    for path, parser in _all_parsers(build_parser()):
+        text = parser.format_help()
+        tail = text.rstrip().rsplit("examples:", 1)
+        assert len(tail) == 2, f"{' '.join(path)} --help has no examples"
+        lines = [ln.strip() for ln in tail[1].strip().splitlines()]
+        assert lines and all(ln.startswith(("moment", "torchrun", "--", "...")) or ln.startswith("F=") for ln in lines)
+        # an example of a subcommand runs that subcommand (the top level may show any)
+        if len(path) > 1:
+            assert any(ln.startswith(" ".join(path)) or ln.startswith("torchrun") for ln in lines), path
+        seen += 1
+    assert seen >= 18
+
+
+def test_plan_table_columns_all_have_headers(capsys):
+    from moment.cli import main
+
+    assert main(["plan", "--machine", "moment-b", "--top", "2"]) == 0
+    header = next(ln for ln in capsys.readouterr().out.splitlines() if "per-GPU GB/s" in ln)
+    cells = [c.strip() for c in header.strip().strip("┃").split("┃")]
+    assert cells and all(cells), header
