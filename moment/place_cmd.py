@@ -126,11 +126,26 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``moment place``; on an error, the directories it created are removed again (moment/place_dirs.py)."""
+    from moment.place_dirs import remove_created
+
+    created: list[Path] = []
+    try:
+        code = _run(args, created)
+    except BaseException:
+        remove_created(created, only_empty=False)
+        raise
+    remove_created(created, only_empty=True)
+    return code
+
+
+def _run(args: argparse.Namespace, created: list[Path]) -> int:
     from rich.console import Console
 
     from iostack.bins import bin_path, write_bins
     from iostack.placement import MANIFEST
     from moment.bars import Bars
+    from moment.place_dirs import make_dirs
     from moment.place_nodes import check_node_args
     from training.data import fingerprint, open_dataset
     from training.hotness import HotnessSpec, get_hotness
@@ -153,11 +168,8 @@ def run(args: argparse.Namespace) -> int:
     for d in args.ssd:
         if Path(d).exists() and not Path(d).is_dir():
             raise PlannerError(f"--ssd {d}: exists and is not a directory")
-    for what, d in [("--out", out), *(("--ssd", Path(x)) for x in args.ssd)]:
-        try:  # before any work: a path under a regular file, or one we may not create
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise PlannerError(f"{what} {d}: cannot create the directory ({exc.strerror or exc})") from None
+    # before any work: a path under a regular file, or one we may not create
+    make_dirs([("--out", out), *(("--ssd", Path(x)) for x in args.ssd)], created)
     spec = HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                        epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed)
     targets = _read_plan(args.plan) if args.plan else None  # a bad plan fails before any work
@@ -176,10 +188,12 @@ def run(args: argparse.Namespace) -> int:
         if args.nodes > 1:  # sharded across nodes: moment/place_nodes.py
             from moment.place_nodes import place_nodes
 
+            _warn_ssd(args.ssd)
             sharded = place_nodes(args, ds, hot, spec, targets, gpu_bytes, cpu_bytes, bars)
         else:
             bins = build_bins(targets, num_rows=ds.num_nodes, row_bytes=ds.row_bytes, gpu_cache_bytes=gpu_bytes,
                               cpu_cache_bytes=cpu_bytes, ssd_dirs=args.ssd, out_dir=out, gpu_mode=args.gpu_cache_mode)
+            _warn_ssd(args.ssd)  # the --ssd list is known good now: a warning, then the long work
             reads = hot.reads_per_epoch
             bars.note(f"placing ({args.strategy})")
             res = place(hot.values, bins, targets, row_bytes=ds.row_bytes, strategy=args.strategy, pool=args.pool,
@@ -224,6 +238,13 @@ def run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
     _print_summary(console, res, ds, hot, targets, out)
     return 0
+
+
+def _warn_ssd(ssd_dirs: list[str]) -> None:
+    from moment.place_dirs import ssd_warnings
+
+    for note in ssd_warnings(ssd_dirs):
+        print(f"moment place: warning: {note}", file=sys.stderr)
 
 
 def _print_summary(console, res, ds, hot, targets, out: Path) -> None:

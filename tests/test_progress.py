@@ -106,7 +106,7 @@ def test_place_draws_bars_on_a_terminal_and_none_with_json(small_graph, tmp_path
         assert stage in err, err
     assert _place(small_graph, tmp_path / "b", "--json") == 0
     cap = capsys.readouterr()
-    assert cap.err == "" and cap.out.lstrip().startswith("{")
+    assert "presample" not in cap.err and "ddak" not in cap.err and cap.out.lstrip().startswith("{")
 
 
 def test_place_draws_no_bars_off_a_terminal(small_graph, tmp_path, capsys):
