@@ -301,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
 #: modules that add a subcommand each: ``register(subparsers)`` adds its parser and sets
 #: ``func``; one module per command keeps this file from growing with every command
 COMMAND_MODULES: tuple[str, ...] = ("moment.data_cmd", "moment.bench_cmd", "moment.train_cmd",
-                                     "moment.serve_cmd", "moment.place_cmd", "moment.demo_cmd")
+                                     "moment.serve_cmd", "moment.place_cmd", "moment.demo_cmd",
+                                     "moment.report_cmd")
 
 
 def _register_modules(sub) -> None:
