@@ -1,6 +1,6 @@
-"""``moment demo``: plan → data → place → train on a bundled default, each step a real command.
+"""``moment demo``: plan → data → place → train → report on a bundled default, each step a real command.
 
-The demo is the four commands a user would type, run in this process one
+The demo is the five commands a user would type, run in this process one
 after the other, each announced with its command line and why it is there,
 so what the demo shows is exactly what the commands do (nothing is staged
 for it). Defaults: the bundled Machine B spec (the paper's cascaded-switch
@@ -78,12 +78,17 @@ def _steps(args: argparse.Namespace, out: Path, n_gpus: int, n_ssds: int) -> lis
          ["train", "--dataset", str(out / "graph"), "--placement", str(out / "placement"),
           "--model", args.model, "--fanouts", "25,10", "--batch-size", "1000", "--epochs", str(args.epochs),
           "--metrics", str(out / "metrics.jsonl")]),
+        ("5. report",
+         "Where the time of each epoch went (compute, all-reduce, waiting for I/O; sampling and gathering run "
+         "ahead in the background) and how the reads split over the tiers and bins against the plan's targets, "
+         "as pictures.",
+         ["report", str(out / "metrics.jsonl"), "--out", str(out / "report")]),
     ]
 
 
 def _is_demo_entry(name: str) -> bool:
     """What ``moment demo`` writes in its directory (and nothing else is removed by ``--force``)."""
-    return name in ("graph", "placement", "plan.svg", "metrics.jsonl") or re.fullmatch(r"ssd\d+", name) is not None
+    return name in ("graph", "placement", "plan.svg", "metrics.jsonl", "report") or re.fullmatch(r"ssd\d+", name) is not None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(Rule("[bold]done[/bold]", align="left"))
     console.print(f"{time.perf_counter() - started:.0f} s in all. In {out}: plan.svg (the recommended layout and "
                   "its flows; bottleneck links in red), graph/ (the dataset), placement/ (bins, place.json with "
-                  "the placement report), metrics.jsonl (per step and per epoch). The SSD bins are in "
+                  "the placement report), metrics.jsonl (per step and per epoch), report/ (report.png and report.svg: "
+                  "time split and reads per tier and bin against the targets). The SSD bins are in "
                   f"{out}/ssd*/: on a real server each would be a different NVMe drive.")
     return 0

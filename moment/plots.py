@@ -13,6 +13,7 @@ def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on servers
+    matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, selectable, smaller
     import matplotlib.pyplot as plt
 
     return plt

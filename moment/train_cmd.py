@@ -73,6 +73,8 @@ def _train_command(args: argparse.Namespace) -> int:
                       f"{'store ' + str(config.placement) if config.placement else 'in memory'}", markup=False)
             err.print(f"device {rec['device']}; sampling on {rec['sampling']['device']} ({rec['sampling']['why']})",
                       markup=False)
+            if rec.get("integrity"):  # the dataset's checksums: verified (a sample of blocks) or absent
+                err.print(f"dataset: {rec['integrity']}", markup=False)
             for note in rec.get("store_notes", []):
                 err.print(f"store: {note}", markup=False)
             if rec.get("rng_restored") not in (None, "per-rank"):
