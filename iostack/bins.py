@@ -41,14 +41,13 @@ import numpy as np
 from iostack.checksums import crc32_of
 from iostack.errors import StoreError
 from iostack.placement import Bin, Placement
+from planner.progress import Progress
 
 #: alignment of offsets, lengths and buffers for O_DIRECT, bytes
 PAGE = 4096
 
 #: bytes written (and checksummed) per block
 BLOCK_BYTES = 16 << 20
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -177,8 +176,8 @@ def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | 
                             stride, rpp)
                 crc = zlib.crc32(data, crc)
                 f.write(data)
-                if progress is not None and (stop == rows or (start // per_block) % 64 == 63):
-                    progress(f"bin {bin_id}: {stop} of {rows} rows written")
+                if progress is not None:  # once per block (16 MiB): cheap next to the write
+                    progress(f"writing bin {bin_id}", stop, rows)
             f.flush()
             if fsync:
                 os.fsync(f.fileno())

@@ -196,3 +196,24 @@ def parse_nvlink(pairs: list[str] | None) -> list[tuple[int, int]]:
 def unknown_link_bytes_per_s(args: argparse.Namespace) -> float | None:
     gbps = getattr(args, "unknown_link_gbps", None)
     return gbps * 1e9 if gbps else None
+
+
+class _ExamplesFormatter(argparse.HelpFormatter):
+    """argparse's formatter, except that text with line breaks (the examples) is kept as written:
+    RawDescriptionHelpFormatter would also stop the one-paragraph descriptions from wrapping."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def examples(*lines: str) -> dict:
+    """``add_parser`` keywords that end a command's ``--help`` with ``lines`` as examples.
+
+    A line ``"CMD  # why"`` keeps its comment; the commands are aligned as typed.
+
+    >>> examples("moment machines")["epilog"]
+    'examples:\\n  moment machines'
+    """
+    return {"formatter_class": _ExamplesFormatter, "epilog": "examples:\n" + "\n".join(f"  {x}" for x in lines)}

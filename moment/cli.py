@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from moment._args import accept_negative_values, add_source_args, load_topology
+from moment._args import accept_negative_values, add_source_args, examples, load_topology
 from planner.errors import PlannerError
 
 EXIT_USAGE = 2
@@ -47,7 +47,7 @@ def _plan_command(args: argparse.Namespace) -> int:
 
 
 def _machines_command(args: argparse.Namespace) -> int:
-    from planner.topology.spec import bundled_machines
+    from planner.topology.bundled import bundled_machines
 
     for name, path in sorted(bundled_machines().items()):
         print(f"{name}\t{path}")
@@ -87,19 +87,19 @@ def _profile_command(args: argparse.Namespace) -> int:
         topo = live_topology(args.sys_root)
     except PlannerError:
         pass  # figures are then keyed by bus address rather than node id
-    err = Console(stderr=True, highlight=False, emoji=False)
-    caps = profile_machine(
-        topo, ssd_paths=args.ssd or (), block_bytes=block, queue_depth=depth, seconds=seconds,
-        file_bytes=file_bytes, use_fio=not args.no_fio, memory=not args.no_memory,
-        keep_files=args.keep_file, sys_root=args.sys_root,
-        progress=lambda msg: err.print(f"[dim]… {msg}[/dim]"),
-    )
-    if args.ssd:  # what `moment train --backend auto` compares: both backends' reads into GPU memory
-        from iostack.bench import add_device_read_figures
+    from moment.bars import Bars
 
-        caps = add_device_read_figures(caps, args.ssd, seconds=min(seconds, 3.0), file_bytes=file_bytes,
-                                       keep_file=args.keep_file,
-                                       progress=lambda msg: err.print(f"[dim]… {msg}[/dim]"))
+    with Bars(transient=True) as bars:
+        caps = profile_machine(
+            topo, ssd_paths=args.ssd or (), block_bytes=block, queue_depth=depth, seconds=seconds,
+            file_bytes=file_bytes, use_fio=not args.no_fio, memory=not args.no_memory,
+            keep_files=args.keep_file, sys_root=args.sys_root, progress=bars,
+        )
+        if args.ssd:  # what `moment train --backend auto` compares: both backends' reads into GPU memory
+            from iostack.bench import add_device_read_figures
+
+            caps = add_device_read_figures(caps, args.ssd, seconds=min(seconds, 3.0), file_bytes=file_bytes,
+                                           keep_file=args.keep_file, progress=bars)
 
     def rate(bps: float) -> str:
         return f"{bps / 1e9:.2f} GB/s" if bps >= 1e9 else f"{bps / 1e6:.1f} MB/s"
@@ -151,6 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="moment",
         description="Plan slot layouts, place data and train GNNs out-of-core on one multi-GPU server.",
+        **examples("moment demo                                  # the whole pipeline on a bundled default",
+                   "moment plan --machine moment-b --svg plan.svg",
+                   "moment data synth graph --nodes 1e5 --edges 1e6",
+                   "moment COMMAND --help                        # each command's options and examples"),
     )
     from moment import __version__
 
@@ -166,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
             "generation × width and GB/s per direction. With no source option, reads this "
             "machine's sysfs (and NVML when NVIDIA GPUs are present)."
         ),
+        **examples("moment topo                                  # this machine (sysfs, NVML)",
+                   "moment topo --machine moment-b --svg b.svg   # a bundled spec, with a picture",
+                   "moment topo --lspci-vvv lspci-vvv.txt --dmidecode dmidecode.txt   # captured files",
+                   "moment topo --hwloc lstopo.xml --json"),
     )
     add_source_args(topo)
     out = topo.add_argument_group("output")
@@ -183,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
             "model, and recommend the best with a slot map and its bottleneck, against the "
             "paper's classic layouts (a)-(d) and the machine's current layout."
         ),
+        **examples("moment plan --machine moment-b",
+                   "moment plan --machine moment-b --cpu-cache-share 0.3 --svg plan.svg",
+                   "moment plan --machine moment-a --gpus 2 --ssds 4 --ssd-model samsung-980-pro   # what-if",
+                   "moment plan --machine moment-b --json > plan.json   # for moment place --plan",
+                   "moment plan --lspci-vvv lspci-vvv.txt --dmidecode dmidecode.txt --unknown-link-gbps 16"),
     )
     add_source_args(pl, planning=True)
     inv = pl.add_argument_group("devices to place (default: the spec's inventory or the machine's own)")
@@ -212,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _register_modules(sub)
 
-    machines = sub.add_parser("machines", help="list the bundled machine specs")
+    machines = sub.add_parser("machines", help="list the bundled machine specs",
+                              description="List the machine specs shipped with Moment: name and file.",
+                              **examples("moment machines", "moment topo --machine moment-b"))
     machines.set_defaults(func=_machines_command)
 
     prof = sub.add_parser(
@@ -224,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
             "DRAM bandwidth, and host/GPU copies when CUDA is present. Writes a capacities file "
             "(schema moment.capacities v1, docs/capacities.md) for planning."
         ),
+        **examples("moment profile --ssd /mnt/nvme0 --ssd /mnt/nvme1 --out capacities.yaml",
+                   "moment profile --no-fio --seconds 2 --file-size 256MiB --ssd /var/tmp",
+                   "moment plan --machine my-server.yaml --capacities capacities.yaml"),
     )
     prof.add_argument("--ssd", metavar="PATH", action="append",
                       help="a directory on an SSD (a test file is written there and removed), "
@@ -247,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
 #: modules that add a subcommand each: ``register(subparsers)`` adds its parser and sets
 #: ``func``; one module per command keeps this file from growing with every command
 COMMAND_MODULES: tuple[str, ...] = ("moment.data_cmd", "moment.bench_cmd", "moment.train_cmd",
-                                     "moment.serve_cmd", "moment.place_cmd", "moment.demo_cmd")
+                                     "moment.serve_cmd", "moment.place_cmd", "moment.demo_cmd",
+                                     "moment.report_cmd")
 
 
 def _register_modules(sub) -> None:

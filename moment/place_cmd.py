@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 from moment._args import (
     FILE_OPTIONS,
     add_source_args,
+    examples,
     load_topology,
     parse_fanouts,
     parse_nvlink,
@@ -43,6 +43,10 @@ def register(subparsers) -> None:
             "and SSD bins with DDAK so each serves its target share, and write the placement and the "
             "SSD bin files. Prints a per-bin table with the hash baseline beside it."
         ),
+        **examples("moment place --dataset cora --machine moment-b --gpu-cache 200KiB --cpu-cache 1MiB \\",
+                   "    --ssd /mnt/nvme0 --ssd /mnt/nvme1 ... --out cora-placement   # one --ssd per SSD of the plan",
+                   "moment plan --machine moment-b --json > plan.json",
+                   "moment place --dataset cora --plan plan.json --gpu-cache 200KiB --cpu-cache 1MiB $SSDS --out p2"),
     )
     src = p.add_argument_group("input")
     src.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
@@ -137,10 +141,26 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``moment place``; on an error, the directories it created are removed again (moment/place_dirs.py)."""
+    from moment.place_dirs import remove_created
+
+    created: list[Path] = []
+    try:
+        code = _run(args, created)
+    except BaseException:
+        remove_created(created, only_empty=False)
+        raise
+    remove_created(created, only_empty=True)
+    return code
+
+
+def _run(args: argparse.Namespace, created: list[Path]) -> int:
     from rich.console import Console
 
     from iostack.bins import bin_path, write_bins
     from iostack.placement import MANIFEST
+    from moment.bars import Bars
+    from moment.place_dirs import make_dirs
     from moment.place_nodes import check_node_args
     from training.data import fingerprint, open_dataset
     from training.hotness import HotnessSpec, get_hotness
@@ -169,11 +189,8 @@ def run(args: argparse.Namespace) -> int:
     for d in args.ssd:
         if Path(d).exists() and not Path(d).is_dir():
             raise PlannerError(f"--ssd {d}: exists and is not a directory")
-    for what, d in [("--out", out), *(("--ssd", Path(x)) for x in args.ssd)]:
-        try:  # before any work: a path under a regular file, or one we may not create
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise PlannerError(f"{what} {d}: cannot create the directory ({exc.strerror or exc})") from None
+    # before any work: a path under a regular file, or one we may not create
+    make_dirs([("--out", out), *(("--ssd", Path(x)) for x in args.ssd)], created)
     spec = HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                        epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed)
     handoff, plan_notes = _handoff(args)  # a bad plan or machine fails before any work
@@ -184,31 +201,32 @@ def run(args: argparse.Namespace) -> int:
     if args.feature_dtype is not None and args.nodes > 1:
         raise PlannerError("--feature-dtype with --nodes > 1: a sharded placement holds the features' own type; "
                            "leave out --feature-dtype")
-    err = Console(stderr=True, highlight=False, emoji=False)
-    with _Bars(err) as bars:
+    with Bars(quiet=args.json) as bars:
         codec, row_bytes = None, ds.row_bytes
         if args.feature_dtype is not None:
             from iostack.codec import fit_codec
 
-            codec = fit_codec(ds.features, args.feature_dtype, progress=bars.update)
+            codec = fit_codec(ds.features, args.feature_dtype, progress=bars)
             row_bytes = codec.row_bytes
         hot = get_hotness(ds, spec, directory=args.hotness_dir, recompute=args.recompute_hotness,
-                          progress=bars.update)
+                          progress=bars)
         targets, resolved = targets_for_caches(handoff, hot.values, gpu_rows=gpu_bytes // row_bytes,
                                                cpu_rows=cpu_bytes // row_bytes, gpu_mode=args.gpu_cache_mode)
         plan_notes = [*plan_notes, *([resolved] if resolved else [])]
         if args.nodes > 1:  # sharded across nodes: moment/place_nodes.py
             from moment.place_nodes import place_nodes
 
+            _warn_ssd(args.ssd)
             sharded = place_nodes(args, ds, hot, spec, targets, gpu_bytes, cpu_bytes, bars)
         else:
             bins = build_bins(targets, num_rows=ds.num_nodes, row_bytes=row_bytes, gpu_cache_bytes=gpu_bytes,
                               cpu_cache_bytes=cpu_bytes, ssd_dirs=args.ssd, out_dir=out, gpu_mode=args.gpu_cache_mode)
+            _warn_ssd(args.ssd)  # the --ssd list is known good now: a warning, then the long work
             reads = hot.reads_per_epoch
             bars.note(f"placing ({args.strategy})")
             res = place(hot.values, bins, targets, row_bytes=row_bytes, strategy=args.strategy, pool=args.pool,
                         seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None,
-                        codec=codec)
+                        codec=codec, progress=bars)
             ssd_files = [bin_path(out, b) for b in res.placement.bins if b.kind == "ssd"]
             clash = [str(f) for f in ssd_files if f.exists()]
             if clash and not args.force:
@@ -219,14 +237,14 @@ def run(args: argparse.Namespace) -> int:
             held = None
             if spec.method == "presample":  # what the run will read, from a sample DDAK was not fitted to
                 bars.note("an independent pre-sample (the expected shares that training's prediction uses)")
-                other = get_hotness(ds, replace(spec, seed=spec.seed + 1), save=False, progress=bars.update)
+                other = get_hotness(ds, replace(spec, seed=spec.seed + 1), save=False, progress=bars)
                 held = expected_shares(res.placement.bin_of, other.values, len(res.placement.bins))
             if args.force:
                 # the old placement stops existing before its bins change: never an old index over new bins
                 for stale in (out / MANIFEST, out / "place.json"):
                     stale.unlink(missing_ok=True)
             try:
-                write_bins(ds.features, res.placement, out, progress=bars.bin_message)
+                write_bins(ds.features, res.placement, out, progress=bars)
             except OSError as exc:
                 raise PlannerError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
                                    "check the --ssd directories") from None
@@ -261,50 +279,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Bars:
-    """Rich progress bars on a terminal (stderr); silent otherwise."""
+def _warn_ssd(ssd_dirs: list[str]) -> None:
+    from moment.place_dirs import ssd_warnings
 
-    _BIN = re.compile(r"bin (\d+): (\d+) of (\d+) rows")
-
-    def __init__(self, console) -> None:
-        self.console = console
-        self.progress = None
-        self.tasks: dict[str, int] = {}
-
-    def __enter__(self) -> _Bars:
-        if self.console.is_terminal:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TimeElapsedColumn(), console=self.console, transient=False)
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def update(self, stage: str, done: int, total: int | None) -> None:
-        if self.progress is None:
-            return
-        if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(stage, total=total)
-        self.progress.update(self.tasks[stage], completed=done, total=total)
-
-    def note(self, text: str) -> None:
-        if self.progress is not None:
-            self.progress.console.print(f"[dim]… {text}[/dim]")
-
-    def bin_message(self, message: str) -> None:
-        m = self._BIN.match(message)
-        if m:
-            self.update(f"writing bin {m.group(1)}", int(m.group(2)), int(m.group(3)))
+    for note in ssd_warnings(ssd_dirs):
+        print(f"moment place: warning: {note}", file=sys.stderr)
 
 
 def _print_summary(console, res, ds, hot, targets, out: Path, row_bytes: int) -> None:

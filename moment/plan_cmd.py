@@ -93,7 +93,7 @@ def print_plan(result: PlanResult, top: int, console: Console) -> None:
     )
     table = Table(title=f"top {min(top, len(result.ranked))} layouts", title_justify="left")
     for col, just in (("#", "right"), ("layout", "left"), ("per-GPU GB/s", "right"),
-                      ("ms/iter", "right"), ("bottleneck", "left"), ("", "left")):
+                      ("ms/iter", "right"), ("bottleneck", "left"), ("same as", "left")):
         table.add_column(col, justify=just, overflow="fold")
     for e in result.ranked[:top]:
         table.add_row(str(e.rank), layout_summary(e.placed), gbps(e.mean_inlet_bytes_per_s),

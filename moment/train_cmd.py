@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
-from moment._args import parse_fanouts
+from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
-from planner.capacities import format_size
 from planner.errors import PlannerError
 
 
@@ -44,6 +44,8 @@ def _prediction_rows(t, pred: dict | None) -> None:
     """Predicted against measured read time and bytes per tier (the plan's check), when there is one."""
     if not pred:
         return
+    from planner.capacities import format_size
+
     for tier in pred["tiers"]:
         if not tier["measured_bytes"] and not tier["predicted_bytes"]:
             continue
@@ -62,6 +64,8 @@ def _train_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from moment.bars import Bars
+    from planner.capacities import format_size
     from training.trainer import CHECKPOINT_NAME, train
 
     if not Path(args.dataset).is_dir():
@@ -69,7 +73,8 @@ def _train_command(args: argparse.Namespace) -> int:
     config = _config(args)
     err = Console(stderr=True, highlight=False, emoji=False, width=None if sys.stderr.isatty() else 160)
     out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
-    state: dict = {"bar": None, "task": None, "rank": 0}
+    bars = Bars()  # per-step progress within an epoch, on a terminal only
+    state: dict = {"rank": 0, "seeds": 0, "t0": 0.0}
 
     def progress(rec: dict) -> None:
         state["rank"] = rec["rank"]
@@ -88,39 +93,33 @@ def _train_command(args: argparse.Namespace) -> int:
             state["feature_dtype"] = rec.get("feature_dtype")
             err.print(f"device {rec['device']}; sampling on {rec['sampling']['device']} ({rec['sampling']['why']})",
                       markup=False)
+            if rec.get("integrity"):  # the dataset's checksums: verified (a sample of blocks) or absent
+                err.print(f"dataset: {rec['integrity']}", markup=False)
             for note in rec.get("store_notes", []):
                 err.print(f"store: {note}", markup=False)
             if rec.get("rng_restored") not in (None, "per-rank"):
                 err.print(f"random streams: {rec['rng_restored']}", markup=False)
-            if err.is_terminal:
-                from rich.progress import (
-                    BarColumn,
-                    MofNCompleteColumn,
-                    Progress,
-                    TextColumn,
-                    TimeRemainingColumn,
-                )
-
-                bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                               TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=err)
-                bar.start()
-                state["bar"] = bar
-                state["task"] = bar.add_task("epoch", total=rec["steps_per_epoch"], info="")
-        elif kind == "step" and state["bar"] is not None:
-            state["bar"].update(state["task"], completed=rec["step"] + 1, description=f"epoch {rec['epoch']}",
-                                info=f"loss {rec['loss']:.3f}")
+            bars.__enter__()
+        elif kind == "step":
+            now = time.perf_counter()
+            if state["seeds"] == 0:
+                state["t0"] = now - rec["step_s"]
+            state["seeds"] += rec["seeds"]
+            rate = state["seeds"] / (now - state["t0"]) if now > state["t0"] else 0.0
+            bars("steps", rec["step"] + 1, rec["steps"],
+                 info=f"epoch {rec['epoch']} · loss {rec['loss']:.3f} · {rate:,.0f} seeds/s")
         elif kind == "epoch":
-            if state["bar"] is not None:
-                state["bar"].console.print(_epoch_line(rec), markup=False)
-                state["bar"].reset(state["task"])
+            state["seeds"] = 0
+            if bars.enabled:
+                bars.print(_epoch_line(rec))
+                bars.reset("steps")
             else:
                 err.print(_epoch_line(rec), markup=False)
 
     try:
         result = train(config, progress=progress)
     finally:
-        if state["bar"] is not None:
-            state["bar"].stop()
+        bars.__exit__(None, None, None)
     if result.rank != 0:
         return 0
     final = result.final
@@ -169,6 +168,11 @@ def register(subparsers) -> None:
         description="Train a GNN on sampled mini-batches with features from the tiered store (--placement) or "
                     "memory. Launch with `torchrun --nproc-per-node N -m moment train ...` for N data-parallel "
                     "ranks (gloo on CPU, nccl on GPU); N ranks train exactly what one process would.",
+        **examples("moment train --dataset cora --placement cora-placement --model gcn --epochs 10",
+                   "moment train --dataset graph --fanouts 25,10 --batch-size 8000 --metrics m.jsonl",
+                   "moment train --dataset graph --checkpoint ckpt/ --epochs 5 --resume",
+                   "torchrun --nproc-per-node 2 -m moment train --dataset cora --epochs 3   # data-parallel",
+                   "moment report m.jsonl --out plots/   # plots of the metrics"),
     )
     p.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
     p.add_argument("--placement", metavar="DIR",

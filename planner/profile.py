@@ -61,6 +61,7 @@ from planner.capacities import (
     format_size,
 )
 from planner.errors import ParseError, PlannerError
+from planner.progress import Progress, report
 from planner.topology.model import NodeKind, Topology
 from planner.topology.pcie import pcie_bytes_per_s
 
@@ -72,8 +73,6 @@ __all__ = [
     "props_bus_address",
     "DEFAULT_FILE_BYTES", "FIO_ENGINES",
 ]
-
-Progress = Callable[[str], None]
 
 #: fio engines tried in this order: asynchronous first
 FIO_ENGINES = ("io_uring", "libaio", "psync")
@@ -92,11 +91,6 @@ _FREE_MARGIN = 256 << 20
 
 class ProfileError(PlannerError):
     """A measurement that could not be made (bad path, no space, a tool that failed)."""
-
-
-def _say(progress: Progress | None, msg: str) -> None:
-    if progress is not None:
-        progress(msg)
 
 
 def _now() -> str:
@@ -277,7 +271,7 @@ def write_test_file(directory: str | os.PathLike[str], file_bytes: int = DEFAULT
     pad = rng.integers(0, 2**63, chunk // 8, dtype=np.uint64)
     sector_words = _posixread.SECTOR // 8
     try:
-        written, last_report = 0, time.monotonic()
+        written = 0
         while written < file_bytes:
             n = min(chunk, file_bytes - written)
             # a different pattern per chunk, so that no two blocks of the file are equal
@@ -290,9 +284,7 @@ def write_test_file(directory: str | os.PathLike[str], file_bytes: int = DEFAULT
                 k = os.write(fd, view)
                 view = view[k:]
             written += n
-            if progress is not None and time.monotonic() - last_report > 2.0:
-                last_report = time.monotonic()
-                _say(progress, f"writing test file: {format_size(written)} of {format_size(file_bytes)}")
+            report(progress, f"writing the test file ({format_size(file_bytes)})", written, file_bytes)
         os.fsync(fd)
         _drop_cache(fd, file_bytes)
     except OSError as exc:
@@ -506,7 +498,7 @@ def run_fio(path: str | os.PathLike[str], *, block_bytes: int, queue_depth: int,
     for engine in (engines or fio_engines(exe)):
         cmd = fio_command(path, block_bytes=block_bytes, queue_depth=queue_depth, seconds=seconds,
                           file_bytes=file_bytes, direct=direct, engine=engine, fio=exe)
-        _say(progress, f"fio {engine}: {format_size(block_bytes)} random reads, "
+        report(progress, f"fio {engine}: {format_size(block_bytes)} random reads, "
                        f"queue depth {queue_depth}, {seconds:g} s")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
@@ -674,7 +666,7 @@ def ssd_random_read(
     p = Path(path_or_dir)
     created = False
     if p.is_dir():
-        _say(progress, f"writing a {format_size(file_bytes)} test file in {p}")
+        report(progress, f"writing a {format_size(file_bytes)} test file in {p}")
         target = write_test_file(p, file_bytes, progress)
         created = True
     elif p.exists():
@@ -718,7 +710,7 @@ def ssd_random_read(
             skipped.append("fio: not run (asked not to)")
         if use_own:
             _drop_file_cache(target, file_bytes)
-            _say(progress, f"moment-posix: {format_size(block_bytes)} random reads, "
+            report(progress, f"moment-posix: {format_size(block_bytes)} random reads, "
                            f"queue depth {queue_depth}, {seconds:g} s")
             try:
                 results.append(posix_random_read(
@@ -848,7 +840,7 @@ def memory_bandwidth_by_node(bytes: int = 256 << 20, repeats: int = 5, threads: 
 
     if not nodes or allowed is None:
         t = threads or min(8, os.cpu_count() or 1)
-        _say(progress, f"memory: numpy copy of {format_size(bytes)}, {t} thread(s)")
+        report(progress, f"memory: numpy copy of {format_size(bytes)}, {t} thread(s)")
         out.append(entry(None, host_memory_bandwidth(bytes, repeats, t), t))
         return out, notes
     for numa, cpus in nodes.items():
@@ -858,7 +850,7 @@ def memory_bandwidth_by_node(bytes: int = 256 << 20, repeats: int = 5, threads: 
                          + ("the node has no CPUs" if not cpus else "none of its CPUs may be used here"))
             continue
         t = threads or min(8, len(usable))
-        _say(progress, f"memory of NUMA node {numa}: numpy copy of {format_size(bytes)}, {t} thread(s)")
+        report(progress, f"memory of NUMA node {numa}: numpy copy of {format_size(bytes)}, {t} thread(s)")
         try:
             os.sched_setaffinity(0, usable)
             bw = host_memory_bandwidth(bytes, repeats, t)
@@ -971,7 +963,7 @@ def cuda_bandwidths(topo: Topology | None = None, bytes: int = 256 << 20, repeat
         props = torch.cuda.get_device_properties(i)
         key, node_id = _gpu_node(topo, props)
         keys.append(key)
-        _say(progress, f"GPU {i} ({props.name}): host↔device copies of {format_size(n)}")
+        report(progress, f"GPU {i} ({props.name}): host↔device copies of {format_size(n)}")
         numa = gpu_numa_node(props_bus_address(props), topo, sys_root)
         with _on_numa_node(numa, sys_root) as local:
             pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
@@ -999,7 +991,7 @@ def cuda_bandwidths(topo: Topology | None = None, bytes: int = 256 << 20, repeat
             if not torch.cuda.can_device_access_peer(i, j):
                 notes.append(f"GPU {i} → GPU {j}: not measured: no peer access")
                 continue
-            _say(progress, f"GPU {i} → GPU {j}: peer copies of {format_size(n)}")
+            report(progress, f"GPU {i} → GPU {j}: peer copies of {format_size(n)}")
             a = torch.empty(n, dtype=torch.uint8, device=f"cuda:{i}")
             b = torch.empty(n, dtype=torch.uint8, device=f"cuda:{j}")
             bw = timed(lambda a=a, b=b: b.copy_(a, non_blocking=True), i)

@@ -47,6 +47,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "emulate": ("bench_emulate.py", ["--rounds", "3"], ["--rounds", "1", "--skip", "dlio"]),
     "loop": ("bench_loop.py", ["--rounds", "3"], ["--rounds", "1", "--nodes", "30000", "--edges", "300000"]),
     "precision": ("bench_precision.py", [], ["--quick"]),
+    "startup": ("bench_startup.py", ["--repeats", "15"], ["--repeats", "5"]),
 }
 
 

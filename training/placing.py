@@ -74,6 +74,7 @@ from planner.handoff import (
     nvlink_pairs_of,
     targets_from_flow,
 )
+from planner.progress import Progress
 
 STRATEGIES = ("ddak", "hash", "hot-first", "random")
 GPU_MODES = ("replicate", "partition")
@@ -273,9 +274,10 @@ class PlacementReport:
     seconds: float
 
 
-def _placer(strategy: str, hotness: np.ndarray, dbins: list[DdakBin], pool: int, seed: int) -> DdakResult:
+def _placer(strategy: str, hotness: np.ndarray, dbins: list[DdakBin], pool: int, seed: int,
+            progress: Progress | None = None) -> DdakResult:
     if strategy == "ddak":
-        return ddak(hotness, dbins, pool=pool)
+        return ddak(hotness, dbins, pool=pool, progress=progress)
     if strategy == "hash":
         return hash_placement(hotness, dbins)
     if strategy == "hot-first":
@@ -403,12 +405,13 @@ def default_pool(num_rows: int, num_bins: int) -> int:
 
 def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *, row_bytes: int,
           strategy: str = "ddak", pool: int | None = None, seed: int = 0, reads_per_epoch: float | None = None,
-          baseline: bool = True, codec: Any = None) -> PlaceResult:
+          baseline: bool = True, codec: Any = None, progress: Progress | None = None) -> PlaceResult:
     """Place every row: ``hotness`` (``[num_rows]``, any non-negative numbers) into ``bins``.
 
     ``pool``: DDAK's pool size; ``None`` takes :func:`default_pool`.
     ``row_bytes``: a row as the bins hold it (``codec.row_bytes`` for a
     :class:`iostack.codec.FeatureCodec`, which the placement then carries).
+    ``progress``: DDAK's stages (:func:`planner.ddak.ddak`).
 
     Returns the iostack :class:`Placement` (SSD bins' capacity = the rows
     they got, the size of their file) with the report, and the hash
@@ -422,7 +425,7 @@ def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *,
     if pool is None:
         pool = default_pool(h.size, len(dbins))
     t = time.perf_counter()
-    result = _placer(strategy, h, dbins, pool, seed)
+    result = _placer(strategy, h, dbins, pool, seed, progress)
     sec = time.perf_counter() - t
     rep = report_for(result, bins, targets, strategy=strategy, row_bytes=row_bytes,
                      reads_per_epoch=reads_per_epoch, seconds=sec)

@@ -1037,7 +1037,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
               "sampling": {"device": "server" if config.server else str(sample_dev), "why": sample_why},
               "store_notes": list(getattr(features, "notes", None) or (store.notes if store is not None else [])),
               "memory": features.memory_bytes() if hasattr(features, "memory_bytes") else None,
-              "rng_restored": rng_note})
+              "rng_restored": rng_note, "integrity": ds.integrity})
 
         def checkpoint(epoch: int, step: int, sums: _Sums | None) -> None:
             if ckpt_path is None:
