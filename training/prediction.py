@@ -8,11 +8,11 @@ predict an epoch's I/O: given the bytes the model reads in the epoch (the
 demand, as the flow model takes it), each tier serves its share, and each
 tier's reads take
 
-* SSD: ``pages / read_iops`` (the bins are read in 4 KiB pages with O_DIRECT:
-  a row of at most 2 KiB is one page, a larger row ``ceil(row_bytes / 4096)``
-  pages), or ``bytes / read_bytes_per_s`` when the profile gave no IOPS. Rows
-  of one page are read one request each, straight into the batch (no
-  coalescing), so the profile's random-read rate is the one that applies;
+* SSD: ``requests / read_iops`` at the profiled random-read rate. Rows of
+  whole pages are read one request each, straight into the batch; smaller rows
+  are packed several to a 4 KiB page, and the pages a batch touches that lie
+  side by side go as one request (:func:`ssd_requests`). Without IOPS:
+  ``bytes / read_bytes_per_s``;
 * host memory: ``bytes / bandwidth`` of the NUMA node's memory.
 
 Training measures per tier the rows, bytes, requests and the seconds the
@@ -34,15 +34,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = ["EpochPrediction", "TierFigures", "TierRate", "pages_per_row", "predict_epoch", "rates_from_capacities",
-           "shares_from_place_report"]
+           "shares_from_place_report", "ssd_bins_from_place_report", "ssd_requests"]
 
 PAGE = 4096
+#: the posix backend's largest coalesced read (``max_read_bytes``, 128 KiB), in pages
+MAX_READ_PAGES = 32
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,14 @@ def pages_per_row(row_bytes: int) -> int:
     return 1 if row_bytes <= PAGE // 2 else -(-row_bytes // PAGE)
 
 
+def ssd_bins_from_place_report(report: Mapping[str, Any]) -> list[tuple[float, int]]:
+    """``(expected share of all reads, rows)`` of every SSD bin in ``place.json``."""
+    bins = report["report"]["bins"]
+    held = report.get("expected_shares")
+    return [(float(held[i]) if held and len(held) == len(bins) else float(b["traffic_share"]), int(b["rows"]))
+            for i, b in enumerate(bins) if b["kind"] == "ssd"]
+
+
 def shares_from_place_report(report: Mapping[str, Any]) -> dict[str, float]:
     """Expected share of the reads per tier (``gpu``, ``cpu``, ``ssd``) from ``place.json``.
 
@@ -150,16 +160,69 @@ def rates_from_capacities(caps) -> dict[str, TierRate]:
     return rates
 
 
+def expected_runs(picks: float, units: int) -> float:
+    """Contiguous runs that ``picks`` distinct units drawn at random out of ``units`` form, on average.
+
+    >>> expected_runs(1, 100), expected_runs(100, 100), round(expected_runs(50, 100), 1)
+    (1.0, 1.0, 25.5)
+    """
+    if picks <= 0 or units <= 0:
+        return 0.0
+    picks = min(float(picks), float(units))
+    return max(1.0, picks - picks * (picks - 1) / units)
+
+
+def ssd_requests(rows_per_epoch: float, steps: int, bins: Sequence[tuple[float, int]], row_bytes: int) -> float:
+    """Read requests an epoch makes to the SSD bins (``iostack``'s posix backend).
+
+    ``bins``: ``(share of all reads, rows)`` per SSD bin; ``rows_per_epoch``: all rows read (every
+    tier); ``steps``: batches. Rows of whole pages (4 KiB, 8 KiB, ...) are read one request per row
+    straight into the batch. Smaller rows are packed several to a page: a batch reads the distinct
+    pages its rows touch, and touching pages go as one request; so do whole-page rows that are
+    padded (their extents are read through staging and coalesced). A batch's rows of one bin are
+    taken as spread at random over the bin. A coalesced read is at most 128 KiB.
+
+    Not modelled: the time of each read call itself (a few hundred microseconds), which
+    dominates when a batch reads only a few pages from a bin (a small graph, as in the demo).
+
+    >>> ssd_requests(1000, 1, [(1.0, 10_000)], 4096)   # whole-page rows: one request each
+    1000.0
+    >>> round(ssd_requests(1000, 1, [(1.0, 10_000)], 256))  # 16 to a page: ~500 pages, coalesced
+    101
+    """
+    steps = max(1, int(steps))
+    per_page = PAGE // row_bytes if row_bytes <= PAGE // 2 else 1
+    direct = row_bytes % PAGE == 0
+    total = 0.0
+    for share, rows in bins:
+        r = share * rows_per_epoch / steps  # rows of this bin in one batch (distinct within a batch)
+        if rows <= 0 or r <= 0:
+            continue
+        if direct:
+            total += steps * r
+        elif per_page > 1:
+            pages = -(-rows // per_page)
+            k = pages * (1.0 - (1.0 - 1.0 / pages) ** r)  # distinct pages touched
+            total += steps * max(expected_runs(k, pages), k / MAX_READ_PAGES)
+        else:
+            stride = -(-row_bytes // PAGE)
+            total += steps * max(expected_runs(r, rows), r * stride / MAX_READ_PAGES)
+    return total
+
+
 def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str, Mapping[str, float]], *,
-                  row_bytes: int, rates: Mapping[str, TierRate]) -> EpochPrediction:
+                  row_bytes: int, rates: Mapping[str, TierRate], steps: int | None = None,
+                  ssd_bins: Sequence[tuple[float, int]] = ()) -> EpochPrediction:
     """Predicted against measured figures of one epoch.
 
     ``shares``: expected share of the reads per tier; ``measured``: per tier
     ``rows``, ``bytes``, ``requests`` and ``seconds`` (the store's counters
     over the epoch); ``rates``: what each tier delivers. The demand is the
-    bytes the epoch read over all tiers.
+    bytes the epoch read over all tiers. ``steps`` and ``ssd_bins`` (``(share, rows)`` per SSD bin)
+    give the SSD's requests (:func:`ssd_requests`); without them every row costs its pages.
     """
     total = sum(float(m.get("bytes", 0.0)) for m in measured.values())
+    total_rows = sum(float(m.get("rows", 0.0)) for m in measured.values())
     out = []
     for tier in sorted(set(shares) | set(measured)):
         share = float(shares.get(tier, 0.0))
@@ -168,7 +231,9 @@ def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str
         rate = rates.get(tier)
         pred_s = None
         if rate is not None:
-            if tier == "ssd" and rate.iops:
+            if tier == "ssd" and rate.iops and steps and ssd_bins:
+                pred_s = ssd_requests(total_rows, steps, ssd_bins, row_bytes) / rate.iops
+            elif tier == "ssd" and rate.iops:
                 pred_s = nbytes / row_bytes * pages_per_row(row_bytes) / rate.iops
             elif rate.bytes_per_s:
                 pred_s = nbytes / rate.bytes_per_s

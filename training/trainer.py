@@ -1078,7 +1078,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
             rec = _epoch_record(epoch, steps, sums, epoch_s)
             rec["prefetch"] = depth
             if predictor is not None:
-                rec["prediction"] = predictor.finish(epoch).to_dict()
+                rec["prediction"] = predictor.finish(epoch, steps - first).to_dict()
             rec["transfers"] = _moved_since(moved, features.transfer.counts())
             last = epoch == config.epochs - 1
             if last or (config.eval_every_epochs and (epoch + 1) % config.eval_every_epochs == 0):
@@ -1199,8 +1199,10 @@ def _refuse_non_finite(flat: Tensor, epoch: int, step: int) -> None:
 class _Predictor:
     """Per epoch: the placement's predicted I/O against the store's counters (:mod:`training.prediction`)."""
 
-    def __init__(self, store: Any, shares: dict[str, float], row_bytes: int, rates: dict) -> None:
+    def __init__(self, store: Any, shares: dict[str, float], row_bytes: int, rates: dict,
+                 ssd_bins: list[tuple[float, int]]) -> None:
         self.store, self.shares, self.row_bytes, self.rates = store, shares, row_bytes, rates
+        self.ssd_bins = ssd_bins
         self._before: dict[str, dict[str, float]] = {}
 
     @classmethod
@@ -1210,6 +1212,7 @@ class _Predictor:
             load_place_report,
             rates_from_capacities,
             shares_from_place_report,
+            ssd_bins_from_place_report,
         )
 
         store = getattr(features, "store", None)
@@ -1221,18 +1224,20 @@ class _Predictor:
             from planner.capacities import load_capacities
 
             rates = rates_from_capacities(load_capacities(config.capacities))
-        return cls(store, shares_from_place_report(report), int(report.get("row_bytes") or ds.row_bytes), rates)
+        return cls(store, shares_from_place_report(report), int(report.get("row_bytes") or ds.row_bytes), rates,
+                   ssd_bins_from_place_report(report))
 
     def start(self) -> None:
         self._before = self.store.tier_stats()
 
-    def finish(self, epoch: int):
+    def finish(self, epoch: int, steps: int):
         from training.prediction import predict_epoch
 
         now = self.store.tier_stats()
         keys = ("rows", "bytes", "requests", "seconds")
         measured = {t: {k: v[k] - self._before.get(t, {}).get(k, 0) for k in keys} for t, v in now.items()}
-        return predict_epoch(epoch, self.shares, measured, row_bytes=self.row_bytes, rates=self.rates)
+        return predict_epoch(epoch, self.shares, measured, row_bytes=self.row_bytes, rates=self.rates,
+                             steps=steps, ssd_bins=self.ssd_bins)
 
 
 def _epoch_record(epoch: int, steps: int, sums: _Sums, epoch_s: float) -> dict:
