@@ -196,9 +196,9 @@ def register(subparsers) -> None:
     m.add_argument("--normalize-features", action="store_true", help="row-normalise feature rows (Planetoid style)")
     m.add_argument("--seed", type=int, default=0, help="seed of parameters, shuffling and sampling (default 0)")
     r = p.add_argument_group("pipeline, evaluation, output")
-    r.add_argument("--prefetch", type=int, default=None, metavar="K",
-                   help="batches sampled and gathered ahead on a background thread (0 = inline; default 2, "
-                        "or 0 on the CPU with features in memory and every core computing: nothing to overlap)")
+    r.add_argument("--prefetch", type=int, default=2, metavar="K",
+                   help="batches sampled and gathered ahead on a background thread (default 2; 0 = inline: "
+                        "on a machine of 2 cores with small rows in memory, inline can be faster)")
     r.add_argument("--backend", choices=("auto", "posix", "kvikio"), default="auto",
                    help="SSD read backend: kvikio reads into GPU memory (needs CUDA and KvikIO); auto (default) "
                         "takes kvikio only where --capacities measured it faster, else posix")

@@ -369,20 +369,3 @@ def test_cli_reports_the_nan_step_in_one_line(cora, tmp_path, capsys):
     errors = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
     assert len(errors) == 1 and errors[0].startswith("moment train: error: epoch 0, step 0: the loss is nan")
     assert "Traceback" not in errors[0]
-
-
-def test_prefetch_depth_by_default_is_inline_only_where_nothing_overlaps(monkeypatch):
-    import numpy as np
-
-    from training.trainer import MemoryFeatures, prefetch_depth
-
-    mem = MemoryFeatures(np.zeros((4, 2), np.float32))
-    cpu = torch.device("cpu")
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
-    assert prefetch_depth(None, mem, cpu) == 0  # every core computes: nothing to hide
-    assert prefetch_depth(3, mem, cpu) == 3  # asked for
-    assert prefetch_depth(None, mem, cpu, served=True) == 2  # waits on a sampling server
-    assert prefetch_depth(None, object(), cpu) == 2  # a store: reads to hide
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
-    assert prefetch_depth(None, mem, cpu) == 2  # spare cores for the thread

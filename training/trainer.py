@@ -121,8 +121,7 @@ class TrainConfig:
 
     ``fanouts``: neighbours per hop, hop 1 first (``-1`` = all); one model layer per
     fan-out. ``hidden``/``heads``: ``None`` takes the model's default (SAGE/GCN 256,
-    GAT 64 × 8). ``prefetch``: batches prepared ahead (0 = sample and gather inline;
-    ``None``: see :func:`prefetch_depth`).
+    GAT 64 × 8). ``prefetch``: batches prepared ahead (0 = sample and gather inline).
     ``eval_every_epochs``: 0 = only after the last epoch. ``checkpoint_every_steps``:
     0 = only at epoch ends. ``backend``: the SSD read backend of the feature store
     (``auto``: chosen by the measurements in ``capacities``, a ``moment profile``
@@ -153,7 +152,7 @@ class TrainConfig:
     gcn_norm: str = "local"
     normalize_features: bool = False
     seed: int = 0
-    prefetch: int | None = None
+    prefetch: int = 2
     eval_every_epochs: int = 1
     metrics_path: str | None = None
     checkpoint_dir: str | None = None
@@ -185,7 +184,7 @@ class TrainConfig:
             if int(getattr(self, name)) < 1:
                 raise TrainError(f"{name}: expected a positive integer, got {getattr(self, name)}")
         for name in ("prefetch", "eval_every_epochs", "checkpoint_every_steps"):
-            if getattr(self, name) is not None and int(getattr(self, name)) < 0:
+            if int(getattr(self, name)) < 0:
                 raise TrainError(f"{name}: expected a non-negative integer, got {getattr(self, name)}")
         if not 0 < self.lr < math.inf or not 0 <= self.weight_decay < math.inf:  # nan fails too
             raise TrainError(f"lr must be > 0 and weight_decay >= 0, got {self.lr} and {self.weight_decay}")
@@ -449,30 +448,6 @@ class Prepared:
             if landing is not None:
                 landing.wait()
         return self
-
-
-def prefetch_depth(asked: int | None, features: FeatureSource, device: torch.device, *, served: bool = False) -> int:
-    """Batches to prepare ahead: ``asked``, or by default 2, or 0 where a prefetch thread has
-    nothing to overlap.
-
-    The thread exists to hide I/O, host-device copies, the feature exchange and the wait
-    for a sampling server behind the step. With the features in host memory, training on
-    the CPU, and the step's intra-op threads already on every core the process may use,
-    it has none of those: it only runs sampling and gathering on the cores the step
-    computes on. Measured on 2 cores (``python tools/bench_train_dgl.py --threads 2
-    --prefetch K``, GraphSAGE 25,10, batch 1024): 11.6k seeds/s inline against 10.4k
-    with 2 batches ahead.
-    """
-    if asked is not None:
-        return asked
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    if (isinstance(features, MemoryFeatures) and device.type == "cpu" and not served
-            and cores <= torch.get_num_threads()):
-        return 0
-    return 2
 
 
 class Prefetcher:
@@ -974,7 +949,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
         sample_dev, sample_why, lookups = _sampling(config, ds, labels, memory)
         csr = _csr_on(ds, sample_dev)
         source = _open_source(config, train_idx, world, csr)
-        depth = prefetch_depth(config.prefetch, features, world.device, served=config.server is not None)
+        depth = config.prefetch
         if config.model != "gat" and config.attn_dropout:
             raise TrainError("attn_dropout applies to the GAT model only")
         torch.manual_seed(config.seed)  # identical initial parameters on every rank
@@ -1264,7 +1239,7 @@ def _evaluate(model: torch.nn.Module, idx: np.ndarray, sampler: NeighborSampler,
             yield sampler.sample(part)
 
     hits = torch.zeros(2, dtype=torch.float64, device=world.device)
-    pre = Prefetcher(batches(), prepare, config.prefetch if config.prefetch is not None else 2, transfer)
+    pre = Prefetcher(batches(), prepare, config.prefetch, transfer)
     try:
         while True:
             item, _ = pre.get()
