@@ -46,7 +46,9 @@ def register(subparsers) -> None:
         **examples("moment place --dataset cora --machine moment-b --gpu-cache 200KiB --cpu-cache 1MiB \\",
                    "    --ssd /mnt/nvme0 --ssd /mnt/nvme1 ... --out cora-placement   # one --ssd per SSD of the plan",
                    "moment plan --machine moment-b --json > plan.json",
-                   "moment place --dataset cora --plan plan.json --gpu-cache 200KiB --cpu-cache 1MiB $SSDS --out p2"),
+                   "moment place --dataset cora --plan plan.json --gpu-cache 200KiB --cpu-cache 1MiB $SSDS --out p2",
+                   "moment plan --machine moment-b --json | moment place --dataset cora --plan - \\",
+                   "    --gpu-cache 200KiB --cpu-cache 1MiB $SSDS --out p3   # the same placement as p2"),
     )
     src = p.add_argument_group("input")
     src.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
