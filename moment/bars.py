@@ -31,7 +31,7 @@ class Bars:
         self.tasks: dict[str, int] = {}
 
     def __enter__(self) -> Bars:
-        if self.enabled:
+        if self.enabled and self.progress is None:
             from rich.console import Console
             from rich.progress import (
                 BarColumn,
