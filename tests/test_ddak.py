@@ -273,3 +273,50 @@ def test_ddak_valid_on_arbitrary_hotness(values, pool):
         DdakBin("s", "ssd", n, 1.0),
     ]
     assert_valid(ddak(h, bins, pool=pool), h, bins)
+
+
+def _cross_share(reads: np.ndarray, bin_of: np.ndarray, socket_of_bin: np.ndarray) -> float:
+    """Share of the reads whose bin is on another socket than the reader (socket -1: local to all)."""
+    where = socket_of_bin[bin_of]
+    cross = sum(float(reads[(where >= 0) & (where != g), g].sum()) for g in range(reads.shape[1]))
+    return cross / float(reads.sum())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_affinity_cross_socket_share_at_most_hash(seed):
+    """Synthetic two-socket plans: a cache, memories and SSDs on both sockets, readers on both."""
+    from planner.ddak import Affinity
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5_000, 20_000))
+    h = np.minimum(rng.zipf(1.3 + rng.uniform(0, 0.7), n), 1e4).astype(np.float32)
+    lean = rng.uniform(0, 1, n) if seed % 3 else np.full(n, 0.5)  # seed 0, 3: no affinity at all
+    reads = np.stack([h * lean, h * (1 - lean)], axis=1).astype(np.float32)
+    g, c = float(rng.uniform(0.02, 0.1)), float(rng.uniform(0.05, 0.2))
+    s0 = float(rng.uniform(0.3, 0.7))
+    bins = [DdakBin("gpu", "gpu", n // 50, g), DdakBin("m0", "cpu", n // 20, c * s0),
+            DdakBin("m1", "cpu", n // 20, c * (1 - s0)), DdakBin("s0", "ssd", n, (1 - g - c) * s0),
+            DdakBin("s1", "ssd", n, (1 - g - c) * (1 - s0))]
+    socket_of_bin = np.array([-1, 0, 1, 0, 1])
+    split = np.array([[0.5, 0.5], [1, 0], [0, 1], [1, 0], [0, 1]], dtype=np.float64)
+    r = ddak(h, bins, pool=10, affinity=Affinity(reads, split))
+    hashed = hash_placement(h, bins)
+    assert _cross_share(reads, r.bin_of, socket_of_bin) <= _cross_share(reads, hashed.bin_of, socket_of_bin) + 1e-9
+    # a valid placement: every bin's rows are 0..k-1 once, within capacity
+    for j, b in enumerate(bins):
+        rows = np.sort(r.row_of[r.bin_of == j])
+        assert np.array_equal(rows, np.arange(rows.size)) and rows.size <= b.capacity_items
+    assert r.traffic_per_bin.sum() == pytest.approx(float(h.sum(dtype=np.float64)))
+    # deterministic
+    again = ddak(h, bins, pool=10, affinity=Affinity(reads, split))
+    assert np.array_equal(again.bin_of, r.bin_of) and np.array_equal(again.row_of, r.row_of)
+
+
+def test_affinity_with_one_group_changes_nothing():
+    from planner.ddak import Affinity
+
+    h = np.arange(1000, dtype=np.float32)[::-1].copy()
+    bins = [DdakBin("c", "cpu", 100, 1.0), DdakBin("s", "ssd", 1000, 3.0)]
+    plain = ddak(h, bins, pool=5)
+    one = ddak(h, bins, pool=5, affinity=Affinity(h[:, None], np.ones((2, 1))))
+    assert np.array_equal(plain.bin_of, one.bin_of)
