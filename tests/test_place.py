@@ -311,3 +311,50 @@ def test_measured_ssd_figures_reach_the_plan_and_unmatched_ones_are_named(tmp_pa
     unmatched = plan_json("--capacities", str(other))
     assert unmatched["best"]["mean_inlet_bytes_per_s"] == pytest.approx(base["best"]["mean_inlet_bytes_per_s"])
     assert any("measured device vda (Virtio disk) is none of the devices to place" in n for n in unmatched["notes"])
+
+
+def _routed_plan() -> PlanTargets:
+    """Two sockets, a GPU on each; every store serves its own socket's GPU (the flow's routing)."""
+    stores = (
+        Store("cache:gpu0", "gpu", "gpu0", "socket0", 50.0, bytes_by_socket=(("socket0", 50.0),)),
+        Store("cache:gpu1", "gpu", "gpu1", "socket1", 50.0, bytes_by_socket=(("socket1", 50.0),)),
+        Store("mem0", "cpu", "mem0", "socket0", 150.0, numa_node=0, bytes_by_socket=(("socket0", 150.0),)),
+        Store("mem1", "cpu", "mem1", "socket1", 150.0, numa_node=1, bytes_by_socket=(("socket1", 150.0),)),
+        Store("ssd0", "ssd", "ssd0", "socket0", 300.0, bytes_by_socket=(("socket0", 300.0),)),
+        Store("ssd1", "ssd", "ssd1", "socket1", 300.0, bytes_by_socket=(("socket1", 300.0),)),
+    )
+    return PlanTargets("toy", (("gpu0", "socket0"), ("gpu1", "socket1")), stores, (), "routed plan")
+
+
+def test_reads_per_socket_put_rows_near_their_readers(cora, tmp_path):
+    """With each socket's reads, DDAK follows the plan's routing: fewer cross-socket reads than hash,
+    reported per (reader socket, bin socket); without them every GPU reads alike."""
+    from training.placing import bin_split
+
+    t = _routed_plan()
+    row = cora.row_bytes
+    bins = build_bins(t, num_rows=cora.num_nodes, row_bytes=row, gpu_cache_bytes=50 * row,
+                      cpu_cache_bytes=200 * row, ssd_dirs=[tmp_path] * 2, out_dir=tmp_path)
+    assert bin_split(t, bins).tolist() == [[0.5, 0.5], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]
+    hot = compute_hotness(cora, HotnessSpec("presample", fanouts=(10, 5), batch_size=64, epochs=2)).values
+    # each socket's GPU trains on its own half of the vertices (ids below / above the middle) and
+    # reads their neighbourhoods: rows are read mostly by one socket
+    half = cora.num_nodes // 2
+    lean = np.where(np.arange(cora.num_nodes) < half, 0.9, 0.1)
+    reads = np.stack([hot * lean, hot * (1 - lean)], axis=1)
+    res = place(hot, bins, t, row_bytes=row, group_reads=reads)
+    r, base = res.report, res.baseline
+    assert r.cross_socket_share < 0.5 * base.cross_socket_share
+    assert sum(v for _, _, v in r.socket_reads) == pytest.approx(1.0)
+    by_hand = sum(v for a, b, v in r.socket_reads if a != b)
+    assert r.cross_socket_share == pytest.approx(by_hand)
+    # rows read mostly by socket 1 sit on socket 1's bins
+    where = np.array([bins[b].socket for b in res.placement.bin_of])
+    mine = (lean < 0.5) & (hot > 0)  # rows nobody reads go anywhere
+    on1 = np.isin(where[mine], ["socket1"]) | np.array([bins[b].kind == "gpu" for b in res.placement.bin_of])[mine]
+    assert on1.mean() > 0.9
+    plain = place(hot, bins, t, row_bytes=row)  # no reads per socket: GPUs read alike, half crosses
+    assert plain.report.cross_socket_share == pytest.approx(
+        0.5 * sum(b.traffic_share for b in plain.report.bins if b.kind != "gpu"))
+    with pytest.raises(PlacingError, match="reads per socket: expected shape"):
+        place(hot, bins, t, row_bytes=row, group_reads=reads[:, :1])

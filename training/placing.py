@@ -58,6 +58,7 @@ import numpy as np
 from iostack.bins import file_bytes_for
 from iostack.placement import Bin, Placement
 from planner.ddak import (
+    Affinity,
     DdakBin,
     DdakResult,
     ddak,
@@ -262,7 +263,10 @@ class PlacementReport:
     serve; ``ssd_bytes_per_epoch`` those reads in bytes per epoch (``None``
     when the hotness is not a read count, e.g. degree or PageRank);
     ``cross_socket_share`` the share of the bytes delivered to the GPUs that
-    cross sockets; ``seconds`` the time the placer took.
+    cross sockets; ``seconds`` the time the placer took. ``socket_reads``:
+    ``(reader socket, bin socket, share of all reads)`` for every pair with
+    reads (a GPU cache counts on the reader's socket: it is local), from the
+    reads per socket when :func:`place` had them, else every GPU reading alike.
     """
 
     strategy: str
@@ -272,6 +276,7 @@ class PlacementReport:
     ssd_bytes_per_epoch: float | None
     cross_socket_share: float
     seconds: float
+    socket_reads: tuple[tuple[str | None, str | None, float], ...] = ()
 
 
 def _placer(strategy: str, hotness: np.ndarray, dbins: list[DdakBin], pool: int, seed: int,
@@ -287,9 +292,58 @@ def _placer(strategy: str, hotness: np.ndarray, dbins: list[DdakBin], pool: int,
     raise PlacingError(f"placement strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
 
 
+def reader_sockets(targets: PlanTargets) -> tuple[str | None, ...]:
+    """The GPUs' sockets, each once, in the order of the plan's GPUs (the reader groups of a placement)."""
+    return tuple(dict.fromkeys(s for _, s in targets.gpus))
+
+
+def bin_split(targets: PlanTargets, bins: Sequence[BinPlan]) -> np.ndarray:
+    """How the plan routes each bin's bytes to the readers' sockets: ``(len(bins), len(reader_sockets))``.
+
+    Sums the ``bytes_by_socket`` of the plan stores a bin stands for (the
+    flow solution's routing); a bin whose stores have none (no target)
+    splits like the GPUs over the sockets. Rows sum to 1.
+    """
+    socks = list(reader_sockets(targets))
+    gpus_per = np.array([sum(1 for _, s in targets.gpus if s == k) for k in socks], dtype=np.float64)
+    by_id = {s.id: s for s in targets.stores}
+    out = np.zeros((len(bins), len(socks)))
+    for j, b in enumerate(bins):
+        for sid in b.stores:
+            for k, v in by_id[sid].bytes_by_socket if sid in by_id else ():
+                if k in socks:
+                    out[j, socks.index(k)] += v
+        if out[j].sum() <= 0:
+            out[j] = gpus_per
+    return out / out.sum(axis=1, keepdims=True)
+
+
+def socket_reads(result: DdakResult, bins: Sequence[BinPlan], targets: PlanTargets,
+                 group_reads: np.ndarray | None = None) -> np.ndarray:
+    """Reads by (reader socket, bin): ``(len(reader_sockets), len(bins))``, shares of all reads.
+
+    ``group_reads`` (``[num_rows, len(reader_sockets)]``) are the reads of
+    each socket's GPUs; without them every GPU reads the bins' traffic alike
+    (data-parallel training: each rank takes a random part of every batch).
+    """
+    socks = list(reader_sockets(targets))
+    m = len(bins)
+    if group_reads is None:
+        traffic = np.asarray(result.traffic_per_bin, dtype=np.float64)
+        per = np.array([sum(1 for _, s in targets.gpus if s == k) for k in socks], dtype=np.float64)
+        out = np.outer(per / per.sum(), traffic)
+    else:
+        out = np.stack([np.bincount(result.bin_of, weights=group_reads[:, g], minlength=m)
+                        for g in range(len(socks))])
+    total = out.sum()
+    return out / total if total > 0 else out
+
+
 def report_for(result: DdakResult, bins: Sequence[BinPlan], targets: PlanTargets, *, strategy: str,
-               row_bytes: int, reads_per_epoch: float | None, seconds: float = 0.0) -> PlacementReport:
-    """The :class:`PlacementReport` of ``result`` (``reads_per_epoch``: all reads of an epoch, or ``None``)."""
+               row_bytes: int, reads_per_epoch: float | None, seconds: float = 0.0,
+               group_reads: np.ndarray | None = None) -> PlacementReport:
+    """The :class:`PlacementReport` of ``result`` (``reads_per_epoch``: all reads of an epoch, or ``None``;
+    ``group_reads``: reads per socket, see :func:`socket_reads`)."""
     traffic = np.asarray(result.traffic_per_bin, dtype=np.float64)
     total = float(traffic.sum())
     shares = traffic / total if total > 0 else np.zeros_like(traffic)
@@ -302,13 +356,18 @@ def report_for(result: DdakResult, bins: Sequence[BinPlan], targets: PlanTargets
     dev = max((r.deviation for r in real), default=0.0) if total > 0 else 0.0
     ssd = float(sum(r.traffic_share for r in reports if r.kind == "ssd"))
     cross = 0.0
+    pairs: dict[tuple[str | None, str | None], float] = {}
     if targets.gpus:
-        for _, gsock in targets.gpus:
-            cross += sum(r.traffic_share for r in reports
-                         if r.kind != "gpu" and r.socket is not None and gsock is not None and r.socket != gsock)
-        cross /= len(targets.gpus)
+        by = socket_reads(result, bins, targets, group_reads)
+        for g, gsock in enumerate(reader_sockets(targets)):
+            for j, b in enumerate(bins):
+                where = gsock if b.kind == "gpu" else b.socket  # a GPU cache is on the reader's side
+                pairs[(gsock, where)] = pairs.get((gsock, where), 0.0) + float(by[g, j])
+                if where is not None and gsock is not None and where != gsock:
+                    cross += float(by[g, j])
     ssd_bytes = ssd * reads_per_epoch * row_bytes if reads_per_epoch is not None else None
-    return PlacementReport(strategy, reports, float(dev), ssd, ssd_bytes, float(cross), seconds)
+    return PlacementReport(strategy, reports, float(dev), ssd, ssd_bytes, float(cross), seconds,
+                           tuple((a, b, v) for (a, b), v in pairs.items() if v > 0))
 
 
 @dataclass(frozen=True)
@@ -405,13 +464,19 @@ def default_pool(num_rows: int, num_bins: int) -> int:
 
 def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *, row_bytes: int,
           strategy: str = "ddak", pool: int | None = None, seed: int = 0, reads_per_epoch: float | None = None,
-          baseline: bool = True, codec: Any = None, progress: Progress | None = None) -> PlaceResult:
+          baseline: bool = True, codec: Any = None, progress: Progress | None = None,
+          group_reads: np.ndarray | None = None) -> PlaceResult:
     """Place every row: ``hotness`` (``[num_rows]``, any non-negative numbers) into ``bins``.
 
     ``pool``: DDAK's pool size; ``None`` takes :func:`default_pool`.
     ``row_bytes``: a row as the bins hold it (``codec.row_bytes`` for a
     :class:`iostack.codec.FeatureCodec`, which the placement then carries).
     ``progress``: DDAK's stages (:func:`planner.ddak.ddak`).
+    ``group_reads`` (``[num_rows, len(reader_sockets(targets))]``): each
+    row's reads by the GPUs of each socket; with two or more sockets DDAK
+    puts rows on the bins the plan routes to their readers' socket
+    (:class:`planner.ddak.Affinity` with :func:`bin_split`), and the reports
+    count cross-socket reads from them.
 
     Returns the iostack :class:`Placement` (SSD bins' capacity = the rows
     they got, the size of their file) with the report, and the hash
@@ -424,17 +489,29 @@ def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *,
     dbins = [DdakBin(f"bin{i}", b.kind, b.capacity_rows, b.target_share) for i, b in enumerate(bins)]
     if pool is None:
         pool = default_pool(h.size, len(dbins))
+    affinity = None
+    if group_reads is not None:
+        group_reads = np.asarray(group_reads, dtype=np.float32)
+        if group_reads.shape != (h.size, len(reader_sockets(targets))):
+            raise PlacingError(f"reads per socket: expected shape ({h.size}, {len(reader_sockets(targets))}), "
+                               f"got {group_reads.shape}")
+        if group_reads.shape[1] > 1:
+            affinity = Affinity(group_reads, bin_split(targets, bins))
     t = time.perf_counter()
-    result = _placer(strategy, h, dbins, pool, seed, progress)
+    if strategy == "ddak" and affinity is not None:
+        result = ddak(h, dbins, pool=pool, progress=progress, affinity=affinity)
+    else:
+        result = _placer(strategy, h, dbins, pool, seed, progress)
     sec = time.perf_counter() - t
     rep = report_for(result, bins, targets, strategy=strategy, row_bytes=row_bytes,
-                     reads_per_epoch=reads_per_epoch, seconds=sec)
+                     reads_per_epoch=reads_per_epoch, seconds=sec, group_reads=group_reads)
     base = None
     if baseline:
         t = time.perf_counter()
         hashed = hash_placement(h, dbins) if strategy != "hash" else result
         base = report_for(hashed, bins, targets, strategy="hash", row_bytes=row_bytes,
-                          reads_per_epoch=reads_per_epoch, seconds=time.perf_counter() - t)
+                          reads_per_epoch=reads_per_epoch, seconds=time.perf_counter() - t,
+                          group_reads=group_reads)
         del hashed
     items = result.items_per_bin
     ibins = tuple(Bin(i, b.kind, int(items[i]) if b.kind == "ssd" else b.capacity_rows, path=b.path,
@@ -495,6 +572,7 @@ __all__ = [
     "PlacingError",
     "PlanTargets",
     "Store",
+    "bin_split",
     "build_bins",
     "cache_shares",
     "check_free_space",
@@ -503,7 +581,9 @@ __all__ = [
     "nvlink_pairs_of",
     "place",
     "plan_now",
+    "reader_sockets",
     "report_for",
+    "socket_reads",
     "ssd_bin_path",
     "targets_for_caches",
     "targets_from_flow",
