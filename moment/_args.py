@@ -146,7 +146,7 @@ def add_source_args(parser: argparse.ArgumentParser, *, planning: bool = False) 
 
 def machine_named(args: argparse.Namespace) -> bool:
     """Whether any source option names a machine (else: this machine)."""
-    return args.machine is not None or any(getattr(args, k, None) for k in FILE_OPTIONS)
+    return getattr(args, "machine", None) is not None or any(getattr(args, k, None) for k in FILE_OPTIONS)
 
 
 FILE_OPTIONS = ("lspci", "lspci_vvv", "dmidecode", "nvidia_smi", "hwloc", "nccl_topo")
@@ -155,6 +155,9 @@ FILE_OPTIONS = ("lspci", "lspci_vvv", "dmidecode", "nvidia_smi", "hwloc", "nccl_
 def load_topology(args: argparse.Namespace):
     """The topology the source options name, with ``--capacities`` applied where given.
 
+    Every command that needs a machine takes it from here (``topo``, ``plan``, ``place``,
+    ``profile``, ``demo``); options a command lacks count as not given.
+
     Returns ``(topology, capacities or None)``: the capacities are kept for the
     device models a plan places (:func:`planner.plan.measured_inventory`).
     """
@@ -162,12 +165,13 @@ def load_topology(args: argparse.Namespace):
 
     files = {k: getattr(args, k, None) for k in FILE_OPTIONS}
     files["lspci_vvv"] = files["lspci_vvv"] or ()
+    name = getattr(args, "name", None)
     if machine_named(args):
-        topo = topology_from_files(machine=args.machine, name=args.name, **files)
+        topo = topology_from_files(machine=getattr(args, "machine", None), name=name, **files)
     else:
-        topo = live_topology(args.sys_root)
-        if args.name:
-            topo.name = args.name
+        topo = live_topology(getattr(args, "sys_root", "/sys"))
+        if name:
+            topo.name = name
     caps = None
     if getattr(args, "capacities", None):
         from planner.capacities import apply_capacities, load_capacities

@@ -9,6 +9,7 @@ see the traceback of an unexpected error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -81,12 +82,8 @@ def _profile_command(args: argparse.Namespace) -> int:
         if not out_dir.is_dir() or not os.access(out_dir, os.W_OK):
             raise PlannerError(f"--out {args.out}: directory {out_dir} is missing or not writable")
     topo = None
-    try:
-        from planner.topology.discover import live_topology
-
-        topo = live_topology(args.sys_root)
-    except PlannerError:
-        pass  # figures are then keyed by bus address rather than node id
+    with contextlib.suppress(PlannerError):  # without it, figures are keyed by bus address, not node id
+        topo, _ = load_topology(args)  # this machine: profile has only --sys-root
     from moment.bars import Bars
 
     with Bars(transient=True) as bars:

@@ -103,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.rule import Rule
 
+    from moment._args import load_topology
     from moment.cli import main
     from planner.plan import choose_inventory
-    from planner.topology.discover import topology_from_files
 
     for name in ("nodes", "edges", "feature_dim", "epochs"):  # before anything is touched
         try:
@@ -130,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise PlannerError(f"--out {out}: cannot create the directory ({exc.strerror or exc})") from None
-    _, inventory = choose_inventory(topology_from_files(machine=args.machine), spec=args.machine)
+    topo, _ = load_topology(argparse.Namespace(machine=args.machine))  # as `moment plan --machine` loads it
+    _, inventory = choose_inventory(topo, spec=args.machine)
     # one SSD bin directory per SSD the plan places (on a real server: one per drive)
     n_ssds = sum(count for model, count in inventory.items if model.kind == "nvme")
     n_gpus = sum(count for model, count in inventory.items if model.kind == "gpu")
