@@ -145,39 +145,16 @@ def shares_from_place_report(report: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def rates_from_capacities(caps, backend: str | None = None) -> dict[str, TierRate]:
+def rates_from_capacities(caps) -> dict[str, TierRate]:
     """Tier rates from a :class:`planner.capacities.Capacities` (``moment profile``): the SSDs' reads
-    summed over the measured devices, the host memories' bandwidth summed.
-
-    ``backend``: the read backend the store uses. With ``posix``, an SSD's
-    ``moment-posix`` measurement (Moment's own reader, what the store reads
-    with) is taken where the profile recorded one, rather than the figure it
-    marked as used (fio's when installed, often 10-15% faster here than the
-    reader training runs).
-
-    >>> from planner.capacities import Capacities, DeviceCapacity, ReadMeasurement
-    >>> d = DeviceCapacity("ssd0", ReadMeasurement(4e8, 97656.25, 4096, tool="fio-io_uring"),
-    ...                    others=(ReadMeasurement(3.5e8, 85449.2, 4096, tool="moment-posix"),))
-    >>> rates_from_capacities(Capacities(devices=(d,)))["ssd"].source
-    'fio-io_uring'
-    >>> r = rates_from_capacities(Capacities(devices=(d,)), backend="posix")["ssd"]; r.iops, r.source
-    (85449.2, 'moment-posix')
-    """
+    summed over the measured devices, the host memories' bandwidth summed."""
     rates: dict[str, TierRate] = {}
     if caps.devices:
-        def pick(d):
-            if backend == "posix":
-                own = next((m for m in d.measurements() if m.tool == "moment-posix"), None)
-                if own is not None:
-                    return own
-            return d.read
-
-        reads = [pick(d) for d in caps.devices]
-        iops = [m.read_iops for m in reads]
-        at_page = all(m.block_bytes in (None, PAGE) for m in reads)
+        iops = [d.read_iops for d in caps.devices]
+        at_page = all(d.read.block_bytes in (None, PAGE) for d in caps.devices)
         rates["ssd"] = TierRate(sum(iops) if all(iops) and at_page else None,
-                                sum(m.read_bytes_per_s for m in reads),
-                                ", ".join(sorted({m.tool or "capacities" for m in reads})))
+                                sum(d.read_bytes_per_s for d in caps.devices),
+                                ", ".join(sorted({d.read.tool or "capacities" for d in caps.devices})))
     if caps.memory:
         rates["cpu"] = TierRate(None, sum(m.bytes_per_s for m in caps.memory), "memory bandwidth (capacities)")
     return rates

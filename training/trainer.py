@@ -1198,9 +1198,7 @@ class _Predictor:
         if config.capacities:
             from planner.capacities import load_capacities
 
-            # the figure of the reader the store reads with (posix: Moment's own), where profiled
-            rates = rates_from_capacities(load_capacities(config.capacities),
-                                          backend=getattr(getattr(store, "backend", None), "name", None))
+            rates = rates_from_capacities(load_capacities(config.capacities))
         return cls(store, shares_from_place_report(report), int(report.get("row_bytes") or ds.row_bytes), rates,
                    ssd_bins_from_place_report(report))
 
