@@ -58,8 +58,10 @@ keeps its full capacity in every group). So rows go to the bins the flow
 wants their readers to read from, i.e. where the GPUs that read them most
 are local; without an affinity nothing changes. This departs from formula
 (2) in running it per group with targets ``T_j · split_jg``; a group's
-items are placed by the same score, tier gate and pools as before, and the
-cost is the same (G sorts of n/G items instead of one of n).
+items are placed by the same score, tier gate and pools as before. It costs
+about 1.5x the plain call (10^7 items, two groups: 2.5-2.7 s against
+1.7 s of CPU here; the grouping and the per-group gathers), and nothing
+when no affinity is given.
 
 Accuracy: when no bin fills up before its target is reached (capacities
 with slack), every bin ends within one pool of its target: a bin that
