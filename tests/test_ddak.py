@@ -285,7 +285,7 @@ def _cross_share(reads: np.ndarray, bin_of: np.ndarray, socket_of_bin: np.ndarra
 @pytest.mark.parametrize("seed", range(6))
 def test_affinity_cross_socket_share_at_most_hash(seed):
     """Synthetic two-socket plans: a cache, memories and SSDs on both sockets, readers on both."""
-    from planner.ddak import Affinity
+    from planner.affinity import Affinity
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(5_000, 20_000))
@@ -313,7 +313,7 @@ def test_affinity_cross_socket_share_at_most_hash(seed):
 
 
 def test_affinity_with_one_group_changes_nothing():
-    from planner.ddak import Affinity
+    from planner.affinity import Affinity
 
     h = np.arange(1000, dtype=np.float32)[::-1].copy()
     bins = [DdakBin("c", "cpu", 100, 1.0), DdakBin("s", "ssd", 1000, 3.0)]

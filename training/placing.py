@@ -57,8 +57,8 @@ import numpy as np
 
 from iostack.bins import file_bytes_for
 from iostack.placement import Bin, Placement
+from planner.affinity import Affinity
 from planner.ddak import (
-    Affinity,
     DdakBin,
     DdakResult,
     ddak,
@@ -475,7 +475,7 @@ def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *,
     ``group_reads`` (``[num_rows, len(reader_sockets(targets))]``): each
     row's reads by the GPUs of each socket; with two or more sockets DDAK
     puts rows on the bins the plan routes to their readers' socket
-    (:class:`planner.ddak.Affinity` with :func:`bin_split`), and the reports
+    (:class:`planner.affinity.Affinity` with :func:`bin_split`), and the reports
     count cross-socket reads from them.
 
     Returns the iostack :class:`Placement` (SSD bins' capacity = the rows
