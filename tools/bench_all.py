@@ -45,7 +45,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "train_dgl": ("bench_train_dgl.py", ["--rounds", "5"],
                   ["--rounds", "1", "--nodes", "50000", "--edges", "500000"]),
     "emulate": ("bench_emulate.py", ["--rounds", "3"], ["--rounds", "1", "--skip", "dlio"]),
-    "loop": ("bench_loop.py", ["--rounds", "3"], ["--rounds", "1", "--nodes", "30000", "--edges", "300000"]),
+    "loop": ("bench_loop.py", ["--rounds", "3", "--one-ssd", "--gpu-cache"],
+             ["--rounds", "1", "--nodes", "30000", "--edges", "300000", "--one-ssd", "--gpu-cache"]),
     "precision": ("bench_precision.py", [], ["--quick"]),
     "startup": ("bench_startup.py", ["--repeats", "15"], ["--repeats", "5"]),
 }

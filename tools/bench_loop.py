@@ -19,6 +19,12 @@
 The SSD figure of the prediction is the profile's headline one (fio's when installed); the error
 the profile's ``moment-posix`` figure would give is printed beside it from the same runs.
 
+``--one-ssd`` plans what this machine is, one GPU and one SSD (``moment plan --machine moment-a
+--gpus 1 --ssds 1`` with this disk's profile as the SSD model's figure, then ``moment place --plan``),
+instead of Machine B's eight SSD bins all on this one disk (the store reads a batch's bins one after
+another, eight smaller read calls per batch); ``--gpu-cache`` adds the demo's GPU cache (rows / 50)
+to the training placements.
+
 Every run is the real command in its own process; rounds alternate the placements so that
 load on a shared machine hits all alike. Medians and ranges over ``--rounds``.
 """
@@ -55,10 +61,14 @@ def rng(xs: list[float], fmt: str = "{:.3f}") -> str:
 
 
 def place(dataset: Path, out: Path, ssd: Path, strategy: str, cpu_cache: int, fanouts: str, batch: int,
-          gpu_cache: int = 0) -> dict:
+          gpu_cache: int = 0, plan: Path | None = None) -> dict:
+    """A placement on Machine B's plan (8 SSD bins, all on this disk), or on the plan file ``plan``
+    (one SSD bin)."""
     if not (out / "place.json").exists():
-        moment("place", "--dataset", str(dataset), "--machine", "moment-b", "--gpu-cache", str(gpu_cache),
-               "--cpu-cache", str(cpu_cache), *[a for _ in range(8) for a in ("--ssd", str(ssd))],
+        where = ["--plan", str(plan), "--ssd", str(ssd)] if plan is not None else \
+            ["--machine", "moment-b", *[a for _ in range(8) for a in ("--ssd", str(ssd))]]
+        moment("place", "--dataset", str(dataset), *where, "--gpu-cache", str(gpu_cache),
+               "--cpu-cache", str(cpu_cache),
                "--strategy", strategy, "--fanouts", fanouts, "--batch-size", str(batch), "--out", str(out),
                "--force")
     return json.loads((out / "place.json").read_text())
@@ -98,6 +108,10 @@ def main() -> int:
                     help="hidden units of the compute-bound pair, DDAK vs features in memory (default 256)")
     ap.add_argument("--gpu-cache", action="store_true",
                     help="give the training placements the demo's GPU cache too (nodes / 50 rows)")
+    ap.add_argument("--one-ssd", action="store_true",
+                    help="train on a plan of one GPU and one SSD (moment-a, --gpus 1 --ssds 1, this disk's profile "
+                         "as the p5510's figure) through a plan file, instead of Machine B's 8 SSD bins on one disk")
+    ap.add_argument("--skip-cross", action="store_true", help="only the training figures (parts 1 and 3)")
     ap.add_argument("--skip-training", action="store_true", help="only the cross-socket figures (part 2)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
@@ -112,7 +126,8 @@ def main() -> int:
     row = 4096
     small = args.nodes // 20
     figures: list[Figure] = [] if args.skip_training else training_figures(args, d, dataset, row, small)
-    cross_socket_figures(args, d, dataset, row, small, figures)
+    if not args.skip_cross:
+        cross_socket_figures(args, d, dataset, row, small, figures)
     for f in figures:
         ratio = f.ratio
         print(f"{f.figure}: ours {f.ours:.4g} vs {f.reference:.4g} ({'' if ratio is None else f'{ratio:.2f}x'}) "
@@ -130,10 +145,11 @@ def training_figures(args, d: Path, dataset: Path, row: int, small: int) -> list
     heavy = args.nodes * 2 // 5  # host cache rows: features 20x (small) / 2.5x (heavy) the cache
     configs = {"ddak": ("ddak", small), "hash": ("hash", small), "cache-heavy": ("ddak", heavy)}
     gpu_rows = args.nodes // 50 if args.gpu_cache else 0  # the demo's GPU cache (replicated, in host memory here)
+    plan = _one_ssd_plan(d, caps) if args.one_ssd else None
     for name, (strategy, rows) in configs.items():
         print(f"placing {name}", flush=True)
         place(dataset, d / f"pl-{name}", d / "ssd", strategy, rows * row, args.fanouts, args.batch_size,
-              gpu_rows * row)
+              gpu_rows * row, plan)
     # (placement, hidden units) of each run: the SSD-bound ones, then the compute-bound pair
     plan_of = {**{name: (name, args.hidden) for name in configs},
                "ddak-compute": ("cache-heavy", args.compute_hidden), "memory": (None, args.compute_hidden)}
@@ -187,6 +203,22 @@ def training_figures(args, d: Path, dataset: Path, row: int, small: int) -> list
                                f"{msplit['compute_s']:.2f} s, I/O wait {csplit['io_wait_s']:.2f} / "
                                f"{msplit['io_wait_s']:.2f} s"))
     return figures
+
+
+def _one_ssd_plan(d: Path, caps: Path) -> Path:
+    """``moment plan --json`` for one GPU and one SSD, the SSD model's figures this disk's profile."""
+    sys.path.insert(0, str(REPO))
+    from dataclasses import replace
+
+    from planner.capacities import Capacities, load_capacities, save_capacities
+
+    c = load_capacities(caps)
+    keyed = save_capacities(Capacities(devices=(replace(c.devices[0], key="p5510", model=None),),
+                                       source=str(caps)), d / "caps-p5510.yaml")
+    text = moment("plan", "--machine", "moment-a", "--gpus", "1", "--ssds", "1", "--capacities", str(keyed),
+                  "--json", "--top", "1")
+    (d / "plan.json").write_text(text)
+    return d / "plan.json"
 
 
 def _headline_over_own(caps: Path) -> float:
