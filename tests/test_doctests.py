@@ -10,14 +10,18 @@ import pytest
 
 import iostack
 import moment
+import momentbase
 import planner
 import training
 
+PACKAGES = (momentbase, planner, iostack, training, moment)
+
 MODULES = sorted(
-    m.name
-    for pkg in (planner, iostack, training, moment)
-    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")
-    if not m.name.endswith("__main__")
+    [pkg.__name__ for pkg in PACKAGES]
+    + [m.name
+       for pkg in PACKAGES
+       for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")
+       if not m.name.endswith("__main__")]
 )
 
 

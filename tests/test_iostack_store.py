@@ -19,7 +19,7 @@ from iostack.bins import open_bin, write_bins
 from iostack.errors import StoreError
 from iostack.placement import Bin, Placement, load_placement, simple_placement
 from iostack.store import FeatureStore
-from planner.errors import PlannerError
+from momentbase.errors import MomentError
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_corrupt_and_missing_bins(tmp_path):
     path.unlink()
     with pytest.raises(StoreError, match="missing") as ei:
         FeatureStore(p, tmp_path, features=feats)
-    assert isinstance(ei.value, PlannerError)
+    assert isinstance(ei.value, MomentError)
     with pytest.raises(StoreError, match="holds float32, the store expects float64"):
         open_bin(tmp_path, ssd[1], dtype=np.float64)
 

@@ -66,7 +66,7 @@ from planner.ddak import (
     hot_first_placement,
     random_placement,
 )
-from planner.errors import PlannerError
+from training.errors import TrainingError
 
 STRATEGIES = ("ddak", "hash", "hot-first", "random")
 GPU_MODES = ("replicate", "partition")
@@ -75,7 +75,7 @@ GPU_MODES = ("replicate", "partition")
 ZERO_TARGET_SHARE = 1e-9
 
 
-class PlacingError(PlannerError):
+class PlacingError(TrainingError):
     """A placement request that cannot be honoured (the message names the input and the fix)."""
 
 
