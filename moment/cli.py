@@ -190,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"moment {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    # a command that runs other commands (moment demo) is handed main, not made to import this module
+    parser.set_defaults(cli_main=main)
 
     topo = sub.add_parser(
         "topo",

@@ -86,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.rule import Rule
 
-    from moment.cli import main
     from planner.plan import choose_inventory
     from planner.topology.discover import topology_from_files
 
@@ -127,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[bold]$ moment {shlex.join(argv)}[/bold]")
         sys.stdout.flush()
         t = time.perf_counter()
-        code = main(argv)
+        code = args.cli_main(argv)  # moment.cli.main, handed over by the parser (no import cycle)
         if code != 0:
             console.print(f"[red]step failed (exit {code}); the demo stops here. Everything so far is in {out}.[/red]")
             return code
