@@ -78,8 +78,8 @@ def _profile_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from hwprofile import profile_machine
     from planner.capacities import format_size, parse_size, save_capacities
-    from planner.profile import profile_machine
 
     def number(text: str, what: str, kind: type) -> float:
         try:

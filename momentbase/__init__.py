@@ -17,4 +17,7 @@ SizeError
 from momentbase.errors import MomentError
 from momentbase.units import SizeError, format_size, parse_size
 
-__all__ = ["MomentError", "SizeError", "format_size", "parse_size"]
+#: the version of the whole project (one distribution, moment-gnn); ``moment --version`` prints it
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "MomentError", "SizeError", "format_size", "parse_size"]

@@ -48,3 +48,10 @@ class ParseError(PlannerError):
 
 class TopologyError(PlannerError):
     """A topology that is inconsistent (unknown node, duplicate id, bad schema)."""
+
+
+class ProfileError(PlannerError):
+    """A measurement that could not be made (bad path, no space, a tool such as fio that failed).
+
+    Raised by :mod:`planner.fio` and by the profiler, :mod:`hwprofile`.
+    """

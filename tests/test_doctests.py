@@ -8,13 +8,14 @@ import pkgutil
 
 import pytest
 
+import hwprofile
 import iostack
 import moment
 import momentbase
 import planner
 import training
 
-PACKAGES = (momentbase, planner, iostack, training, moment)
+PACKAGES = (momentbase, planner, iostack, hwprofile, training, moment)
 
 MODULES = sorted(
     [pkg.__name__ for pkg in PACKAGES]

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from planner.profile import props_bus_address
+from planner.hostinfo import props_bus_address
 from planner.topology.nvml import NvmlError, normalize_bus_id
 from training.errors import TrainingError
 
