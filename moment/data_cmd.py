@@ -12,7 +12,8 @@ import json
 import sys
 
 from moment._args import examples
-from planner.errors import PlannerError
+from moment.errors import CommandError
+from planner.capacities import format_size
 
 #: options of `data import` and the formats they apply to (dest -> formats)
 _FORMAT_OPTIONS = {
@@ -49,7 +50,7 @@ def _import_command(args: argparse.Namespace) -> int:
             continue
         if fmt not in formats:
             flag = "--" + dest.replace("_", "-")
-            raise PlannerError(f"{flag} does not apply to --format {fmt} (it is for {', '.join(formats)})")
+            raise CommandError(f"{flag} does not apply to --format {fmt} (it is for {', '.join(formats)})")
         options[_KWARG.get(dest, dest)] = (not value) if dest == "no_relabel" else value
     if fmt == "igb" and "classes" in options:
         options["classes"] = str(options["classes"])
@@ -77,7 +78,7 @@ def _hdf5_keys(pairs: list[str]) -> dict[str, str]:
     for text in pairs:
         key, sep, path = text.partition("=")
         if not sep or not key or not path:
-            raise PlannerError(f"--hdf5-key {text!r}: expected KEY=PATH, e.g. features=/node/x")
+            raise CommandError(f"--hdf5-key {text!r}: expected KEY=PATH, e.g. features=/node/x")
         out[key] = path
     return out
 
@@ -86,7 +87,6 @@ def _info_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from planner.capacities import format_size
     from training.data import dataset_info, open_dataset
 
     info = dataset_info(open_dataset(args.dir, verify="full" if args.verify else "sample"))

@@ -13,7 +13,8 @@ import time
 
 from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
-from planner.errors import PlannerError
+from moment.errors import CommandError
+from planner.capacities import format_size
 
 
 def _config(args: argparse.Namespace):
@@ -44,7 +45,6 @@ def _prediction_rows(t, pred: dict | None) -> None:
     """Predicted against measured read time and bytes per tier (the plan's check), when there is one."""
     if not pred:
         return
-    from planner.capacities import format_size
 
     for tier in pred["tiers"]:
         if not tier["measured_bytes"] and not tier["predicted_bytes"]:
@@ -65,11 +65,10 @@ def _train_command(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from moment.bars import Bars
-    from planner.capacities import format_size
     from training.trainer import CHECKPOINT_NAME, train
 
     if not Path(args.dataset).is_dir():
-        raise PlannerError(f"--dataset {args.dataset}: no such dataset directory (create one with `moment data import`)")
+        raise CommandError(f"--dataset {args.dataset}: no such dataset directory (create one with `moment data import`)")
     config = _config(args)
     err = Console(stderr=True, highlight=False, emoji=False, width=None if sys.stderr.isatty() else 160)
     out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
