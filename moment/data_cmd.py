@@ -13,7 +13,7 @@ import sys
 
 from moment._args import examples
 from moment.errors import CommandError
-from planner.capacities import format_size
+from momentbase.units import format_size
 
 #: options of `data import` and the formats they apply to (dest -> formats)
 _FORMAT_OPTIONS = {

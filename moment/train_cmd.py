@@ -14,7 +14,7 @@ import time
 from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
 from moment.errors import CommandError
-from planner.capacities import format_size
+from momentbase.units import format_size
 
 
 def _config(args: argparse.Namespace):
