@@ -7,10 +7,12 @@ sharded over two nodes, on real Cora.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -157,7 +159,10 @@ def test_a_hung_node_times_out_with_a_clear_error(cora, shards, tmp_path):
         assert "Timed out" in log(tmp_path / "a", 0).strip().splitlines()[-1]
     finally:
         procs[1][0].send_signal(signal.SIGCONT)
-        wait_all(procs, timeout=1)
+        # the resumed node finds its peer gone only when its own --timeout (3 s) runs out; wait_all
+        # kills what is left after this, and a loaded machine must not turn the clean-up into a failure
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            wait_all(procs, timeout=30)
 
 
 @pytest.mark.slow  # kills and restarts rank processes, timing-sensitive under load (~20 s)
