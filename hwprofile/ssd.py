@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hwprofile._common import Progress, _now, _say
+from hwprofile._common import Progress, _now, report
 from iostack.backends.base import aligned_empty
 from iostack.backends.posix import PosixBackend, probe_direct
 from iostack.bins import PAGE, BinFile, layout
@@ -104,7 +104,7 @@ def write_test_file(directory: str | os.PathLike[str], file_bytes: int = DEFAULT
     pad = rng.integers(0, 2**63, chunk // 8, dtype=np.uint64)
     sector_words = SECTOR // 8
     try:
-        written, last_report = 0, time.monotonic()
+        written = 0
         while written < file_bytes:
             n = min(chunk, file_bytes - written)
             # a different pattern per chunk, so that no two blocks of the file are equal
@@ -117,9 +117,7 @@ def write_test_file(directory: str | os.PathLike[str], file_bytes: int = DEFAULT
                 k = os.write(fd, view)
                 view = view[k:]
             written += n
-            if progress is not None and time.monotonic() - last_report > 2.0:
-                last_report = time.monotonic()
-                _say(progress, f"writing test file: {format_size(written)} of {format_size(file_bytes)}")
+            report(progress, f"writing the test file ({format_size(file_bytes)})", written, file_bytes)
         os.fsync(fd)
         _drop_cache(fd, file_bytes)
     except OSError as exc:
@@ -384,7 +382,7 @@ def ssd_random_read(
     p = Path(path_or_dir)
     created = False
     if p.is_dir():
-        _say(progress, f"writing a {format_size(file_bytes)} test file in {p}")
+        report(progress, f"writing a {format_size(file_bytes)} test file in {p}")
         target = write_test_file(p, file_bytes, progress)
         created = True
     elif p.exists():
@@ -428,7 +426,7 @@ def ssd_random_read(
             skipped.append("fio: not run (asked not to)")
         if use_own:
             _drop_file_cache(target, file_bytes)
-            _say(progress, f"moment-posix: {format_size(block_bytes)} random reads, "
+            report(progress, f"moment-posix: {format_size(block_bytes)} random reads, "
                            f"queue depth {queue_depth}, {seconds:g} s")
             try:
                 results.append(posix_random_read(

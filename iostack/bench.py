@@ -10,7 +10,7 @@ import os
 import resource
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +20,7 @@ from iostack.backends.posix import PosixBackend, aligned_empty
 from iostack.bins import PAGE, open_bin, write_bin_file
 from iostack.errors import StoreError
 from iostack.placement import Bin
-
-Progress = Callable[[str], None]
+from planner.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -152,7 +151,7 @@ def bench_raw(directory: str | os.PathLike[str], *, file_bytes: int = 4 << 30, r
                     time.sleep(pause_s)
                     if progress:
                         name = "fio" if tool == "fio" else f"ours ({backends[e].engine_of(handles[e])})"
-                        progress(f"run {i + 1}/{runs}: {name}")
+                        progress(f"run {i + 1}/{runs}: {name}", 0, None)
                     if tool == "fio":
                         try:
                             fio, _ = run_fio(path, block_bytes=info.row_stride_bytes, queue_depth=queue_depth,
@@ -197,8 +196,10 @@ def zipf_ids(num_vertices: int, size: int, alpha: float, rng: np.random.Generato
 
 
 def bench_gather(store, *, batch: int = 8192, seconds: float = 5.0, alpha: float = 1.0,
-                 ids: np.ndarray | None = None, seed: int = 0) -> GatherResult:
-    """Gather batches of hot-skewed ids (or successive slices of ``ids``) for ``seconds``."""
+                 ids: np.ndarray | None = None, seed: int = 0, progress: Progress | None = None) -> GatherResult:
+    """Gather batches of hot-skewed ids (or successive slices of ``ids``) for ``seconds``.
+
+    ``progress`` hears ``("gathering", elapsed ms, seconds in ms)`` after each batch."""
     import torch
 
     rng = np.random.default_rng(seed)
@@ -218,6 +219,9 @@ def bench_gather(store, *, batch: int = 8192, seconds: float = 5.0, alpha: float
         lat.append(time.perf_counter() - t1)
         n += b_ids.size
         k += 1
+        if progress is not None:
+            progress("gathering (ms)", min(int((time.perf_counter() - t0) * 1e3), int(seconds * 1e3)),
+                     int(seconds * 1e3))
     dt = time.perf_counter() - t0
     share = {t: v["share"] for t, v in store.tier_stats().items()}
     p50, p99 = np.percentile(lat, [50, 99]).tolist()
@@ -268,7 +272,7 @@ def bench_device_reads(directory: str | os.PathLike[str], device: str = "cuda", 
             for name in (list(stores) if run % 2 == 0 else list(reversed(stores))):
                 s = stores[name]
                 if progress:
-                    progress(f"reads into {device}, run {run + 1}/{runs}: {name}")
+                    progress(f"reads into {device}, run {run + 1}/{runs}: {name}", 0, None)
                 n, t0 = 0, time.perf_counter()
                 while time.perf_counter() - t0 < seconds:
                     s.gather(rng.integers(0, rows, batch))

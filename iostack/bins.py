@@ -41,14 +41,13 @@ import numpy as np
 from iostack.checksums import crc32_of
 from iostack.errors import StoreError
 from iostack.placement import Bin, Placement
+from planner.progress import Progress
 
 #: alignment of offsets, lengths and buffers for O_DIRECT, bytes
 PAGE = 4096
 
 #: bytes written (and checksummed) per block
 BLOCK_BYTES = 16 << 20
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -110,8 +109,10 @@ def write_bins(features: np.ndarray, placement: Placement, directory: str | os.P
     """Write every SSD bin's file of ``placement`` from ``features`` (shape ``(V, dim)``, any dtype).
 
     ``features`` may be a memmap: it is read ``block_bytes`` at a time (in row
-    order of the bin), so memory stays bounded whatever the size. Rows a
-    vertex does not occupy are zeros. Returns ``{bin id: BinFile}``.
+    order of the bin), so memory stays bounded whatever the size. Rows are
+    stored as the placement's codec says (:attr:`Placement.codec`: float16,
+    bfloat16, int8), else in the features' own type. Rows a vertex does not
+    occupy are zeros. Returns ``{bin id: BinFile}``.
     """
     feats = np.asarray(features) if not isinstance(features, np.memmap) else features
     if feats.ndim == 1:
@@ -119,7 +120,12 @@ def write_bins(features: np.ndarray, placement: Placement, directory: str | os.P
     if feats.ndim != 2 or feats.shape[0] != placement.num_vertices:
         raise StoreError(f"features of shape {tuple(feats.shape)} do not match the placement's "
                          f"{placement.num_vertices} vertices (want (num_vertices, dim))")
-    row_bytes = feats.shape[1] * feats.dtype.itemsize
+    codec = placement.codec
+    if codec is not None and codec.dim != feats.shape[1]:
+        raise StoreError(f"the placement's feature codec is for rows of dim {codec.dim}, the features have "
+                         f"{feats.shape[1]}")
+    dtype = codec.storage_np if codec is not None else feats.dtype
+    row_bytes = feats.shape[1] * dtype.itemsize
     out: dict[int, BinFile] = {}
     Path(directory).mkdir(parents=True, exist_ok=True)
     for b in placement.bins:
@@ -136,10 +142,11 @@ def write_bins(features: np.ndarray, placement: Placement, directory: str | os.P
             used = v >= 0
             if used.any():
                 # vertices in row order: a memmap is read front to back when rows follow ids
-                blk[used] = np.ascontiguousarray(feats[v[used]]).view(np.uint8).reshape(-1, row_bytes)
+                rows = feats[v[used]] if codec is None else codec.encode(feats[v[used]])
+                blk[used] = np.ascontiguousarray(rows).view(np.uint8).reshape(-1, row_bytes)
             return blk
 
-        out[b.id] = write_bin_file(bin_path(directory, b), b.id, feats.dtype, int(feats.shape[1]), rows,
+        out[b.id] = write_bin_file(bin_path(directory, b), b.id, dtype, int(feats.shape[1]), rows,
                                    block, block_bytes=block_bytes, progress=progress, fsync=fsync)
     return out
 
@@ -169,8 +176,8 @@ def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | 
                             stride, rpp)
                 crc = zlib.crc32(data, crc)
                 f.write(data)
-                if progress is not None and (stop == rows or (start // per_block) % 64 == 63):
-                    progress(f"bin {bin_id}: {stop} of {rows} rows written")
+                if progress is not None:  # once per block (16 MiB): cheap next to the write
+                    progress(f"writing bin {bin_id}", stop, rows)
             f.flush()
             if fsync:
                 os.fsync(f.fileno())

@@ -44,7 +44,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,8 +52,7 @@ from typing import Any
 import numpy as np
 
 from iostack.errors import StoreError
-
-Progress = Callable[[str], None]
+from planner.progress import Progress
 
 #: latency samples each reader returns (a uniform subsample beyond this)
 _LATENCY_SAMPLES = 4096
@@ -453,8 +452,8 @@ def _replay(w: Workload, rank: int, progress: Progress | None = None) -> dict[st
             if ck.bytes and ck.every_steps and (i + 1) % ck.every_steps == 0:
                 ck_s += _checkpoint(ck, rank, ck_buf)
                 ck_bytes += ck.bytes
-            if progress is not None and (i + 1) % 50 == 0:
-                progress(f"reader {rank}: step {i + 1} of {len(order)}")
+            if progress is not None:
+                progress(f"reader {rank}: steps", i + 1, len(order))
         seconds = time.perf_counter() - t_start
         stop.set()
         if thread is not None:
@@ -530,7 +529,7 @@ def emulate(workload: Workload, progress: Progress | None = None) -> EmulateResu
                 raise StoreError(f"emulation reader {rank}: {res}")
             parts[rank] = res
             if progress is not None:
-                progress(f"reader {rank} done")
+                progress("readers done", len(parts), len(procs))
     finally:
         for p in procs:
             p.join(timeout=5)

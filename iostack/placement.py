@@ -19,10 +19,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from iostack.errors import StoreError
+
+if TYPE_CHECKING:
+    from iostack.codec import FeatureCodec
 
 #: bin kinds, fastest first
 KINDS = ("gpu", "cpu", "ssd")
@@ -62,11 +66,14 @@ class Placement:
 
     Validated on construction: every vertex is placed exactly once, rows lie
     within their bin's capacity, and no two vertices share a row of a bin.
+    ``codec``: how the bins hold the rows (:class:`iostack.codec.FeatureCodec`,
+    e.g. int8 with a scale per column); ``None``: in the features' own type.
     """
 
     bins: tuple[Bin, ...]
     bin_of: np.ndarray
     row_of: np.ndarray
+    codec: FeatureCodec | None = None
 
     def __post_init__(self) -> None:
         bins = tuple(self.bins)
@@ -126,6 +133,8 @@ class Placement:
             save_npy(d / f"{name}.npy", arr)
         manifest = {"format": "moment-placement", "version": 1, "num_vertices": self.num_vertices,
                     "bins": [asdict(b) for b in self.bins]}
+        if self.codec is not None:
+            manifest["features"] = self.codec.to_manifest()
         save_json(d / MANIFEST, manifest)
         return d / MANIFEST
 
@@ -167,7 +176,12 @@ def load_placement(directory: str | os.PathLike[str]) -> Placement:
             arrays.append(np.load(d / f"{name}.npy", allow_pickle=False))
         except (OSError, ValueError) as exc:
             raise StoreError(f"{d / (name + '.npy')}: cannot read ({exc}); rewrite the placement") from None
-    p = Placement(bins, *arrays)
+    codec = None
+    if "features" in data:
+        from iostack.codec import FeatureCodec
+
+        codec = FeatureCodec.from_manifest(data["features"], str(man))
+    p = Placement(bins, *arrays, codec=codec)
     if p.num_vertices != data.get("num_vertices"):
         raise StoreError(f"{man}: says {data.get('num_vertices')} vertices, the arrays hold {p.num_vertices}")
     return p

@@ -89,10 +89,11 @@ class BinStats:
 
 
 class _Counter:
-    __slots__ = ("rows", "bytes", "requests", "calls", "ring", "lock", "pending")
+    __slots__ = ("rows", "bytes", "requests", "calls", "ring", "lock", "pending", "seconds")
 
     def __init__(self) -> None:
         self.rows = self.bytes = self.requests = self.calls = 0
+        self.seconds = 0.0  # all calls' time together (what a prediction of read time is checked against)
         self.ring = np.zeros(RESERVOIR, np.float64)
         self.lock = threading.Lock()
         self.pending: list[tuple[Any, Any]] = []
@@ -104,6 +105,7 @@ class _Counter:
                 self.pending.append(marks)
             else:
                 self.ring[self.calls % RESERVOIR] = seconds
+                self.seconds += seconds or 0.0
             self.rows += rows
             self.bytes += nbytes
             self.requests += requests
@@ -118,6 +120,7 @@ class _Counter:
             s = memory.seconds(a, b)
             with self.lock:
                 self.ring[(filled + i) % RESERVOIR] = s
+                self.seconds += s
 
 
 _MADV_NORMAL, _MADV_RANDOM, _MADV_DONTNEED = 0, 1, 4
@@ -168,14 +171,24 @@ class FeatureStore:
     (one copy per node; it must change when the contents would). SSD bins are
     read by ``backend`` (``"auto"``, ``"posix"``, ``"kvikio"``, or a
     :class:`~iostack.backends.ReadBackend`). Safe to call from several threads.
+
+    Rows are held as the placement's codec says (:attr:`Placement.codec`:
+    float16, bfloat16, int8; :mod:`iostack.codec`) and decoded where they land
+    (on the device, after the copy), so ``gather`` returns float32 whatever the
+    bins hold; ``row_bytes`` is the stored row's size (what the tiers hold and
+    move), ``dtype`` the gather's result type, ``storage_dtype`` the bins'.
+    ``feature_dtype`` (a :data:`~iostack.codec.FEATURE_DTYPES` name): the
+    storage type the caller expects; another is refused.
     """
 
     def __init__(self, placement: Placement, bin_dir: str | os.PathLike[str] | None = None, *,
                  features: np.ndarray | None = None, backend: Any = "auto",
                  backend_options: dict[str, Any] | None = None, device: str | torch.device = "cpu",
                  memory: DeviceMemory | None = None, local_gpu_bins: Sequence[int] | None = None,
-                 share_key: str | None = None, full_check: bool = False) -> None:
+                 share_key: str | None = None, full_check: bool = False,
+                 feature_dtype: str | None = None) -> None:
         self.placement = placement
+        self.codec = placement.codec
         self.transfer = Transfer(memory if memory is not None else memory_for(device))
         self.memory = self.transfer.memory
         self.device = self.memory.device
@@ -197,22 +210,79 @@ class FeatureStore:
         elif kinds & {"gpu", "cpu"}:
             raise StoreError("the placement has GPU or CPU bins: pass features= to fill them")
         self.backend = None
+        self.feature_dtype = self._check_codec(dtype, dim, feature_dtype)
+        if self.codec is not None:
+            dtype, dim = self.codec.storage_np, self.codec.dim
+        self._tables: tuple[torch.Tensor, torch.Tensor] | None = None
         try:
             if "ssd" in kinds:
                 dtype, dim = self._open_ssd(bin_dir, backend, backend_options, dtype, dim, full_check)
             if dtype is None:
                 raise StoreError("no features and no SSD bins: nothing says the rows' dtype and width")
             self.dtype_np, self.dim = dtype, dim
-            self.dtype = torch.from_numpy(np.empty(0, dtype)).dtype
+            self.storage_dtype = (self.codec.storage_torch if self.codec is not None
+                                  else torch.from_numpy(np.empty(0, dtype)).dtype)
+            self.dtype = torch.float32 if self.codec is not None else self.storage_dtype
             self.row_bytes = dim * dtype.itemsize
+            if self.feature_dtype is None:  # no codec, no features: the SSD bins' type
+                self.feature_dtype = str(self.storage_dtype).removeprefix("torch.")
+                self._check_codec(None, None, feature_dtype, self.feature_dtype)
             feats = None if features is None else (features.reshape(-1, 1) if features.ndim == 1 else features)
             local = None if local_gpu_bins is None else {int(i) for i in local_gpu_bins}
             self._build_caches(feats, local, share_key)
+            if self.codec is not None:
+                self._tables = self._device_tables()
+                self.notes.append(f"feature rows stored as {self.codec.dtype} ({self.row_bytes} bytes a row), "
+                                  f"decoded to float32 on {self.device}")
         except BaseException:
             self.close()
             raise
 
     # -- construction ----------------------------------------------------------------------------
+    def _check_codec(self, dtype: np.dtype | None, dim: int | None, expect: str | None,
+                     have: str | None = None) -> str | None:
+        """The placement's storage type name (``have`` if known), checked against the features and what
+        the caller expects."""
+        c = self.codec
+        if expect is not None:
+            from iostack.codec import check_feature_dtype
+
+            check_feature_dtype(expect, "feature_dtype")
+        if have is None:
+            have = c.dtype if c is not None else (None if dtype is None else np.dtype(dtype).name)
+        if expect is not None and have is not None and have != expect:
+            raise StoreError(f"the placement stores its feature rows as {have}, this code expects {expect}; "
+                             f"open it expecting {have}, or place again with --feature-dtype {expect}")
+        if c is not None and dim is not None and c.dim != dim:
+            raise StoreError(f"the placement's rows have {c.dim} features, the features given have {dim}; "
+                             "place these features again")
+        if c is not None and dtype is not None and np.dtype(dtype).str != c.source_dtype:
+            raise StoreError(f"the placement was made from {np.dtype(c.source_dtype)} features, these are "
+                             f"{np.dtype(dtype)}; place these features again")
+        return have
+
+    def _device_tables(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The codec's decoding tables on the device, copied up once (int8 only)."""
+        assert self.codec is not None
+        with self.transfer.batch() as tb:
+            tables = self.codec.tables(tb.to_device)
+        tb.landing.wait()
+        self.transfer.reset_counts()
+        return tables
+
+    def _encoded(self, rows: np.ndarray) -> torch.Tensor:
+        """Source feature rows as the bins hold them (a host tensor of :attr:`storage_dtype`)."""
+        if self.codec is None:
+            return torch.from_numpy(np.ascontiguousarray(rows))
+        return self.codec.encode_torch(rows)
+
+    def _decoded(self, rows: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+        """Stored rows as the gather's result (``dtype``, default :attr:`dtype`), where they are."""
+        if self.codec is None:
+            return rows if dtype is None or rows.dtype == dtype else rows.to(dtype)
+        tables = self._tables if self._tables is not None and self._tables[0].device == rows.device else None
+        return self.codec.decode(rows, dtype, tables)
+
     def _open_ssd(self, bin_dir, backend, options, dtype, dim, full_check):
         if bin_dir is None:
             raise StoreError("the placement has SSD bins: pass bin_dir, the directory of the bin files")
@@ -247,7 +317,7 @@ class FeatureStore:
         """Rows of ``verts`` into host tensor ``t`` at their bin rows, in bounded chunks out of a memmap."""
         for a in range(0, verts.size, 1 << 16):
             v = verts[a:a + (1 << 16)]
-            t[torch.from_numpy(self.placement.row_of[v])] = torch.from_numpy(np.ascontiguousarray(feats[v]))
+            t[torch.from_numpy(self.placement.row_of[v])] = self._encoded(feats[v])
 
     def _build_caches(self, feats: np.ndarray | None, local: set[int] | None, share_key: str | None) -> None:
         with _scattered_reads(feats):
@@ -282,8 +352,9 @@ class FeatureStore:
         shape = (rows, self.dim)
         t = None
         if share_key:
-            seg = shared_host_tensor(f"{share_key}-b{bin_id}-{rows}x{self.dim}-{self.dtype_np.str.lstrip('<>|=')}",
-                                     shape, self.dtype, lambda x: self._fill(x, verts, feats))
+            kind = self.codec.dtype if self.codec is not None else self.dtype_np.str.lstrip('<>|=')
+            seg = shared_host_tensor(f"{share_key}-b{bin_id}-{rows}x{self.dim}-{kind}",
+                                     shape, self.storage_dtype, lambda x: self._fill(x, verts, feats))
             if seg is None:
                 self.notes.append(f"bin {bin_id}: no room in /dev/shm for one copy per node; a private copy")
             else:
@@ -292,7 +363,7 @@ class FeatureStore:
                 self.notes.append(f"bin {bin_id}: one copy per node in {seg.path} "
                                   f"({'filled here' if seg.built else 'mapped, filled by another process'})")
         if t is None:
-            t = torch.zeros(shape, dtype=self.dtype)
+            t = torch.zeros(shape, dtype=self.storage_dtype)
             self._fill(t, verts, feats)
         if self.memory.pin_in_place(t):  # page-locked where it is: no pin_memory() copy
             self._pinned.append(t)
@@ -301,11 +372,11 @@ class FeatureStore:
     def _device_bin(self, verts: np.ndarray, rows: int, feats: np.ndarray) -> torch.Tensor:
         """A GPU bin filled chunk by chunk through pinned staging (never a whole host copy first)."""
         with self.transfer.batch() as tb:
-            t = tb.empty((rows, self.dim), self.dtype)
+            t = tb.empty((rows, self.dim), self.storage_dtype)
             for a in range(0, verts.size, 1 << 16):
                 v = verts[a:a + (1 << 16)]
-                stage = tb.staging("fill", (v.size, self.dim), self.dtype)
-                stage.copy_(torch.from_numpy(np.ascontiguousarray(feats[v])))
+                stage = tb.staging("fill", (v.size, self.dim), self.storage_dtype)
+                stage.copy_(self._encoded(feats[v]))
                 at = tb.to_device(torch.from_numpy(self.placement.row_of[v]))
                 t.index_copy_(0, at, tb.to_device(stage))
                 self.memory.host_wait(self.memory.mark())  # the staging slot is reused by the next chunk
@@ -362,8 +433,7 @@ class FeatureStore:
         if dev != self.device and dev.type != "cpu":
             raise StoreError(f"this store gathers to {self.device} or the host, not {dev}")
         if dev != self.device or not self.memory.accelerated:
-            out = self._gather_host(self._host_ids(ids))
-            return Gathered(out if dtype is None else out.to(dtype), None)
+            return Gathered(self._decoded(self._gather_host(self._host_ids(ids)), dtype), None)
         return self._gather_device(ids, dtype)
 
     def _host_ids(self, ids: torch.Tensor | np.ndarray, batch: Batch | None = None) -> torch.Tensor:
@@ -388,10 +458,10 @@ class FeatureStore:
             yield b, pos, rows[pos]
 
     def _gather_host(self, ids_t: torch.Tensor) -> torch.Tensor:
-        """Host result, page-aligned, so that O_DIRECT reads of SSD rows land in it."""
+        """Host result as stored, page-aligned, so that O_DIRECT reads of SSD rows land in it."""
         n = ids_t.numel()
         out_np = aligned_empty(n, self.row_bytes)
-        out = torch.from_numpy(out_np.view(self.dtype_np).reshape(n, self.dim))
+        out = torch.from_numpy(out_np.view(self.dtype_np).reshape(n, self.dim)).view(self.storage_dtype)
         for b, pos, r in self._groups(ids_t):
             t0 = time.perf_counter()
             c = pos.numel()
@@ -413,7 +483,7 @@ class FeatureStore:
         with self.transfer.batch() as tb:
             ids_t = self._host_ids(ids, tb)
             n = ids_t.numel()
-            out = tb.empty((n, self.dim), self.dtype)
+            out = tb.empty((n, self.dim), self.storage_dtype)
             dev_g, host_g, file_host, file_dev = [], [], [], []
             for b, pos, r in self._groups(ids_t):
                 if b in self._tensors:
@@ -441,7 +511,7 @@ class FeatureStore:
                 self._counters[b].add(c, c * self.row_bytes, 1, None, (m0, mem.mark()))
                 at += 2 * c
             if n_host:
-                hbuf = tb.staging("rows", (n_host, self.dim), self.dtype)
+                hbuf = tb.staging("rows", (n_host, self.dim), self.storage_dtype)
                 h = 0
                 for b, pos, r in staged:
                     c = pos.numel()
@@ -459,7 +529,8 @@ class FeatureStore:
                 requests = self.backend.read_rows(self._handles[b], r, out, pos, transfer=self.transfer)
                 c = pos.numel()
                 self._counters[b].add(c, c * self.row_bytes, requests, time.perf_counter() - t0)
-            result = tb.cast(out, dtype)
+            # decoded here, on the device: the rows crossed PCIe in their stored (smaller) type
+            result = tb.cast(out, dtype) if self.codec is None else tb.keep(mem.adopt(self._decoded(out, dtype)))
         for c in self._counters.values():
             if len(c.pending) > _PENDING:
                 c.resolve(mem, keep=_PENDING // 2)
@@ -488,7 +559,8 @@ class FeatureStore:
         return out
 
     def tier_stats(self) -> dict[str, dict[str, float]]:
-        """Counters summed per tier (``gpu``, ``cpu``, ``ssd``): rows, bytes, requests, share of rows.
+        """Counters summed per tier (``gpu``, ``cpu``, ``ssd``): rows, bytes, requests, seconds of the
+        calls that read them, share of rows.
 
         Rows of another GPU's partition served from host memory count as ``gpu-peer``.
         """
@@ -496,13 +568,16 @@ class FeatureStore:
         total = 0
         for b in self.placement.bins:
             c = self._counters[b.id]
+            # no resolve() here: the trainer asks every batch, and resolving waits on the device;
+            # GPU-tier seconds count once stats() resolved them
             with c.lock:
-                rows, nbytes, req = c.rows, c.bytes, c.requests
+                rows, nbytes, req, secs = c.rows, c.bytes, c.requests, c.seconds
             kind = "gpu-peer" if b.kind == "gpu" and self._held[b.id] == "host" else b.kind
-            t = out.setdefault(kind, {"rows": 0, "bytes": 0, "requests": 0, "share": 0.0})
+            t = out.setdefault(kind, {"rows": 0, "bytes": 0, "requests": 0, "seconds": 0.0, "share": 0.0})
             t["rows"] += rows
             t["bytes"] += nbytes
             t["requests"] += req
+            t["seconds"] += secs
             total += rows
         for t in out.values():
             t["share"] = t["rows"] / (total or 1)

@@ -113,3 +113,108 @@ def accept_negative_values(parser: argparse.ArgumentParser) -> None:
         for action in p._actions:
             if isinstance(action, argparse._SubParsersAction):
                 stack.extend(action.choices.values())
+
+
+# --- one machine loader for every command (topo, plan, place, profile, demo) ---------------
+
+def add_source_args(parser: argparse.ArgumentParser, *, planning: bool = False) -> None:
+    """The options that name a machine: captured files, a machine spec, or this machine (none given).
+
+    ``planning`` adds what changes its figures for a plan: ``--capacities``,
+    ``--unknown-link-gbps`` and ``--nvlink`` (what-if bridges).
+    """
+    src = parser.add_argument_group("sources (captured on the machine; combine those of one machine)")
+    src.add_argument("--lspci", metavar="FILE", help="output of `lspci -tv` (or `lspci -t`)")
+    src.add_argument("--lspci-vvv", metavar="FILE", action="extend", nargs="+",
+                     help="output of `lspci -vvv` / `-vvnn`, whole or per device (several files allowed)")
+    src.add_argument("--dmidecode", metavar="FILE", help="output of `dmidecode` or `dmidecode -t 9`")
+    src.add_argument("--nvidia-smi", metavar="FILE", help="output of `nvidia-smi topo -m`")
+    src.add_argument("--hwloc", metavar="FILE", help="hwloc XML (`lstopo --of xml`)")
+    src.add_argument("--nccl-topo", metavar="FILE", help="NCCL topology XML (NCCL_TOPO_FILE format)")
+    src.add_argument("--machine", metavar="NAME|FILE",
+                     help="a bundled machine spec (moment-a, moment-b) or a YAML spec file")
+    src.add_argument("--name", help="name to give the machine")
+    src.add_argument("--sys-root", metavar="DIR", default="/sys", help=argparse.SUPPRESS)
+    if planning:
+        fig = parser.add_argument_group("figures")
+        fig.add_argument("--capacities", metavar="FILE",
+                         help="measured figures from `moment profile` (links, memory, and the SSD and GPU models)")
+        fig.add_argument("--unknown-link-gbps", type=positive_number("--unknown-link-gbps"), metavar="GB/S",
+                         help="assume this many GB/s per direction for links no source sized")
+        fig.add_argument("--nvlink", action="append", metavar="I-J",
+                         help="what-if: an NVLink bridge between placed GPUs I and J (repeatable)")
+
+
+def machine_named(args: argparse.Namespace) -> bool:
+    """Whether any source option names a machine (else: this machine)."""
+    return args.machine is not None or any(getattr(args, k, None) for k in FILE_OPTIONS)
+
+
+FILE_OPTIONS = ("lspci", "lspci_vvv", "dmidecode", "nvidia_smi", "hwloc", "nccl_topo")
+
+
+def load_topology(args: argparse.Namespace):
+    """The topology the source options name, with ``--capacities`` applied where given.
+
+    Returns ``(topology, capacities or None)``: the capacities are kept for the
+    device models a plan places (:func:`planner.plan.measured_inventory`).
+    """
+    from planner.topology.discover import live_topology, topology_from_files
+
+    files = {k: getattr(args, k, None) for k in FILE_OPTIONS}
+    files["lspci_vvv"] = files["lspci_vvv"] or ()
+    if machine_named(args):
+        topo = topology_from_files(machine=args.machine, name=args.name, **files)
+    else:
+        topo = live_topology(args.sys_root)
+        if args.name:
+            topo.name = args.name
+    caps = None
+    if getattr(args, "capacities", None):
+        from planner.capacities import apply_capacities, load_capacities
+
+        caps = load_capacities(args.capacities)
+        topo = apply_capacities(topo, caps)
+    return topo, caps
+
+
+def parse_nvlink(pairs: list[str] | None) -> list[tuple[int, int]]:
+    """``["0-1", "2:3"]`` -> ``[(0, 1), (2, 3)]`` (the ``--nvlink`` what-if pairs).
+
+    >>> parse_nvlink(["0-1", "2:3"])
+    [(0, 1), (2, 3)]
+    """
+    out = []
+    for text in pairs or ():
+        try:
+            a, b = (int(x) for x in text.replace(":", "-").split("-"))
+        except ValueError:
+            raise PlannerError(f"--nvlink {text!r}: expected two GPU numbers like 0-1") from None
+        out.append((a, b))
+    return out
+
+
+def unknown_link_bytes_per_s(args: argparse.Namespace) -> float | None:
+    gbps = getattr(args, "unknown_link_gbps", None)
+    return gbps * 1e9 if gbps else None
+
+
+class _ExamplesFormatter(argparse.HelpFormatter):
+    """argparse's formatter, except that text with line breaks (the examples) is kept as written:
+    RawDescriptionHelpFormatter would also stop the one-paragraph descriptions from wrapping."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def examples(*lines: str) -> dict:
+    """``add_parser`` keywords that end a command's ``--help`` with ``lines`` as examples.
+
+    A line ``"CMD  # why"`` keeps its comment; the commands are aligned as typed.
+
+    >>> examples("moment machines")["epilog"]
+    'examples:\\n  moment machines'
+    """
+    return {"formatter_class": _ExamplesFormatter, "epilog": "examples:\n" + "\n".join(f"  {x}" for x in lines)}

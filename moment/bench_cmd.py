@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from moment._args import examples
+from moment.bars import Bars
 from moment.errors import CommandError
 
 #: fewer paired rounds than this are too noisy on a shared machine to choose an engine by
@@ -23,12 +25,24 @@ MIN_RUNS_TO_RECORD = 3
 
 
 def register(subparsers) -> None:
-    bench = subparsers.add_parser("bench", help="benchmarks: the feature store's reads, training I/O emulation")
+    bench = subparsers.add_parser(
+        "bench", help="benchmarks: the feature store's reads, training I/O emulation",
+        description="Benchmarks of the feature store: raw SSD reads against fio, the gather stream, and "
+                    "whole training I/O workloads replayed through the tiers.",
+        **examples("moment bench io raw --dir /mnt/nvme0 --runs 6", "moment bench io gather --dir /mnt/nvme0",
+                   "moment bench emulate workload.yaml --plot emulate.png"))
     groups = bench.add_subparsers(dest="bench_group", metavar="{io,emulate,record}", required=True)
-    io = groups.add_parser("io", help="feature-store I/O: raw SSD reads vs fio, or the gather stream")
+    io = groups.add_parser("io", help="feature-store I/O: raw SSD reads vs fio, or the gather stream",
+                           description="The feature store's I/O: raw SSD reads against fio, or the gather stream.",
+                           **examples("moment bench io raw --dir /mnt/nvme0",
+                                      "moment bench io gather --dir /mnt/nvme0 --seconds 10"))
     which = io.add_subparsers(dest="bench_io", metavar="{raw,gather}", required=True)
 
-    raw = which.add_parser("raw", help="random row reads from one SSD bin: ours vs fio, with the ratio")
+    raw = which.add_parser("raw", help="random row reads from one SSD bin: ours vs fio, with the ratio",
+                           description="Random row reads from one SSD bin file: each of our read engines against "
+                                       "fio on the same file, block size and queue depth, alternating, with the ratio.",
+                           **examples("moment bench io raw --dir /mnt/nvme0 --runs 6   # each engine vs fio",
+                                      "moment bench io raw --dir /var/tmp --file-size 1GiB --engine auto --runs 1"))
     raw.add_argument("--dir", required=True, help="directory on the SSD to test (a bin file is written there)")
     raw.add_argument("--file-size", default="4GiB", help="bin file size (default 4GiB; larger than the page cache or O_DIRECT)")
     raw.add_argument("--row-size", default="4KiB", help="row = block size (default 4KiB)")
@@ -42,7 +56,11 @@ def register(subparsers) -> None:
                      help="with --engine all: do not record the fastest engine")
     raw.set_defaults(func=_raw)
 
-    g = which.add_parser("gather", help="the gather stream without training: rows/s, GB/s, tier shares, latency")
+    g = which.add_parser("gather", help="the gather stream without training: rows/s, GB/s, tier shares, latency",
+                         description="Gather Zipf-skewed batches of ids (or a recorded stream) through a feature "
+                                     "store with GPU, CPU and SSD bins, without training.",
+                         **examples("moment bench io gather --dir /mnt/nvme0",
+                                    "moment bench io gather --vertices 100000 --cpu-rows 50000 --alpha 0.8 --seconds 3"))
     g.add_argument("--dir", help="where the bins are written (default: a temporary directory)")
     g.add_argument("--vertices", type=int, default=200_000, help="vertices (default 200000)")
     g.add_argument("--dim", type=int, default=1024, help="float32 features per row (default 1024 = 4 KiB rows)")
@@ -61,7 +79,8 @@ def register(subparsers) -> None:
                     "`moment bench record`, or uniform / Zipf), emulated compute per step, readers, prefetch, "
                     "checkpoints; report throughput, per-tier rows/bytes/IOPS, gather latency, I/O wait and "
                     "accelerator utilisation (compute / step time).",
-        epilog="example: moment bench emulate workload.yaml --plot emulate.png --json")
+        **examples("moment bench emulate workload.yaml --plot emulate.png",
+                   "moment bench emulate workload.yaml --json > result.json"))
     em.add_argument("workload", metavar="WORKLOAD.yaml", help="the workload file")
     em.add_argument("--json", action="store_true", help="print the result as JSON")
     em.add_argument("--plot", metavar="FILE", help="write a picture (PNG or SVG by suffix)")
@@ -71,7 +90,7 @@ def register(subparsers) -> None:
         "record", help="record the feature-read stream of a moment train configuration (for emulate)",
         description="Sample the batches `moment train` would train on (same dataset, fan-outs, batch size, "
                     "seed, rank) and save each step's vertex ids and sampling time to a .npz stream.",
-        epilog="example: moment bench record stream.npz --dataset graph --fanouts 25,10 --batch-size 1024")
+        **examples("moment bench record stream.npz --dataset graph --fanouts 25,10 --batch-size 1024"))
     rec.add_argument("out", metavar="OUT.npz", help="where the stream is written")
     rec.add_argument("--dataset", required=True, metavar="DIR")
     rec.add_argument("--fanouts", default="25,10", metavar="F1,F2,..")
@@ -101,9 +120,10 @@ def _raw(args: argparse.Namespace) -> int:
     if not d.is_dir():
         raise CommandError(f"--dir {d}: no such directory")
     con = _console()
-    res = bench_raw(d, file_bytes=parse_size(args.file_size), row_bytes=parse_size(args.row_size),
-                    queue_depth=args.queue_depth, seconds=args.seconds, runs=args.runs,
-                    engine=args.engine, progress=lambda m: con.print(f"[dim]{m}[/dim]"))
+    with Bars() as bars:
+        res = bench_raw(d, file_bytes=parse_size(args.file_size), row_bytes=parse_size(args.row_size),
+                        queue_depth=args.queue_depth, seconds=args.seconds, runs=args.runs,
+                        engine=args.engine, progress=bars)
     t = Table(title=f"random {format_size(res.row_bytes)} row reads, queue depth {res.queue_depth}, "
                     f"{'O_DIRECT' if res.direct else 'buffered'}, {format_size(res.file_bytes)} file {res.path}")
     for c in ("run", "first", "fio", "k IOPS", "ours", "k IOPS", "ours / fio"):
@@ -161,10 +181,11 @@ def _gather(args: argparse.Namespace) -> int:
             feats[a:a + (1 << 14)] = rng.random((min(v, a + (1 << 14)) - a, args.dim), dtype=np.float32)
         kinds = [k for k in (("gpu", g), ("cpu", c), ("ssd", v - g - c)) if k[1] > 0]
         p = simple_placement(v, kinds)
-        con.print(f"[dim]writing bins to {d}[/dim]")
-        write_bins(feats, p, d)
-        with FeatureStore(p, d, features=feats, backend=args.backend) as store:
-            r = bench_gather(store, batch=args.batch, seconds=args.seconds, alpha=args.alpha, ids=ids)
+        with Bars(transient=True) as bars:
+            write_bins(feats, p, d, progress=bars)
+            with FeatureStore(p, d, features=feats, backend=args.backend) as store:
+                r = bench_gather(store, batch=args.batch, seconds=args.seconds, alpha=args.alpha, ids=ids,
+                                 progress=bars)
     con.print(f"{r.batches} gathers of {args.batch} ids in {r.seconds:.1f} s: "
               f"{r.rows_per_s / 1e3:.1f} k rows/s, {r.bytes_per_s / 1e9:.3f} GB/s "
               f"(SSD reads {'O_DIRECT' if r.direct else 'buffered'})")
@@ -184,7 +205,8 @@ def _emulate(args: argparse.Namespace) -> int:
 
     w = load_workload(args.workload)
     con = _console()
-    res = emulate(w, progress=None if args.json else (lambda m: con.print(f"[dim]{m}[/dim]")))
+    with Bars(quiet=args.json, transient=True) as bars:
+        res = emulate(w, progress=bars)
     if args.plot:
         from moment.plots import plot_emulation
 

@@ -13,28 +13,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from moment._args import accept_negative_values, positive_number
+from moment._args import (
+    accept_negative_values,
+    add_source_args,
+    examples,
+    load_topology,
+)
 from moment.errors import CommandError
 from momentbase.errors import MomentError
 from planner.errors import PlannerError
 
 EXIT_USAGE = 2
-
-
-def _load_topology(args: argparse.Namespace):
-    """The topology the source options name: captured files, a machine spec, or this machine."""
-    from planner.topology.discover import live_topology, topology_from_files
-
-    files = dict(
-        lspci=args.lspci, lspci_vvv=args.lspci_vvv or (), dmidecode=args.dmidecode,
-        nvidia_smi=args.nvidia_smi, hwloc=args.hwloc, nccl_topo=args.nccl_topo,
-    )
-    if args.machine is not None or any(v for v in files.values()):
-        return topology_from_files(machine=args.machine, name=args.name, **files)
-    topo = live_topology(args.sys_root)
-    if args.name:
-        topo.name = args.name
-    return topo
 
 
 def _topo_command(args: argparse.Namespace) -> int:
@@ -43,7 +32,7 @@ def _topo_command(args: argparse.Namespace) -> int:
     from planner.topology import jsonio
     from planner.topology.render import topology_tree
 
-    topo = _load_topology(args)
+    topo, _ = load_topology(args)
     if args.svg:
         from planner.topology.svg import write_svg
 
@@ -61,11 +50,11 @@ def _topo_command(args: argparse.Namespace) -> int:
 def _plan_command(args: argparse.Namespace) -> int:
     from moment import plan_cmd
 
-    return plan_cmd.run(args, _load_topology(args))
+    return plan_cmd.run(args, *load_topology(args))
 
 
 def _machines_command(args: argparse.Namespace) -> int:
-    from planner.topology.spec import bundled_machines
+    from planner.topology.bundled import bundled_machines
 
     for name, path in sorted(bundled_machines().items()):
         print(f"{name}\t{path}")
@@ -105,19 +94,19 @@ def _profile_command(args: argparse.Namespace) -> int:
         topo = live_topology(args.sys_root)
     except PlannerError:
         pass  # figures are then keyed by bus address rather than node id
-    err = Console(stderr=True, highlight=False, emoji=False)
-    caps = profile_machine(
-        topo, ssd_paths=args.ssd or (), block_bytes=block, queue_depth=depth, seconds=seconds,
-        file_bytes=file_bytes, use_fio=not args.no_fio, memory=not args.no_memory,
-        keep_files=args.keep_file, sys_root=args.sys_root,
-        progress=lambda msg: err.print(f"[dim]… {msg}[/dim]"),
-    )
-    if args.ssd:  # what `moment train --backend auto` compares: both backends' reads into GPU memory
-        from iostack.bench import add_device_read_figures
+    from moment.bars import Bars
 
-        caps = add_device_read_figures(caps, args.ssd, seconds=min(seconds, 3.0), file_bytes=file_bytes,
-                                       keep_file=args.keep_file,
-                                       progress=lambda msg: err.print(f"[dim]… {msg}[/dim]"))
+    with Bars(transient=True) as bars:
+        caps = profile_machine(
+            topo, ssd_paths=args.ssd or (), block_bytes=block, queue_depth=depth, seconds=seconds,
+            file_bytes=file_bytes, use_fio=not args.no_fio, memory=not args.no_memory,
+            keep_files=args.keep_file, sys_root=args.sys_root, progress=bars,
+        )
+        if args.ssd:  # what `moment train --backend auto` compares: both backends' reads into GPU memory
+            from iostack.bench import add_device_read_figures
+
+            caps = add_device_read_figures(caps, args.ssd, seconds=min(seconds, 3.0), file_bytes=file_bytes,
+                                           keep_file=args.keep_file, progress=bars)
 
     def rate(bps: float) -> str:
         return f"{bps / 1e9:.2f} GB/s" if bps >= 1e9 else f"{bps / 1e6:.1f} MB/s"
@@ -165,25 +154,14 @@ def _profile_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_source_args(parser: argparse.ArgumentParser) -> None:
-    src = parser.add_argument_group("sources (captured on the machine; combine those of one machine)")
-    src.add_argument("--lspci", metavar="FILE", help="output of `lspci -tv` (or `lspci -t`)")
-    src.add_argument("--lspci-vvv", metavar="FILE", action="extend", nargs="+",
-                     help="output of `lspci -vvv` / `-vvnn`, whole or per device (several files allowed)")
-    src.add_argument("--dmidecode", metavar="FILE", help="output of `dmidecode` or `dmidecode -t 9`")
-    src.add_argument("--nvidia-smi", metavar="FILE", help="output of `nvidia-smi topo -m`")
-    src.add_argument("--hwloc", metavar="FILE", help="hwloc XML (`lstopo --of xml`)")
-    src.add_argument("--nccl-topo", metavar="FILE", help="NCCL topology XML (NCCL_TOPO_FILE format)")
-    src.add_argument("--machine", metavar="NAME|FILE",
-                     help="a bundled machine spec (moment-a, moment-b) or a YAML spec file")
-    src.add_argument("--name", help="name to give the machine")
-    src.add_argument("--sys-root", metavar="DIR", default="/sys", help=argparse.SUPPRESS)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="moment",
         description="Plan slot layouts, place data and train GNNs out-of-core on one multi-GPU server.",
+        **examples("moment demo                                  # the whole pipeline on a bundled default",
+                   "moment plan --machine moment-b --svg plan.svg",
+                   "moment data synth graph --nodes 1e5 --edges 1e6",
+                   "moment COMMAND --help                        # each command's options and examples"),
     )
     from moment import __version__
 
@@ -201,8 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
             "generation × width and GB/s per direction. With no source option, reads this "
             "machine's sysfs (and NVML when NVIDIA GPUs are present)."
         ),
+        **examples("moment topo                                  # this machine (sysfs, NVML)",
+                   "moment topo --machine moment-b --svg b.svg   # a bundled spec, with a picture",
+                   "moment topo --lspci-vvv lspci-vvv.txt --dmidecode dmidecode.txt   # captured files",
+                   "moment topo --hwloc lstopo.xml --json"),
     )
-    _add_source_args(topo)
+    add_source_args(topo)
     out = topo.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the model as JSON (schema moment.topology v1)")
     out.add_argument("--svg", metavar="FILE", help="write a picture of the device graph")
@@ -218,8 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
             "model, and recommend the best with a slot map and its bottleneck, against the "
             "paper's classic layouts (a)-(d) and the machine's current layout."
         ),
+        **examples("moment plan --machine moment-b",
+                   "moment plan --machine moment-b --cpu-cache-share 0.3 --svg plan.svg",
+                   "moment plan --machine moment-a --gpus 2 --ssds 4 --ssd-model samsung-980-pro   # what-if",
+                   "moment plan --machine moment-b --json > plan.json   # for moment place --plan",
+                   "moment plan --lspci-vvv lspci-vvv.txt --dmidecode dmidecode.txt --unknown-link-gbps 16"),
     )
-    _add_source_args(pl)
+    add_source_args(pl, planning=True)
     inv = pl.add_argument_group("devices to place (default: the spec's inventory or the machine's own)")
     inv.add_argument("--gpus", type=int, metavar="N", help="number of GPUs to place")
     inv.add_argument("--ssds", type=int, metavar="N", help="number of NVMe SSDs to place")
@@ -232,11 +219,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="share of reads served by a cache replicated on every GPU (default 0)")
     wl.add_argument("--cpu-cache-share", type=float, default=0.0, metavar="S",
                     help="share of reads served by host memory (default 0)")
-    wl.add_argument("--capacities", metavar="FILE", help="measured figures from `moment profile`")
-    wl.add_argument("--unknown-link-gbps", type=positive_number("--unknown-link-gbps"), metavar="GB/S",
-                    help="assume this many GB/s per direction for links no source sized")
-    wl.add_argument("--nvlink", action="append", metavar="I-J",
-                    help="what-if: an NVLink bridge between placed GPUs I and J (repeatable)")
     how = pl.add_argument_group("search and output")
     how.add_argument("--model", choices=("maxflow", "concurrent"), default="maxflow",
                      help="flow model: the paper's max-flow, or the stricter concurrent LP")
@@ -252,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _register_modules(sub)
 
-    machines = sub.add_parser("machines", help="list the bundled machine specs")
+    machines = sub.add_parser("machines", help="list the bundled machine specs",
+                              description="List the machine specs shipped with Moment: name and file.",
+                              **examples("moment machines", "moment topo --machine moment-b"))
     machines.set_defaults(func=_machines_command)
 
     prof = sub.add_parser(
@@ -264,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
             "DRAM bandwidth, and host/GPU copies when CUDA is present. Writes a capacities file "
             "(schema moment.capacities v1, docs/capacities.md) for planning."
         ),
+        **examples("moment profile --ssd /mnt/nvme0 --ssd /mnt/nvme1 --out capacities.yaml",
+                   "moment profile --no-fio --seconds 2 --file-size 256MiB --ssd /var/tmp",
+                   "moment plan --machine my-server.yaml --capacities capacities.yaml"),
     )
     prof.add_argument("--ssd", metavar="PATH", action="append",
                       help="a directory on an SSD (a test file is written there and removed), "
@@ -287,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
 #: modules that add a subcommand each: ``register(subparsers)`` adds its parser and sets
 #: ``func``; one module per command keeps this file from growing with every command
 COMMAND_MODULES: tuple[str, ...] = ("moment.data_cmd", "moment.bench_cmd", "moment.train_cmd",
-                                     "moment.serve_cmd", "moment.place_cmd", "moment.demo_cmd")
+                                     "moment.serve_cmd", "moment.place_cmd", "moment.demo_cmd",
+                                     "moment.report_cmd")
 
 
 def _register_modules(sub) -> None:

@@ -11,8 +11,8 @@ import argparse
 import json
 import sys
 
+from moment._args import examples
 from moment.errors import CommandError
-from planner.capacities import format_size
 
 #: options of `data import` and the formats they apply to (dest -> formats)
 _FORMAT_OPTIONS = {
@@ -37,8 +37,7 @@ _KWARG = {"igb_classes": "classes", "no_relabel": "relabel", "hdf5_key": "keys"}
 def _import_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from rich.console import Console
-
+    from moment.bars import Bars
     from training.data import open_dataset
     from training.importers import detect_format, import_dataset
 
@@ -56,16 +55,9 @@ def _import_command(args: argparse.Namespace) -> int:
         options["classes"] = str(options["classes"])
     if "keys" in options:
         options["keys"] = _hdf5_keys(options["keys"])
-    err = Console(stderr=True, highlight=False, emoji=False)
-    last = {"stage": None}
-
-    def progress(stage: str, done: int, total: int | None) -> None:
-        if stage != last["stage"] and err.is_terminal:
-            err.print(f"[dim]… {stage}[/dim]")
-        last["stage"] = stage
-
-    dst = import_dataset(Path(args.src), Path(args.dst), format=fmt, name=args.name, overwrite=args.force,
-                         feature_dtype=args.feature_dtype, progress=progress, **options)
+    with Bars(transient=True) as bars:
+        dst = import_dataset(Path(args.src), Path(args.dst), format=fmt, name=args.name, overwrite=args.force,
+                             feature_dtype=args.feature_dtype, progress=bars, **options)
     ds = open_dataset(dst, validate=False)
     splits = " / ".join(f"{getattr(ds, s).shape[0]:,}" for s in ("train_idx", "valid_idx", "test_idx")
                         if getattr(ds, s) is not None)
@@ -94,6 +86,7 @@ def _info_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from planner.capacities import format_size
     from training.data import dataset_info, open_dataset
 
     info = dataset_info(open_dataset(args.dir, verify="full" if args.verify else "sample"))
@@ -143,6 +136,9 @@ def register(subparsers) -> None:
         "data", help="import graph datasets, describe them, generate synthetic ones",
         description="Graph datasets in Moment's directory format (docs/dataset-format.md): "
                     "memory-mapped CSR, features, labels and splits.",
+        **examples("moment data import ../shared/fixtures/graphs/cora cora",
+                   "moment data synth graph --nodes 1e6 --edges 1e7 --undirected",
+                   "moment data info cora --verify"),
     )
     data.set_defaults(func=_data_usage(data))
     data_sub = data.add_subparsers(dest="data_command", metavar="ACTION")
@@ -152,6 +148,10 @@ def register(subparsers) -> None:
         description="Convert Planetoid, gnn-benchmark .npz, OGB node-property, IGB, HDF5 or edge-list "
                     "data into a dataset directory. Large inputs are converted in chunks with bounded memory; "
                     "DST appears only when complete.",
+        **examples("moment data import ../shared/fixtures/graphs/cora cora   # Planetoid, format detected",
+                   "moment data import --format npz --lcc amazon_photo.npz photo",
+                   "moment data import --format edgelist --undirected soc-Slashdot0902.txt.gz slashdot",
+                   "moment data import --format hdf5 --hdf5-key features=/node/x graph.h5 mygraph"),
     )
     imp.add_argument("src", metavar="SRC", help="source file or directory")
     imp.add_argument("dst", metavar="DST", help="dataset directory to create")
@@ -185,7 +185,11 @@ def register(subparsers) -> None:
                         "repeatable; docs/dataset-format.md)")
     imp.set_defaults(func=_import_command)
 
-    info = data_sub.add_parser("info", help="counts, degree distribution, skew and sizes of a dataset directory")
+    info = data_sub.add_parser("info", help="counts, degree distribution, skew and sizes of a dataset directory",
+                               description="Counts, degree distribution, skew and sizes of a dataset directory, "
+                                           "with a check of its files against their checksums.",
+                               **examples("moment data info cora", "moment data info cora --json",
+                                          "moment data info cora --verify   # every block, not a sample"))
     info.add_argument("dir", metavar="DIR", help="dataset directory")
     info.add_argument("--json", action="store_true", help="print the figures as JSON")
     info.add_argument("--verify", action="store_true",

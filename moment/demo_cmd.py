@@ -1,6 +1,6 @@
-"""``moment demo``: plan → data → place → train on a bundled default, each step a real command.
+"""``moment demo``: plan → data → place → train → report on a bundled default, each step a real command.
 
-The demo is the four commands a user would type, run in this process one
+The demo is the five commands a user would type, run in this process one
 after the other, each announced with its command line and why it is there,
 so what the demo shows is exactly what the commands do (nothing is staged
 for it). Defaults: the bundled Machine B spec (the paper's cascaded-switch
@@ -21,13 +21,17 @@ import sys
 import time
 from pathlib import Path
 
+from moment._args import examples
 from moment.errors import CommandError
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "demo", help="plan -> place -> train one epoch on a bundled default (Machine B, a synthetic graph)",
-        description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=__doc__.split("\n\n")[1],
+        **examples("moment demo                               # about a minute on 2 CPU cores",
+                   "moment demo --out /var/tmp/demo --force   # somewhere else, replacing an earlier run",
+                   "moment demo --machine moment-a --nodes 50000"))
     p.add_argument("--out", default="moment-demo", metavar="DIR",
                    help="where the plan picture, dataset, placement and metrics go (default ./moment-demo)")
     p.add_argument("--machine", default="moment-b", metavar="NAME|FILE",
@@ -67,19 +71,32 @@ def _steps(args: argparse.Namespace, out: Path, n_gpus: int, n_ssds: int) -> lis
          ["place", "--dataset", str(out / "graph"), "--machine", args.machine,
           "--gpu-cache", str(gpu_rows * row), "--cpu-cache", str(cpu_rows * row), *ssds,
           "--fanouts", "25,10", "--batch-size", "1000", "--out", str(out / "placement")]),
-        ("4. train",
+        ("4. measure the disk",
+         "Random 4 KiB reads (O_DIRECT, 64 in flight) where the SSD bins are, and host memory bandwidth: the "
+         "rates that the training run's prediction uses (on a real server: every NVMe drive, and the figures "
+         "go into `moment plan --capacities` too).",
+         ["profile", "--ssd", str(out / "ssd0"), "--seconds", "2", "--file-size", "256MiB",
+          "--out", str(out / "capacities.yaml")]),
+        ("5. train",
          f"{args.model.upper()} with fan-outs 25,10, features gathered through the tiered store (the "
          "'gpu' bin lives in host memory on this machine: there is no GPU here), the next batches sampled "
-         "and gathered while the current one trains.",
+         "and gathered while the current one trains. At the end: each tier's reads as the placement and the "
+         "measured rates predicted them, against what the run measured.",
          ["train", "--dataset", str(out / "graph"), "--placement", str(out / "placement"),
           "--model", args.model, "--fanouts", "25,10", "--batch-size", "1000", "--epochs", str(args.epochs),
-          "--metrics", str(out / "metrics.jsonl")]),
+          "--metrics", str(out / "metrics.jsonl"), "--capacities", str(out / "capacities.yaml")]),
+        ("6. report",
+         "Where the time of each epoch went (compute, all-reduce, waiting for I/O; sampling and gathering run "
+         "ahead in the background) and how the reads split over the tiers and bins against the plan's targets, "
+         "as pictures.",
+         ["report", str(out / "metrics.jsonl"), "--out", str(out / "report")]),
     ]
 
 
 def _is_demo_entry(name: str) -> bool:
     """What ``moment demo`` writes in its directory (and nothing else is removed by ``--force``)."""
-    return name in ("graph", "placement", "plan.svg", "metrics.jsonl") or re.fullmatch(r"ssd\d+", name) is not None
+    return (name in ("graph", "placement", "plan.svg", "metrics.jsonl", "capacities.yaml", "report")
+            or re.fullmatch(r"ssd\d+", name) is not None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -134,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(Rule("[bold]done[/bold]", align="left"))
     console.print(f"{time.perf_counter() - started:.0f} s in all. In {out}: plan.svg (the recommended layout and "
                   "its flows; bottleneck links in red), graph/ (the dataset), placement/ (bins, place.json with "
-                  "the placement report), metrics.jsonl (per step and per epoch). The SSD bins are in "
+                  "the placement report), metrics.jsonl (per step and per epoch), report/ (report.png and report.svg: "
+                  "time split and reads per tier and bin against the targets). The SSD bins are in "
                   f"{out}/ssd*/: on a real server each would be a different NVMe drive.")
     return 0

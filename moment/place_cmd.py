@@ -15,12 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from moment._args import parse_fanouts
+from moment._args import (
+    FILE_OPTIONS,
+    add_source_args,
+    examples,
+    load_topology,
+    parse_fanouts,
+    parse_nvlink,
+    unknown_link_bytes_per_s,
+)
 from moment._args import size_arg as _size
 from planner.errors import PlannerError
 
@@ -36,17 +43,21 @@ def register(subparsers) -> None:
             "and SSD bins with DDAK so each serves its target share, and write the placement and the "
             "SSD bin files. Prints a per-bin table with the hash baseline beside it."
         ),
+        **examples("moment place --dataset cora --machine moment-b --gpu-cache 200KiB --cpu-cache 1MiB \\",
+                   "    --ssd /mnt/nvme0 --ssd /mnt/nvme1 ... --out cora-placement   # one --ssd per SSD of the plan",
+                   "moment plan --machine moment-b --json > plan.json",
+                   "moment place --dataset cora --plan plan.json --gpu-cache 200KiB --cpu-cache 1MiB $SSDS --out p2",
+                   "moment plan --machine moment-b --json | moment place --dataset cora --plan - \\",
+                   "    --gpu-cache 200KiB --cpu-cache 1MiB $SSDS --out p3   # the same placement as p2"),
     )
     src = p.add_argument_group("input")
     src.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
-    which = src.add_mutually_exclusive_group()
-    which.add_argument("--plan", metavar="FILE", help="a plan written by `moment plan --json > FILE`")
-    which.add_argument("--machine", metavar="NAME|FILE",
-                       help="plan now for a bundled machine spec (moment-a, moment-b) or a YAML spec file")
-    which.add_argument("--live", action="store_true", help="plan now for this machine (the default)")
+    src.add_argument("--plan", metavar="FILE",
+                     help="a plan written by `moment plan --json > FILE` ('-': standard input); without it a "
+                          "plan is made now for the machine the source options name, as `moment plan` would")
     src.add_argument("--model", choices=("maxflow", "concurrent"), default="maxflow",
                      help="flow model of a plan made now (default maxflow)")
-    src.add_argument("--sys-root", metavar="DIR", default="/sys", help=argparse.SUPPRESS)
+    add_source_args(p, planning=True)
     caches = p.add_argument_group("where the rows go")
     caches.add_argument("--gpu-cache", required=True, metavar="SIZE",
                         help="feature cache per GPU, e.g. 8GiB (0: none)")
@@ -58,6 +69,10 @@ def register(subparsers) -> None:
     caches.add_argument("--ssd", action="append", metavar="DIR", default=[],
                         help="directory for one SSD's bin file, one per SSD of the plan in its order "
                              "(repeatable; a directory may be repeated)")
+    caches.add_argument("--feature-dtype", choices=("float32", "float16", "bfloat16", "int8"), metavar="TYPE",
+                        help="store the rows in the bins as float32, float16, bfloat16 or int8 (a scale and zero "
+                             "point per column, float features only); smaller rows: fewer SSD bytes, more rows per "
+                             "cache; the gather decodes to float32 (default: the features' own type)")
     caches.add_argument("--out", required=True, metavar="DIR", help="where the placement is written")
     caches.add_argument("--force", action="store_true", help="replace an existing placement and bin files")
     hot = p.add_argument_group("hotness")
@@ -92,28 +107,33 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _read_plan(path: str):
-    from training.placing import targets_from_plan_dict
+def _handoff(args: argparse.Namespace):
+    """The plan to place for: the ``--plan`` file, or one made now for the named machine."""
+    from planner.handoff import read_plan_file
+    from planner.plan import choose_inventory, measured_inventory
+    from training.placing import plan_now
 
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise PlannerError(f"--plan {path}: no such file (write one with `moment plan --json > {path}`)") from None
-    except (OSError, ValueError) as exc:
-        raise PlannerError(f"--plan {path}: not readable JSON ({exc}); write it with `moment plan --json`") from None
-    try:
-        return targets_from_plan_dict(data, source=path)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a field of the wrong shape
-        raise PlannerError(f"--plan {path}: malformed ({type(exc).__name__}: {exc}); "
-                           "write it again with `moment plan --json`") from None
-
-
-def _topology(args: argparse.Namespace):
-    from planner.topology.discover import live_topology, topology_from_files
-
-    if args.machine is not None:
-        return topology_from_files(machine=args.machine)
-    return live_topology(args.sys_root)
+    if args.plan:
+        named = [f"--{k.replace('_', '-')}" for k in ("machine", "capacities", "nvlink", "unknown_link_gbps",
+                                                       *FILE_OPTIONS) if getattr(args, k, None)]
+        if named:
+            raise PlannerError(f"--plan {args.plan} fixes the machine and its figures already; drop "
+                               f"{', '.join(named)} (or drop --plan to plan now with them)")
+        if args.plan == "-":
+            try:
+                data = json.load(sys.stdin)
+            except ValueError as exc:
+                raise PlannerError(f"--plan -: standard input is not a plan ({exc}); pipe "
+                                   "`moment plan --json` into it") from None
+            return read_plan_file(data, source="the plan on standard input"), []
+        return read_plan_file(args.plan, source=f"--plan {args.plan}"), []
+    topo, caps = load_topology(args)
+    notes: list[str] = []
+    if caps is not None:  # the device models a plan places carry the measured figures too
+        _, inventory = choose_inventory(topo, spec=args.machine)
+        _, notes = measured_inventory(inventory, caps)
+    return plan_now(topo, spec=args.machine, model=args.model, nvlink_pairs=parse_nvlink(args.nvlink),
+                    unknown_link_bytes_per_s=unknown_link_bytes_per_s(args), capacities=caps), notes
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -123,14 +143,36 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``moment place``; on an error, the directories it created are removed again (moment/place_dirs.py)."""
+    from moment.place_dirs import remove_created
+
+    created: list[Path] = []
+    try:
+        code = _run(args, created)
+    except BaseException:
+        remove_created(created, only_empty=False)
+        raise
+    remove_created(created, only_empty=True)
+    return code
+
+
+def _run(args: argparse.Namespace, created: list[Path]) -> int:
     from rich.console import Console
 
     from iostack.bins import bin_path, write_bins
     from iostack.placement import MANIFEST
+    from moment.bars import Bars
+    from moment.place_dirs import make_dirs
     from moment.place_nodes import check_node_args
     from training.data import fingerprint, open_dataset
     from training.hotness import HotnessSpec, get_hotness
-    from training.placing import build_bins, check_free_space, place, plan_targets
+    from training.placing import (
+        build_bins,
+        check_free_space,
+        expected_shares,
+        place,
+        targets_for_caches,
+    )
 
     check_node_args(args)
     gpu_bytes = _size(args.gpu_cache, "--gpu-cache")
@@ -149,51 +191,62 @@ def run(args: argparse.Namespace) -> int:
     for d in args.ssd:
         if Path(d).exists() and not Path(d).is_dir():
             raise PlannerError(f"--ssd {d}: exists and is not a directory")
-    for what, d in [("--out", out), *(("--ssd", Path(x)) for x in args.ssd)]:
-        try:  # before any work: a path under a regular file, or one we may not create
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise PlannerError(f"{what} {d}: cannot create the directory ({exc.strerror or exc})") from None
+    # before any work: a path under a regular file, or one we may not create
+    make_dirs([("--out", out), *(("--ssd", Path(x)) for x in args.ssd)], created)
     spec = HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                        epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed)
-    targets = _read_plan(args.plan) if args.plan else None  # a bad plan fails before any work
+    handoff, plan_notes = _handoff(args)  # a bad plan or machine fails before any work
 
     ds = open_dataset(args.dataset)
     if ds.features is None:
         raise PlannerError(f"--dataset {args.dataset}: has no features to place; import it with features")
-    err = Console(stderr=True, highlight=False, emoji=False)
-    with _Bars(err) as bars:
+    if args.feature_dtype is not None and args.nodes > 1:
+        raise PlannerError("--feature-dtype with --nodes > 1: a sharded placement holds the features' own type; "
+                           "leave out --feature-dtype")
+    with Bars(quiet=args.json) as bars:
+        codec, row_bytes = None, ds.row_bytes
+        if args.feature_dtype is not None:
+            from iostack.codec import fit_codec
+
+            codec = fit_codec(ds.features, args.feature_dtype, progress=bars)
+            row_bytes = codec.row_bytes
         hot = get_hotness(ds, spec, directory=args.hotness_dir, recompute=args.recompute_hotness,
-                          progress=bars.update)
-        if targets is None:
-            gpu_rows, cpu_rows = gpu_bytes // ds.row_bytes, cpu_bytes // ds.row_bytes
-            bars.note("planning")
-            targets = plan_targets(_topology(args), spec=args.machine, hotness=hot.values, gpu_rows=gpu_rows,
-                                   cpu_rows=cpu_rows, gpu_mode=args.gpu_cache_mode, model=args.model)
+                          progress=bars)
+        targets, resolved = targets_for_caches(handoff, hot.values, gpu_rows=gpu_bytes // row_bytes,
+                                               cpu_rows=cpu_bytes // row_bytes, gpu_mode=args.gpu_cache_mode)
+        plan_notes = [*plan_notes, *([resolved] if resolved else [])]
         if args.nodes > 1:  # sharded across nodes: moment/place_nodes.py
             from moment.place_nodes import place_nodes
 
+            _warn_ssd(args.ssd)
             sharded = place_nodes(args, ds, hot, spec, targets, gpu_bytes, cpu_bytes, bars)
         else:
-            bins = build_bins(targets, num_rows=ds.num_nodes, row_bytes=ds.row_bytes, gpu_cache_bytes=gpu_bytes,
+            bins = build_bins(targets, num_rows=ds.num_nodes, row_bytes=row_bytes, gpu_cache_bytes=gpu_bytes,
                               cpu_cache_bytes=cpu_bytes, ssd_dirs=args.ssd, out_dir=out, gpu_mode=args.gpu_cache_mode)
+            _warn_ssd(args.ssd)  # the --ssd list is known good now: a warning, then the long work
             reads = hot.reads_per_epoch
             bars.note(f"placing ({args.strategy})")
-            res = place(hot.values, bins, targets, row_bytes=ds.row_bytes, strategy=args.strategy, pool=args.pool,
-                        seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None)
+            res = place(hot.values, bins, targets, row_bytes=row_bytes, strategy=args.strategy, pool=args.pool,
+                        seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None,
+                        codec=codec, progress=bars)
             ssd_files = [bin_path(out, b) for b in res.placement.bins if b.kind == "ssd"]
             clash = [str(f) for f in ssd_files if f.exists()]
             if clash and not args.force:
                 raise PlannerError(f"bin file {clash[0]} exists already"
                                    + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
                                    + "; choose other --ssd directories or pass --force to replace them")
-            check_free_space(res.placement, ds.row_bytes, out)
+            check_free_space(res.placement, row_bytes, out)
+            held = None
+            if spec.method == "presample":  # what the run will read, from a sample DDAK was not fitted to
+                bars.note("an independent pre-sample (the expected shares that training's prediction uses)")
+                other = get_hotness(ds, replace(spec, seed=spec.seed + 1), save=False, progress=bars)
+                held = expected_shares(res.placement.bin_of, other.values, len(res.placement.bins))
             if args.force:
                 # the old placement stops existing before its bins change: never an old index over new bins
                 for stale in (out / MANIFEST, out / "place.json"):
                     stale.unlink(missing_ok=True)
             try:
-                write_bins(ds.features, res.placement, out, progress=bars.bin_message)
+                write_bins(ds.features, res.placement, out, progress=bars)
             except OSError as exc:
                 raise PlannerError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
                                    "check the --ssd directories") from None
@@ -208,9 +261,13 @@ def run(args: argparse.Namespace) -> int:
         "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
                     "epochs_covered": hot.epochs_covered},
         "gpu_cache_bytes": gpu_bytes, "cpu_cache_bytes": cpu_bytes, "gpu_cache_mode": args.gpu_cache_mode,
-        "row_bytes": ds.row_bytes, "bins": [asdict(b) for b in res.bins],
+        "row_bytes": row_bytes, "feature_dtype": codec.dtype if codec is not None else ds.features.dtype.name,
+        "bins": [asdict(b) for b in res.bins],
         "report": asdict(res.report), "baseline": asdict(res.baseline) if res.baseline else None,
         "target_notes": list(res.notes),
+        "plan_notes": plan_notes,
+        # per bin: share of the reads under an independent pre-sample (seed + 1), or None
+        "expected_shares": held,
     }
     _write_atomic(out / "place.json", json.dumps(report, indent=1) + "\n")
     res.placement.save(out)  # last: the placement exists only once its bins do
@@ -218,64 +275,29 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return 0
     console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
-    _print_summary(console, res, ds, hot, targets, out)
+    _print_summary(console, res, ds, hot, targets, out, row_bytes)
+    for note in plan_notes:
+        console.print(f"[yellow]plan:[/yellow] {note}", markup=True)
     return 0
 
 
-class _Bars:
-    """Rich progress bars on a terminal (stderr); silent otherwise."""
+def _warn_ssd(ssd_dirs: list[str]) -> None:
+    from moment.place_dirs import ssd_warnings
 
-    _BIN = re.compile(r"bin (\d+): (\d+) of (\d+) rows")
-
-    def __init__(self, console) -> None:
-        self.console = console
-        self.progress = None
-        self.tasks: dict[str, int] = {}
-
-    def __enter__(self) -> _Bars:
-        if self.console.is_terminal:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                     TimeElapsedColumn(), console=self.console, transient=False)
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def update(self, stage: str, done: int, total: int | None) -> None:
-        if self.progress is None:
-            return
-        if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(stage, total=total)
-        self.progress.update(self.tasks[stage], completed=done, total=total)
-
-    def note(self, text: str) -> None:
-        if self.progress is not None:
-            self.progress.console.print(f"[dim]… {text}[/dim]")
-
-    def bin_message(self, message: str) -> None:
-        m = self._BIN.match(message)
-        if m:
-            self.update(f"writing bin {m.group(1)}", int(m.group(2)), int(m.group(3)))
+    for note in ssd_warnings(ssd_dirs):
+        print(f"moment place: warning: {note}", file=sys.stderr)
 
 
-def _print_summary(console, res, ds, hot, targets, out: Path) -> None:
+def _print_summary(console, res, ds, hot, targets, out: Path, row_bytes: int) -> None:
     from rich.table import Table
 
     from planner.capacities import format_size
 
     rep, base = res.report, res.baseline
     how = "loaded" if hot.loaded else f"computed in {hot.seconds:.1f} s"
-    console.print(f"[bold]{ds.name}[/bold]: {ds.num_nodes:,} rows of {format_size(ds.row_bytes)} · hotness "
+    codec = res.placement.codec
+    stored = f" stored as {codec.dtype}" if codec is not None else ""
+    console.print(f"[bold]{ds.name}[/bold]: {ds.num_nodes:,} rows of {format_size(row_bytes)}{stored} · hotness "
                   f"{hot.spec.method} ({how}) · plan: {targets.source} · strategy {rep.strategy} "
                   f"({rep.seconds:.2f} s)")
     table = Table(title=f"bins (written to {out})", title_justify="left")

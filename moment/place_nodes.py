@@ -38,7 +38,7 @@ def place_nodes(args: argparse.Namespace, ds, hot, spec, targets, gpu_bytes: int
                              hot_rows=hot_rows_of(args.hot_rows, ds.num_nodes), out=args.out,
                              gpu_cache_bytes=gpu_bytes, cpu_cache_bytes=cpu_bytes, ssd_dirs=args.ssd,
                              gpu_mode=args.gpu_cache_mode, strategy=args.strategy, pool=args.pool, seed=args.seed,
-                             reads_per_epoch=hot.reads_per_epoch, report=head, progress=bars.note)
+                             reads_per_epoch=hot.reads_per_epoch, report=head, progress=bars)
     except OSError as exc:
         raise CommandError(f"writing the node directories: {exc.strerror or exc} "
                            f"({getattr(exc, 'filename', '')}); check --out and the --ssd directories") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -10,6 +11,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from moment._args import parse_nvlink, unknown_link_bytes_per_s
 from planner.errors import PlannerError
 from planner.plan import PlanResult, RankedLayout, layout_summary
 
@@ -31,7 +33,7 @@ def _bottleneck_text(entry: RankedLayout, limit: int = 3) -> str:
 
 def plan_to_dict(result: PlanResult, top: int) -> dict:
     """The plan as JSON-able data (``moment plan --json``)."""
-    from training.placing import devices_of, nvlink_pairs_of
+    from planner.handoff import devices_of, nvlink_pairs_of
 
     def entry(e: RankedLayout) -> dict:
         r = e.result
@@ -55,7 +57,6 @@ def plan_to_dict(result: PlanResult, top: int) -> dict:
 
     return {
         "schema": "moment.plan",
-        "version": 1,
         "machine": result.machine,
         "model": result.model,
         "inventory": str(result.inventory),
@@ -92,7 +93,7 @@ def print_plan(result: PlanResult, top: int, console: Console) -> None:
     )
     table = Table(title=f"top {min(top, len(result.ranked))} layouts", title_justify="left")
     for col, just in (("#", "right"), ("layout", "left"), ("per-GPU GB/s", "right"),
-                      ("ms/iter", "right"), ("bottleneck", "left"), ("", "left")):
+                      ("ms/iter", "right"), ("bottleneck", "left"), ("same as", "left")):
         table.add_column(col, justify=just, overflow="fold")
     for e in result.ranked[:top]:
         table.add_row(str(e.rank), layout_summary(e.placed), gbps(e.mean_inlet_bytes_per_s),
@@ -141,34 +142,26 @@ def _baseline_name(name: str, entry: RankedLayout | None) -> str:
     return text or f"({name})"
 
 
-def parse_nvlink(pairs: list[str] | None) -> list[tuple[int, int]]:
-    out = []
-    for text in pairs or ():
-        try:
-            a, b = (int(x) for x in text.replace(":", "-").split("-"))
-        except ValueError:
-            raise PlannerError(f"--nvlink {text!r}: expected two GPU numbers like 0-1") from None
-        out.append((a, b))
-    return out
-
-
-def run(args: argparse.Namespace, topo) -> int:
-    from planner.plan import Demand, choose_inventory, plan
+def run(args: argparse.Namespace, topo, caps=None) -> int:
+    """``topo`` and ``caps``: what :func:`moment._args.load_topology` loaded (capacities applied)."""
+    from planner.plan import Demand, choose_inventory, measured_inventory, plan
 
     if args.top < 1:
         raise PlannerError(f"--top {args.top}: expected at least 1")
-    if args.capacities:
-        from planner.capacities import apply_capacities, load_capacities
-
-        topo = apply_capacities(topo, load_capacities(args.capacities))
     topo, inventory = choose_inventory(
         topo, spec=args.machine, gpus=args.gpus, ssds=args.ssds,
         gpu_model=args.gpu_model, ssd_model=args.ssd_model,
     )
+    measured_notes: list[str] = []
+    if caps is not None:
+        inventory, measured_notes = measured_inventory(inventory, caps)
     demand = Demand(args.demand_gb * 1e9, args.gpu_cache_share, args.cpu_cache_share)
+    unknown = unknown_link_bytes_per_s(args)
     result = plan(topo, inventory, demand, model=args.model, top=args.top,
                   exhaustive=args.exhaustive, nvlink_pairs=parse_nvlink(args.nvlink),
-                  unknown_link_bytes_per_s=args.unknown_link_gbps * 1e9 if args.unknown_link_gbps else None)
+                  unknown_link_bytes_per_s=unknown)
+    if measured_notes:
+        result = dataclasses.replace(result, notes=(*measured_notes, *result.notes))
     if args.svg:
         from planner.topology.svg import write_svg
 
@@ -184,8 +177,11 @@ def run(args: argparse.Namespace, topo) -> int:
 
         nodes = plan_nodes(args, result)
     if args.json:
-        sys.stdout.write(json.dumps({**plan_to_dict(result, args.top), **({"nodes": nodes} if nodes else {})},
-                                    indent=2) + "\n")
+        from planner.handoff import handoff_from_plan, plan_file_dict
+
+        data = {**plan_to_dict(result, args.top),
+                **plan_file_dict(handoff_from_plan(result, unknown_link_bytes_per_s=unknown))}
+        sys.stdout.write(json.dumps({**data, **({"nodes": nodes} if nodes else {})}, indent=2) + "\n")
     else:
         console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
         print_plan(result, args.top, console)

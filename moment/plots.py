@@ -13,6 +13,7 @@ def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on servers
+    matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, selectable, smaller
     import matplotlib.pyplot as plt
 
     return plt
@@ -39,3 +40,117 @@ def plot_emulation(result: Any, path: str | Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+_PARTS = {"compute_s": ("compute", "#4c72b0"), "allreduce_s": ("all-reduce", "#8172b3"),
+          "io_wait_s": ("I/O wait", "#dd8452"), "sample_s": ("sample (background)", "#55a868"),
+          "gather_s": ("gather (background)", "#c44e52")}
+
+
+def _time_panel(ax, run: Any) -> None:
+    from training.runreport import BACKGROUND, FOREGROUND, time_split
+
+    epochs = [e["epoch"] for e in run.epochs]
+    splits = [time_split(e) for e in run.epochs]
+    x = list(range(len(epochs)))
+    w = 0.38
+    for group, offset in ((FOREGROUND, -w / 2), (BACKGROUND, w / 2)):
+        bottom = [0.0] * len(x)
+        for k in group:
+            vals = [s[k] for s in splits]
+            label, color = _PARTS[k]
+            ax.bar([i + offset for i in x], vals, w, bottom=bottom, color=color, label=label,
+                   hatch="//" if k in BACKGROUND else None, edgecolor="white", linewidth=0.5)
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax.hlines([float(e.get("epoch_s") or 0) for e in run.epochs], [i - w for i in x], [i + w for i in x],
+              colors="k", linewidth=2, label="epoch time (with evaluation)")
+    ax.set_xticks(x, [str(e) for e in epochs])
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("seconds")
+    ax.set_title("time per epoch: training thread (left) and prefetch thread (right)", fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False)
+
+
+def _share_panel(ax, title: str, measured: dict[str, float], target: dict[str, float],
+                 expected: dict[str, float] | None = None) -> None:
+    names = list(dict.fromkeys([*target, *measured]))
+    x = list(range(len(names)))
+    series = [("measured", measured, "#4c72b0"), ("placement expects", expected or {}, "#64b5cd"),
+              ("target (plan)", target, "#c44e52")]
+    series = [s for s in series if s[1]]
+    w = 0.8 / max(1, len(series))
+    for i, (label, vals, color) in enumerate(series):
+        pos = [j + (i - (len(series) - 1) / 2) * w for j in x]
+        ax.bar(pos, [100 * vals.get(n, 0.0) for n in names], w, color=color, label=label)
+    ax.set_xticks(x, names, rotation=0 if len(names) <= 6 else 60, fontsize=8)
+    ax.set_xlabel("bin (id, tier)" if len(names) > 6 or any(" " in n for n in names) else "tier")
+    ax.set_ylabel("% of rows read")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+
+
+def _prediction_panel(ax, pvm: list[tuple[str, float, float]]) -> None:
+    names = [n for n, _, _ in pvm]
+    ratio = [m / p if p else float("nan") for _, p, m in pvm]
+    ax.barh(names, ratio, color=["#55a868" if 0.8 <= r <= 1.25 else "#dd8452" for r in ratio])
+    ax.axvline(1.0, color="k", lw=1)
+    top = max([r for r in ratio if r == r] + [1.0])
+    ax.set_xlim(0, top * 1.15)
+    for i, (_, p, m) in enumerate(pvm):  # the figures inside the bar's row, left-aligned at 0
+        ax.text(0.02 * top, i, f"{m:.3g} measured / {p:.3g} predicted", va="center", fontsize=7, color="white"
+                if ratio[i] > 0.6 * top else "black")
+    ax.set_xlabel("measured / predicted")
+    ax.set_title("predicted vs measured (1 = exact)", fontsize=10)
+
+
+def plot_report(run: Any, out_dir: str | Path, formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
+    """The pictures of a :class:`training.runreport.RunMetrics`: the time split per epoch, reads per
+    tier (and per bin) against the plan's targets when known, and predicted vs measured when the
+    metrics hold a prediction; one figure, written as ``report.<fmt>`` in ``out_dir`` per format."""
+    from training.runreport import (
+        bin_shares,
+        placement_bins,
+        predicted_vs_measured,
+        tier_shares,
+        tier_targets,
+    )
+
+    plt = _pyplot()
+    last = run.epochs[-1]
+    panels = ["time"]
+    tiers, targets = tier_shares(last), tier_targets(run)
+    if tiers or targets:
+        panels.append("tiers")
+    pbins, measured_bins = placement_bins(run), bin_shares(last)
+    if pbins or measured_bins:
+        panels.append("bins")
+    pvm = predicted_vs_measured(run)
+    if pvm:
+        panels.append("prediction")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.8), squeeze=False)
+    for ax, what in zip(axes[0], panels, strict=True):
+        if what == "time":
+            _time_panel(ax, run)
+        elif what == "tiers":
+            _share_panel(ax, f"reads per tier, epoch {last['epoch']}", tiers, targets)
+        elif what == "bins":
+            label = {str(b["id"]): f"{b['id']} {b['kind']}" for b in pbins}
+            _share_panel(ax, "reads per bin" + ("" if measured_bins else " (placement's own estimate)"),
+                         {label.get(k, k): v for k, v in measured_bins.items()},
+                         {label[str(b["id"])]: b["target"] for b in pbins},
+                         {label[str(b["id"])]: b["expected"] for b in pbins if b["expected"] is not None})
+        else:
+            _prediction_panel(ax, pvm)
+    cfg = (run.start or {}).get("config") or {}
+    fig.suptitle(f"{run.path.name}" + (f": {cfg.get('model')} on {Path(str(cfg.get('dataset'))).name}"
+                                         if cfg.get("model") else ""), fontsize=11)
+    fig.tight_layout()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        p = out / f"report.{fmt}"
+        fig.savefig(p, dpi=110)
+        paths.append(p)
+    plt.close(fig)
+    return paths

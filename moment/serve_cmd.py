@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 
-from moment._args import argtype, parse_fanouts, port
+from moment._args import argtype, examples, parse_fanouts, port
 
 
 def _positive(kind):
@@ -101,6 +101,8 @@ def register(subparsers) -> None:
                     "lend them; torch.distributed.rpc carries control (and batches to other hosts). "
                     "Trainers must use the same batch size, fan-outs and seed; each batch is exactly what "
                     "the trainer would sample itself.",
+        **examples("moment serve --dataset graph --fanouts 25,10 --batch-size 8000 --port 29600 &",
+                   "moment train --dataset graph --server 127.0.0.1:29600 --fanouts 25,10 --batch-size 8000"),
     )
     p.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (with a train split)")
     net = p.add_argument_group("network")

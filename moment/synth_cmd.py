@@ -10,6 +10,7 @@ import argparse
 import math
 import time
 
+from moment._args import examples
 from moment.errors import CommandError
 
 
@@ -53,9 +54,7 @@ def _share(text: str, option: str) -> float:
 
 
 def _synth_command(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from moment.bars import Bars
     from training.synth import SynthSpec, synthesize
 
     spec = SynthSpec(
@@ -78,19 +77,9 @@ def _synth_command(args: argparse.Namespace) -> int:
     if chunk < 1:
         raise CommandError(f"--chunk-edges {args.chunk_edges}: expected a positive whole number")
 
-    err = Console(stderr=True, highlight=False, emoji=False)
     started = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:,}"),
-                  TimeElapsedColumn(), console=err, transient=True,
-                  disable=args.quiet or not err.is_terminal) as bar:
-        tasks: dict[str, int] = {}
-
-        def progress(stage: str, done: int, total: int | None) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(stage, total=total)
-            bar.update(tasks[stage], completed=done, total=total)
-
-        rep = synthesize(args.dst, spec, chunk_edges=chunk, overwrite=args.force, progress=progress)
+    with Bars(quiet=args.quiet, transient=True) as bars:
+        rep = synthesize(args.dst, spec, chunk_edges=chunk, overwrite=args.force, progress=bars)
     seconds = time.perf_counter() - started
     if not args.quiet:
         dropped = rep.generated_edges - rep.num_edges
@@ -123,6 +112,8 @@ def register_synth(data_subparsers) -> argparse.ArgumentParser:
             "aggregation learn the labels. Self-loops and duplicate edges are dropped. "
             "The same --seed gives byte-identical files."
         ),
+        **examples("moment data synth graph --nodes 1e6 --edges 1e7 --undirected",
+                   "moment data synth g2 --nodes 1e5 --edges 1e6 --generator chung-lu --skew 0.9 --feature-dim 64"),
     )
     p.add_argument("dst", metavar="DST", help="dataset directory to create")
     g = p.add_argument_group("graph")

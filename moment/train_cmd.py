@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
-from moment._args import parse_fanouts
+from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
 from moment.errors import CommandError
-from planner.capacities import format_size
 
 
 def _config(args: argparse.Namespace):
@@ -40,12 +40,32 @@ def _epoch_line(rec: dict) -> str:
             f"{rec['seeds_per_s']:,.0f} seeds/s, I/O wait {100 * rec['io_wait_share']:.0f}%")
 
 
+def _prediction_rows(t, pred: dict | None) -> None:
+    """Predicted against measured read time and bytes per tier (the plan's check), when there is one."""
+    if not pred:
+        return
+    from planner.capacities import format_size
+
+    for tier in pred["tiers"]:
+        if not tier["measured_bytes"] and not tier["predicted_bytes"]:
+            continue
+        secs = ("no rate measured for it (moment profile --out FILE, then --capacities FILE)"
+                if tier["predicted_s"] is None else
+                f"{tier['predicted_s']:.3f} s predicted · {tier['measured_s'] or 0:.3f} s measured"
+                + (f" ({100 * tier['error']:+.1f}%)" if tier["error"] is not None else ""))
+        t.add_row(f"{tier['tier']} reads: plan vs run",
+                  f"{format_size(tier['predicted_bytes'])} predicted · {format_size(tier['measured_bytes'])} "
+                  f"measured · {secs}")
+
+
 def _train_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rich.console import Console
     from rich.table import Table
 
+    from moment.bars import Bars
+    from planner.capacities import format_size
     from training.trainer import CHECKPOINT_NAME, train
 
     if not Path(args.dataset).is_dir():
@@ -53,7 +73,8 @@ def _train_command(args: argparse.Namespace) -> int:
     config = _config(args)
     err = Console(stderr=True, highlight=False, emoji=False, width=None if sys.stderr.isatty() else 160)
     out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
-    state: dict = {"bar": None, "task": None, "rank": 0}
+    bars = Bars()  # per-step progress within an epoch, on a terminal only
+    state: dict = {"rank": 0, "seeds": 0, "t0": 0.0}
 
     def progress(rec: dict) -> None:
         state["rank"] = rec["rank"]
@@ -67,45 +88,48 @@ def _train_command(args: argparse.Namespace) -> int:
                 err.print(f"no checkpoint in {args.checkpoint}: starting from scratch", markup=False)
             err.print(f"training {config.model} on {rec['num_train']:,} seeds, {rec['world_size']} rank(s), "
                       f"{rec['steps_per_epoch']} steps per epoch, features: "
-                      f"{'store ' + str(config.placement) if config.placement else 'in memory'}", markup=False)
+                      f"{'store ' + str(config.placement) if config.placement else 'in memory'}"
+                      + (f" ({rec['feature_dtype']} rows)" if rec.get("feature_dtype") else ""), markup=False)
+            state["feature_dtype"] = rec.get("feature_dtype")
             err.print(f"device {rec['device']}; sampling on {rec['sampling']['device']} ({rec['sampling']['why']})",
                       markup=False)
+            if rec.get("integrity"):  # the dataset's checksums: verified (a sample of blocks) or absent
+                err.print(f"dataset: {rec['integrity']}", markup=False)
             for note in rec.get("store_notes", []):
                 err.print(f"store: {note}", markup=False)
             if rec.get("rng_restored") not in (None, "per-rank"):
                 err.print(f"random streams: {rec['rng_restored']}", markup=False)
-            if err.is_terminal:
-                from rich.progress import (
-                    BarColumn,
-                    MofNCompleteColumn,
-                    Progress,
-                    TextColumn,
-                    TimeRemainingColumn,
-                )
-
-                bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                               TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=err)
-                bar.start()
-                state["bar"] = bar
-                state["task"] = bar.add_task("epoch", total=rec["steps_per_epoch"], info="")
-        elif kind == "step" and state["bar"] is not None:
-            state["bar"].update(state["task"], completed=rec["step"] + 1, description=f"epoch {rec['epoch']}",
-                                info=f"loss {rec['loss']:.3f}")
+            bars.__enter__()
+        elif kind == "step":
+            now = time.perf_counter()
+            if state["seeds"] == 0:
+                state["t0"] = now - rec["step_s"]
+            state["seeds"] += rec["seeds"]
+            rate = state["seeds"] / (now - state["t0"]) if now > state["t0"] else 0.0
+            bars("steps", rec["step"] + 1, rec["steps"],
+                 info=f"epoch {rec['epoch']} · loss {rec['loss']:.3f} · {rate:,.0f} seeds/s")
         elif kind == "epoch":
-            if state["bar"] is not None:
-                state["bar"].console.print(_epoch_line(rec), markup=False)
-                state["bar"].reset(state["task"])
+            state["seeds"] = 0
+            if bars.enabled:
+                bars.print(_epoch_line(rec))
+                bars.reset("steps")
             else:
                 err.print(_epoch_line(rec), markup=False)
 
     try:
         result = train(config, progress=progress)
     finally:
-        if state["bar"] is not None:
-            state["bar"].stop()
+        bars.__exit__(None, None, None)
     if result.rank != 0:
         return 0
     final = result.final
+    if args.json:
+        import json
+
+        sys.stdout.write(json.dumps({"schema": "moment.train", "version": 1, "world_size": result.world_size,
+                                     "resumed_from": result.resumed_from, "epochs": list(result.epochs)},
+                                    indent=2, default=str) + "\n")
+        return 0
     if final is None:
         out.print(f"nothing to do: the checkpoint is already at epoch {config.epochs}", markup=False)
         return 0
@@ -114,6 +138,8 @@ def _train_command(args: argparse.Namespace) -> int:
     t.add_column("what")
     t.add_column("value", overflow="fold")
     t.add_row("loss (last epoch)", f"{final['loss']:.4f}")
+    if state.get("feature_dtype"):
+        t.add_row("feature rows held as", str(state["feature_dtype"]))
     for k in ("train_acc", "valid_acc", "test_acc"):
         if k in final:
             t.add_row(k.replace("_acc", " accuracy"), f"{100 * final[k]:.2f}%")
@@ -124,6 +150,7 @@ def _train_command(args: argparse.Namespace) -> int:
     for tier, v in sorted(final["tiers"].items()):
         t.add_row(f"rows from {tier}" + (" (rank 0)" if result.world_size > 1 else ""),
                   f"{v['rows']:,} ({format_size(v['bytes'])})")
+    _prediction_rows(t, final.get("prediction"))
     if "param_spread" in final:
         t.add_row("ranks in sync", "yes" if final["param_spread"] == 0 else f"NO (spread {final['param_spread']:.3g})")
     if config.checkpoint_dir:
@@ -141,6 +168,11 @@ def register(subparsers) -> None:
         description="Train a GNN on sampled mini-batches with features from the tiered store (--placement) or "
                     "memory. Launch with `torchrun --nproc-per-node N -m moment train ...` for N data-parallel "
                     "ranks (gloo on CPU, nccl on GPU); N ranks train exactly what one process would.",
+        **examples("moment train --dataset cora --placement cora-placement --model gcn --epochs 10",
+                   "moment train --dataset graph --fanouts 25,10 --batch-size 8000 --metrics m.jsonl",
+                   "moment train --dataset graph --checkpoint ckpt/ --epochs 5 --resume",
+                   "torchrun --nproc-per-node 2 -m moment train --dataset cora --epochs 3   # data-parallel",
+                   "moment report m.jsonl --out plots/   # plots of the metrics"),
     )
     p.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
     p.add_argument("--placement", metavar="DIR",
@@ -165,7 +197,8 @@ def register(subparsers) -> None:
     m.add_argument("--seed", type=int, default=0, help="seed of parameters, shuffling and sampling (default 0)")
     r = p.add_argument_group("pipeline, evaluation, output")
     r.add_argument("--prefetch", type=int, default=2, metavar="K",
-                   help="batches sampled and gathered ahead on a background thread (default 2; 0 = inline)")
+                   help="batches sampled and gathered ahead on a background thread (default 2; 0 = inline: "
+                        "on a machine of 2 cores with small rows in memory, inline can be faster)")
     r.add_argument("--backend", choices=("auto", "posix", "kvikio"), default="auto",
                    help="SSD read backend: kvikio reads into GPU memory (needs CUDA and KvikIO); auto (default) "
                         "takes kvikio only where --capacities measured it faster, else posix")
@@ -178,6 +211,8 @@ def register(subparsers) -> None:
     r.add_argument("--eval-every", type=int, default=1, metavar="E",
                    help="evaluate every E epochs, 0 = after the last only (default 1)")
     r.add_argument("--metrics", metavar="FILE.jsonl", help="append per-step and per-epoch metrics here (rank 0)")
+    r.add_argument("--json", action="store_true",
+                   help="print the epochs' records as JSON (with the plan's prediction against the run, per tier)")
     r.add_argument("--checkpoint", metavar="DIR", help="write DIR/checkpoint.pt at every epoch end")
     r.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
                    help="also every STEPS steps (default 0: epoch ends only)")

@@ -81,6 +81,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.progress import Progress, report
 
 #: the storage hierarchy, fastest first
 TIERS: tuple[str, ...] = ("gpu", "cpu", "ssd")
@@ -274,6 +275,7 @@ def ddak(
     bins: Sequence[DdakBin],
     pool: int = 100,
     order: np.ndarray | None = None,
+    progress: Progress | None = None,
 ) -> DdakResult:
     """Place items so each bin's traffic matches its target (see the module docstring).
 
@@ -282,6 +284,8 @@ def ddak(
     value of ``bin_of``); ``pool`` how many consecutive items (in hotness order)
     move together; ``order`` an optional precomputed hot-first order of the
     item ids (a permutation of ``0..n-1``), e.g. reused across calls.
+    ``progress`` hears ``("ddak", done, 3)`` after the sort, the pool loop
+    and the outputs (a call per pool would slow the loop).
 
     Raises :class:`PlannerError` for an empty bin list, total capacity below
     ``n``, negative or non-finite hotness, a target that is not positive.
@@ -302,6 +306,7 @@ def ddak(
     n = h.shape[0]
     m = len(bins)
     own_order = order is None
+    report(progress, "ddak", 0, 3)
     if order is None:
         order, hs = _hot_order(h)
     else:
@@ -316,6 +321,7 @@ def ddak(
         blk = hs[a : a + step].astype(np.float64)
         pool_sum += np.add.reduceat(blk, np.arange(0, blk.shape[0], pool)).tolist()
     h_total = float(sum(pool_sum))
+    report(progress, "ddak", 1, 3)
     target = _targets(h_total, bins)
     inv_t = [1.0 / t if t > 0 else 0.0 for t in target.tolist()]
     tgt = target.tolist()
@@ -394,6 +400,7 @@ def ddak(
             heappop(heap)
 
     del hs, pool_sum  # ~0.4 GB at 10⁸ items, not needed for the outputs
+    report(progress, "ddak", 2, 3)
     sb = np.array(seg_bin, dtype=np.int32)
     del seg_bin
     seg_len = np.full(sb.shape[0], pool, dtype=np.int64)
@@ -406,9 +413,11 @@ def ddak(
         ln = seg_len[mine]
         seg_row[mine] = np.cumsum(ln) - ln
     traffic = np.array(acc, dtype=np.float64)
-    return _result(
+    out = _result(
         n, order, seg_start, seg_len, sb, seg_row, traffic, target, own_order=own_order
     )
+    report(progress, "ddak", 3, 3)
+    return out
 
 
 def _traffic(h: np.ndarray, bin_of: np.ndarray, m: int) -> np.ndarray:

@@ -487,6 +487,36 @@ def _owner_sort_key(label: str) -> tuple[int, str]:
     return (0 if label.startswith("socket") else 1, label)
 
 
+def measured_inventory(inventory: Inventory, caps) -> tuple[Inventory, list[str]]:
+    """``inventory`` with the read figures that ``caps`` (a :class:`~planner.capacities.Capacities`)
+    measured for its device models, and a sentence per figure applied or left unused.
+
+    A plan places device *models* into slots, so a measurement reaches it only
+    through the model it was taken of (matched by name, title or the model the
+    capacities file records, see :func:`planner.capacities.find_device`). A
+    measured device that matches no model to place is named, with the fix.
+    """
+    from dataclasses import replace as _replace
+
+    from planner.capacities import Capacities, apply_to_inventory, find_device
+
+    models = [m for m, _ in inventory.items]
+    new = apply_to_inventory(models, caps)
+    notes = []
+    for old, m in zip(models, new, strict=True):
+        if m is not old and old.read_bytes_per_s:
+            notes.append(f"{old.name}: {m.read_bytes_per_s / 1e9:.2f} GB/s measured ({m.source}) instead of "
+                         f"{old.read_bytes_per_s / 1e9:.2f} GB/s from its datasheet")
+    for d in caps.devices:
+        one = Capacities(devices=(d,))
+        if not any(find_device(one, name) for m in models for name in (m.name, m.title) if name):
+            notes.append(f"measured device {d.key} ({d.model or 'model unknown'}) is none of the devices to "
+                         f"place ({', '.join(m.name for m in models)}): its {d.read_bytes_per_s / 1e9:.2f} GB/s "
+                         "is not used; add `model: <one of those>` to its entry in the capacities file")
+    items = tuple((m, n) for m, (_, n) in zip(new, inventory.items, strict=True))
+    return _replace(inventory, items=items), notes
+
+
 def choose_inventory(
     topology: Topology,
     *,

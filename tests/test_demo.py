@@ -12,8 +12,10 @@ def test_demo_runs_every_step_and_writes_its_outputs(tmp_path, capsys):
     assert main(["demo", "--out", str(out), "--nodes", "3000", "--edges", "30000", "--feature-dim", "16",
                  "--epochs", "1"]) == 0
     text = capsys.readouterr().out
-    for step in ("1. plan the layout", "2. make a graph", "3. place the features", "4. train"):
+    for step in ("1. plan the layout", "2. make a graph", "3. place the features", "4. measure the disk",
+                 "5. train", "6. report"):
         assert step in text
+    assert "ssd reads: plan vs run" in text  # the prediction checked against the run, per tier
     assert "$ moment place --dataset" in text  # each step shows the command a user would type
     assert (out / "plan.svg").read_text().lstrip().startswith("<svg")
     manifest = json.loads((out / "placement" / "placement.json").read_text())
@@ -22,6 +24,11 @@ def test_demo_runs_every_step_and_writes_its_outputs(tmp_path, capsys):
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     epochs = [r for r in records if r["kind"] == "epoch"]
     assert len(epochs) == 1 and epochs[0]["loss"] > 0
+    ssd = next(t for t in epochs[0]["prediction"]["tiers"] if t["tier"] == "ssd")
+    assert ssd["predicted_s"] > 0 and ssd["measured_s"] > 0
+    assert (out / "report" / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<svg" in (out / "report" / "report.svg").read_text()[:2000]
+    assert "reads per tier:" in text and "(target " in text  # the summary, against the placement's targets
 
 
 def test_demo_refuses_a_non_empty_directory(tmp_path, capsys):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.nn import SAGEConv
 
-from training.models import GraphSAGE, adjacency, build_model, dropout
+from training.models import GraphSAGE, adjacency, build_model, dropout, relu_dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.8])
@@ -86,11 +86,35 @@ def test_graphsage_drops_hidden_units_only_gat_and_gcn_the_input_too():
         seen.append(h.shape[1])
         return h
 
+    def relu_spy(h, p, training=True):
+        seen.append(h.shape[1])
+        return F.relu(h)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("training.models.dropout", spy)
+        mp.setattr("training.models.relu_dropout", relu_spy)
         for name, want in (("sage", [8]), ("gcn", [4, 8]), ("gat", [4, 8])):
             seen.clear()
             m = build_model(name, 4, 3, 2, hidden=8, heads=1) if name == "gat" else build_model(name, 4, 3, 2, hidden=8)
             m.train()
             m(x, (ei, ei), 3)
             assert seen == want, name
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3, 0.5])
+def test_relu_dropout_is_relu_then_dropout_with_the_same_mask_and_gradient(p):
+    """The fused op equals ReLU followed by dropout under the same draw, forward and backward."""
+    x = torch.randn(3000, 17)
+    x[::7, 3] = 0.0  # ReLU's kink: torch's derivative there is 0
+    a = x.clone().requires_grad_()
+    torch.manual_seed(3)
+    fused = relu_dropout(a, p)
+    b = x.clone().requires_grad_()
+    torch.manual_seed(3)
+    ref = dropout(F.relu(b), p)
+    assert torch.equal(fused, ref)
+    g = torch.randn_like(x)
+    fused.backward(g)
+    ref.backward(g)
+    assert torch.equal(a.grad, b.grad)
+    assert relu_dropout(x, 0.5, training=False).equal(F.relu(x))

@@ -24,7 +24,6 @@ from training.placing import (
     Store,
     build_bins,
     place,
-    targets_from_plan_dict,
 )
 
 
@@ -116,19 +115,43 @@ def test_place_on_cora_reports_against_hash(cora, tmp_path):
 
 
 def test_plan_json_round_trip_and_old_plans(capsys, tmp_path):
+    from planner.handoff import PlanFileError, plan_file_dict, read_plan_file
+    from planner.topology.jsonio import to_dict
+
     assert main(["plan", "--machine", "moment-b", "--gpu-cache-share", "0.1", "--cpu-cache-share", "0.2",
                  "--json", "--top", "1"]) == 0
     data = json.loads(capsys.readouterr().out)
-    t = targets_from_plan_dict(data, "plan.json")
+    h = read_plan_file(data, "plan.json")
+    t = h.targets
     assert len(t.gpus) == 4 and {s for _, s in t.gpus} <= {"socket0", "socket1"}
     assert {s.socket for s in t.of_kind("cpu")} == {"socket0", "socket1"}
     assert len(t.of_kind("ssd")) == 8 and len(t.of_kind("cpu")) == 2 and len(t.of_kind("gpu")) == 4
     assert sum(s.target_bytes for s in t.stores) == pytest.approx(4e9, rel=1e-6)  # 4 GPUs x 1 GB
-    del data["best"]["devices"]
-    with pytest.raises(PlacingError, match="plan.json: .*no 'devices'.*re-run `moment plan --json`"):
-        targets_from_plan_dict(data, "plan.json")
-    with pytest.raises(PlacingError, match="not a plan"):
-        targets_from_plan_dict({"schema": "moment.topology"}, "x.json")
+    # every store's bytes split by the reading GPUs' sockets add up to its target
+    for s in t.stores:
+        assert sum(b for _, b in s.bytes_by_socket) == pytest.approx(s.target_bytes, rel=1e-6, abs=1.0)
+    # the plan's own shares: no re-solve
+    same, note = h.resolve(0.1, 0.2)
+    assert same == t and note is None
+    # exact round trip: writing what was read gives the same file, and the same object back
+    again = read_plan_file(json.loads(json.dumps(plan_file_dict(h))), "plan.json")
+    assert plan_file_dict(again) == plan_file_dict(h) == {k: data[k] for k in plan_file_dict(h)}
+    assert again.targets == t and again.demand == h.demand and to_dict(again.placed) == to_dict(h.placed)
+    old = dict(data, version=1)
+    with pytest.raises(PlanFileError, match=r"plan.json: plan file version 1, this Moment reads version 2.*"
+                                            r"moment plan --json"):
+        read_plan_file(old, "plan.json")
+    broken = json.loads(json.dumps(data))
+    del broken["handoff"]["topology"]
+    with pytest.raises(PlanFileError, match="plan.json: malformed .*topology"):
+        read_plan_file(broken, "plan.json")
+    with pytest.raises(PlanFileError, match="not a plan"):
+        read_plan_file({"schema": "moment.topology"}, "x.json")
+    # and from the command line: one line, exit 2
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert main(["place", "--dataset", str(tmp_path), "--plan", str(tmp_path / "old.json"), "--gpu-cache", "0",
+                 "--cpu-cache", "0", "--out", str(tmp_path / "o")]) == 2
+    assert "plan file version 1" in capsys.readouterr().err
 
 
 def _place_args(cora, ssd, out, *extra):
@@ -240,3 +263,51 @@ def test_training_refuses_a_placement_made_from_another_dataset(cora, tmp_path, 
     assert "placed from another dataset" in err and "features_crc32" in err and err.count("\n") == 1
     assert main(["train", "--dataset", str(cora.path), "--placement", str(out), "--fanouts", "5", "--hidden", "8",
                  "--batch-size", "140"]) == 0
+
+
+def test_plan_file_from_stdin_places_exactly_as_a_plan_made_now(cora, tmp_path, capsys, monkeypatch):
+    """README's route (`moment plan --json | moment place --plan -`) and `moment place` alone: the same bins."""
+    import io
+
+    ssd = tmp_path / "ssd"
+    assert main(_place_args(cora, ssd, tmp_path / "now", "--json")) == 0
+    now = json.loads(capsys.readouterr().out)
+    assert main(["plan", "--machine", "moment-b", "--json", "--top", "1"]) == 0
+    plan_text = capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", io.StringIO(plan_text))
+    args = [a for a in _place_args(cora, ssd, tmp_path / "piped", "--json") if a != "moment-b"]
+    args.remove("--machine")
+    assert main([*args, "--plan", "-"]) == 0
+    piped = json.loads(capsys.readouterr().out)
+    a, b = np.load(tmp_path / "now" / "bin_of.npy"), np.load(tmp_path / "piped" / "bin_of.npy")
+    assert np.array_equal(a, b)
+    assert [x["target_share"] for x in now["report"]["bins"]] == [x["target_share"] for x in piped["report"]["bins"]]
+    # the plan had cache shares of 0: the caches got targets anyway, and the report says why
+    assert any("re-solved on the plan's layout" in n for n in piped["plan_notes"])
+    gpu = [x for x in piped["report"]["bins"] if x["kind"] == "gpu"][0]
+    assert gpu["target_share"] > 0.01 and piped["report"]["ssd_share"] < piped["baseline"]["ssd_share"]
+    # a plan file and machine options at once: refused, naming both
+    monkeypatch.setattr("sys.stdin", io.StringIO(plan_text))
+    assert main([*_place_args(cora, ssd, tmp_path / "x"), "--plan", "-"]) == 2
+    assert "drop --machine" in capsys.readouterr().err
+
+
+def test_measured_ssd_figures_reach_the_plan_and_unmatched_ones_are_named(tmp_path, capsys):
+    """A profile's SSD measurement changes the plan (through the device model the plan places)."""
+    def plan_json(*extra):
+        assert main(["plan", "--machine", "moment-b", "--json", "--top", "1", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    base = plan_json()
+    slow = tmp_path / "slow.yaml"
+    slow.write_text("schema: moment.capacities\nversion: 1\ndevices:\n"
+                    "  p5510:\n    read_bytes_per_s: 1 GB/s\n    read_iops: 200000\n    block_bytes: 4096\n")
+    measured = plan_json("--capacities", str(slow))
+    assert measured["best"]["mean_inlet_bytes_per_s"] < 0.5 * base["best"]["mean_inlet_bytes_per_s"]
+    assert any("p5510: 1.00 GB/s measured" in n for n in measured["notes"])
+    other = tmp_path / "other.yaml"
+    other.write_text("schema: moment.capacities\nversion: 1\ndevices:\n"
+                     "  vda:\n    model: Virtio disk\n    read_bytes_per_s: 1 GB/s\n")
+    unmatched = plan_json("--capacities", str(other))
+    assert unmatched["best"]["mean_inlet_bytes_per_s"] == pytest.approx(base["best"]["mean_inlet_bytes_per_s"])
+    assert any("measured device vda (Virtio disk) is none of the devices to place" in n for n in unmatched["notes"])

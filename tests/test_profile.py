@@ -362,15 +362,23 @@ def test_profile_machine_tiny(tmp_path):
     except Exception:
         topo = None
     seen: list[str] = []
+    calls: list[tuple[str, int, int | None]] = []
+
+    def progress(stage: str, done: int, total: int | None) -> None:
+        seen.append(stage)
+        calls.append((stage, done, total))
+
     caps = profile_machine(topo, ssd_paths=[tmp_path], file_bytes=64 * 1024, seconds=0.05,
                            queue_depth=2, use_fio=False, memory_bytes=4 << 20, memory_repeats=1,
-                           processes=1, progress=seen.append)
+                           processes=1, progress=progress)
     assert len(caps.devices) == 1
     dev = caps.devices[0]
     assert dev.read.tool == "moment-posix" and dev.path == str(tmp_path)
     assert caps.memory and all(m.bytes_per_s > 0 for m in caps.memory)
     assert any("not measured" in n for n in caps.notes)
     assert any("moment-posix" in s for s in seen)
+    writes = [(d, t) for s, d, t in calls if s.startswith("writing the test file")]
+    assert writes and writes[-1] == (64 * 1024, 64 * 1024)  # the test file's bar ends full
     if topo is not None and dev.key in topo:
         new = apply_capacities(topo, caps)
         assert new.node(dev.key).attrs["read_source"] == "measured"

@@ -187,3 +187,26 @@ def test_host_tiers_are_one_copy_per_node(fp16_store_dir):
     assert sa.path.exists()  # b still maps it
     b.close()
     assert not sa.path.exists() and not Path(str(sa.path)[:-4] + ".lock").exists()
+
+
+def test_row_buffers_reuse_only_what_nothing_else_holds():
+    from iostack.transfer import RowBuffers
+
+    rb = RowBuffers(8, torch.float32, slots=2)
+    a = rb.take(100)
+    ptr = a.data_ptr()
+    a.fill_(1.0)
+    b = rb.take(50)  # `a` is alive: a second buffer
+    assert b.data_ptr() != ptr
+    w = torch.ones(8, 3, requires_grad=True)
+    loss = (a @ w).sum()  # autograd saves `a` for the gradient of `w`
+    del a
+    c = rb.take(100)
+    assert c.data_ptr() not in (ptr, b.data_ptr())  # saved for backward: still held
+    loss.backward()
+    assert torch.equal(w.grad, torch.full((8, 3), 100.0))  # the saved rows were not overwritten
+    del loss, c
+    d = rb.take(120)  # both ring buffers free again; the first grows past its 100 rows
+    assert d.shape == (120, 8)
+    e = rb.take(10)
+    assert e.data_ptr() != d.data_ptr()

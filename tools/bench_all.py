@@ -42,6 +42,12 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "gpu": ("bench_gpu.py", [], ["--quick"]),
     "integrity": ("bench_integrity.py", ["--nodes", "1e6", "--repeats", "5"], ["--nodes", "2e5", "--repeats", "2"]),
     "multinode": ("bench_multinode.py", [], ["--quick"]),
+    "train_dgl": ("bench_train_dgl.py", ["--rounds", "5"],
+                  ["--rounds", "1", "--nodes", "50000", "--edges", "500000"]),
+    "emulate": ("bench_emulate.py", ["--rounds", "3"], ["--rounds", "1", "--skip", "dlio"]),
+    "loop": ("bench_loop.py", ["--rounds", "3"], ["--rounds", "1", "--nodes", "30000", "--edges", "300000"]),
+    "precision": ("bench_precision.py", [], ["--quick"]),
+    "startup": ("bench_startup.py", ["--repeats", "15"], ["--repeats", "5"]),
 }
 
 
@@ -142,6 +148,7 @@ def main() -> int:
     extra = {"io": ["--dir", args.io_dir]}
     if args.dgl_venv:
         extra["sample"] = ["--dgl-venv", args.dgl_venv]
+        extra["train_dgl"] = ["--dgl-venv", args.dgl_venv]
     results = []
     for n in names:
         if n in used:

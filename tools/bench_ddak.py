@@ -157,7 +157,7 @@ def figure_graph(nodes: int, edges: int, pool: int | None) -> list[Figure]:
     from planner.topology.spec import load_machine
     from training.data import open_dataset
     from training.hotness import HotnessSpec, compute_hotness
-    from training.placing import build_bins, place, plan_targets
+    from training.placing import build_bins, place, plan_now, targets_for_caches
     from training.synth import SynthSpec, synthesize
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,8 +172,8 @@ def figure_graph(nodes: int, edges: int, pool: int | None) -> list[Figure]:
         sample = time.perf_counter() - t
         row = ds.row_bytes
         gpu_bytes, cpu_bytes = nodes // 20 * row, nodes // 10 * row
-        targets = plan_targets(load_machine("moment-b"), spec="moment-b", hotness=hot.values,
-                               gpu_rows=nodes // 20, cpu_rows=nodes // 10)
+        targets, _ = targets_for_caches(plan_now(load_machine("moment-b"), spec="moment-b"), hot.values,
+                                        gpu_rows=nodes // 20, cpu_rows=nodes // 10)
         n_ssd = len(targets.of_kind("ssd"))
         bins = build_bins(targets, num_rows=nodes, row_bytes=row, gpu_cache_bytes=gpu_bytes,
                           cpu_cache_bytes=cpu_bytes, ssd_dirs=[tmp] * n_ssd, out_dir=tmp)

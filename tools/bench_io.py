@@ -56,7 +56,7 @@ def raw(args: argparse.Namespace) -> list[Figure]:
     load0 = _load()
     res = bench_raw(args.dir, file_bytes=args.file_gib << 30, queue_depth=args.queue_depth, seconds=args.seconds,
                     runs=args.runs, engine=args.engine, pause_s=args.pause,
-                    progress=lambda m: print(f"  {m}", file=sys.stderr))
+                    progress=lambda stage, done, total: None if total else print(f"  {stage}", file=sys.stderr))
     load1 = _load()
     print(f"raw: random {res.row_bytes} B reads, queue depth {res.queue_depth}, "
           f"{'O_DIRECT' if res.direct else 'buffered'}, {res.file_bytes >> 30} GiB file {res.path}")

@@ -169,6 +169,8 @@ def ours(args, dataset: Path, metrics: Path, placement: Path | None, cgroup: Cgr
            # the run ends with an evaluation (not timed: epoch_s stops before it); in training's batch
            # size, so that its batches fit the same memory budget
            "--eval-batch-size", str(args.batch_size)]
+    if args.prefetch is not None:
+        cmd += ["--prefetch", str(args.prefetch)]
     if placement is not None:
         cmd += ["--placement", str(placement)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
@@ -229,6 +231,8 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.003)
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads of both sides (default 2)")
+    ap.add_argument("--prefetch", type=int, default=None, metavar="K",
+                    help="our --prefetch (default: moment train's own default)")
     ap.add_argument("--rounds", type=int, default=3, help="epochs per side, alternating (default 3)")
     ap.add_argument("--dgl-workers", default="0,1", help="DGL DataLoader num_workers to try (default 0,1)")
     ap.add_argument("--workdir", type=Path, default=Path("/var/tmp/moment-bench-train-dgl"))
@@ -281,6 +285,7 @@ def main() -> int:
     dgl = {w: Dgl(args, dataset, w, "memmap" if args.out_of_core else "memory", groups.get(w)) for w in workers}
     res: dict[str, list[dict]] = {"ours": [], **{f"dgl{w}": [] for w in workers}}
     try:
+        load_before = os.getloadavg()
         for r in range(args.rounds):
             res["ours"].append(ours(args, dataset, metrics, placement, groups.get("ours")))
             for w, side in dgl.items():
@@ -316,7 +321,8 @@ def main() -> int:
     write(args.json, "bench_train_dgl", [
         Figure("train_dgl", f"GraphSAGE {args.fanouts}, {args.nodes} nodes, {name}", "seeds/s", o, d,
                f"DGL 2.1 DataLoader (num_workers={best})", target=target,
-               note=f"median of {args.rounds}; ours {rng('ours')}, DGL {rng(f'dgl{best}')}; {args.threads} threads"),
+               note=f"median of {args.rounds}; ours {rng('ours')}, DGL {rng(f'dgl{best}')}; {args.threads} threads; "
+                    f"load {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after"),
     ], " ".join(sys.argv))
     return 0
 

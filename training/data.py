@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from iostack.checksums import BlockSums, bad_blocks, block_sums
+from planner.progress import Progress
 from training.errors import TrainingError
 
 SCHEMA = "moment.dataset"
@@ -64,9 +65,6 @@ DEFAULT_CHUNK_EDGES = 1 << 22
 #: files a dataset may hold, beyond the CSR pair that every dataset has
 OPTIONAL_FILES = ("features", "labels", "train_idx", "valid_idx", "test_idx", "hotness")
 SPLITS = ("train_idx", "valid_idx", "test_idx")
-
-#: progress callback: (stage, done, total) with total None when unknown
-Progress = Callable[[str, int, "int | None"], None]
 
 #: bytes per checksummed block of a dataset file (meta.json keeps one CRC-32 per block)
 CHECKSUM_BLOCK_BYTES = 4 << 20

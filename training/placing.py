@@ -46,10 +46,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -66,6 +65,15 @@ from planner.ddak import (
     hot_first_placement,
     random_placement,
 )
+from planner.handoff import (
+    PlanHandoff,
+    PlanTargets,
+    Store,
+    devices_of,
+    nvlink_pairs_of,
+    targets_from_flow,
+)
+from planner.progress import Progress
 from training.errors import TrainingError
 
 STRATEGIES = ("ddak", "hash", "hot-first", "random")
@@ -79,155 +87,52 @@ class PlacingError(TrainingError):
     """A placement request that cannot be honoured (the message names the input and the fix)."""
 
 
-@dataclass(frozen=True)
-class Store:
-    """One store of a plan: ``kind`` ``gpu`` (a GPU cache), ``cpu`` (host memory) or ``ssd``.
+def cache_shares(hotness: np.ndarray, targets: PlanTargets, *, gpu_rows: int, cpu_rows: int,
+                 gpu_mode: str = "replicate") -> tuple[float, float]:
+    """The shares of the reads that caches of these sizes serve: ``(GPU cache, host memory)``.
 
-    ``node`` is its topology node (the GPU, memory or NVMe device),
-    ``socket`` the socket that node hangs under (``None`` if unknown),
-    ``target_bytes`` what the flow model wants it to serve per iteration.
+    The GPU-cache share is what the ``gpu_rows`` hottest rows hold (``gpu_rows`` × GPUs
+    with ``partition``); the host-memory share what the next ``cpu_rows`` × memories
+    hold. Clipped below 1 so that some reads are left for the SSDs' tier to be
+    planned at all.
     """
-
-    id: str
-    kind: str
-    node: str
-    socket: str | None
-    target_bytes: float
-    numa_node: int | None = None
-
-
-@dataclass(frozen=True)
-class PlanTargets:
-    """What a placement needs from a plan: the GPUs (``(node id, socket)``), the stores, NVLink pairs."""
-
-    machine: str
-    gpus: tuple[tuple[str, str | None], ...]
-    stores: tuple[Store, ...]
-    nvlink_pairs: tuple[tuple[str, str], ...] = ()
-    source: str = ""
-
-    def of_kind(self, kind: str) -> list[Store]:
-        return sorted((s for s in self.stores if s.kind == kind), key=lambda s: _natural(s.id))
-
-    def nvlink_joins_all_gpus(self) -> bool:
-        """Whether every GPU reaches every other over NVLink (directly or through other GPUs)."""
-        ids = [g for g, _ in self.gpus]
-        if len(ids) < 2:
-            return False
-        adj: dict[str, set[str]] = {g: set() for g in ids}
-        for a, b in self.nvlink_pairs:
-            if a in adj and b in adj:
-                adj[a].add(b)
-                adj[b].add(a)
-        seen, todo = {ids[0]}, [ids[0]]
-        while todo:
-            for nb in adj[todo.pop()] - seen:
-                seen.add(nb)
-                todo.append(nb)
-        return len(seen) == len(ids)
-
-
-def _natural(text: str) -> tuple:
-    """``ssd10`` after ``ssd9``."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
-
-
-_KIND_OF_NODE = {"gpu": "gpu", "memory": "cpu", "nvme": "ssd"}
-
-
-def targets_from_plan_dict(data: Mapping[str, Any], source: str = "plan") -> PlanTargets:
-    """The recommended layout's targets from ``moment plan --json`` output.
-
-    Needs the ``devices`` map (kind and socket of every GPU, memory and SSD)
-    that ``moment plan`` writes since placement exists; raises
-    :class:`PlacingError` naming ``source`` otherwise.
-    """
-    if not isinstance(data, Mapping) or data.get("schema") != "moment.plan":
-        raise PlacingError(f"{source}: not a plan (no \"schema\": \"moment.plan\"); "
-                           "write one with `moment plan --json > plan.json`")
-    best = data.get("best")
-    if not isinstance(best, Mapping) or not isinstance(best.get("store_bytes"), Mapping):
-        raise PlacingError(f"{source}: the plan has no best layout with store_bytes; re-run `moment plan --json`")
-    devices = best.get("devices")
-    if not isinstance(devices, Mapping):
-        raise PlacingError(f"{source}: the plan does not say which socket each device is on (no 'devices'); "
-                           "it is from an older moment: re-run `moment plan --json`")
-    gpus = tuple((g, (devices.get(g) or {}).get("socket")) for g in sorted(best.get("inlet_bytes_per_s", {}),
-                                                                            key=_natural))
-    stores = []
-    for sid, nbytes in best["store_bytes"].items():
-        node = sid.split(":", 1)[1] if sid.startswith("cache:") else sid
-        dev = devices.get(node)
-        if not isinstance(dev, Mapping) or dev.get("kind") not in _KIND_OF_NODE:
-            raise PlacingError(f"{source}: store {sid!r} has no device entry of kind gpu, memory or nvme; "
-                               "re-run `moment plan --json`")
-        stores.append(Store(sid, _KIND_OF_NODE[dev["kind"]], node, dev.get("socket"), float(nbytes),
-                            dev.get("numa_node")))
-    # memories of the machine that the plan gave no share still exist: a CPU cache may use them
-    for node, dev in devices.items():
-        if isinstance(dev, Mapping) and dev.get("kind") == "memory" and node not in best["store_bytes"]:
-            stores.append(Store(node, "cpu", node, dev.get("socket"), 0.0, dev.get("numa_node")))
-    pairs = tuple((str(a), str(b)) for a, b in best.get("nvlink", ()))
-    return PlanTargets(str(data.get("machine", "")), gpus, tuple(stores), pairs, source)
-
-
-def devices_of(placed) -> dict[str, dict[str, Any]]:
-    """Kind, socket and NUMA node of every GPU, memory and NVMe device of a placed topology.
-
-    The ``devices`` map of ``moment plan --json`` (what :func:`targets_from_plan_dict` reads).
-    """
-    from planner.topology.model import NodeKind
-
-    out: dict[str, dict[str, Any]] = {}
-    for kind in (NodeKind.GPU, NodeKind.MEMORY, NodeKind.NVME):
-        for n in placed.nodes(kind):
-            s = placed.socket_of(n.id)
-            numa = (s.attrs.get("numa_nodes") or [None])[0] if s is not None else None
-            out[n.id] = {"kind": kind.value, "socket": s.id if s is not None else None, "numa_node": numa}
-    return out
-
-
-def nvlink_pairs_of(placed) -> list[list[str]]:
-    """NVLink links between GPUs of a placed topology, each pair once."""
-    from planner.topology.model import LinkKind, NodeKind
-
-    gpus = {n.id for n in placed.nodes(NodeKind.GPU)}
-    pairs = {tuple(sorted((lk.src, lk.dst))) for lk in placed.links(LinkKind.NVLINK)
-             if lk.src in gpus and lk.dst in gpus}
-    return [list(p) for p in sorted(pairs)]
-
-
-def targets_from_flow(placed, result, machine: str = "", source: str = "") -> PlanTargets:
-    """Targets from a placed topology and its :class:`~planner.flow.FlowResult` (a plan made on the fly)."""
-    data = {"schema": "moment.plan", "machine": machine or placed.name,
-            "best": {"store_bytes": dict(result.store_bytes), "inlet_bytes_per_s": dict(result.inlet_bytes_per_s),
-                     "devices": devices_of(placed), "nvlink": nvlink_pairs_of(placed)}}
-    return targets_from_plan_dict(data, source or machine or placed.name)
-
-
-def plan_targets(topology, *, spec: str | None, hotness: np.ndarray, gpu_rows: int, cpu_rows: int,
-                 gpu_mode: str = "replicate", model: str = "maxflow") -> PlanTargets:
-    """Make the plan on the fly: shares from the hotness curve and the cache sizes, then ``planner.plan``.
-
-    The GPU-cache share is what the ``gpu_rows`` hottest rows hold
-    (``gpu_rows`` × GPUs with ``partition``); the host-memory share what the
-    next ``cpu_rows`` × memories hold.
-    """
-    from planner.plan import Demand, choose_inventory, plan
-    from planner.topology.model import NodeKind
     from training.hotness import hot_share
 
-    topo, inventory = choose_inventory(topology, spec=spec)
-    n_gpus = sum(c for m, c in inventory.items if m.kind == "gpu") or len(topo.nodes(NodeKind.GPU))
-    n_mem = len(topo.nodes(NodeKind.MEMORY))
-    g_rows = gpu_rows * (n_gpus if gpu_mode == "partition" else 1)
+    n_gpus = len(targets.gpus)
+    n_mem = len(targets.of_kind("cpu"))
+    g_rows = gpu_rows * (n_gpus if gpu_mode == "partition" else 1) if n_gpus else 0
     g_share, c_share = hot_share(hotness, [g_rows, cpu_rows * n_mem])
-    # clipped below 1 so that some reads are left for the SSDs' tier to be planned at all
     g_share = min(g_share, 0.999)
-    c_share = min(c_share, 0.999 - g_share)
-    result = plan(topo, inventory, Demand(1e9, g_share, c_share if n_mem else 0.0), model=model, top=1)
-    return targets_from_flow(result.best.placed, result.best.result, result.machine,
-                             source=f"a plan of {result.machine} made now")
+    c_share = min(c_share, 0.999 - g_share) if n_mem else 0.0
+    return float(g_share), float(c_share)
+
+
+def targets_for_caches(handoff: PlanHandoff, hotness: np.ndarray, *, gpu_rows: int, cpu_rows: int,
+                       gpu_mode: str = "replicate") -> tuple[PlanTargets, str | None]:
+    """The plan's targets for the caches really given (see :meth:`PlanHandoff.resolve`), and a note
+    when they had to be solved again."""
+    g, c = cache_shares(hotness, handoff.targets, gpu_rows=gpu_rows, cpu_rows=cpu_rows, gpu_mode=gpu_mode)
+    return handoff.resolve(g, c)
+
+
+def plan_now(topology, *, spec: str | None = None, model: str = "maxflow", nvlink_pairs=(),
+             unknown_link_bytes_per_s: float | None = None, capacities=None, source: str = "") -> PlanHandoff:
+    """The hand-off of a plan made now, exactly as ``moment plan`` makes it by default (demand 1 GB per
+    GPU, cache shares 0), through the plan file's form: the placement made from it equals the one made
+    from ``moment plan --json`` output."""
+    import json
+
+    from planner.handoff import handoff_from_plan, plan_file_dict, read_plan_file
+    from planner.plan import Demand, choose_inventory, measured_inventory, plan
+
+    topo, inventory = choose_inventory(topology, spec=spec)
+    if capacities is not None:
+        inventory, _ = measured_inventory(inventory, capacities)
+    result = plan(topo, inventory, Demand(1e9), model=model, top=1, nvlink_pairs=nvlink_pairs,
+                  unknown_link_bytes_per_s=unknown_link_bytes_per_s)
+    h = handoff_from_plan(result, unknown_link_bytes_per_s=unknown_link_bytes_per_s)
+    return read_plan_file(json.loads(json.dumps(plan_file_dict(h))),
+                          source=source or f"a plan of {result.machine} made now")
 
 
 # --- bins --------------------------------------------------------------------------------
@@ -369,9 +274,10 @@ class PlacementReport:
     seconds: float
 
 
-def _placer(strategy: str, hotness: np.ndarray, dbins: list[DdakBin], pool: int, seed: int) -> DdakResult:
+def _placer(strategy: str, hotness: np.ndarray, dbins: list[DdakBin], pool: int, seed: int,
+            progress: Progress | None = None) -> DdakResult:
     if strategy == "ddak":
-        return ddak(hotness, dbins, pool=pool)
+        return ddak(hotness, dbins, pool=pool, progress=progress)
     if strategy == "hash":
         return hash_placement(hotness, dbins)
     if strategy == "hot-first":
@@ -499,10 +405,13 @@ def default_pool(num_rows: int, num_bins: int) -> int:
 
 def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *, row_bytes: int,
           strategy: str = "ddak", pool: int | None = None, seed: int = 0, reads_per_epoch: float | None = None,
-          baseline: bool = True) -> PlaceResult:
+          baseline: bool = True, codec: Any = None, progress: Progress | None = None) -> PlaceResult:
     """Place every row: ``hotness`` (``[num_rows]``, any non-negative numbers) into ``bins``.
 
     ``pool``: DDAK's pool size; ``None`` takes :func:`default_pool`.
+    ``row_bytes``: a row as the bins hold it (``codec.row_bytes`` for a
+    :class:`iostack.codec.FeatureCodec`, which the placement then carries).
+    ``progress``: DDAK's stages (:func:`planner.ddak.ddak`).
 
     Returns the iostack :class:`Placement` (SSD bins' capacity = the rows
     they got, the size of their file) with the report, and the hash
@@ -516,7 +425,7 @@ def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *,
     if pool is None:
         pool = default_pool(h.size, len(dbins))
     t = time.perf_counter()
-    result = _placer(strategy, h, dbins, pool, seed)
+    result = _placer(strategy, h, dbins, pool, seed, progress)
     sec = time.perf_counter() - t
     rep = report_for(result, bins, targets, strategy=strategy, row_bytes=row_bytes,
                      reads_per_epoch=reads_per_epoch, seconds=sec)
@@ -530,8 +439,25 @@ def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *,
     items = result.items_per_bin
     ibins = tuple(Bin(i, b.kind, int(items[i]) if b.kind == "ssd" else b.capacity_rows, path=b.path,
                       device=b.device) for i, b in enumerate(bins))
-    placement = Placement(ibins, result.bin_of, result.row_of)
+    placement = Placement(ibins, result.bin_of, result.row_of, codec=codec)
     return PlaceResult(placement, tuple(bins), rep, base, tuple(notes))
+
+
+def expected_shares(bin_of: np.ndarray, hotness: np.ndarray, num_bins: int) -> list[float]:
+    """Each bin's share of the reads under ``hotness`` (``[num_rows]``), for rows placed by ``bin_of``.
+
+    With a hotness the placement was *not* fitted to (an independent pre-sample), this is an
+    unbiased estimate of what training will read from each bin: DDAK fitted to one sample
+    puts the rows that happened to be hot in it into the caches, and a new epoch reads them
+    less often (on a skewed graph with 4 KiB rows here, the in-sample SSD share was 11-21% below
+    what training read; python tools/bench_loop.py).
+
+    >>> expected_shares(np.array([0, 1, 1]), np.array([2.0, 1.0, 1.0]), 3)
+    [0.5, 0.5, 0.0]
+    """
+    w = np.bincount(np.asarray(bin_of, np.int64), weights=np.asarray(hotness, np.float64), minlength=num_bins)
+    total = float(w.sum())
+    return [float(x) / total if total > 0 else 0.0 for x in w[:num_bins]]
 
 
 def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.PathLike[str]) -> None:
@@ -570,13 +496,15 @@ __all__ = [
     "PlanTargets",
     "Store",
     "build_bins",
+    "cache_shares",
     "check_free_space",
+    "expected_shares",
     "devices_of",
     "nvlink_pairs_of",
     "place",
-    "plan_targets",
+    "plan_now",
     "report_for",
     "ssd_bin_path",
+    "targets_for_caches",
     "targets_from_flow",
-    "targets_from_plan_dict",
 ]

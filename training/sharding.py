@@ -39,7 +39,7 @@ out/node<k>`` where each node has only its own directory.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ import numpy as np
 from iostack.bins import write_bins
 from iostack.placement import MANIFEST, save_json, save_npy
 from iostack.shards import SHARDS, ShardLayout, shard_rows
+from planner.progress import Progress
 from training.placing import (
     PlaceResult,
     PlacingError,
@@ -60,8 +61,6 @@ from training.placing import (
 
 #: rows copied per block into a node's rows.npy
 BLOCK_ROWS = 1 << 16
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -151,7 +150,7 @@ def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTarget
                     reads_per_epoch=reads)
         check_free_space(res.placement, row_bytes, d)
         if progress is not None:
-            progress(f"node {k}: writing {rows.size:,} rows")
+            progress(f"node {k}: writing {rows.size:,} rows", 0, None)
         local = _write_rows(feats, rows, d / "rows.npy")
         write_bins(local, res.placement, d, fsync=fsync)
         del local

@@ -80,6 +80,7 @@ from iostack.transfer import (
     Gathered,
     HostMemory,
     Landing,
+    RowBuffers,
     Transfer,
     TransferCounts,
     memory_for,
@@ -266,6 +267,7 @@ class MemoryFeatures:
         self.dim = int(self._x.shape[1])
         self._row_bytes = self.dim * self._x.element_size()
         self._rows = 0
+        self._rows_out = RowBuffers(self.dim, self._x.dtype)
 
     def gather(self, ids: Tensor) -> Tensor:
         return self.gather_landing(ids).wait()
@@ -278,7 +280,7 @@ class MemoryFeatures:
                 stage = tb.staging("rows", (ids.numel(), self.dim), self._x.dtype)
                 x = tb.to_device(torch.index_select(self._x, 0, ids, out=stage), dtype)
             else:
-                x = tb.cast(self._x.index_select(0, ids), dtype)
+                x = tb.cast(torch.index_select(self._x, 0, ids, out=self._rows_out.take(ids.numel())), dtype)
         return Gathered(x, tb.landing)
 
     def totals(self) -> dict[str, tuple[int, int]]:
@@ -365,6 +367,13 @@ def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto",
         raise TrainError(f"{placement_dir}: bins hold rows of dim {store.dim}, the dataset's features have "
                          f"{ds.feature_dim}; place this dataset's features")
     return StoreFeatures(store)
+
+
+def _feature_dtype(features: Any, ds: Dataset) -> str | None:
+    """The type the feature rows are held in: the placement's bins (e.g. ``int8``), else the dataset's."""
+    store = getattr(features, "store", None)
+    held = getattr(store, "feature_dtype", None)
+    return held if held is not None else ds.feature_dtype
 
 
 def open_store(placement: Any, placement_dir: str | os.PathLike[str], features: np.ndarray | None,
@@ -937,9 +946,11 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
         if world.size > 1 and world.local_size > 1 and hasattr(features, "unlink_shared"):
             world.barrier()  # every rank of the node has mapped the shared tiers: no name need stay
             features.unlink_shared()
+        predictor = _Predictor.for_run(config, features, ds)
         sample_dev, sample_why, lookups = _sampling(config, ds, labels, memory)
         csr = _csr_on(ds, sample_dev)
         source = _open_source(config, train_idx, world, csr)
+        depth = config.prefetch
         if config.model != "gat" and config.attn_dropout:
             raise TrainError("attn_dropout applies to the GAT model only")
         torch.manual_seed(config.seed)  # identical initial parameters on every rank
@@ -997,11 +1008,12 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
         store = getattr(features, "store", None)
         emit({"kind": "start", "config": config.to_dict(), "steps_per_epoch": steps, "start_epoch": start_epoch,
               "start_step": start_step, "features": type(features).__name__, "num_train": n_train,
+              "feature_dtype": _feature_dtype(features, ds),
               "parameters": sum(p.numel() for p in params), "device": str(world.device),
               "sampling": {"device": "server" if config.server else str(sample_dev), "why": sample_why},
               "store_notes": list(getattr(features, "notes", None) or (store.notes if store is not None else [])),
               "memory": features.memory_bytes() if hasattr(features, "memory_bytes") else None,
-              "rng_restored": rng_note})
+              "rng_restored": rng_note, "integrity": ds.integrity})
 
         def checkpoint(epoch: int, step: int, sums: _Sums | None) -> None:
             if ckpt_path is None:
@@ -1023,7 +1035,9 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
             prior_s = sums.v["prior_s"]
             t_epoch = time.perf_counter()
             moved = features.transfer.counts()
-            pre = Prefetcher(source.batches(epoch, first), prepare, config.prefetch, features.transfer)
+            if predictor is not None:
+                predictor.start()
+            pre = Prefetcher(source.batches(epoch, first), prepare, depth, features.transfer)
             try:
                 for step in range(first, steps):
                     rec = _step(model, params, optimizer, pre, world, n_train, config.batch_size, step, sums,
@@ -1038,6 +1052,9 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
                 pre.close()
             epoch_s = prior_s + time.perf_counter() - t_epoch
             rec = _epoch_record(epoch, steps, sums, epoch_s)
+            rec["prefetch"] = depth
+            if predictor is not None:
+                rec["prediction"] = predictor.finish(epoch, steps - first).to_dict()
             rec["transfers"] = _moved_since(moved, features.transfer.counts())
             last = epoch == config.epochs - 1
             if last or (config.eval_every_epochs and (epoch + 1) % config.eval_every_epochs == 0):
@@ -1153,6 +1170,50 @@ def _refuse_non_finite(flat: Tensor, epoch: int, step: int) -> None:
         f"epoch {epoch}, step {step}: {what}; training stopped before updating the model, and the last "
         "checkpoint is left as it was. Corrupt features (check them with `moment data info --verify "
         "DATASET`) or too high a learning rate (--lr) are the usual causes")
+
+
+class _Predictor:
+    """Per epoch: the placement's predicted I/O against the store's counters (:mod:`training.prediction`)."""
+
+    def __init__(self, store: Any, shares: dict[str, float], row_bytes: int, rates: dict,
+                 ssd_bins: list[tuple[float, int]]) -> None:
+        self.store, self.shares, self.row_bytes, self.rates = store, shares, row_bytes, rates
+        self.ssd_bins = ssd_bins
+        self._before: dict[str, dict[str, float]] = {}
+
+    @classmethod
+    def for_run(cls, config: TrainConfig, features: FeatureSource, ds: Dataset) -> _Predictor | None:
+        """One where the features come through a placement that ``moment place`` reported on."""
+        from training.prediction import (
+            load_place_report,
+            rates_from_capacities,
+            shares_from_place_report,
+            ssd_bins_from_place_report,
+        )
+
+        store = getattr(features, "store", None)
+        report = load_place_report(config.placement) if config.placement else None
+        if store is None or report is None or not hasattr(store, "tier_stats"):
+            return None
+        rates = {}
+        if config.capacities:
+            from planner.capacities import load_capacities
+
+            rates = rates_from_capacities(load_capacities(config.capacities))
+        return cls(store, shares_from_place_report(report), int(report.get("row_bytes") or ds.row_bytes), rates,
+                   ssd_bins_from_place_report(report))
+
+    def start(self) -> None:
+        self._before = self.store.tier_stats()
+
+    def finish(self, epoch: int, steps: int):
+        from training.prediction import predict_epoch
+
+        now = self.store.tier_stats()
+        keys = ("rows", "bytes", "requests", "seconds")
+        measured = {t: {k: v[k] - self._before.get(t, {}).get(k, 0) for k in keys} for t, v in now.items()}
+        return predict_epoch(epoch, self.shares, measured, row_bytes=self.row_bytes, rates=self.rates,
+                             steps=steps, ssd_bins=self.ssd_bins)
 
 
 def _epoch_record(epoch: int, steps: int, sums: _Sums, epoch_s: float) -> dict:

@@ -23,6 +23,7 @@ from rich.tree import Tree
 
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import format_link
+from planner.topology.svglayout import slot_title
 
 _KIND_STYLE = {
     NodeKind.SOCKET: "bold cyan",
@@ -78,7 +79,8 @@ def node_text(node: Node) -> str:
         if a.get("width_lanes"):
             details.append(f"x{a['width_lanes']}")
         details.append("in use" if a.get("in_use") else "empty")
-        return f"slot {a.get('designation', node.id)} ({', '.join(details)})"
+        # "Slot 0 (switch 1)", "Front NVMe bay 0", "slot 168": never "slot Slot 0"
+        return f"{slot_title(node) if a.get('designation') else 'slot ' + node.id} ({', '.join(details)})"
     if node.kind == NodeKind.SWITCH:
         model = node.attrs.get("model")
         ids = f" [{node.vendor_id}:{node.device_id}]" if node.vendor_id and node.device_id else ""

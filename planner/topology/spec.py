@@ -69,6 +69,7 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from yaml.nodes import Node as YamlNode
 
 from planner.errors import ParseError, TopologyError
+from planner.topology.bundled import bundled_machines
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import DEFAULT_EFFICIENCY, GT_PER_S, VALID_WIDTHS, pcie_bytes_per_s
 from planner.topology.pcitree import add_memory_and_interconnect, normalize_address
@@ -92,8 +93,6 @@ MAX_SWITCH_DEPTH = 16
 
 #: the most devices of one inventory line
 MAX_INVENTORY_COUNT = 4096
-
-_MACHINES_DIR = Path(__file__).resolve().parents[1] / "machines"
 
 _ID = re.compile(r"^[A-Za-z0-9_.\-/]+$")
 _NUMBER = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?)"
@@ -170,17 +169,6 @@ def load_machine_spec(path_or_text: str | Path, source: str | None = None) -> To
     'switch:sw0'
     """
     return _read_spec(path_or_text, source).topology
-
-
-def bundled_machines() -> dict[str, Path]:
-    """The specs shipped with the planner, by name (the file name without ``.yaml``).
-
-    >>> sorted(bundled_machines())[:2]
-    ['moment-a', 'moment-b']
-    """
-    if not _MACHINES_DIR.is_dir():
-        return {}
-    return {p.stem: p for p in sorted(_MACHINES_DIR.glob("*.yaml"))}
 
 
 def read_machine_spec(name_or_path: str | Path) -> MachineSpec:

@@ -24,8 +24,6 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from training.data import DatasetError
-
 #: format name -> (module, import function); detection tries them in this order
 FORMATS: dict[str, tuple[str, str]] = {
     "planetoid": ("training.importers.planetoid", "import_planetoid"),
@@ -39,6 +37,8 @@ FORMATS: dict[str, tuple[str, str]] = {
 
 def detect_format(src: str | Path) -> str:
     """The format of ``src``, judged by its file names (and, for single files, their first bytes)."""
+    from training.data import DatasetError  # here, not above: FORMATS is read by `moment --help`
+
     src = Path(src)
     if not src.exists():
         raise DatasetError(f"{src}: no such file or directory")
@@ -57,6 +57,8 @@ def import_dataset(src: str | Path, dst: str | Path, *, format: str = "auto", **
     ``options`` go to the format's import function (``name``, ``overwrite``,
     ``progress``, ``feature_dtype`` are accepted by every format). Returns ``dst``.
     """
+    from training.data import DatasetError
+
     fmt = detect_format(src) if format == "auto" else format
     if fmt not in FORMATS:
         raise DatasetError(f"--format {format!r}: expected auto or one of {', '.join(FORMATS)}")

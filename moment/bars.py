@@ -1,0 +1,86 @@
+"""Rich progress bars for the commands: the CLI side of :class:`planner.progress.Progress`.
+
+One :class:`Bars` per command run: it is a ``Progress`` callback (one bar per stage,
+on stderr, with done/total, rate, elapsed time and ETA) and prints short notes above
+the bars. It stays silent with ``--json`` (``quiet=True``) or when stdout or stderr
+is not a terminal, so piped output and logs carry only the results.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def is_terminal() -> bool:
+    """Whether both stdout and stderr are terminals (where bars belong)."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+class Bars:
+    """A :class:`planner.progress.Progress` that draws rich bars; a context manager.
+
+    ``quiet``: draw nothing (``--json``, ``--quiet``). ``unit``: what the counts count,
+    shown in the rate column ("rows", "steps"). ``transient``: remove the bars when done.
+    """
+
+    def __init__(self, *, quiet: bool = False, unit: str = "", transient: bool = False) -> None:
+        self.enabled = not quiet and is_terminal()
+        self.unit = unit
+        self.transient = transient
+        self.progress = None
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self) -> Bars:
+        if self.enabled and self.progress is None:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TaskProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            console = Console(stderr=True, highlight=False, emoji=False, force_terminal=True)  # checked above
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TaskProgressColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                                     TextColumn("eta"), TimeRemainingColumn(), console=console,
+                                     transient=self.transient)
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+    def __call__(self, stage: str, done: int, total: int | None, info: str = "") -> None:
+        if self.progress is None:
+            return
+        if total is None and done == 0 and stage not in self.tasks:
+            self.note(stage)  # an announced step: a line, not a bar
+            return
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=total, info=info)
+        task = self.tasks[stage]
+        if not info:  # the rate, in the stage's own units (rows, batches, steps)
+            elapsed = self.progress.tasks[task].elapsed or 0.0
+            info = f"{done / elapsed:,.0f}{' ' + self.unit if self.unit else ''}/s" if elapsed > 0 else ""
+        self.progress.update(task, completed=done, total=total, info=info)
+
+    def reset(self, stage: str) -> None:
+        """Start ``stage``'s bar again from zero (its clock too): the next epoch."""
+        if self.progress is not None and stage in self.tasks:
+            self.progress.reset(self.tasks[stage])
+
+    def note(self, text: str) -> None:
+        """A dim line above the bars (nothing when quiet)."""
+        if self.progress is not None:
+            self.progress.console.print(f"… {text}", style="dim", markup=False, highlight=False)
+
+    def print(self, text: str) -> None:
+        """A plain line above the bars (nothing when quiet)."""
+        if self.progress is not None:
+            self.progress.console.print(text, markup=False, highlight=False)

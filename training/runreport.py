@@ -1,0 +1,224 @@
+"""What a training run's metrics file says: time split, traffic per tier and bin, prediction.
+
+``moment train --metrics FILE.jsonl`` appends one JSON record per line: a ``start``
+record (the configuration), one ``step`` record per step and one ``epoch`` record per
+epoch (times in seconds, ``tiers``: rows and bytes read from each tier). This module
+reads such a file into a :class:`RunMetrics` and derives the figures ``moment report``
+draws; it prints nothing and draws nothing.
+
+Targets (what share of the reads each tier and bin should serve) come from the run itself
+when its ``start`` record carries ``targets``, else from the placement it trained on
+(``place.json`` in ``config.placement``). A record of kind ``prediction`` (a model's
+forecast of the run) is optional: its figures are compared with what was measured when
+there is one, and nothing is assumed about it otherwise.
+
+>>> import json, tempfile, os
+>>> recs = [{"kind": "start", "config": {}}, {"kind": "epoch", "epoch": 0, "epoch_s": 2.0, "compute_s": 1.5,
+...          "allreduce_s": 0.1, "io_wait_s": 0.4, "sample_s": 0.3, "gather_s": 0.2,
+...          "tiers": {"cpu": {"rows": 30, "bytes": 300}, "ssd": {"rows": 10, "bytes": 100}}}]
+>>> with tempfile.TemporaryDirectory() as d:
+...     p = os.path.join(d, "m.jsonl")
+...     _ = open(p, "w").write("\\n".join(json.dumps(r) for r in recs) + "\\n")
+...     run = read_metrics(p)
+>>> [round(s, 2) for s in tier_shares(run.epochs[-1]).values()]
+[0.75, 0.25]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from training.errors import TrainingError
+
+#: the parts of an epoch's time, as the trainer records them (seconds): on the training
+#: thread (they add up to about the epoch's step time) and on the prefetch thread
+FOREGROUND = ("compute_s", "allreduce_s", "io_wait_s")
+BACKGROUND = ("sample_s", "gather_s")
+
+
+class MetricsError(TrainingError):
+    """A metrics file that cannot be read (missing, not JSON lines, no epoch)."""
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    """One metrics file: the last run's ``start`` record, the epoch records (the latest of each
+    epoch number, in order), and any ``prediction`` records."""
+
+    path: Path
+    start: dict[str, Any] | None
+    epochs: tuple[dict[str, Any], ...]
+    steps: int
+    predictions: tuple[dict[str, Any], ...]
+
+
+def read_metrics(path: str | Path) -> RunMetrics:
+    """Read ``path`` (JSON lines, as ``moment train --metrics`` writes); :class:`MetricsError` naming
+    the file and line when it cannot be read or holds no epoch."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise MetricsError(f"{p}: no such metrics file (write one with `moment train --metrics {p}`)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MetricsError(f"{p}: not readable ({exc})") from None
+    start, epochs, preds, steps = None, {}, [], 0
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            if i == len(text.splitlines()):  # a run killed mid-write leaves a cut last line
+                break
+            raise MetricsError(f"{p}:{i}: not a JSON record; is this a `moment train --metrics` file?") from None
+        if not isinstance(rec, dict):
+            raise MetricsError(f"{p}:{i}: expected a JSON object per line")
+        kind = rec.get("kind")
+        if kind == "start":
+            start = rec
+        elif kind == "epoch" and isinstance(rec.get("epoch"), int):
+            epochs[rec["epoch"]] = rec  # a resumed run's epoch replaces the earlier one
+        elif kind == "step":
+            steps += 1
+        elif kind == "prediction":
+            preds.append(rec)
+    if not epochs:
+        raise MetricsError(f"{p}: no epoch record (did the run finish an epoch?)")
+    return RunMetrics(p, start, tuple(epochs[k] for k in sorted(epochs)), steps, tuple(preds))
+
+
+def time_split(epoch: dict[str, Any]) -> dict[str, float]:
+    """Seconds per part of one epoch record (missing parts are 0)."""
+    return {k: float(epoch.get(k) or 0.0) for k in (*FOREGROUND, *BACKGROUND)}
+
+
+def tier_shares(epoch: dict[str, Any]) -> dict[str, float]:
+    """Share of the rows read from each tier in one epoch record (``{}`` when none was recorded)."""
+    rows = {t: float(v.get("rows", 0)) for t, v in (epoch.get("tiers") or {}).items() if isinstance(v, dict)}
+    total = sum(rows.values())
+    return {t: r / total for t, r in rows.items()} if total > 0 else {}
+
+
+def bin_shares(epoch: dict[str, Any]) -> dict[str, float]:
+    """Share of the rows read from each bin, when the epoch record has ``bins`` (else ``{}``)."""
+    rows = {str(b): float(v.get("rows", 0) if isinstance(v, dict) else v) for b, v in (epoch.get("bins") or {}).items()}
+    total = sum(rows.values())
+    return {b: r / total for b, r in rows.items()} if total > 0 else {}
+
+
+def _place_report(run: RunMetrics) -> dict[str, Any] | None:
+    placement = ((run.start or {}).get("config") or {}).get("placement")
+    if not placement:
+        return None
+    p = Path(placement)
+    if not p.is_absolute() and not p.exists():
+        p = run.path.parent / placement  # a relative path, from where the run was started
+    try:
+        return json.loads((p / "place.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def placement_bins(run: RunMetrics) -> list[dict[str, Any]]:
+    """Per bin of the placement the run trained on: ``id``, ``kind``, ``target`` (share of reads the
+    plan wants there) and ``expected`` (share the placement should draw, by its hotness); ``[]``
+    without a readable ``place.json``."""
+    rep = _place_report(run)
+    if not rep:
+        return []
+    bins = rep.get("bins") or []
+    expected = {b.get("id"): b.get("traffic_share") for b in (rep.get("report") or {}).get("bins") or []}
+    out = []
+    for i, b in enumerate(bins):
+        out.append({"id": i, "kind": b.get("kind", "?"), "target": float(b.get("target_share") or 0.0),
+                    "expected": expected.get(i)})
+    return out
+
+
+def tier_targets(run: RunMetrics) -> dict[str, float]:
+    """Target share of the reads per tier: the ``start`` record's ``targets`` when it has them
+    (``{tier: share}``), else the placement's bins summed per tier; ``{}`` when there are none."""
+    given = (run.start or {}).get("targets")
+    if isinstance(given, dict) and all(isinstance(v, (int, float)) for v in given.values()):
+        return {str(k): float(v) for k, v in given.items()}
+    out: dict[str, float] = {}
+    for b in placement_bins(run):
+        out[b["kind"]] = out.get(b["kind"], 0.0) + b["target"]
+    total = sum(out.values())
+    return {k: v / total for k, v in out.items()} if total > 0 else {}
+
+
+def _numbers(d: Any, prefix: str = "") -> dict[str, float]:
+    """The finite numbers of a (nested) dict, by dotted key."""
+    out: dict[str, float] = {}
+    if not isinstance(d, dict):
+        return out
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_numbers(v, f"{prefix}{k}."))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out[f"{prefix}{k}"] = float(v)
+    return out
+
+
+def predicted_vs_measured(run: RunMetrics) -> list[tuple[str, float, float]]:
+    """``(figure, predicted, measured)`` for every figure a ``prediction`` record forecasts and the
+    run measured. A prediction gives its figures as ``predicted: {...}`` (or ``predicted_<name>``
+    keys); the measured side is its ``measured: {...}`` (or ``measured_<name>``), else the last
+    epoch's figure of the same name. Without such records, the last epoch's own ``prediction``
+    (``moment train --capacities``: read seconds and bytes per tier). ``[]`` without either."""
+    epoch_pred = run.epochs[-1].get("prediction")
+    if not run.predictions and isinstance(epoch_pred, dict):
+        # moment train's own: the last epoch's prediction per tier (training.prediction)
+        out = []
+        for t in epoch_pred.get("tiers", ()):
+            if t.get("predicted_s") is not None and t.get("measured_s"):
+                out.append((f"{t['tier']} read s", float(t["predicted_s"]), float(t["measured_s"])))
+            if t.get("measured_bytes"):
+                out.append((f"{t['tier']} MB read", float(t["predicted_bytes"]) / 1e6, float(t["measured_bytes"]) / 1e6))
+        return out
+    if not run.predictions:
+        return []
+    rec = run.predictions[-1]
+    pred = _numbers(rec.get("predicted")) or {k[len("predicted_"):]: v for k, v in _numbers(rec).items()
+                                              if k.startswith("predicted_")}
+    meas = _numbers(rec.get("measured")) or {k[len("measured_"):]: v for k, v in _numbers(rec).items()
+                                             if k.startswith("measured_")}
+    last = _numbers(run.epochs[-1])
+    out = []
+    for name, value in pred.items():
+        m = meas.get(name, last.get(name))
+        if m is not None:
+            out.append((name, value, m))
+    return out
+
+
+def summary(run: RunMetrics) -> list[str]:
+    """A few lines for a reader: what ran, the last epoch's time split, traffic against targets, prediction."""
+    last = run.epochs[-1]
+    cfg = (run.start or {}).get("config") or {}
+    lines = [f"{run.path}: {len(run.epochs)} epoch(s), {run.steps} step record(s)"
+             + (f", {cfg.get('model')} on {cfg.get('dataset')}" if cfg.get("model") else "")]
+    t = time_split(last)
+    fg = sum(t[k] for k in FOREGROUND) or 1.0
+    lines.append(f"last epoch ({last['epoch']}): {float(last.get('epoch_s') or 0):.2f} s, "
+                 f"{float(last.get('seeds_per_s') or 0):,.0f} seeds/s; training thread: "
+                 + ", ".join(f"{k[:-2].replace('allreduce', 'all-reduce').replace('io_wait', 'I/O wait')} "
+                             f"{t[k]:.2f} s ({t[k] / fg:.0%})" for k in FOREGROUND)
+                 + f"; in the background: sample {t['sample_s']:.2f} s, gather {t['gather_s']:.2f} s")
+    shares, targets = tier_shares(last), tier_targets(run)
+    if shares:
+        lines.append("reads per tier: " + ", ".join(
+            f"{k} {v:.1%}" + (f" (target {targets[k]:.1%})" if k in targets else "") for k, v in shares.items()))
+    pvm = predicted_vs_measured(run)
+    if pvm:
+        lines.append("predicted vs measured: " + ", ".join(
+            f"{n} {p:.3g} vs {m:.3g}" + (f" ({m / p:.2f}×)" if p else "") for n, p, m in pvm[:6]))
+    else:
+        lines.append("no prediction in the metrics (nothing to compare the measured figures with)")
+    return lines
