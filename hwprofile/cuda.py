@@ -9,7 +9,7 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hwprofile._common import Progress, _now, _say
+from hwprofile._common import Progress, _now, report
 from momentbase.units import format_size
 from planner.capacities import LinkCapacity, PcieEfficiency
 from planner.hostinfo import gpu_numa_node, numa_nodes, props_bus_address
@@ -93,7 +93,7 @@ def cuda_bandwidths(topo: Topology | None = None, bytes: int = 256 << 20, repeat
         props = torch.cuda.get_device_properties(i)
         key, node_id = _gpu_node(topo, props)
         keys.append(key)
-        _say(progress, f"GPU {i} ({props.name}): host↔device copies of {format_size(n)}")
+        report(progress, f"GPU {i} ({props.name}): host↔device copies of {format_size(n)}")
         numa = gpu_numa_node(props_bus_address(props), topo, sys_root)
         with _on_numa_node(numa, sys_root) as local:
             pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
@@ -121,7 +121,7 @@ def cuda_bandwidths(topo: Topology | None = None, bytes: int = 256 << 20, repeat
             if not torch.cuda.can_device_access_peer(i, j):
                 notes.append(f"GPU {i} → GPU {j}: not measured: no peer access")
                 continue
-            _say(progress, f"GPU {i} → GPU {j}: peer copies of {format_size(n)}")
+            report(progress, f"GPU {i} → GPU {j}: peer copies of {format_size(n)}")
             a = torch.empty(n, dtype=torch.uint8, device=f"cuda:{i}")
             b = torch.empty(n, dtype=torch.uint8, device=f"cuda:{j}")
             bw = timed(lambda a=a, b=b: b.copy_(a, non_blocking=True), i)

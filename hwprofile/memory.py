@@ -7,7 +7,7 @@ import os
 import socket
 import time
 
-from hwprofile._common import Progress, _now, _say
+from hwprofile._common import Progress, _now, report
 from momentbase.units import format_size
 from planner.capacities import MemoryCapacity
 from planner.errors import ProfileError
@@ -84,7 +84,7 @@ def memory_bandwidth_by_node(bytes: int = 256 << 20, repeats: int = 5, threads: 
 
     if not nodes or allowed is None:
         t = threads or min(8, os.cpu_count() or 1)
-        _say(progress, f"memory: numpy copy of {format_size(bytes)}, {t} thread(s)")
+        report(progress, f"memory: numpy copy of {format_size(bytes)}, {t} thread(s)")
         out.append(entry(None, host_memory_bandwidth(bytes, repeats, t), t))
         return out, notes
     for numa, cpus in nodes.items():
@@ -94,7 +94,7 @@ def memory_bandwidth_by_node(bytes: int = 256 << 20, repeats: int = 5, threads: 
                          + ("the node has no CPUs" if not cpus else "none of its CPUs may be used here"))
             continue
         t = threads or min(8, len(usable))
-        _say(progress, f"memory of NUMA node {numa}: numpy copy of {format_size(bytes)}, {t} thread(s)")
+        report(progress, f"memory of NUMA node {numa}: numpy copy of {format_size(bytes)}, {t} thread(s)")
         try:
             os.sched_setaffinity(0, usable)
             bw = host_memory_bandwidth(bytes, repeats, t)

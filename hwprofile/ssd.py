@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hwprofile._common import Progress, _now, _say
+from hwprofile._common import Progress, _now, report
 from iostack.backends.base import aligned_empty
 from iostack.backends.posix import PosixBackend, probe_direct
 from iostack.bins import PAGE, BinFile, layout
@@ -42,7 +42,6 @@ from momentbase.units import format_size
 from planner.capacities import ReadMeasurement
 from planner.errors import ProfileError
 from planner.fio import run_fio
-from planner.progress import report
 
 __all__ = [
     "SsdMeasurement", "ssd_random_read", "write_test_file", "posix_random_read", "read_blocks",
@@ -383,7 +382,7 @@ def ssd_random_read(
     p = Path(path_or_dir)
     created = False
     if p.is_dir():
-        _say(progress, f"writing a {format_size(file_bytes)} test file in {p}")
+        report(progress, f"writing a {format_size(file_bytes)} test file in {p}")
         target = write_test_file(p, file_bytes, progress)
         created = True
     elif p.exists():
@@ -427,7 +426,7 @@ def ssd_random_read(
             skipped.append("fio: not run (asked not to)")
         if use_own:
             _drop_file_cache(target, file_bytes)
-            _say(progress, f"moment-posix: {format_size(block_bytes)} random reads, "
+            report(progress, f"moment-posix: {format_size(block_bytes)} random reads, "
                            f"queue depth {queue_depth}, {seconds:g} s")
             try:
                 results.append(posix_random_read(

@@ -13,7 +13,6 @@ import sys
 
 from moment._args import examples
 from moment.errors import CommandError
-from momentbase.units import format_size
 
 #: options of `data import` and the formats they apply to (dest -> formats)
 _FORMAT_OPTIONS = {
@@ -87,6 +86,7 @@ def _info_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from planner.capacities import format_size
     from training.data import dataset_info, open_dataset
 
     info = dataset_info(open_dataset(args.dir, verify="full" if args.verify else "sample"))

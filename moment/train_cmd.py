@@ -14,7 +14,6 @@ import time
 from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
 from moment.errors import CommandError
-from momentbase.units import format_size
 
 
 def _config(args: argparse.Namespace):
@@ -45,6 +44,7 @@ def _prediction_rows(t, pred: dict | None) -> None:
     """Predicted against measured read time and bytes per tier (the plan's check), when there is one."""
     if not pred:
         return
+    from planner.capacities import format_size
 
     for tier in pred["tiers"]:
         if not tier["measured_bytes"] and not tier["predicted_bytes"]:
@@ -65,6 +65,7 @@ def _train_command(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from moment.bars import Bars
+    from planner.capacities import format_size
     from training.trainer import CHECKPOINT_NAME, train
 
     if not Path(args.dataset).is_dir():

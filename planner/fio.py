@@ -25,14 +25,9 @@ from planner.progress import Progress, report
 
 __all__ = ["FIO_ENGINES", "FioRun", "fio_command", "parse_fio_json", "fio_engines", "run_fio"]
 
-
 #: fio engines tried in this order: asynchronous first
 FIO_ENGINES = ("io_uring", "libaio", "psync")
 
-
-
-def _say(progress: Progress | None, msg: str) -> None:
-    report(progress, msg)
 
 
 @dataclass(frozen=True)
@@ -193,7 +188,7 @@ def run_fio(path: str | os.PathLike[str], *, block_bytes: int, queue_depth: int,
     for engine in (engines or fio_engines(exe)):
         cmd = fio_command(path, block_bytes=block_bytes, queue_depth=queue_depth, seconds=seconds,
                           file_bytes=file_bytes, direct=direct, engine=engine, fio=exe)
-        _say(progress, f"fio {engine}: {format_size(block_bytes)} random reads, "
+        report(progress, f"fio {engine}: {format_size(block_bytes)} random reads, "
                        f"queue depth {queue_depth}, {seconds:g} s")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)

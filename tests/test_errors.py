@@ -24,6 +24,7 @@ ERRORS = {
     "training.synth": ["SynthError"],
     "training.sharded": ["NodeError"],
     "training.exchange": ["PeerLostError"],
+    "training.runreport": ["MetricsError"],
     "training.trainer": ["TrainError"],
     "training.serve.protocol": ["ServerError"],
     "moment.errors": ["CommandError"],

@@ -188,7 +188,7 @@ def test_cli_bench_gather(tmp_path, capsys):
     assert main(["bench", "io", "gather", "--vertices", "10", "--cpu-rows", "20"]) == 2
 
 
-@pytest.mark.slow  # timed fio and store reads side by side (~10 s)
+@pytest.mark.heavy  # timed fio and store reads side by side (~10 s)
 @pytest.mark.skipif(not __import__("shutil").which("fio"), reason="fio not installed")
 def test_cli_bench_raw_tiny(disk_dir, capsys):
     import shutil
