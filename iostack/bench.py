@@ -126,7 +126,8 @@ def bench_raw(directory: str | os.PathLike[str], *, file_bytes: int = 4 << 30, r
     tier's share of one gather is of that order or larger; smaller calls pay
     the queue's ramp-up and drain once per call.
     """
-    from planner.profile import ProfileError, run_fio
+    from planner.errors import ProfileError
+    from planner.fio import run_fio
 
     engines = available_engines() if engine == "all" else (engine,) if isinstance(engine, str) else tuple(engine)
     path, b = bench_file(directory, file_bytes, row_bytes, progress)

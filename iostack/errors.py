@@ -1,11 +1,11 @@
-"""Errors raised by iostack: user-facing ones are :class:`~planner.errors.PlannerError` subclasses."""
+"""Errors raised by iostack: user-facing ones are :class:`StoreError`, a :class:`~momentbase.errors.MomentError`."""
 
 from __future__ import annotations
 
-from planner.errors import PlannerError
+from momentbase.errors import MomentError
 
 
-class StoreError(PlannerError):
+class StoreError(MomentError):
     """A placement, a bin file or a backend that cannot serve the store.
 
     The message names the file (or field) and says how to fix it, e.g. a bin

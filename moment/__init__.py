@@ -1,3 +1,5 @@
 """Moment: plan, place and train out-of-core GNNs on one multi-GPU server."""
 
-__version__ = "0.1.0"
+from momentbase import __version__
+
+__all__ = ["__version__"]

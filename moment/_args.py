@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
+from momentbase.errors import MomentError
 from planner.errors import PlannerError
 
 T = TypeVar("T")
@@ -40,7 +41,7 @@ def size_arg(text: str, flag: str) -> int:
         return 0
     try:
         return parse_size(text)
-    except PlannerError as exc:
+    except MomentError as exc:
         raise PlannerError(f"{flag} {text!r}: {exc}") from None
 
 
@@ -50,7 +51,7 @@ def argtype(parse: Callable[[str], T]) -> Callable[[str], T]:
     def convert(text: str) -> T:
         try:
             return parse(text)
-        except PlannerError as exc:
+        except MomentError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return convert

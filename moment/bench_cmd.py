@@ -18,7 +18,7 @@ from pathlib import Path
 
 from moment._args import examples
 from moment.bars import Bars
-from planner.errors import PlannerError
+from moment.errors import CommandError
 
 #: fewer paired rounds than this are too noisy on a shared machine to choose an engine by
 MIN_RUNS_TO_RECORD = 3
@@ -115,10 +115,10 @@ def _raw(args: argparse.Namespace) -> int:
     from planner.capacities import format_size, parse_size
 
     if args.queue_depth < 1 or args.runs < 1 or not 0 < args.seconds < float("inf"):
-        raise PlannerError("--queue-depth and --runs must be >= 1 and --seconds > 0")
+        raise CommandError("--queue-depth and --runs must be >= 1 and --seconds > 0")
     d = Path(args.dir)
     if not d.is_dir():
-        raise PlannerError(f"--dir {d}: no such directory")
+        raise CommandError(f"--dir {d}: no such directory")
     con = _console()
     with Bars() as bars:
         res = bench_raw(d, file_bytes=parse_size(args.file_size), row_bytes=parse_size(args.row_size),
@@ -157,21 +157,21 @@ def _gather(args: argparse.Namespace) -> int:
 
     v, g, c = args.vertices, args.gpu_rows, args.cpu_rows
     if v < 1 or args.dim < 1 or args.batch < 1 or g < 0 or c < 0 or g + c > v:
-        raise PlannerError("need --vertices >= 1, --dim >= 1, --batch >= 1, --gpu-rows and --cpu-rows >= 0 "
+        raise CommandError("need --vertices >= 1, --dim >= 1, --batch >= 1, --gpu-rows and --cpu-rows >= 0 "
                            "and --gpu-rows + --cpu-rows <= --vertices")
     if not 0 < args.seconds < float("inf") or not 0 <= args.alpha < float("inf"):
-        raise PlannerError(f"need --seconds > 0 and a Zipf exponent --alpha >= 0 (0: uniform ids), "
+        raise CommandError(f"need --seconds > 0 and a Zipf exponent --alpha >= 0 (0: uniform ids), "
                            f"got {args.seconds:g} and {args.alpha:g}")
     if args.dir is not None and not Path(args.dir).is_dir():
-        raise PlannerError(f"--dir {args.dir}: no such directory (create it, or leave --dir out for a temporary one)")
+        raise CommandError(f"--dir {args.dir}: no such directory (create it, or leave --dir out for a temporary one)")
     ids = None
     if args.ids:
         try:
             ids = np.load(args.ids, allow_pickle=False).astype(np.int64).reshape(-1)
         except (OSError, ValueError) as exc:
-            raise PlannerError(f"--ids {args.ids}: cannot read a .npy of ids ({exc})") from None
+            raise CommandError(f"--ids {args.ids}: cannot read a .npy of ids ({exc})") from None
         if ids.size and (ids.min() < 0 or ids.max() >= v):
-            raise PlannerError(f"--ids {args.ids}: ids must lie in 0..{v - 1} (--vertices {v})")
+            raise CommandError(f"--ids {args.ids}: ids must lie in 0..{v - 1} (--vertices {v})")
     con = _console()
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         fpath = Path(d) / "features.npy"
@@ -239,10 +239,10 @@ def _record(args: argparse.Namespace) -> int:
     from training.stream import record_stream
 
     if args.batch_size < 1 or args.epochs < 1 or not 0 <= args.rank < args.world_size:
-        raise PlannerError("need --batch-size >= 1, --epochs >= 1 and 0 <= --rank < --world-size")
+        raise CommandError("need --batch-size >= 1, --epochs >= 1 and 0 <= --rank < --world-size")
     out = Path(args.out)
     if not out.parent.is_dir():
-        raise PlannerError(f"{out}: directory {out.parent} does not exist")
+        raise CommandError(f"{out}: directory {out.parent} does not exist")
     path = record_stream(args.dataset, out, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                          seed=args.seed, epochs=args.epochs, rank=args.rank, world_size=args.world_size)
     print(f"stream written to {path}")

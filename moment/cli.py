@@ -1,8 +1,8 @@
 """The ``moment`` command line: parses, calls the libraries, prints.
 
 Every error a user can cause (a missing or garbled file, an unknown machine
-name) is a :class:`planner.errors.PlannerError`; it is printed as one line
-naming the input and the fix, with exit status 2. Set ``MOMENT_DEBUG=1`` to
+name) is a :class:`momentbase.errors.MomentError`, whichever package raised it;
+:func:`main` prints it as one line naming the input and the fix, with exit status 2. Set ``MOMENT_DEBUG=1`` to
 see the traceback of an unexpected error.
 """
 
@@ -14,7 +14,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from moment._args import accept_negative_values, add_source_args, examples, load_topology
+from moment._args import (
+    accept_negative_values,
+    add_source_args,
+    examples,
+    load_topology,
+)
+from moment.errors import CommandError
+from momentbase.errors import MomentError
 from planner.errors import PlannerError
 
 EXIT_USAGE = 2
@@ -61,14 +68,14 @@ def _profile_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from hwprofile import profile_machine
     from planner.capacities import format_size, parse_size, save_capacities
-    from planner.profile import profile_machine
 
     def number(text: str, what: str, kind: type) -> float:
         try:
             return kind(text)
         except ValueError:
-            raise PlannerError(f"--{what} {text!r}: expected a {'whole ' if kind is int else ''}number") from None
+            raise CommandError(f"--{what} {text!r}: expected a {'whole ' if kind is int else ''}number") from None
 
     block = parse_size(args.block_size)
     file_bytes = parse_size(args.file_size)
@@ -76,11 +83,11 @@ def _profile_command(args: argparse.Namespace) -> int:
     seconds = number(args.seconds, "seconds", float)
     for p in args.ssd or ():
         if not Path(p).exists():
-            raise PlannerError(f"--ssd {p}: no such directory or file")
+            raise CommandError(f"--ssd {p}: no such directory or file")
     if args.out:  # refuse before measuring for minutes, not after
         out_dir = Path(args.out).parent
         if not out_dir.is_dir() or not os.access(out_dir, os.W_OK):
-            raise PlannerError(f"--out {args.out}: directory {out_dir} is missing or not writable")
+            raise CommandError(f"--out {args.out}: directory {out_dir} is missing or not writable")
     topo = None
     with contextlib.suppress(PlannerError):  # without it, figures are keyed by bus address, not node id
         topo, _ = load_topology(args)  # this machine: profile has only --sys-root
@@ -158,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"moment {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    # a command that runs other commands (moment demo) is handed main, not made to import this module
+    parser.set_defaults(cli_main=main)
 
     topo = sub.add_parser(
         "topo",
@@ -278,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except PlannerError as exc:
+    except MomentError as exc:
         print(f"moment {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

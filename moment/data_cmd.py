@@ -12,7 +12,7 @@ import json
 import sys
 
 from moment._args import examples
-from planner.errors import PlannerError
+from moment.errors import CommandError
 
 #: options of `data import` and the formats they apply to (dest -> formats)
 _FORMAT_OPTIONS = {
@@ -49,7 +49,7 @@ def _import_command(args: argparse.Namespace) -> int:
             continue
         if fmt not in formats:
             flag = "--" + dest.replace("_", "-")
-            raise PlannerError(f"{flag} does not apply to --format {fmt} (it is for {', '.join(formats)})")
+            raise CommandError(f"{flag} does not apply to --format {fmt} (it is for {', '.join(formats)})")
         options[_KWARG.get(dest, dest)] = (not value) if dest == "no_relabel" else value
     if fmt == "igb" and "classes" in options:
         options["classes"] = str(options["classes"])
@@ -77,7 +77,7 @@ def _hdf5_keys(pairs: list[str]) -> dict[str, str]:
     for text in pairs:
         key, sep, path = text.partition("=")
         if not sep or not key or not path:
-            raise PlannerError(f"--hdf5-key {text!r}: expected KEY=PATH, e.g. features=/node/x")
+            raise CommandError(f"--hdf5-key {text!r}: expected KEY=PATH, e.g. features=/node/x")
         out[key] = path
     return out
 

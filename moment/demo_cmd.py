@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from moment._args import examples
-from planner.errors import PlannerError
+from moment.errors import CommandError
 
 
 def register(subparsers) -> None:
@@ -104,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
     from rich.rule import Rule
 
     from moment._args import load_topology
-    from moment.cli import main
     from planner.plan import choose_inventory
 
     for name in ("nodes", "edges", "feature_dim", "epochs"):  # before anything is touched
@@ -112,24 +111,24 @@ def run(args: argparse.Namespace) -> int:
             if float(getattr(args, name)) < 1:
                 raise ValueError
         except ValueError:
-            raise PlannerError(f"--{name.replace('_', '-')} {getattr(args, name)}: expected a positive number") from None
+            raise CommandError(f"--{name.replace('_', '-')} {getattr(args, name)}: expected a positive number") from None
     out = Path(args.out)
     if out.exists() and not out.is_dir():
-        raise PlannerError(f"--out {out}: exists and is not a directory")
+        raise CommandError(f"--out {out}: exists and is not a directory")
     if out.exists() and any(out.iterdir()):
         if not args.force:
-            raise PlannerError(f"--out {out}: not empty (an earlier demo?); choose another directory or "
+            raise CommandError(f"--out {out}: not empty (an earlier demo?); choose another directory or "
                                "pass --force to replace it")
         foreign = sorted(p.name for p in out.iterdir() if not _is_demo_entry(p.name))
         if foreign:
-            raise PlannerError(f"--out {out}: holds {', '.join(foreign[:3])}, which the demo did not write; "
+            raise CommandError(f"--out {out}: holds {', '.join(foreign[:3])}, which the demo did not write; "
                                "--force replaces only a demo directory")
         for p in out.iterdir():  # only what the demo writes
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise PlannerError(f"--out {out}: cannot create the directory ({exc.strerror or exc})") from None
+        raise CommandError(f"--out {out}: cannot create the directory ({exc.strerror or exc})") from None
     topo, _ = load_topology(argparse.Namespace(machine=args.machine))  # as `moment plan --machine` loads it
     _, inventory = choose_inventory(topo, spec=args.machine)
     # one SSD bin directory per SSD the plan places (on a real server: one per drive)
@@ -145,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[bold]$ moment {shlex.join(argv)}[/bold]")
         sys.stdout.flush()
         t = time.perf_counter()
-        code = main(argv)
+        code = args.cli_main(argv)  # moment.cli.main, handed over by the parser (no import cycle)
         if code != 0:
             console.print(f"[red]step failed (exit {code}); the demo stops here. Everything so far is in {out}.[/red]")
             return code

@@ -7,18 +7,18 @@ import json
 import sys
 from pathlib import Path
 
-from planner.errors import PlannerError
+from moment.errors import CommandError
 
 
 def check_node_args(args: argparse.Namespace) -> None:
     """``--nodes``, ``--replicas``, ``--hot-rows`` that make sense together, before any work."""
     if args.nodes < 1:
-        raise PlannerError(f"--nodes {args.nodes}: expected at least 1")
+        raise CommandError(f"--nodes {args.nodes}: expected at least 1")
     if not 1 <= args.replicas <= args.nodes:
-        raise PlannerError(f"--replicas {args.replicas}: expected 1 to --nodes ({args.nodes}): a row is on at "
+        raise CommandError(f"--replicas {args.replicas}: expected 1 to --nodes ({args.nodes}): a row is on at "
                            "most every node")
     if not 0.0 <= args.hot_rows <= 1.0:
-        raise PlannerError(f"--hot-rows {args.hot_rows}: expected a share of the rows between 0 and 1")
+        raise CommandError(f"--hot-rows {args.hot_rows}: expected a share of the rows between 0 and 1")
 
 
 def place_nodes(args: argparse.Namespace, ds, hot, spec, targets, gpu_bytes: int, cpu_bytes: int, bars):
@@ -40,7 +40,7 @@ def place_nodes(args: argparse.Namespace, ds, hot, spec, targets, gpu_bytes: int
                              gpu_mode=args.gpu_cache_mode, strategy=args.strategy, pool=args.pool, seed=args.seed,
                              reads_per_epoch=hot.reads_per_epoch, report=head, progress=bars)
     except OSError as exc:
-        raise PlannerError(f"writing the node directories: {exc.strerror or exc} "
+        raise CommandError(f"writing the node directories: {exc.strerror or exc} "
                            f"({getattr(exc, 'filename', '')}); check --out and the --ssd directories") from None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from planner.errors import PlannerError
+from moment.errors import CommandError
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -31,17 +31,17 @@ def network_demand(args: argparse.Namespace):
     from planner.multinode import NetworkDemand, remote_share
 
     if args.nodes < 1:
-        raise PlannerError(f"--nodes {args.nodes}: expected at least 1")
+        raise CommandError(f"--nodes {args.nodes}: expected at least 1")
     if not 1 <= args.replicas <= args.nodes:
-        raise PlannerError(f"--replicas {args.replicas}: expected 1 to --nodes ({args.nodes})")
+        raise CommandError(f"--replicas {args.replicas}: expected 1 to --nodes ({args.nodes})")
     if args.nic_gbps is not None and not (0 < args.nic_gbps < math.inf):
-        raise PlannerError(f"--nic-gbps {args.nic_gbps}: expected a positive number of Gbit/s")
+        raise CommandError(f"--nic-gbps {args.nic_gbps}: expected a positive number of Gbit/s")
     share = args.remote_share
     if share is None:
         share = remote_share(args.nodes, replicas=args.replicas, hot_read_share=args.hot_read_share,
                              gpu_cache_share=args.gpu_cache_share)
     elif not 0 <= share <= 1:
-        raise PlannerError(f"--remote-share {share}: expected 0 to 1")
+        raise CommandError(f"--remote-share {share}: expected 0 to 1")
     return NetworkDemand(args.nodes, share, not args.no_gpudirect,
                          args.nic_gbps * 1e9 / 8 if args.nic_gbps else None)
 
@@ -63,12 +63,12 @@ def plan_nodes(args: argparse.Namespace, result) -> dict:
     if args.nics:
         model = NIC_MODELS.get(args.nic_model)
         if model is None:
-            raise PlannerError(f"--nic-model {args.nic_model!r}: expected one of {', '.join(NIC_MODELS)}")
+            raise CommandError(f"--nic-model {args.nic_model!r}: expected one of {', '.join(NIC_MODELS)}")
         placed = place_nics(best.placed, base, nd, model, args.nics, unknown_link_bytes_per_s=unknown)
         out["nic_placements"] = [{"slots": list(p.slots), **_summary(p.result), "notes": list(p.notes)}
                                  for p in placed]
     elif not data_nics(best.placed):
-        raise PlannerError(f"{result.machine}: --nodes {nd.nodes} needs NICs and the machine has none that carries "
+        raise CommandError(f"{result.machine}: --nodes {nd.nodes} needs NICs and the machine has none that carries "
                            "data; give --nics K (and --nic-model) to place some")
     return out
 

@@ -11,7 +11,7 @@ import math
 import time
 
 from moment._args import examples
-from planner.errors import PlannerError
+from moment.errors import CommandError
 
 
 def _feature_dim(text: str) -> int:
@@ -19,7 +19,7 @@ def _feature_dim(text: str) -> int:
     trained on (``SynthSpec(feature_dim=0)`` still makes one, for sampling benchmarks)."""
     dim = _count(text, "--feature-dim")
     if dim < 1:
-        raise PlannerError(f"--feature-dim {text}: expected 1 or more (`moment place` and `moment train` "
+        raise CommandError(f"--feature-dim {text}: expected 1 or more (`moment place` and `moment train` "
                            "need features)")
     return dim
 
@@ -39,7 +39,7 @@ def _count(text: str, option: str) -> int:
         else:
             value = int(t)
     except (ValueError, OverflowError):
-        raise PlannerError(f"{option} {text!r}: expected a whole number (like 1000000, 1e6 or 10**6)") from None
+        raise CommandError(f"{option} {text!r}: expected a whole number (like 1000000, 1e6 or 10**6)") from None
     return value
 
 
@@ -47,9 +47,9 @@ def _share(text: str, option: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise PlannerError(f"{option} {text!r}: expected a number such as 0.01") from None
+        raise CommandError(f"{option} {text!r}: expected a number such as 0.01") from None
     if not math.isfinite(value):
-        raise PlannerError(f"{option} {text!r}: expected a finite number")
+        raise CommandError(f"{option} {text!r}: expected a finite number")
     return value
 
 
@@ -75,7 +75,7 @@ def _synth_command(args: argparse.Namespace) -> int:
     ).validate()
     chunk = _count(args.chunk_edges, "--chunk-edges")
     if chunk < 1:
-        raise PlannerError(f"--chunk-edges {args.chunk_edges}: expected a positive whole number")
+        raise CommandError(f"--chunk-edges {args.chunk_edges}: expected a positive whole number")
 
     started = time.perf_counter()
     with Bars(quiet=args.quiet, transient=True) as bars:

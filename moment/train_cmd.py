@@ -13,7 +13,7 @@ import time
 
 from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
-from planner.errors import PlannerError
+from moment.errors import CommandError
 
 
 def _config(args: argparse.Namespace):
@@ -69,7 +69,7 @@ def _train_command(args: argparse.Namespace) -> int:
     from training.trainer import CHECKPOINT_NAME, train
 
     if not Path(args.dataset).is_dir():
-        raise PlannerError(f"--dataset {args.dataset}: no such dataset directory (create one with `moment data import`)")
+        raise CommandError(f"--dataset {args.dataset}: no such dataset directory (create one with `moment data import`)")
     config = _config(args)
     err = Console(stderr=True, highlight=False, emoji=False, width=None if sys.stderr.isatty() else 160)
     out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)

@@ -1,15 +1,19 @@
 """Errors raised by the planner.
 
-Every error a user can cause with bad input is a :class:`PlannerError`; the
-command line turns it into a one-line message and exit status 2. Anything else
-escaping the library is a bug.
+Every error a user can cause with bad input to the planner is a
+:class:`PlannerError`, which derives from the project's one root,
+:class:`momentbase.errors.MomentError`; the command line turns any of them into
+a one-line message and exit status 2. Anything else escaping the library is a
+bug.
 """
 
 from __future__ import annotations
 
+from momentbase.errors import MomentError
 
-class PlannerError(Exception):
-    """Base class of the planner's user-facing errors."""
+
+class PlannerError(MomentError):
+    """Base class of the planner's user-facing errors (a :class:`~momentbase.errors.MomentError`)."""
 
 
 class ParseError(PlannerError):
@@ -44,3 +48,10 @@ class ParseError(PlannerError):
 
 class TopologyError(PlannerError):
     """A topology that is inconsistent (unknown node, duplicate id, bad schema)."""
+
+
+class ProfileError(PlannerError):
+    """A measurement that could not be made (bad path, no space, a tool such as fio that failed).
+
+    Raised by :mod:`planner.fio` and by the profiler, :mod:`hwprofile`.
+    """

@@ -56,6 +56,7 @@ __all__ = [
     "inventory_from_topology",
     "merge_inventories",
     "recognise_model",
+    "slot_form_factor",
     "with_virtual_slots",
 ]
 
@@ -568,10 +569,24 @@ def with_virtual_slots(topo: Topology) -> Topology:
     return out
 
 
-def _slot_form_factor(slot: Node) -> str | None:
-    from planner.layout import slot_form_factor
+def slot_form_factor(slot: Node) -> str | None:
+    """The form factor of a slot for the fit rules, ``None`` when unknown.
 
-    return slot_form_factor(slot)
+    ``attrs["form_factor"]`` as given, except that a PCI Express slot of
+    length ``Other`` that dmidecode classed ``other`` is a GPU socket on a
+    board (an SXM socket of an HGX baseboard): ``"sxm"``.
+
+    >>> slot_form_factor(Node("s", NodeKind.SLOT, attrs={"form_factor": "other",
+    ...     "length": "Other", "slot_type": "PCI Express 5 x16"}))
+    'sxm'
+    """
+    ff = slot.attrs.get("form_factor")
+    if not isinstance(ff, str) or not ff:
+        return None
+    if ff == "other" and str(slot.attrs.get("length") or "").lower() == "other" \
+            and "pci express" in str(slot.attrs.get("slot_type") or "").lower():
+        return "sxm"
+    return ff
 
 
 def _derived_model(dev: Node, slot: Node, link: Link | None) -> DeviceModel:
@@ -582,7 +597,7 @@ def _derived_model(dev: Node, slot: Node, link: Link | None) -> DeviceModel:
         or base.lanes
     gen = (link.pcie_gen if link is not None else None) or slot.attrs.get("pcie_gen") \
         or base.pcie_gen
-    ff = _slot_form_factor(slot)
+    ff = slot_form_factor(slot)
     if kind == "gpu":
         ffs: tuple[str, ...] = (ff,) if ff else ("cem",)
         double = ffs == ("cem",) and lanes >= 16

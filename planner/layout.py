@@ -127,7 +127,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import PlannerError
-from planner.inventory import DeviceModel, Inventory, device_attrs, with_virtual_slots
+from planner.inventory import (  # slot_form_factor: re-exported, it lives with the device models
+    DeviceModel,
+    Inventory,
+    device_attrs,
+    slot_form_factor,
+    with_virtual_slots,
+)
 from planner.topology.model import DEVICE_KINDS, Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import DEFAULT_EFFICIENCY, GT_PER_S, pcie_bytes_per_s
 
@@ -178,26 +184,6 @@ class Fit:
 
     def __bool__(self) -> bool:
         return self.ok
-
-
-def slot_form_factor(slot: Node) -> str | None:
-    """The form factor of a slot for the fit rules, ``None`` when unknown.
-
-    ``attrs["form_factor"]`` as given, except that a PCI Express slot of
-    length ``Other`` that dmidecode classed ``other`` is a GPU socket on a
-    board (an SXM socket of an HGX baseboard): ``"sxm"``.
-
-    >>> slot_form_factor(Node("s", NodeKind.SLOT, attrs={"form_factor": "other",
-    ...     "length": "Other", "slot_type": "PCI Express 5 x16"}))
-    'sxm'
-    """
-    ff = slot.attrs.get("form_factor")
-    if not isinstance(ff, str) or not ff:
-        return None
-    if ff == "other" and str(slot.attrs.get("length") or "").lower() == "other" \
-            and "pci express" in str(slot.attrs.get("slot_type") or "").lower():
-        return "sxm"
-    return ff
 
 
 def _length_class(slot: Node) -> str:

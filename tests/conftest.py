@@ -36,21 +36,6 @@ def graph_fixture(name: str, filename: str = "") -> Path:
     return path
 
 
-def parses_or_refuses(parse, text: str, source: str = "fuzz") -> None:
-    """``parse(text, source)`` returns a result or raises the project's ParseError naming ``source``.
-
-    The shared body of the parsers' fuzz tests: any other exception is a bug.
-    """
-    from planner.errors import ParseError
-
-    try:
-        result = parse(text, source)
-    except ParseError as err:
-        assert err.source == source
-        return
-    assert result is not None
-
-
 def assert_parse_error(parse, text: str, line: int | None, expected: str, source: str = "bad.xml") -> None:
     """``parse(text, source)`` raises ParseError naming ``source`` and ``line``, expecting ``expected``."""
     from planner.errors import ParseError

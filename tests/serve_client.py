@@ -4,7 +4,7 @@
 
 Prints one JSON object per line: ``{"event": "joined", ...}``, ``{"event": "step", ...}``
 (slow mode), and a last ``{"event": "done", ...}`` or ``{"event": "error", "type": ...,
-"message": ..., "seconds_since_last_batch": ...}``; exit status 0, or 3 on a PlannerError.
+"message": ..., "seconds_since_last_batch": ...}``; exit status 0, or 3 on a MomentError (a user error).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from planner.errors import PlannerError  # noqa: E402
+from momentbase.errors import MomentError  # noqa: E402
 from training.batches import LocalBatchSource  # noqa: E402
 from training.data import open_dataset  # noqa: E402
 from training.sampler import NeighborSampler  # noqa: E402
@@ -92,7 +92,7 @@ def main() -> int:
             say(event="done", batches=count, bytes=nbytes, seconds=time.perf_counter() - t0)
         src.close()
         return 0
-    except PlannerError as exc:
+    except MomentError as exc:
         say(event="error", type=type(exc).__name__, message=str(exc),
             seconds_since_last_batch=round(time.monotonic() - last, 2))
         return 3

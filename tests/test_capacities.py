@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from momentbase.errors import MomentError
 from planner.capacities import (
     AppliedCapacities,
     Capacities,
@@ -224,7 +225,7 @@ def test_parse_size(text, n):
 
 @pytest.mark.parametrize("text", ["", "0", "-4KiB", "4 parsecs", "1.5", "KiB", "4 KiB/s", "nan"])
 def test_parse_size_rejects(text):
-    with pytest.raises(PlannerError):
+    with pytest.raises(MomentError):  # a SizeError, from momentbase.units
         parse_size(text)
 
 

@@ -20,6 +20,7 @@ from planner.topology.dmidecode import (
 from planner.topology.model import Link, LinkKind, NodeKind
 from planner.topology.pcitree import PciFunction, build_pci_topology
 from tests.conftest import topology_fixture
+from tests.fuzz import mutated_text, parses_or_refuses
 
 DELL = "dell-poweredge-r640-2x-xeon-gold6230-nvme"
 HPE = "hpe-cray-xd665-2x-epyc9354-h100"
@@ -382,10 +383,8 @@ def test_truncation_anywhere_never_crashes(dell_text):
 
 
 def _check(text: str) -> None:
-    try:
-        info = parse_dmidecode(text, "fuzz.txt")
-    except ParseError as exc:
-        assert exc.source == "fuzz.txt"
+    info = parses_or_refuses(parse_dmidecode, text, "fuzz.txt")
+    if info is None:
         return
     assert isinstance(info, DmiInfo)
     for s in info.slots:
@@ -425,27 +424,9 @@ def test_mutated_real_dumps(dell_text, hpe_text, data):
     first = next(i for i, ln in enumerate(lines) if "DMI type 9," in ln)
     lo = data.draw(st.integers(0, first))
     hi = data.draw(st.integers(first + 1, len(lines)))
-    lines = lines[lo:hi]
-    for _ in range(data.draw(st.integers(1, 6))):
-        if not lines:
-            break
-        i = data.draw(st.integers(0, len(lines) - 1))
-        op = data.draw(st.sampled_from(["delete", "duplicate", "truncate", "flip", "dedent", "swap"]))
-        if op == "delete":
-            del lines[i]
-        elif op == "duplicate":
-            lines.insert(i, lines[i])
-        elif op == "truncate":
-            lines[i] = lines[i][: data.draw(st.integers(0, len(lines[i])))]
-            lines = lines[: i + 1]
-        elif op == "flip" and lines[i]:
-            j = data.draw(st.integers(0, len(lines[i]) - 1))
-            lines[i] = lines[i][:j] + data.draw(st.characters()) + lines[i][j + 1:]
-        elif op == "dedent":
-            lines[i] = lines[i].lstrip()
-        elif op == "swap" and i + 1 < len(lines):
-            lines[i], lines[i + 1] = lines[i + 1], lines[i]
-    _check("\n".join(lines))
+    window = "\n".join(lines[lo:hi])
+    _check(data.draw(mutated_text([window], None, ("delete", "duplicate", "cut", "flip", "dedent", "swap"),
+                                  times=(1, 6))))
 
 
 # ---------------------------------------------------------------------------

@@ -8,16 +8,21 @@ import pkgutil
 
 import pytest
 
+import hwprofile
 import iostack
 import moment
+import momentbase
 import planner
 import training
 
+PACKAGES = (momentbase, planner, iostack, hwprofile, training, moment)
+
 MODULES = sorted(
-    m.name
-    for pkg in (planner, iostack, training, moment)
-    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")
-    if not m.name.endswith("__main__")
+    [pkg.__name__ for pkg in PACKAGES]
+    + [m.name
+       for pkg in PACKAGES
+       for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")
+       if not m.name.endswith("__main__")]
 )
 
 

@@ -118,6 +118,7 @@ def moment(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "moment", *args], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.heavy  # four CLI processes end to end (~19 s)
 def test_cli_record_place_and_emulate_two_readers(graph, tmp_path):
     """The real commands: record a stream, place the graph, replay it with 2 reader processes."""
     assert moment("bench", "record", str(tmp_path / "s.npz"), "--dataset", str(graph), "--fanouts", "5,3",

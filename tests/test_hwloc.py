@@ -14,9 +14,9 @@ from planner.topology.model import LinkKind, NodeKind, Topology
 from tests.conftest import (
     TOPOLOGY_FIXTURES,
     assert_parse_error,
-    parses_or_refuses,
     topology_fixture,
 )
+from tests.fuzz import mutated_text, parses_or_refuses
 
 DGX2 = "nvidia-dgx2h-hwloc"
 SL390S = "hp-proliant-sl390s-g7-hwloc"
@@ -387,29 +387,8 @@ def test_random_bytes(data: bytes) -> None:
     _parse_or_parse_error(data.decode("latin-1"))
 
 
-_MUTATIONS = st.sampled_from(["delete", "duplicate", "truncate", "flip", "swap"])
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(machine=st.sampled_from([SL390S, MINSKY, DGX2]), op=_MUTATIONS, data=st.data())
-def test_mutated_real_input(machine: str, op: str, data: st.DataObject) -> None:
-    text = _text(machine)
-    lines = text.splitlines(keepends=True)
-    i = data.draw(st.integers(0, len(lines) - 1), label="line")
-    if op == "delete":
-        lines.pop(i)
-    elif op == "duplicate":
-        lines.insert(i, lines[i])
-    elif op == "truncate":
-        cut = data.draw(st.integers(0, len(lines[i])), label="cut")
-        lines = lines[:i] + [lines[i][:cut]]
-    elif op == "swap":
-        j = data.draw(st.integers(0, len(lines) - 1), label="other")
-        lines[i], lines[j] = lines[j], lines[i]
-    else:
-        line = lines[i]
-        if line:
-            k = data.draw(st.integers(0, len(line) - 1), label="pos")
-            c = data.draw(st.sampled_from(list('<>/"=x0f-: \n')), label="char")
-            lines[i] = line[:k] + c + line[k + 1:]
-    _parse_or_parse_error("".join(lines))
+@given(machine=st.sampled_from([SL390S, MINSKY, DGX2]), data=st.data())
+def test_mutated_real_input(machine: str, data: st.DataObject) -> None:
+    ops = ("delete", "duplicate", "cut", "flip", "swap")
+    _parse_or_parse_error(data.draw(mutated_text([_text(machine)], '<>/"=x0f-: \n', ops, keepends=True)))

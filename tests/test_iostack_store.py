@@ -19,7 +19,7 @@ from iostack.bins import open_bin, write_bins
 from iostack.errors import StoreError
 from iostack.placement import Bin, Placement, load_placement, simple_placement
 from iostack.store import FeatureStore
-from planner.errors import PlannerError
+from momentbase.errors import MomentError
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_corrupt_and_missing_bins(tmp_path):
     path.unlink()
     with pytest.raises(StoreError, match="missing") as ei:
         FeatureStore(p, tmp_path, features=feats)
-    assert isinstance(ei.value, PlannerError)
+    assert isinstance(ei.value, MomentError)
     with pytest.raises(StoreError, match="holds float32, the store expects float64"):
         open_bin(tmp_path, ssd[1], dtype=np.float64)
 
@@ -188,6 +188,7 @@ def test_cli_bench_gather(tmp_path, capsys):
     assert main(["bench", "io", "gather", "--vertices", "10", "--cpu-rows", "20"]) == 2
 
 
+@pytest.mark.heavy  # timed fio and store reads side by side (~10 s)
 @pytest.mark.skipif(not __import__("shutil").which("fio"), reason="fio not installed")
 def test_cli_bench_raw_tiny(disk_dir, capsys):
     import shutil

@@ -153,10 +153,10 @@ def _caps(tmp_path, kv: float | None, px: float | None):
 
 def test_auto_backend_is_chosen_by_measurement(monkeypatch, tmp_path):
     from iostack.backends import choose_backend
-    from planner import profile
-    from planner.profile import BlockDevice
+    from planner import hostinfo
+    from planner.hostinfo import BlockDevice
 
-    monkeypatch.setattr(profile, "block_device_of", lambda p, sys_root="/sys": BlockDevice("nvme0n1"))
+    monkeypatch.setattr(hostinfo, "block_device_of", lambda p, sys_root="/sys": BlockDevice("nvme0n1"))
     paths = [str(tmp_path / "bin3.dat")]
     assert choose_backend("auto", cuda=False).reason.startswith("no CUDA")
     assert choose_backend("posix", cuda=True).name == "posix"
@@ -168,7 +168,7 @@ def test_auto_backend_is_chosen_by_measurement(monkeypatch, tmp_path):
     assert slower.name == "posix" and "as fast or faster" in slower.reason
     half = choose_backend("auto", cuda=True, capacities=_caps(tmp_path, 6e9, None), paths=paths)
     assert half.name == "posix" and "not measured for both" in half.reason
-    monkeypatch.setattr(profile, "block_device_of", lambda p, sys_root="/sys": BlockDevice("sdb"))
+    monkeypatch.setattr(hostinfo, "block_device_of", lambda p, sys_root="/sys": BlockDevice("sdb"))
     other = choose_backend("auto", cuda=True, capacities=_caps(tmp_path, 6e9, 3e9), paths=paths)
     assert other.name == "posix" and "no figures for its disk sdb" in other.reason
 

@@ -715,6 +715,7 @@ def seconds(topo: Topology, layout: Layout, inv: Inventory) -> float:
     return flow.solve(placed, w, model="maxflow").seconds_per_iteration
 
 
+@pytest.mark.heavy  # 25 exhaustive layout searches (~18 s)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_machines(), st.integers(1, 2), st.integers(1, 3))
 def test_same_best_time_with_and_without_pruning(machine, n_gpus, n_ssds):

@@ -28,6 +28,7 @@ from planner.topology.model import NodeKind, Topology
 from planner.topology.pcitree import PciFunction
 from planner.topology.textio import guess_format, read_text
 from tests.conftest import TOPOLOGY_FIXTURES, expected_counts, topology_fixture
+from tests.fuzz import mutated_text, parses_or_refuses
 
 DELL = "dell-poweredge-r640-2x-xeon-gold6230-nvme"
 HPE = "hpe-cray-xd665-2x-epyc9354-h100"
@@ -714,13 +715,8 @@ PROPERTY = settings(max_examples=120, deadline=None,
 
 def _each_parser(text: str) -> None:
     for parse in (parse_lspci_tree, parse_lspci_verbose, parse_lspci):
-        try:
-            fns = parse(text, "fuzz.txt")
-        except ParseError as err:
-            assert err.source == "fuzz.txt"
-            assert err.line is None or err.line >= 1
-            continue
-        assert all(isinstance(f, PciFunction) for f in fns)
+        fns = parses_or_refuses(parse, text, "fuzz.txt")
+        assert fns is None or all(isinstance(f, PciFunction) for f in fns)
     try:
         topo = topology_from_lspci(text, source="fuzz.txt")
     except ParseError:
@@ -759,28 +755,10 @@ def test_random_bytes_through_read_text(data):
 
 @pytest.mark.skipif(not FIXTURE_TEXTS, reason="fixtures not present")
 @PROPERTY
-@given(st.data())
-def test_mutated_real_input(data):
-    lines = data.draw(st.sampled_from(FIXTURE_TEXTS)).split("\n")
-    for _ in range(data.draw(st.integers(1, 4))):
-        if not lines:
-            break
-        i = data.draw(st.integers(0, len(lines) - 1))
-        op = data.draw(st.sampled_from(["delete", "duplicate", "truncate", "flip", "cut"]))
-        if op == "delete":
-            del lines[i]
-        elif op == "duplicate":
-            lines.insert(i, lines[data.draw(st.integers(0, len(lines) - 1))])
-        elif op == "truncate":
-            lines = lines[:i]
-        elif lines[i]:
-            j = data.draw(st.integers(0, len(lines[i]) - 1))
-            if op == "flip":
-                ch = data.draw(st.sampled_from(list(" -+\\|[]:.#0123456789abcdefxX\t")))
-                lines[i] = lines[i][:j] + ch + lines[i][j + 1:]
-            else:
-                lines[i] = lines[i][:j]
-    _each_parser("\n".join(lines))
+@given(mutated_text(FIXTURE_TEXTS, " -+\\|[]:.#0123456789abcdefxX\t",
+                    ("delete", "duplicate", "truncate", "flip", "chop"), times=(1, 4)))
+def test_mutated_real_input(text):
+    _each_parser(text)
 
 
 @pytest.mark.skipif(not FIXTURE_TEXTS, reason="fixtures not present")
@@ -788,17 +766,9 @@ def test_mutated_real_input(data):
 @given(st.data())
 def test_mutated_tree_with_real_dumps(data):
     """A damaged tree merged with intact dumps: ParseError or a topology, nothing else."""
-    tree = data.draw(st.sampled_from(FIXTURE_TEXTS[2:5])).split("\n")
-    i = data.draw(st.integers(0, len(tree) - 1))
-    op = data.draw(st.sampled_from(["delete", "duplicate", "truncate"]))
-    if op == "delete":
-        del tree[i]
-    elif op == "duplicate":
-        tree.insert(i, tree[data.draw(st.integers(0, len(tree) - 1))])
-    else:
-        tree = tree[:i]
+    tree = data.draw(mutated_text(FIXTURE_TEXTS[2:5], ops=("delete", "duplicate", "truncate")))
     try:
-        topo = topology_from_lspci("\n".join(tree), FIXTURE_TEXTS[5:], source="t")
+        topo = topology_from_lspci(tree, FIXTURE_TEXTS[5:], source="t")
     except ParseError:
         return
     assert isinstance(topo, Topology)

@@ -7,10 +7,12 @@ sharded over two nodes, on real Cora.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -95,6 +97,7 @@ def _refused(cora, dirs, msg, logs):
         assert text.strip().splitlines()[-1].startswith("moment train: error:")
 
 
+@pytest.mark.heavy  # starts node processes that import torch (~13 s)
 def test_a_node_started_with_another_nodes_directory_is_refused_before_training(cora, shards, tmp_path):
     _refused(cora, (shards / "node0", shards / "node0"), "were all started with shard 0's directory", tmp_path)
 
@@ -106,6 +109,7 @@ def test_nodes_of_different_placements_or_too_few_nodes_are_refused(cora, shards
     _refused(cora, (shards,), "held by no node", tmp_path / "b")
 
 
+@pytest.mark.heavy  # four launches of two nodes and a wait for the lost peer's timeout (~25 s)
 def test_a_dead_node_is_a_clear_error_and_the_job_resumes(cora, shards, tmp_path):
     """kill -9 of one node mid-epoch: the other stops within 30 s with one line; a restart resumes."""
     ck, m = tmp_path / "ck", tmp_path / "m.jsonl"
@@ -155,9 +159,13 @@ def test_a_hung_node_times_out_with_a_clear_error(cora, shards, tmp_path):
         assert "Timed out" in log(tmp_path / "a", 0).strip().splitlines()[-1]
     finally:
         procs[1][0].send_signal(signal.SIGCONT)
-        wait_all(procs, timeout=1)
+        # the resumed node finds its peer gone only when its own --timeout (3 s) runs out; wait_all
+        # kills what is left after this, and a loaded machine must not turn the clean-up into a failure
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            wait_all(procs, timeout=30)
 
 
+@pytest.mark.heavy  # kills and restarts rank processes, timing-sensitive under load (~20 s)
 def test_kill_9_of_every_local_rank_leaves_no_shared_segment(cora, tmp_path):
     """Two ranks on one node map one copy of the CPU tier; nothing of it outlives them, killed or not."""
     ds = open_dataset(cora)

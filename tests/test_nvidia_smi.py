@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,6 +18,7 @@ from planner.topology.nvidia_smi import (
     topology_from_nvidia_smi,
 )
 from tests.conftest import expected_counts, topology_fixture
+from tests.fuzz import mutated_text, parses_or_refuses
 
 DGX = "dgx-a100-class-8x-a100-sxm-2x-epyc7742-topo"
 ASUS = "asus-esc8000a-e12-epyc9374f-stelline"
@@ -360,11 +359,8 @@ def test_apply_requires_bus_addresses():
 # -- property tests ------------------------------------------------------------------
 
 def _parse_or_error(text: str) -> TopoMatrix | None:
-    try:
-        m = parse_nvidia_smi_topo(text, "fuzz.txt")
-    except ParseError as e:
-        assert e.source == "fuzz.txt"
-        assert e.line is None or 1 <= e.line <= max(1, text.count("\n") + 1)
+    m = parses_or_refuses(parse_nvidia_smi_topo, text, "fuzz.txt")
+    if m is None:
         return None
     # whatever parses must build a topology
     t = topology_from_nvidia_smi(m)
@@ -397,28 +393,10 @@ def _real_texts() -> list[str]:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 2), st.integers(0, 2**32 - 1), st.sampled_from(["delete", "duplicate", "truncate", "flip", "swap"]))
-def test_mutated_real_input_only_parse_errors(which, seed, how):
-    text = _real_texts()[which]
-    rng = random.Random(seed)
-    lines = text.split("\n")
-    k = rng.randrange(len(lines))
-    if how == "delete":
-        del lines[k]
-        text = "\n".join(lines)
-    elif how == "duplicate":
-        lines.insert(k, lines[k])
-        text = "\n".join(lines)
-    elif how == "truncate":
-        text = text[: rng.randrange(len(text))]
-    elif how == "flip":
-        pos = rng.randrange(len(text))
-        text = text[:pos] + rng.choice("X0123456789NVSPIHB\t \n-,:") + text[pos + 1:]
-    else:
-        j = rng.randrange(len(lines))
-        lines[k], lines[j] = lines[j], lines[k]
-        text = "\n".join(lines)
-    _parse_or_error(text)
+@given(st.data())
+def test_mutated_real_input_only_parse_errors(data):
+    ops = ("delete", "duplicate", "cut", "flip", "swap")
+    _parse_or_error(data.draw(mutated_text(_real_texts(), "X0123456789NVSPIHB\t -,:", ops)))
 
 
 def test_real_inputs_survive_the_property_check():

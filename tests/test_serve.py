@@ -280,6 +280,7 @@ def test_a_trainer_gets_its_local_batches_from_the_server_and_mismatches_are_ref
     assert "stopping: 2 trainer(s) served" in log
 
 
+@pytest.mark.heavy  # a server and two trainer processes (~15 s)
 def test_two_trainers_at_once_get_their_local_batches(graph):
     server = Server(graph, "--max-trainers", "2")
     try:
@@ -304,6 +305,7 @@ def test_two_trainers_at_once_get_their_local_batches(graph):
     assert "rank 0/2" in log and "rank 1/2" in log and "stopping: 2 trainer(s) served" in log
 
 
+@pytest.mark.heavy  # waits out ping timeouts of killed processes: timing-sensitive under load (~20 s)
 def test_killed_trainer_spares_the_others_and_killed_server_gives_a_clear_error(graph):
     server = Server(graph)
     try:
@@ -360,6 +362,7 @@ def test_killed_trainer_spares_the_others_and_killed_server_gives_a_clear_error(
     assert " lost" in log, log
 
 
+@pytest.mark.heavy  # torchrun with a server and two trainer processes (~18 s)
 def test_torchrun_two_trainers_train_from_the_server(graph, tmp_path):
     """The real commands: `moment serve`, then a 2-rank `torchrun ... moment train --server`."""
     server = Server(graph)

@@ -24,6 +24,7 @@ from planner.topology.spec import (
     read_machine_spec,
     spec_inventory,
 )
+from tests.fuzz import mutate, parses_or_refuses
 
 REPO = Path(__file__).resolve().parents[1]
 GiB = 2**30
@@ -535,11 +536,8 @@ BUNDLED_TEXT = {name: path.read_text() for name, path in bundled_machines().item
 
 
 def _parse_or_parse_error(text: str) -> None:
-    try:
-        spec = parse_machine_spec(text, "fuzz.yaml")
-    except ParseError as err:
-        assert err.source == "fuzz.yaml"
-        assert err.line is None or 1 <= err.line <= text.count("\n") + 2
+    spec = parses_or_refuses(parse_machine_spec, text, "fuzz.yaml")
+    if spec is None:
         return
     assert isinstance(spec.topology, Topology)
     jsonio.to_dict(spec.topology)
@@ -554,24 +552,13 @@ def mutated(draw) -> str:
                                    "indent"]))
         if not lines:
             break
-        i = draw(st.integers(0, len(lines) - 1))
-        if op == "delete":
-            del lines[i]
-        elif op == "duplicate":
-            lines.insert(i, lines[i])
-        elif op == "swap":
-            j = draw(st.integers(0, len(lines) - 1))
-            lines[i], lines[j] = lines[j], lines[i]
-        elif op == "truncate":
-            lines = lines[:i]
-        elif op == "flip" and lines[i]:
-            k = draw(st.integers(0, len(lines[i]) - 1))
-            ch = draw(st.sampled_from(list("0123456789-:{}[],&*!|>'\"# \tx.")))
-            lines[i] = lines[i][:k] + ch + lines[i][k + 1:]
-        elif op == "insert":
-            lines.insert(i, draw(st.text(max_size=30)))
-        elif op == "indent":
-            lines[i] = draw(st.sampled_from(["  ", "", "    "])) + lines[i].lstrip()
+        if op in ("insert", "indent"):  # YAML's own damage: stray text, wrong indentation
+            i = draw(st.integers(0, len(lines) - 1))
+            lines[i:i + (op == "indent")] = [draw(st.text(max_size=30)) if op == "insert" else
+                                             draw(st.sampled_from(["  ", "", "    "])) + lines[i].lstrip()]
+        else:
+            lines = mutate(lines, op, lambda lo, hi: draw(st.integers(lo, hi)),
+                           lambda: draw(st.sampled_from(list("0123456789-:{}[],&*!|>'\"# \tx."))))
     return "\n".join(lines)
 
 

@@ -233,6 +233,7 @@ def test_torchrun_two_ranks_ssd_tier_equal_one_process_and_resume(cora, cora_pla
         torch.testing.assert_close(_params(resumed.model)[k], v, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.heavy  # two torchrun launches (~11 s); the equality of N ranks and one process stays in the default run
 def test_torchrun_two_ranks_resume_exactly_with_dropout(cora, cora_placement, tmp_path):
     """Dropout draws from each rank's own random stream: a resumed rank must get its own back.
 

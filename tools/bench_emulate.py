@@ -64,7 +64,7 @@ def moment(*args: str) -> subprocess.CompletedProcess:
 
 def plain_vs_fio(base: Path, rounds: int, steps: int) -> tuple[list[float], list[float]]:
     from iostack.bench import bench_file
-    from planner.profile import run_fio
+    from planner.fio import run_fio
 
     d = base / "plain"
     d.mkdir(parents=True, exist_ok=True)

@@ -329,14 +329,14 @@ def _cora(work: Path) -> list[Figure]:
     """Two sharded nodes against one process (full neighbourhoods) and one node of two ranks (sampled)."""
     import numpy as np
 
-    from tests.conftest import GRAPH_FIXTURES  # the real Cora of ../shared/fixtures
     from training.data import open_dataset
     from training.hotness import HotnessSpec, get_hotness
     from training.importers import import_dataset
     from training.placing import PlanTargets, Store
     from training.sharding import place_sharded
 
-    src = GRAPH_FIXTURES / "cora"
+    # the real Cora of ../shared/fixtures (MOMENT_SHARED moves it, as for the tests)
+    src = Path(os.environ.get("MOMENT_SHARED", REPO.parent / "shared")) / "fixtures" / "graphs" / "cora"
     if not src.exists():
         print(f"{src} not found: no Cora figures")
         return []

@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 
 from iostack.checksums import BlockSums, bad_blocks, block_sums
-from planner.errors import PlannerError
 from planner.progress import Progress
+from training.errors import TrainingError
 
 SCHEMA = "moment.dataset"
 VERSION = 1
@@ -74,7 +74,7 @@ SAMPLE_BLOCKS = 6
 VERIFY_MODES = ("sample", "full", "none")
 
 
-class DatasetError(PlannerError):
+class DatasetError(TrainingError):
     """A dataset directory or an import source that is missing, malformed or inconsistent.
 
     The message names the file (and line or field where there is one) and says how to fix it.

@@ -31,14 +31,14 @@ from typing import Any
 
 import torch
 
-from planner.errors import PlannerError
-from planner.profile import props_bus_address
+from planner.hostinfo import props_bus_address
 from planner.topology.nvml import NvmlError, normalize_bus_id
+from training.errors import TrainingError
 
 _BUS = re.compile(r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
 
 
-class DeviceError(PlannerError):
+class DeviceError(TrainingError):
     """No GPU fits what a rank was asked to use (LOCAL_RANK, a planned bus address)."""
 
 

@@ -46,14 +46,14 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from planner.errors import PlannerError
+from training.errors import TrainingError
 
 Serve = Callable[[Tensor], Tensor]
 
 EXCHANGES = ("alltoall", "rpc")
 
 
-class PeerLostError(PlannerError):
+class PeerLostError(TrainingError):
     """Another rank died or stopped answering within the timeout: this rank cannot go on."""
 
     @classmethod

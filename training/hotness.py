@@ -53,8 +53,8 @@ from typing import Any
 
 import numpy as np
 
-from planner.errors import PlannerError
 from training.data import Dataset, Progress
+from training.errors import TrainingError
 
 METHODS = ("presample", "degree", "pagerank")
 
@@ -66,7 +66,7 @@ SCHEMA = "moment.hotness"
 VERSION = 1
 
 
-class HotnessError(PlannerError):
+class HotnessError(TrainingError):
     """A hotness that cannot be computed, saved or loaded (the message names the input and the fix)."""
 
 

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
-from planner.errors import PlannerError
+from training.errors import TrainingError
 
 # torch says once per process that sparse CSR support is "beta"; the one operation used here
 # (torch.sparse.mm with a reduction, through PyG) is tested below and in tests/test_train.py
@@ -51,7 +51,7 @@ warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta"
 __all__ = ["GAT", "GCN", "GraphSAGE", "ModelError", "adjacency", "build_model", "dropout", "relu_dropout", "MODELS"]
 
 
-class ModelError(PlannerError):
+class ModelError(TrainingError):
     """A model name or hyperparameter the models do not support."""
 
 

@@ -66,7 +66,6 @@ from planner.ddak import (
     hot_first_placement,
     random_placement,
 )
-from planner.errors import PlannerError
 from planner.handoff import (
     PlanHandoff,
     PlanTargets,
@@ -76,6 +75,7 @@ from planner.handoff import (
     targets_from_flow,
 )
 from planner.progress import Progress
+from training.errors import TrainingError
 
 STRATEGIES = ("ddak", "hash", "hot-first", "random")
 GPU_MODES = ("replicate", "partition")
@@ -84,7 +84,7 @@ GPU_MODES = ("replicate", "partition")
 ZERO_TARGET_SHARE = 1e-9
 
 
-class PlacingError(PlannerError):
+class PlacingError(TrainingError):
     """A placement request that cannot be honoured (the message names the input and the fix)."""
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import PlannerError
+from training.errors import TrainingError
 
 #: the parts of an epoch's time, as the trainer records them (seconds): on the training
 #: thread (they add up to about the epoch's step time) and on the prefetch thread
@@ -40,7 +40,7 @@ FOREGROUND = ("compute_s", "allreduce_s", "io_wait_s")
 BACKGROUND = ("sample_s", "gather_s")
 
 
-class MetricsError(PlannerError):
+class MetricsError(TrainingError):
     """A metrics file that cannot be read (missing, not JSON lines, no epoch)."""
 
 

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from planner.errors import PlannerError
+from training.errors import TrainingError
 
 __all__ = [
     "NeighborSampler",
@@ -61,7 +61,7 @@ _FLOYD_COLUMNWISE_ROWS = 4096
 _MAX_STAMP = (1 << 31) - 1
 
 
-class SamplerError(PlannerError):
+class SamplerError(TrainingError):
     """Bad input to the sampler: a malformed CSR, a bad fan-out, seeds out of range."""
 
 

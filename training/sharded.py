@@ -44,14 +44,15 @@ from torch import Tensor
 
 from iostack.shards import ShardLayout, load_layout, read_manifest
 from iostack.transfer import Gathered, Transfer
-from planner.errors import PlannerError
+from momentbase.errors import MomentError
+from training.errors import TrainingError
 from training.exchange import EXCHANGES, PeerLostError, RowExchange
 
 #: rows fetched per round when the locality cache is filled at start
 FILL_ROWS = 1 << 16
 
 
-class NodeError(PlannerError):
+class NodeError(TrainingError):
     """A multi-node run that cannot start: nodes' directories or layouts that do not fit together."""
 
 
@@ -424,7 +425,7 @@ def open_sharded(ds: Any, placement_dir: str, peers: Peers, options: ShardedOpti
     node_dir = node_directory(placement_dir, peers.node)
     try:
         layout, man = load_layout(node_dir)
-    except PlannerError as exc:
+    except MomentError as exc:
         raise NodeError(str(exc)) from None
     shard = int(man["node"])
     check_dataset(man, fingerprint(ds), str(node_dir), str(ds.path))

@@ -70,8 +70,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from planner.errors import PlannerError
 from training.data import DatasetWriter, Progress, index_dtype
+from training.errors import TrainingError
 
 #: edges per random stream; fixed so that results do not depend on chunk sizes
 EDGE_BLOCK = 1 << 16
@@ -87,7 +87,7 @@ _GRAPH500_BCD = (0.19, 0.19, 0.05)
 _STREAM_MODEL, _STREAM_EDGES, _STREAM_FEATURES, _STREAM_SPLITS = 0, 1, 2, 3
 
 
-class SynthError(PlannerError):
+class SynthError(TrainingError):
     """A synthetic-graph option that cannot be honoured (the message names the option)."""
 
 

@@ -85,7 +85,7 @@ from iostack.transfer import (
     TransferCounts,
     memory_for,
 )
-from planner.errors import PlannerError
+from momentbase.errors import MomentError
 from training.batches import BatchSource, LocalBatchSource, _mix, epoch_seeds
 from training.data import Dataset, open_dataset
 from training.devices import (
@@ -95,6 +95,7 @@ from training.devices import (
     rank_device,
     sampling_device,
 )
+from training.errors import TrainingError
 from training.exchange import PeerLostError
 from training.models import build_model
 from training.sampler import NeighborSampler, SampledBatch
@@ -111,7 +112,7 @@ _IDENTITY = ("model", "fanouts", "batch_size", "seed", "hidden", "heads", "out_h
 Progress = Callable[[dict], None]
 
 
-class TrainError(PlannerError):
+class TrainError(TrainingError):
     """A training run that cannot start or continue: bad config, dataset, placement or checkpoint."""
 
 
@@ -654,7 +655,7 @@ def _partition(placement_dir: str | None, local_rank: int, local_size: int
 
     try:
         bins = [b for b in load_placement(placement_dir).bins if b.kind == "gpu"]
-    except (OSError, PlannerError):
+    except (OSError, MomentError):
         return None, None  # open_features reports what is wrong with the placement
     mine = partition_of_rank([b.device for b in bins], local_rank, local_size)
     if len(bins) < 2 or len(mine) != 1:

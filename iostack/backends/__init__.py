@@ -64,7 +64,7 @@ def choose_backend(name: str = "auto", *, cuda: bool, capacities: Any = None,
     hint = "run `moment profile --ssd DIR --out caps.yaml` on this machine and pass --capacities caps.yaml"
     if capacities is None:
         return BackendChoice("posix", f"no measurement says KvikIO is faster here ({hint})")
-    from planner.profile import block_device_of
+    from planner.hostinfo import block_device_of
 
     paths = list(paths)
     verdicts = []

@@ -5,8 +5,8 @@ int64 triples in a shared control buffer; every read lands at its offset in a
 shared, page-aligned staging buffer (a ``memfd`` mapped by the parent and by
 each worker). Plain Python issuing one ``preadv`` per read is bound by per-call
 overhead and the GIL, not the device (``shared/notes/io-baseline.md``), so the
-backend runs several worker processes, each with a few threads, the way
-:mod:`planner._posixread` does for ``moment profile``. Workers are fresh
+backend runs several worker processes, each with a few threads (``moment
+profile`` measures SSDs with this same reader, :mod:`hwprofile.ssd`). Workers are fresh
 interpreters (``python -m iostack.backends._engine``): forking a process with
 threads is unsafe and importing numpy there would cost more than it saves.
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.errors import PlannerError
+from training.errors import TrainingError
 
 DEFAULT_PORT = 29600
 
@@ -35,7 +35,7 @@ NEXT_ID_KEY = "moment/next_worker_id"
 SERVER_NAME = "server"
 
 
-class ServerError(PlannerError):
+class ServerError(TrainingError):
     """The sampling server is unreachable, died, refused a trainer, or was misconfigured."""
 
 

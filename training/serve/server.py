@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch.distributed.rpc.functions import async_execution
 
-from planner.errors import PlannerError
+from momentbase.errors import MomentError
 from training.batches import num_steps
 from training.sampler import SampledBatch
 from training.serve.membership import RPC_PREFIX, GroupMembership
@@ -328,7 +328,7 @@ class SamplingServer:
         def work() -> None:
             try:
                 batch = self.sample(epoch, rank, world_size, step, shuffle=shuffle)
-            except PlannerError as exc:
+            except MomentError as exc:
                 fut.set_result(str(exc))
                 return
             except Exception as exc:  # a bug: send it back rather than leave the trainer waiting
