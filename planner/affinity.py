@@ -1,8 +1,8 @@
 """DDAK with consumer groups: each item's reads per group, each bin's target split per group.
 
 The algorithm and where it departs from the paper's formula (2) are described
-under "Consumer groups" in :mod:`planner.ddak`; :func:`planner.ddak.ddak` calls
-:func:`ddak_groups` when given an :class:`Affinity` with two or more groups.
+under "Consumer groups" in :mod:`planner.ddak`. :func:`ddak_affinity` is DDAK
+with an :class:`Affinity` (one group, or none: :func:`planner.ddak.ddak` itself).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.ddak import _CHUNK_ITEMS, DdakBin, DdakResult, _deviation, _targets, ddak
+from planner.ddak import _CHUNK_ITEMS, DdakBin, DdakResult, _check, _deviation, _targets, ddak
 from planner.errors import PlannerError
 from planner.progress import Progress
 
@@ -56,12 +56,31 @@ def item_groups(item_reads: np.ndarray) -> np.ndarray:
     return out
 
 
-def ddak_groups(h: np.ndarray, bins: Sequence[DdakBin], pool: int, aff: Affinity,
-                 progress: Progress | None = None) -> DdakResult:
+def ddak_affinity(hotness: np.ndarray, bins: Sequence[DdakBin], affinity: Affinity | None = None, *,
+                  pool: int = 100, progress: Progress | None = None) -> DdakResult:
     """:func:`planner.ddak.ddak` run once per consumer group (see "Consumer groups" in its module docstring).
 
-    ``h``: checked hotness (``(n,)``); the result indexes ``bins`` as :func:`~planner.ddak.ddak`'s does.
+    ``affinity`` ``None`` or with one group: :func:`planner.ddak.ddak` itself. The result indexes
+    ``bins`` as :func:`~planner.ddak.ddak`'s does; rows of a bin are its groups' rows one after another.
+
+    Two SSDs, one per socket; even items are read by socket 0, odd ones by
+    socket 1; each group's items go to its socket's SSD (but the first pool,
+    which the other bin's near-zero target in that group takes):
+
+    >>> import numpy as np
+    >>> h = np.arange(20, 0, -1).astype(np.float32)
+    >>> reads = np.zeros((20, 2), np.float32); reads[0::2, 0] = h[0::2]; reads[1::2, 1] = h[1::2]
+    >>> bins = [DdakBin("s0", "ssd", 20, 1.0), DdakBin("s1", "ssd", 20, 1.0)]
+    >>> b = ddak_affinity(h, bins, Affinity(reads, np.array([[1.0, 0.0], [0.0, 1.0]])), pool=1).bin_of
+    >>> int((b[0::2] == 0).sum()), int((b[1::2] == 1).sum())
+    (9, 9)
     """
+    if pool < 1:
+        raise PlannerError(f"pool: {pool} items; must be ≥ 1")
+    if affinity is None or affinity.groups < 2:
+        return ddak(hotness, bins, pool=pool, progress=progress)
+    h = _check(hotness, bins)
+    aff = affinity
     n, m = h.shape[0], len(bins)
     reads = np.asarray(aff.item_reads)
     split = np.asarray(aff.bin_split, dtype=np.float64)
@@ -108,4 +127,4 @@ def ddak_groups(h: np.ndarray, bins: Sequence[DdakBin], pool: int, aff: Affinity
     return DdakResult(bin_of, row_of, traffic, target, used, _deviation(traffic, target))
 
 
-__all__ = ["Affinity", "ddak_groups", "item_groups"]
+__all__ = ["Affinity", "ddak_affinity", "item_groups"]

@@ -57,7 +57,8 @@ divided in the same proportion (a bin that can hold every item, an SSD,
 keeps its full capacity in every group). So rows go to the bins the flow
 wants their readers to read from, i.e. where the GPUs that read them most
 are local; without an affinity nothing changes. This departs from formula
-(2) in running it per group with targets ``T_j · split_jg``; a group's
+(2) in running it per group with targets ``T_j · split_jg``
+(:func:`planner.affinity.ddak_affinity`, a module above this one); a group's
 items are placed by the same score, tier gate and pools as before. It costs
 about 1.5x the plain call (10^7 items, two groups: 2.5-2.7 s against
 1.7 s of CPU here; the grouping and the per-group gathers), and nothing
@@ -100,15 +101,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from planner.errors import PlannerError
 from planner.progress import Progress, report
-
-if TYPE_CHECKING:
-    from planner.affinity import Affinity
 
 #: the storage hierarchy, fastest first
 TIERS: tuple[str, ...] = ("gpu", "cpu", "ssd")
@@ -303,7 +300,6 @@ def ddak(
     pool: int = 100,
     order: np.ndarray | None = None,
     progress: Progress | None = None,
-    affinity: Affinity | None = None,
 ) -> DdakResult:
     """Place items so each bin's traffic matches its target (see the module docstring).
 
@@ -313,11 +309,9 @@ def ddak(
     move together; ``order`` an optional precomputed hot-first order of the
     item ids (a permutation of ``0..n-1``), e.g. reused across calls.
     ``progress`` hears ``("ddak", done, 3)`` after the sort, the pool loop
-    and the outputs (a call per pool would slow the loop); with an
-    ``affinity``, once per group.
-    ``affinity``: the reads per consumer group and the bins' split over the
-    groups (see "Consumer groups" in the module docstring; ``order`` is then
-    ignored).
+    and the outputs (a call per pool would slow the loop). Reads per
+    consumer group: :func:`planner.affinity.ddak_affinity` (see "Consumer
+    groups" in the module docstring).
 
     Raises :class:`PlannerError` for an empty bin list, total capacity below
     ``n``, negative or non-finite hotness, a target that is not positive.
@@ -335,10 +329,6 @@ def ddak(
     h = _check(hotness, bins)
     if pool < 1:
         raise PlannerError(f"pool: {pool} items; must be ≥ 1")
-    if affinity is not None and affinity.groups > 1:
-        from planner.affinity import ddak_groups
-
-        return ddak_groups(h, bins, pool, affinity, progress)
     n = h.shape[0]
     m = len(bins)
     own_order = order is None

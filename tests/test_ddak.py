@@ -285,7 +285,7 @@ def _cross_share(reads: np.ndarray, bin_of: np.ndarray, socket_of_bin: np.ndarra
 @pytest.mark.parametrize("seed", range(6))
 def test_affinity_cross_socket_share_at_most_hash(seed):
     """Synthetic two-socket plans: a cache, memories and SSDs on both sockets, readers on both."""
-    from planner.affinity import Affinity
+    from planner.affinity import Affinity, ddak_affinity
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(5_000, 20_000))
@@ -299,7 +299,7 @@ def test_affinity_cross_socket_share_at_most_hash(seed):
             DdakBin("s1", "ssd", n, (1 - g - c) * (1 - s0))]
     socket_of_bin = np.array([-1, 0, 1, 0, 1])
     split = np.array([[0.5, 0.5], [1, 0], [0, 1], [1, 0], [0, 1]], dtype=np.float64)
-    r = ddak(h, bins, pool=10, affinity=Affinity(reads, split))
+    r = ddak_affinity(h, bins, Affinity(reads, split), pool=10)
     hashed = hash_placement(h, bins)
     assert _cross_share(reads, r.bin_of, socket_of_bin) <= _cross_share(reads, hashed.bin_of, socket_of_bin) + 1e-9
     # a valid placement: every bin's rows are 0..k-1 once, within capacity
@@ -308,15 +308,15 @@ def test_affinity_cross_socket_share_at_most_hash(seed):
         assert np.array_equal(rows, np.arange(rows.size)) and rows.size <= b.capacity_items
     assert r.traffic_per_bin.sum() == pytest.approx(float(h.sum(dtype=np.float64)))
     # deterministic
-    again = ddak(h, bins, pool=10, affinity=Affinity(reads, split))
+    again = ddak_affinity(h, bins, Affinity(reads, split), pool=10)
     assert np.array_equal(again.bin_of, r.bin_of) and np.array_equal(again.row_of, r.row_of)
 
 
 def test_affinity_with_one_group_changes_nothing():
-    from planner.affinity import Affinity
+    from planner.affinity import Affinity, ddak_affinity
 
     h = np.arange(1000, dtype=np.float32)[::-1].copy()
     bins = [DdakBin("c", "cpu", 100, 1.0), DdakBin("s", "ssd", 1000, 3.0)]
     plain = ddak(h, bins, pool=5)
-    one = ddak(h, bins, pool=5, affinity=Affinity(h[:, None], np.ones((2, 1))))
+    one = ddak_affinity(h, bins, Affinity(h[:, None], np.ones((2, 1))), pool=5)
     assert np.array_equal(plain.bin_of, one.bin_of)

@@ -57,7 +57,7 @@ import numpy as np
 
 from iostack.bins import file_bytes_for
 from iostack.placement import Bin, Placement
-from planner.affinity import Affinity
+from planner.affinity import Affinity, ddak_affinity
 from planner.ddak import (
     DdakBin,
     DdakResult,
@@ -499,7 +499,7 @@ def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *,
             affinity = Affinity(group_reads, bin_split(targets, bins))
     t = time.perf_counter()
     if strategy == "ddak" and affinity is not None:
-        result = ddak(h, dbins, pool=pool, progress=progress, affinity=affinity)
+        result = ddak_affinity(h, dbins, affinity, pool=pool, progress=progress)
     else:
         result = _placer(strategy, h, dbins, pool, seed, progress)
     sec = time.perf_counter() - t
