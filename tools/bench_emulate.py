@@ -36,6 +36,7 @@ Build DLIO's venv once::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -212,6 +213,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
+    load0 = os.getloadavg()[0]
     figs = []
     if "plain" not in args.skip:
         ours, fio, engine = plain_vs_fio(args.dir, args.rounds, args.steps)
@@ -258,6 +260,9 @@ def main() -> int:
                                "samples/s", statistics.median(ours), statistics.median(theirs),
                                "dlio-benchmark 2.0.0", note=f"DLIO: a file per sample, page cache "
                                f"{'dropped' if dropped else 'warm'}; ours: O_DIRECT rows of one bin"))
+    before, after = load0, os.getloadavg()[0]
+    print(f"load average (1 min): {before:.2f} before, {after:.2f} after (2 cores, shared with other work)")
+    figs = [dataclasses.replace(f, note=f"{f.note}; load {before:.2f} before, {after:.2f} after") for f in figs]
     write(args.json, "bench_emulate", figs, " ".join(sys.argv))
     return 0
 
