@@ -16,7 +16,8 @@ all on the :class:`~iostack.transfer.Transfer`'s copy stream, handed to the
 consumer as a landing it waits on (:meth:`FeatureStore.gather_landing`), or
 waited for before :meth:`FeatureStore.gather` returns. Without an accelerator
 (this machine) the device is the host: a "gpu" bin is a host tensor and the
-result is a page-aligned host array that O_DIRECT reads fill in place.
+result is a page-aligned host array that O_DIRECT reads fill in place (a buffer
+of an earlier, freed result when one fits: :class:`~iostack.backends.base.AlignedPool`).
 
 Host-resident tiers (CPU bins; GPU partitions that belong to other ranks'
 GPUs) are one copy per node when ``share_key`` is given (see

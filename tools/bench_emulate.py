@@ -242,11 +242,13 @@ def main() -> int:
         med = sorted(rec, key=lambda r: r["train_epoch_s"])[len(rec) // 2]
         figs += [Figure("emulate", "recorded GraphSAGE stream: emulated vs measured epoch time", "s",
                         med["emu_epoch_s"], med["train_epoch_s"], "moment train", higher_is_better=False,
-                        target="within 10%", note=f"ratio range {min(ep):.3f}-{max(ep):.3f}; compute on "
+                        target="within 10%", note=f"the round of median train time; emulated / measured median "
+                        f"{statistics.median(ep):.3f}, range {min(ep):.3f}-{max(ep):.3f}; compute on "
                         f"{med['compute_on']}; with a sleep: {statistics.median(sep):.3f}"),
                  Figure("emulate", "recorded GraphSAGE stream: emulated vs measured I/O wait", "s",
                         med["emu_io_wait_s"], med["train_io_wait_s"], "moment train", higher_is_better=False,
-                        target="within 10%", note=f"ratio range {min(io):.3f}-{max(io):.3f}; with a sleep: "
+                        target="within 10%", note=f"emulated / measured median {statistics.median(io):.3f}, range "
+                        f"{min(io):.3f}-{max(io):.3f}; with a sleep: "
                         f"{statistics.median(sio):.3f}")]
     if "dlio" not in args.skip:
         if not (args.dlio_venv / "bin" / "dlio_benchmark").exists():
