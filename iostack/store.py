@@ -196,8 +196,9 @@ class FeatureStore:
         kinds = {b.kind for b in placement.bins}
         # numpy, not torch: grouping a gather's ids by bin is a 16-bit radix sort on one thread
         # (see _groups)
+        top = max((b.id for b in placement.bins), default=0)
         self._bin_of = np.ascontiguousarray(placement.bin_of).astype(
-            np.int16 if len(placement.bins) <= np.iinfo(np.int16).max else np.int32)
+            np.int16 if top <= np.iinfo(np.int16).max else np.int64)
         self._row_of = np.ascontiguousarray(placement.row_of, np.int64)
         self._tensors: dict[int, torch.Tensor] = {}
         self._held: dict[int, str] = {b.id: "file" for b in placement.bins}
