@@ -87,13 +87,21 @@ class StreamSpec:
     seed: int = 0
 
 
+#: where the emulated compute (and sampling) runs: ``device`` sleeps, as DLIO emulates an
+#: accelerator's step (the host stays free); ``host`` keeps the host's cores busy for the time,
+#: as a run that trained on the CPU did; ``auto``: ``host`` when ``from_metrics`` is of a CPU run
+COMPUTE_ON = ("auto", "device", "host")
+
+
 @dataclass(frozen=True)
 class ComputeSpec:
     """Emulated compute per step: a fixed ``seconds_per_step``, or per step from a ``moment train``
-    metrics file (its steps' compute + all-reduce time, and sampling time for the preparing thread)."""
+    metrics file (its steps' compute + all-reduce time, and sampling time for the preparing thread);
+    ``on`` (:data:`COMPUTE_ON`): whether that time occupies the host's cores or an accelerator."""
 
     seconds_per_step: float = 0.0
     from_metrics: str | None = None
+    on: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -196,8 +204,11 @@ def workload_from_dict(d: Mapping[str, Any], base: str | os.PathLike[str] = ".")
                             _num(st, "exponent", "stream", float, 1.0, minimum=0.0),
                             _num(st, "seed", "stream", int, 0))
     c = _section(d, "compute")
+    on = str(c.get("on", "auto"))
+    if on not in COMPUTE_ON:
+        raise WorkloadError(f"compute.on: {on!r}; expected {', '.join(COMPUTE_ON)}")
     compute = ComputeSpec(_num(c, "seconds_per_step", "compute", float, 0.0),
-                          path(c["from_metrics"]) if c.get("from_metrics") else None)
+                          path(c["from_metrics"]) if c.get("from_metrics") else None, on)
     ck = _section(d, "checkpoint")
     checkpoint = CheckpointSpec(_num(ck, "bytes", "checkpoint", int, 0), _num(ck, "every_steps", "checkpoint", int, 0),
                                 path(ck["dir"]) if ck.get("dir") else None)
@@ -312,6 +323,63 @@ def metrics_times(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]
     return np.array([r[2] for r in rows]), np.array([r[3] for r in rows])
 
 
+def metrics_device(path: str | os.PathLike[str]) -> str | None:
+    """The training device (``cpu``, ``cuda:0``) of a ``moment train`` metrics file's start record, if any."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise WorkloadError(f"compute.from_metrics {path}: {exc.strerror or exc}") from None
+    for line in lines:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("kind") == "start" and r.get("device"):
+            return str(r["device"])
+    return None
+
+
+def compute_on(spec: ComputeSpec) -> str:
+    """``host`` or ``device``: ``spec.on``, with ``auto`` resolved (``host`` for a CPU run's metrics)."""
+    if spec.on != "auto":
+        return spec.on
+    dev = metrics_device(spec.from_metrics) if spec.from_metrics else None
+    return "host" if dev is not None and dev.split(":")[0] == "cpu" else "device"
+
+
+class _HostWork:
+    """Busy host time standing in for a CPU run's compute and sampling (``compute.on: host``).
+
+    A CPU training step is a few large multi-threaded kernels (the layers' matrix
+    products over every sampled row, their backward passes): it keeps all of
+    torch's intra-op threads busy, and the gather shares the cores with it. So
+    the emulated compute runs matrix products on those threads (this process's
+    torch default, the trainer's too) for the step's measured compute time, in
+    short kernels (~0.1-1 ms, released GIL) so it ends within a kernel of it.
+    Sampling (index arithmetic on one thread) is emulated by one thread of
+    element-wise numpy work, which also releases the GIL.
+    """
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        g = torch.Generator().manual_seed(0)
+        self._a, self._b = torch.rand(256, 256, generator=g), torch.rand(256, 256, generator=g)
+        self._c = torch.empty(256, 256)
+        self._v = np.zeros(1 << 16)
+
+    def compute(self, seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            self._torch.mm(self._a, self._b, out=self._c)
+
+    def sample(self, seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            np.add(self._v, 1.0, out=self._v)
+
+
 # --- the replay --------------------------------------------------------------------------------
 
 
@@ -352,6 +420,7 @@ class EmulateResult:
     direct: bool
     step_wait_s: tuple[float, ...] = ()
     step_compute_s: tuple[float, ...] = ()
+    compute_on: str = "device"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -401,6 +470,10 @@ def _replay(w: Workload, rank: int, progress: Progress | None = None) -> dict[st
         compute = sample = None
         if w.compute.from_metrics:
             compute, sample = metrics_times(w.compute.from_metrics)
+        on = compute_on(w.compute)
+        host = _HostWork() if on == "host" else None
+        spend_compute = host.compute if host is not None else time.sleep
+        spend_sample = host.sample if host is not None else time.sleep
         mine = list(range(rank, stream.steps, w.readers))
         ck_buf = np.random.default_rng(rank).integers(0, 256, min(w.checkpoint.bytes, 64 << 20) or 1, np.uint8)
         if w.checkpoint.dir:
@@ -416,7 +489,7 @@ def _replay(w: Workload, rank: int, progress: Progress | None = None) -> dict[st
                     if stop.is_set():
                         return
                     if sample is not None:  # the sampler's time of the measured run
-                        time.sleep(float(sample[s % sample.size]))
+                        spend_sample(float(sample[s % sample.size]))
                     t0 = time.perf_counter()
                     store.gather(torch.from_numpy(stream.step(s)))
                     lat.append(time.perf_counter() - t0)
@@ -435,7 +508,7 @@ def _replay(w: Workload, rank: int, progress: Progress | None = None) -> dict[st
             t0 = time.perf_counter()
             if thread is None:  # no prefetch: gather inline, all of it is waiting
                 if sample is not None:
-                    time.sleep(float(sample[s % sample.size]))
+                    spend_sample(float(sample[s % sample.size]))
                 store.gather(torch.from_numpy(stream.step(s)))
                 item = s
             else:
@@ -445,7 +518,7 @@ def _replay(w: Workload, rank: int, progress: Progress | None = None) -> dict[st
             waits.append(time.perf_counter() - t0)
             c = float(compute[s % compute.size]) if compute is not None else w.compute.seconds_per_step
             if c > 0:
-                time.sleep(c)
+                spend_compute(c)
             computes.append(c)
             done += 1
             ck = w.checkpoint
@@ -468,7 +541,7 @@ def _replay(w: Workload, rank: int, progress: Progress | None = None) -> dict[st
             lat = [lat[i] for i in np.linspace(0, len(lat) - 1, _LATENCY_SAMPLES).astype(int)]
         return {"steps": done, "seconds": seconds, "waits": waits, "computes": computes, "ck_s": ck_s,
                 "ck_bytes": ck_bytes, "tiers": tiers, "lat": lat, "row_bytes": store.row_bytes,
-                "direct": all(d for d, _ in store.direct_io().values())}
+                "direct": all(d for d, _ in store.direct_io().values()), "on": on}
     finally:
         store.close()
 
@@ -498,7 +571,8 @@ def _combine(w: Workload, parts: list[dict[str, Any]]) -> EmulateResult:
     return EmulateResult(w.name, w.readers, steps, seconds, rows, nbytes, steps / seconds, rows / seconds,
                          nbytes / seconds, wait, wait / wall if wall else 0.0, comp, comp / wall if wall else 0.0,
                          sum(p["ck_s"] for p in parts), sum(p["ck_bytes"] for p in parts), p50, p99, tiers,
-                         all(p["direct"] for p in parts), tuple(first["waits"]), tuple(first["computes"]))
+                         all(p["direct"] for p in parts), tuple(first["waits"]), tuple(first["computes"]),
+                         first["on"])
 
 
 def emulate(workload: Workload, progress: Progress | None = None) -> EmulateResult:
@@ -538,6 +612,6 @@ def emulate(workload: Workload, progress: Progress | None = None) -> EmulateResu
     return _combine(w, [parts[r] for r in range(w.readers)])
 
 
-__all__ = ["CheckpointSpec", "ComputeSpec", "EmulateResult", "Stream", "StreamSpec", "SyntheticData",
+__all__ = ["COMPUTE_ON", "CheckpointSpec", "ComputeSpec", "EmulateResult", "Stream", "StreamSpec", "SyntheticData",
            "TierFigures", "Workload", "WorkloadError", "emulate", "load_workload", "make_stream",
-           "metrics_times", "save_stream", "workload_from_dict"]
+           "compute_on", "metrics_device", "metrics_times", "save_stream", "workload_from_dict"]

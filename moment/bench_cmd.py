@@ -219,7 +219,7 @@ def _emulate(args: argparse.Namespace) -> int:
               f"{format_size(res.bytes_per_s)}/s (SSD reads {'O_DIRECT' if res.direct else 'buffered'})")
     con.print(f"I/O wait {res.io_wait_share:.1%} of step time · accelerator utilisation "
               f"{res.accelerator_utilisation:.1%} · gather latency p50 {res.latency_p50_s * 1e3:.2f} ms, "
-              f"p99 {res.latency_p99_s * 1e3:.2f} ms")
+              f"p99 {res.latency_p99_s * 1e3:.2f} ms · compute emulated on the {res.compute_on}")
     if res.checkpoint_bytes:
         con.print(f"checkpoints: {format_size(res.checkpoint_bytes)} in {res.checkpoint_s:.2f} s")
     t = Table(title="per tier", title_justify="left")

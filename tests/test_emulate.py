@@ -11,11 +11,14 @@ import pytest
 import yaml
 
 from iostack.emulate import (
+    ComputeSpec,
     StreamSpec,
     WorkloadError,
+    compute_on,
     emulate,
     load_workload,
     make_stream,
+    metrics_device,
     metrics_times,
     workload_from_dict,
 )
@@ -43,6 +46,8 @@ def synthetic(tmp_path, **over):
      "readers: 0 is below 1"),
     ({"data": {"placement": "p"}, "stream": {"kind": "uniform", "rows_per_step": 5, "steps": 1},
       "checkpoint": {"bytes": 10, "every_steps": 1}}, "checkpoint.dir: missing"),
+    ({"data": {"placement": "p"}, "stream": {"kind": "uniform", "rows_per_step": 5, "steps": 1},
+      "compute": {"on": "gpu"}}, "compute.on: 'gpu'; expected auto, device, host"),
     ({"data": {"placement": "p"}, "stream": {"kind": "uniform", "rows_per_step": 5, "steps": 1}, "gpus": 2},
      "unknown key(s) gpus"),
 ])
@@ -112,6 +117,47 @@ def test_metrics_times_reads_the_first_epoch(tmp_path):
     (tmp_path / "e.jsonl").write_text("")
     with pytest.raises(WorkloadError, match="no step records"):
         metrics_times(tmp_path / "e.jsonl")
+
+
+def _metrics(path, device):
+    recs = [{"kind": "start", "device": device}] if device else []
+    recs += [{"kind": "step", "epoch": 0, "step": s, "compute_s": 0.002, "sample_s": 0.001} for s in range(3)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return str(path)
+
+
+def test_compute_on_follows_the_measured_runs_device(tmp_path):
+    """auto: a CPU run's compute occupied the host's cores (host); a GPU run's, or a fixed time, is a sleep."""
+    cpu, gpu, old = (_metrics(tmp_path / f"{n}.jsonl", d) for n, d in (("c", "cpu"), ("g", "cuda:0"), ("o", None)))
+    assert metrics_device(cpu) == "cpu" and metrics_device(gpu) == "cuda:0" and metrics_device(old) is None
+    assert compute_on(ComputeSpec(from_metrics=cpu)) == "host"
+    assert compute_on(ComputeSpec(from_metrics=gpu)) == "device"
+    assert compute_on(ComputeSpec(from_metrics=old)) == "device"  # no start record: DLIO's default
+    assert compute_on(ComputeSpec(seconds_per_step=0.1)) == "device"
+    assert compute_on(ComputeSpec(from_metrics=gpu, on="host")) == "host"
+    assert compute_on(ComputeSpec(from_metrics=cpu, on="device")) == "device"
+
+
+def test_host_compute_spends_cpu_time_where_a_sleep_does_not(tmp_path):
+    """compute.on host keeps the host busy for the steps' compute and sampling time (CPU seconds are
+    spent); the same workload with device sleeps them. Same rows and steps either way."""
+    import resource
+
+    def cpu_s():
+        u = resource.getrusage(resource.RUSAGE_SELF)
+        return u.ru_utime + u.ru_stime
+
+    m = _metrics(tmp_path / "m.jsonl", "cpu")
+    spent = {}
+    for on in ("host", "device"):
+        w = synthetic(tmp_path, compute={"from_metrics": m, "on": on}, prefetch=0,
+                      stream={"kind": "uniform", "rows_per_step": 8, "steps": 40})
+        c0 = cpu_s()
+        r = emulate(w)
+        spent[on] = cpu_s() - c0
+        assert r.compute_on == on and r.steps == 40 and r.compute_s == pytest.approx(40 * 0.002)
+    # 40 steps x 3 ms of busy host work, against reads of 8 rows a step and two sleeps
+    assert spent["host"] > spent["device"]
 
 
 def moment(*args: str) -> subprocess.CompletedProcess:

@@ -88,6 +88,32 @@ def test_gather_property(n, dim, raw_ids, seed):
             assert np.array_equal(s.gather(torch.from_numpy(ids)).numpy(), feats[ids])
 
 
+def test_gather_results_reuse_freed_buffers_only(disk_dir):
+    """A result (or any view of it) still held is never overwritten; a freed one's buffer is reused."""
+    import gc
+
+    from iostack.backends.base import AlignedPool
+
+    feats, p = _mixed(300, 16)
+    write_bins(feats, p, disk_dir)
+    rng = np.random.default_rng(3)
+    with FeatureStore(p, disk_dir, features=feats, backend_options={"processes": 0, "threads": 2}) as s:
+        ids_a = rng.integers(0, 300, 120)
+        kept = s.gather(torch.from_numpy(ids_a))[10:]  # only a view of the result survives
+        gc.collect()
+        for _ in range(3):
+            ids = rng.integers(0, 300, 120)
+            assert torch.equal(s.gather(torch.from_numpy(ids)), torch.from_numpy(feats[ids]))
+        gc.collect()
+        assert torch.equal(kept, torch.from_numpy(feats[ids_a[10:]]))
+        assert s._results.idle == 1  # the freed results' one buffer, reused by each next gather
+    pool = AlignedPool(keep=1)
+    a, b = pool.empty(2, 4096), pool.empty(300, 4096)
+    del a, b
+    gc.collect()
+    assert pool.idle == 1 and pool.empty(300, 4096).shape == (300, 4096)  # the larger one was kept
+
+
 def test_concurrent_gathers(disk_dir):
     feats, p = _mixed(400, 64)
     write_bins(feats, p, disk_dir)
