@@ -320,23 +320,6 @@ class StoreFeatures:
         self.store.close()
 
 
-def _check_placement_is_for(ds: Dataset, placement_dir: Path) -> None:
-    """Refuse a placement that ``moment place`` made from another dataset (its ``place.json`` says)."""
-    from training.data import fingerprint
-
-    try:
-        made_from = json.loads((placement_dir / "place.json").read_text()).get("dataset_fingerprint")
-    except (OSError, ValueError, AttributeError):
-        return  # a placement written by the library, without the report: nothing to compare
-    if not made_from:
-        return
-    now = fingerprint(ds)
-    diff = [k for k in made_from if now.get(k) != made_from[k]]
-    if diff:
-        raise TrainError(f"{placement_dir}: placed from another dataset than {ds.path} (they differ in "
-                         f"{', '.join(diff)}); place this dataset with `moment place`")
-
-
 def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto", *,
                   memory: DeviceMemory | None = None, local_gpu_bins: Sequence[int] | None = None,
                   share_key: str | None = None, capacities: str | None = None) -> FeatureSource:
@@ -355,8 +338,10 @@ def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto",
 
     if not Path(placement_dir).is_dir():
         raise TrainError(f"{placement_dir}: no such placement directory (write one with `moment place`)")
+    from training.place_run import check_placement_is_for
+
     placement = load_placement(placement_dir)
-    _check_placement_is_for(ds, Path(placement_dir))
+    check_placement_is_for(placement, placement_dir, ds)
     if placement.num_vertices != ds.num_nodes:
         raise TrainError(f"{placement_dir}: the placement holds {placement.num_vertices} vertices but the dataset "
                          f"{ds.path} has {ds.num_nodes}; place this dataset's features")
