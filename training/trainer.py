@@ -631,6 +631,24 @@ def _peer_errors(during: str) -> Iterator[None]:
         raise PeerLostError.of(exc, during) from None
 
 
+def _data_parallel(model: torch.nn.Module, world: _World) -> torch.nn.Module:
+    """``model`` under :class:`~torch.nn.parallel.DistributedDataParallel` on several ranks, else itself.
+
+    On the world's step group (its short timeout: a dead peer fails a step,
+    not torch's 30 minutes). DDP broadcasts rank 0's parameters on
+    construction. Buffers are not broadcast each step: the models hold none
+    that training changes. Checkpoints keep saving ``model``'s own state
+    (no ``module.`` prefix), so they resume with or without DDP.
+    """
+    if world.size <= 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    with _peer_errors("setting up DistributedDataParallel"):
+        return DistributedDataParallel(model, device_ids=[world.device] if world.device.type == "cuda" else None,
+                                       process_group=world.group, broadcast_buffers=False)
+
+
 def _partition(placement_dir: str | None, local_rank: int, local_size: int
                ) -> tuple[tuple[int, ...] | None, str | None]:
     """The GPU bins a rank holds and, for one partition of a partitioned cache, its planned GPU's bus address."""
@@ -982,11 +1000,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
             resumed = (start_epoch, start_step)
             if metrics_file is not None:
                 metrics_file.rewind(start_epoch, start_step)
-        elif world.size > 1:
-            import torch.distributed as dist
-
-            for p in model.state_dict().values():  # belt and braces: rank 0's initial weights everywhere
-                dist.broadcast(p, 0)
+        ddp = _data_parallel(model, world)  # after a resume: DDP starts every rank from rank 0's state
         prepare = _preparer(features, lookups, config.normalize_features)
         steps = source.steps(0)
         n_train = int(train_idx.shape[0])
@@ -1025,7 +1039,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
             pre = Prefetcher(source.batches(epoch, first), prepare, depth, features.transfer)
             try:
                 for step in range(first, steps):
-                    rec = _step(model, params, optimizer, pre, world, n_train, config.batch_size, step, sums,
+                    rec = _step(ddp, params, optimizer, pre, world, n_train, config.batch_size, step, sums,
                                 epoch=epoch)
                     rec.update(kind="step", epoch=epoch, step=step, steps=steps)
                     emit(rec)
@@ -1073,6 +1087,17 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
 
 def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.optim.Optimizer, pre: Prefetcher,
           world: _World, n_train: int, batch_size: int, step: int, sums: _Sums, *, epoch: int = 0) -> dict:
+    """One training step of ``model`` (the DDP wrapper under several ranks); its step record.
+
+    DDP averages the gradients over the ranks: the summed loss scaled by
+    ``world.size / global_bs`` makes that average the gradient of the global
+    batch's mean loss, what one process computes. A rank whose part is empty
+    (the short last step over more ranks than seeds) runs the model over zero
+    rows: every parameter gets a zero gradient, so DDP's all-reduce sees every
+    rank. (DDP's ``join()`` would do it too, but costs every rank an extra
+    all-reduce per forward on every step to learn who joined; an empty part
+    happens at most once an epoch and a forward over zero rows is free.)
+    """
     t0 = time.perf_counter()
     try:
         item, waited = pre.get()
@@ -1082,51 +1107,60 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
         raise TrainError(f"the batch source ended before step {step}; it must yield every step of the epoch")
     item.wait()  # its copies were issued on the prefetch thread's stream
     global_bs = min(batch_size, n_train - step * batch_size)
+    during = f"epoch {epoch}, step {step}"
     t1 = time.perf_counter()
     model.train()
     optimizer.zero_grad(set_to_none=True)
     b = item.batch
-    loss_sum = torch.zeros((), device=world.device)
-    correct = torch.zeros((), device=world.device)
-    if b.batch_size:
-        out = model(item.x, b.edge_index_per_layer, b.batch_size, deg=item.deg)
-        loss = F.cross_entropy(out, item.y, reduction="sum")
-        (loss / global_bs).backward()  # the global batch: N ranks' sum is one process's gradient
-        loss_sum = loss.detach()
-        correct = (out.detach().argmax(1) == item.y).sum().to(loss_sum.dtype)
-    # one flat buffer: every parameter's gradient (zeros if this rank's part was empty), loss, hits
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params]
-                     + [loss_sum.reshape(1).float(), correct.reshape(1).float()])
+    out = model(item.x, b.edge_index_per_layer, b.batch_size, deg=item.deg)
+    loss = F.cross_entropy(out, item.y, reduction="sum")
+    with _peer_errors(during):  # DDP's bucketed all-reduce runs inside backward
+        (loss * (world.size / global_bs)).backward()
+    stats = torch.stack([loss.detach().float(), (out.detach().argmax(1) == item.y).sum().float()])
     if world.device.type == "cuda":
         torch.cuda.synchronize(world.device)
     t2 = time.perf_counter()
-    world.all_reduce(flat, during=f"epoch {epoch}, step {step}")
+    world.all_reduce(stats, during=during)  # the global batch's summed loss and hits, on every rank
     t3 = time.perf_counter()
-    _refuse_non_finite(flat, epoch, step)
-    at = 0
-    for p in params:
-        n = p.numel()
-        p.grad = flat[at:at + n].view_as(p)
-        at += n
+    _refuse_non_finite(torch.cat([_non_finite_flag(params, world.device), stats]), epoch, step)
     optimizer.step()
-    loss_total, hits = float(flat[-2]), float(flat[-1])
+    loss_total, hits = float(stats[0]), float(stats[1])
     t4 = time.perf_counter()
+    # compute_s holds the gradients' all-reduce too (overlapped with backward); allreduce_s the loss and hits
     rec = {"seeds": global_bs, "loss": loss_total / global_bs, "train_acc": hits / global_bs,
            "sample_s": item.sample_s, "gather_s": item.gather_s, "compute_s": (t2 - t1) + (t4 - t3),
            "allreduce_s": t3 - t2, "io_wait_s": waited, "step_s": t4 - t0,
            "tiers": {k: {"rows": r, "bytes": n} for k, (r, n) in item.tiers.items()}}
     rec["seeds_per_s"] = global_bs / rec["step_s"] if rec["step_s"] > 0 else 0.0
+    _add_step(sums, rec, item.tiers, loss_total, hits)
+    return rec
+
+
+def _add_step(sums: _Sums, rec: dict, tiers: dict[str, tuple[int, int]], loss_total: float, hits: float) -> None:
+    """A step record (and its summed loss and hits) into the epoch's running sums."""
     v = sums.v
-    v["seeds"] += global_bs
+    v["seeds"] += rec["seeds"]
     v["loss_sum"] += loss_total
     v["correct"] += hits
     for k in ("sample_s", "gather_s", "compute_s", "allreduce_s", "io_wait_s", "step_s"):
         v[k] += rec[k]
-    for k, (r, n) in item.tiers.items():
+    for k, (r, n) in tiers.items():
         acc = sums.tiers.setdefault(k, [0, 0])
         acc[0] += r
         acc[1] += n
-    return rec
+
+
+def _non_finite_flag(params: Sequence[Tensor], device: torch.device) -> Tensor:
+    """``[inf]`` when any gradient holds a NaN or an infinity, else ``[0]``.
+
+    The gradients are DDP's all-reduced ones, the same on every rank: every
+    rank reaches the same verdict at the same step.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(1, device=device)
+    bad = torch.stack([~torch.isfinite(g).all() for g in grads]).any()
+    return torch.where(bad, float("inf"), 0.0).reshape(1).to(device)
 
 
 def _moved_since(before: TransferCounts, now: TransferCounts) -> dict[str, list[int]]:
@@ -1142,8 +1176,9 @@ def _moved_since(before: TransferCounts, now: TransferCounts) -> dict[str, list[
 def _refuse_non_finite(flat: Tensor, epoch: int, step: int) -> None:
     """Stop before the update when the summed loss or any gradient is NaN or infinite.
 
-    ``flat`` is the all-reduced buffer, the same on every rank, so every rank
-    stops at the same step (none waits in a collective). Raising here leaves
+    ``flat``: gradient values or flags, then the summed loss and hits (its
+    last two), the same on every rank, so every rank stops at the same step
+    (none waits in a collective). Raising here leaves
     the model as the last good step made it and writes no checkpoint: the one
     on disk stays the last good one.
     """
