@@ -55,6 +55,7 @@ def main() -> int:
     ap.add_argument("--nodes", default="100000")
     ap.add_argument("--edges", default="1000000")
     ap.add_argument("--batch-size", type=int, default=500)
+    ap.add_argument("--train-share", default="0.2", help="training vertices, share of all (default 0.2)")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path)
@@ -65,7 +66,7 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="bench-ddp-", dir="/var/tmp"))
     g = base / "graph"
     moment(REPO, "data", "synth", str(g), "--nodes", args.nodes, "--edges", args.edges, "--feature-dim", "128",
-           "--train-share", "0.05", "--quiet")
+           "--train-share", args.train_share, "--quiet")
     runs: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.repeats):
         for ranks in (1, 2):

@@ -179,44 +179,36 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
     """
     out = Path(out)
     check_out(out, ssd_dirs, force=force)
+    ds, codec, row_bytes = _open(dataset, feature_dtype, nodes, progress)
+    for d in (out, *ssd_dirs):
+        Path(d).mkdir(parents=True, exist_ok=True)
     spec = hotness if hotness is not None else HotnessSpec()
+    hot = get_hotness(ds, spec, directory=hotness_dir, recompute=recompute_hotness, progress=progress)
+    targets, resolved = targets_for_caches(handoff, hot.values, gpu_rows=gpu_cache_bytes // row_bytes,
+                                           cpu_rows=cpu_cache_bytes // row_bytes, gpu_mode=gpu_mode)
+    job = _Job(ds, hot, targets, out, list(ssd_dirs), gpu_cache_bytes, cpu_cache_bytes, gpu_mode, strategy, pool,
+               seed, progress, warn if warn is not None else log.warning,
+               plan_notes=(*plan_notes, *([resolved] if resolved else [])))
+    if nodes > 1:
+        return _place_nodes(job, nodes, replicas, hot_rows)
+    return _place_one(job, row_bytes, codec, force)
+
+
+def _open(dataset: str | os.PathLike[str] | Dataset, feature_dtype: str | None, nodes: int,
+          progress: Progress | None) -> tuple[Dataset, Any, int]:
+    """The dataset, the codec of ``feature_dtype`` fitted to its features (or None), a row's bytes in the bins."""
     ds = dataset if isinstance(dataset, Dataset) else open_dataset(dataset)
     if ds.features is None:
         raise PlacingError(f"--dataset {ds.path}: has no features to place; import it with features")
     if feature_dtype is not None and nodes > 1:
         raise PlacingError("--feature-dtype with --nodes > 1: a sharded placement holds the features' own type; "
                            "leave out --feature-dtype")
-    warn = warn if warn is not None else log.warning
-    for d in (out, *ssd_dirs):
-        Path(d).mkdir(parents=True, exist_ok=True)
-    codec, row_bytes = None, ds.row_bytes
-    if feature_dtype is not None:
-        from iostack.codec import fit_codec
+    if feature_dtype is None:
+        return ds, None, ds.row_bytes
+    from iostack.codec import fit_codec
 
-        codec = fit_codec(ds.features, feature_dtype, progress=progress)
-        row_bytes = codec.row_bytes
-    hot = get_hotness(ds, spec, directory=hotness_dir, recompute=recompute_hotness, progress=progress)
-    targets, resolved = targets_for_caches(handoff, hot.values, gpu_rows=gpu_cache_bytes // row_bytes,
-                                           cpu_rows=cpu_cache_bytes // row_bytes, gpu_mode=gpu_mode)
-    notes = (*plan_notes, *([resolved] if resolved else []))
-    head = _report_head(ds, spec, hot, targets, gpu_cache_bytes, cpu_cache_bytes, gpu_mode)
-    job = _Job(ds, hot, targets, out, list(ssd_dirs), gpu_cache_bytes, cpu_cache_bytes, gpu_mode, strategy, pool,
-               seed, progress, warn)
-    if nodes > 1:
-        sharded, rep = _place_nodes(job, head, nodes, replicas, hot_rows)
-        return PlacedDataset(out, ds, hot, targets, rep, ds.row_bytes, sharded=sharded, plan_notes=notes,
-                             warnings=job.warnings)
-    res, held = _place_one(job, row_bytes, codec, force)
-    rep = {**head, "row_bytes": row_bytes,
-           "feature_dtype": codec.dtype if codec is not None else ds.features.dtype.name,
-           "bins": [asdict(b) for b in res.bins], "report": asdict(res.report),
-           "baseline": asdict(res.baseline) if res.baseline else None, "target_notes": list(res.notes),
-           "plan_notes": list(notes),
-           # per bin: share of the reads under an independent pre-sample (seed + 1), or None
-           "expected_shares": held}
-    _write_atomic(out / "place.json", json.dumps(rep, indent=1) + "\n")
-    res.placement.save(out, dataset_fingerprint=head["dataset_fingerprint"])  # last: exists once its bins do
-    return PlacedDataset(out, ds, hot, targets, rep, row_bytes, result=res, plan_notes=notes, warnings=job.warnings)
+    codec = fit_codec(ds.features, feature_dtype, progress=progress)
+    return ds, codec, codec.row_bytes
 
 
 @dataclass
@@ -236,6 +228,7 @@ class _Job:
     seed: int
     progress: Progress | None
     warn: Callable[[str], None]
+    plan_notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
 
     def warn_ssd(self) -> None:
@@ -244,9 +237,10 @@ class _Job:
             self.warn(note)
 
 
-def _report_head(ds: Dataset, spec: HotnessSpec, hot: Hotness, targets: PlanTargets, gpu_bytes: int,
-                 cpu_bytes: int, gpu_mode: str) -> dict[str, Any]:
+def _report_head(job: _Job) -> dict[str, Any]:
     """The fields every ``place.json`` starts with: the dataset, its fingerprint, the plan, the hotness."""
+    ds, spec, hot, targets = job.ds, job.hot.spec, job.hot, job.targets
+    gpu_bytes, cpu_bytes, gpu_mode = job.gpu_bytes, job.cpu_bytes, job.gpu_mode
     return {"schema": "moment.place", "version": 1, "dataset": str(ds.path), "dataset_fingerprint": fingerprint(ds),
             "plan": targets.source, "machine": targets.machine,
             "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
@@ -254,8 +248,8 @@ def _report_head(ds: Dataset, spec: HotnessSpec, hot: Hotness, targets: PlanTarg
             "gpu_cache_bytes": gpu_bytes, "cpu_cache_bytes": cpu_bytes, "gpu_cache_mode": gpu_mode}
 
 
-def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> tuple[PlaceResult, list[float] | None]:
-    """One machine: bins, the placement, its SSD files written; the expected shares (or None)."""
+def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedDataset:
+    """One machine: bins, the placement, its SSD files, the report, and last the placement's index."""
     from iostack.bins import bin_path, write_bins
 
     ds, hot = job.ds, job.hot
@@ -287,17 +281,28 @@ def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> tuple[Plac
     except OSError as exc:
         raise PlacingError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
                            "check the --ssd directories") from None
-    return res, held
+    head = _report_head(job)
+    rep = {**head, "row_bytes": row_bytes,
+           "feature_dtype": codec.dtype if codec is not None else ds.features.dtype.name,
+           "bins": [asdict(b) for b in res.bins], "report": asdict(res.report),
+           "baseline": asdict(res.baseline) if res.baseline else None, "target_notes": list(res.notes),
+           "plan_notes": list(job.plan_notes),
+           # per bin: share of the reads under an independent pre-sample (seed + 1), or None
+           "expected_shares": held}
+    _write_atomic(job.out / "place.json", json.dumps(rep, indent=1) + "\n")
+    res.placement.save(job.out, dataset_fingerprint=head["dataset_fingerprint"])  # last: exists once its bins do
+    return PlacedDataset(job.out, ds, hot, job.targets, rep, row_bytes, result=res, plan_notes=job.plan_notes,
+                         warnings=job.warnings)
 
 
-def _place_nodes(job: _Job, head: dict[str, Any], nodes: int, replicas: int, hot_rows: float) -> tuple[Any, dict]:
-    """Several nodes: every node's directory (:func:`training.sharding.place_sharded`); the root report."""
+def _place_nodes(job: _Job, nodes: int, replicas: int, hot_rows: float) -> PlacedDataset:
+    """Several nodes: every node's directory (:func:`training.sharding.place_sharded`), the root report."""
     from training.sharding import hot_rows_of, place_sharded, sharded_summary
 
     if nodes < 1:
         raise PlacingError(f"--nodes {nodes}: expected at least 1")
     job.warn_ssd()
-    head = {**head, "row_bytes": job.ds.row_bytes, "strategy": job.strategy}
+    head = {**_report_head(job), "row_bytes": job.ds.row_bytes, "strategy": job.strategy}
     report(job.progress, f"placing over {nodes} nodes ({job.strategy}, replicas {replicas})")
     try:
         sp = place_sharded(job.ds.features, job.hot.values, job.targets, num_nodes=nodes, replicas=replicas,
@@ -308,7 +313,8 @@ def _place_nodes(job: _Job, head: dict[str, Any], nodes: int, replicas: int, hot
     except OSError as exc:
         raise PlacingError(f"writing the node directories: {exc.strerror or exc} "
                            f"({getattr(exc, 'filename', '')}); check --out and the --ssd directories") from None
-    return sp, {**head, **sharded_summary(sp)}
+    return PlacedDataset(job.out, job.ds, job.hot, job.targets, {**head, **sharded_summary(sp)}, job.ds.row_bytes,
+                         sharded=sp, plan_notes=job.plan_notes, warnings=job.warnings)
 
 
 def _write_atomic(path: Path, text: str) -> None:
