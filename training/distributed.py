@@ -28,6 +28,8 @@ from training.devices import bus_address_in, partition_of_rank, rank_device
 
 @dataclass(frozen=True)
 class World:
+    """This process in the run: its rank of ``size``, its device, its place on the node, its groups."""
+
     rank: int
     size: int
     device: torch.device
@@ -120,7 +122,7 @@ def _partition(placement_dir: str | None, local_rank: int, local_size: int
 
 
 def open_world(placement_dir: str | None = None, memory: DeviceMemory | None = None, timeout_s: float | None = None
-           ) -> World:
+               ) -> World:
     """This process's rank, its device (see :mod:`training.devices`) and its process groups.
 
     ``timeout_s``: the timeout of the per-step collectives' group (the

@@ -156,7 +156,8 @@ class Lookups:
 
 
 def preparer(features: FeatureSource, lookups: Lookups, normalize: bool
-              ) -> Callable[[SampledBatch, float], Prepared]:
+             ) -> Callable[[SampledBatch, float], Prepared]:
+    """A batch's preparation: its rows gathered (float32, on the device), labels and degrees looked up."""
     transfer = features.transfer
 
     def prepare(b: SampledBatch, sample_s: float) -> Prepared:
@@ -197,7 +198,7 @@ def _up(tb: Batch, t: Tensor, name: str) -> Tensor:
 
 
 def sampling(config: Any, ds: Dataset, labels: np.ndarray, memory: DeviceMemory
-              ) -> tuple[torch.device, str, Lookups]:
+             ) -> tuple[torch.device, str, Lookups]:
     """Where this rank samples (see :func:`training.devices.sampling_device`) and its per-vertex lookups."""
     indptr = _readonly_tensor(np.asarray(ds.indptr, np.int64))
     labels_t = _readonly_tensor(np.asarray(labels, np.int64))
@@ -212,7 +213,7 @@ def sampling(config: Any, ds: Dataset, labels: np.ndarray, memory: DeviceMemory
     lookups = Lookups(labels_t, indptr if gcn_global else None)
     if where.type == "cuda":
         lookups = Lookups(labels_t, lookups.indptr, labels_t.to(where),
-                           indptr.to(where) if gcn_global else None)
+                          indptr.to(where) if gcn_global else None)
     return where, why, lookups
 
 
@@ -234,7 +235,8 @@ def csr_on(ds: Dataset, device: torch.device) -> tuple[Tensor, Tensor]:
 
 
 def open_source(config: Any, train_idx: np.ndarray, world: World, csr: tuple[Tensor, Tensor]
-                 ) -> BatchSource:
+                ) -> BatchSource:
+    """This rank's batches: from the sampling server the config names, else sampled here on ``csr``."""
     if config.server:
         from training.serve import RemoteBatchSource  # only with a server: the module pulls in rpc
 
