@@ -86,8 +86,8 @@ def data_parallel(model: torch.nn.Module, world: World) -> torch.nn.Module:
 
     On the world's step group (its short timeout: a dead peer fails a step,
     not torch's 30 minutes). DDP broadcasts rank 0's parameters on
-    construction. Buffers are not broadcast each step: the models hold none
-    that training changes. Checkpoints keep saving ``model``'s own state
+    construction (and would sync buffers before each forward, but the models
+    hold none). Checkpoints keep saving ``model``'s own state
     (no ``module.`` prefix), so they resume with or without DDP.
     """
     if world.size <= 1:
@@ -96,7 +96,7 @@ def data_parallel(model: torch.nn.Module, world: World) -> torch.nn.Module:
 
     with peer_errors("setting up DistributedDataParallel"):
         return DistributedDataParallel(model, device_ids=[world.device] if world.device.type == "cuda" else None,
-                                       process_group=world.group, broadcast_buffers=False)
+                                       process_group=world.group)
 
 
 def _partition(placement_dir: str | None, local_rank: int, local_size: int
