@@ -74,7 +74,10 @@ def _exchange_rank(rank: int, world: int, port: int, steps: int, out: str) -> No
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from datetime import timedelta
+
+    # a lost peer fails the run in a minute instead of gloo's half hour
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=60))
     rng = np.random.default_rng(0)
     n, deg, dim, classes, bs = 20000, 10, 128, 16, 512
     indptr = np.arange(0, (n + 1) * deg, deg, dtype=np.int64)
