@@ -74,60 +74,17 @@ def cuda_bandwidths(topo: Topology | None = None, bytes: int = 256 << 20, repeat
     links: list[LinkCapacity] = []
     notes: list[str] = []
     effs: list[float] = []
-
-    def timed(copy: Callable[[], Any], device: int) -> float:
-        best = math.inf
-        with torch.cuda.device(device):
-            copy()  # warm up
-            for _ in range(repeats):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                copy()
-                b.record()
-                b.synchronize()
-                best = min(best, a.elapsed_time(b) / 1000.0)
-        return n / best
-
     keys = []
     for i in range(count):
-        props = torch.cuda.get_device_properties(i)
-        key, node_id = _gpu_node(topo, props)
+        key, host_links, note, eff_i = _host_links(torch, i, topo, n, repeats, progress, sys_root, host, date)
         keys.append(key)
-        report(progress, f"GPU {i} ({props.name}): host↔device copies of {format_size(n)}")
-        numa = gpu_numa_node(props_bus_address(props), topo, sys_root)
-        with _on_numa_node(numa, sys_root) as local:
-            pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-            pinned.fill_(0)  # touched here, on the GPU's node
-            dev = torch.empty(n, dtype=torch.uint8, device=f"cuda:{i}")
-            h2d = timed(lambda d=dev, p=pinned: d.copy_(p, non_blocking=True), i)
-            d2h = timed(lambda d=dev, p=pinned: p.copy_(d, non_blocking=True), i)
-        where = (f"pinned host buffer on NUMA node {numa}, the GPU's" if local else
-                 "pinned host buffer where the OS put it (the GPU's NUMA node is not known or not usable)")
-        if not local:
-            notes.append(f"GPU {i}: host↔device copies not pinned to the GPU's socket ({where})")
-        for cls, bw in (("host-to-device", h2d), ("device-to-host", d2h)):
-            links.append(LinkCapacity(bw, link_class=cls, device=key, transfer_bytes=n,
-                                      tool="torch-cuda", date=date, host=host, note=where))
-        if topo is not None and node_id is not None:
-            parent = topo.parent(node_id)
-            lk = topo.link_between(parent.id, node_id) if parent is not None else None
-            if lk is not None and lk.pcie_gen and lk.lanes:
-                effs.append(min(1.0, h2d / pcie_bytes_per_s(lk.pcie_gen, lk.lanes, 1.0)))
-        del pinned, dev
-    for i in range(count):
-        for j in range(count):
-            if i == j:
-                continue
-            if not torch.cuda.can_device_access_peer(i, j):
-                notes.append(f"GPU {i} → GPU {j}: not measured: no peer access")
-                continue
-            report(progress, f"GPU {i} → GPU {j}: peer copies of {format_size(n)}")
-            a = torch.empty(n, dtype=torch.uint8, device=f"cuda:{i}")
-            b = torch.empty(n, dtype=torch.uint8, device=f"cuda:{j}")
-            bw = timed(lambda a=a, b=b: b.copy_(a, non_blocking=True), i)
-            links.append(LinkCapacity(bw, src=keys[i], dst=keys[j], link_class="peer-to-peer",
-                                      transfer_bytes=n, tool="torch-cuda", date=date, host=host))
-            del a, b
+        links.extend(host_links)
+        notes.extend(note)
+        if eff_i is not None:
+            effs.append(eff_i)
+    peer, peer_notes = _peer_links(torch, keys, n, repeats, progress, host, date)
+    links.extend(peer)
+    notes.extend(peer_notes)
     eff = None
     if effs:
         effs.sort()
@@ -138,4 +95,74 @@ def cuda_bandwidths(topo: Topology | None = None, bytes: int = 256 << 20, repeat
         notes.append("PCIe protocol efficiency: not measured: no GPU with a known link "
                      "generation and width in the topology")
     return links, eff, notes
+
+
+def _best_bytes_per_s(torch: Any, copy: Callable[[], Any], device: int, n: int, repeats: int) -> float:
+    """``n`` bytes over the fastest of ``repeats`` runs of ``copy`` (after a warm-up), timed with CUDA events."""
+    best = math.inf
+    with torch.cuda.device(device):
+        copy()  # warm up
+        for _ in range(repeats):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            copy()
+            b.record()
+            b.synchronize()
+            best = min(best, a.elapsed_time(b) / 1000.0)
+    return n / best
+
+
+def _host_links(torch: Any, i: int, topo: Topology | None, n: int, repeats: int, progress: Progress | None,
+                sys_root: str | os.PathLike[str], host: str, date: str
+                ) -> tuple[str, list[LinkCapacity], list[str], float | None]:
+    """GPU ``i``'s host→device and device→host figures from its own NUMA node: its key, links, notes, efficiency.
+
+    The efficiency (host→device bandwidth over the encoded rate of its link)
+    is None when ``topo`` does not know the link's generation and width.
+    """
+    props = torch.cuda.get_device_properties(i)
+    key, node_id = _gpu_node(topo, props)
+    report(progress, f"GPU {i} ({props.name}): host↔device copies of {format_size(n)}")
+    numa = gpu_numa_node(props_bus_address(props), topo, sys_root)
+    with _on_numa_node(numa, sys_root) as local:
+        pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        pinned.fill_(0)  # touched here, on the GPU's node
+        dev = torch.empty(n, dtype=torch.uint8, device=f"cuda:{i}")
+        h2d = _best_bytes_per_s(torch, lambda d=dev, p=pinned: d.copy_(p, non_blocking=True), i, n, repeats)
+        d2h = _best_bytes_per_s(torch, lambda d=dev, p=pinned: p.copy_(d, non_blocking=True), i, n, repeats)
+    del pinned, dev
+    where = (f"pinned host buffer on NUMA node {numa}, the GPU's" if local else
+             "pinned host buffer where the OS put it (the GPU's NUMA node is not known or not usable)")
+    notes = [] if local else [f"GPU {i}: host↔device copies not pinned to the GPU's socket ({where})"]
+    links = [LinkCapacity(bw, link_class=cls, device=key, transfer_bytes=n, tool="torch-cuda", date=date, host=host,
+                          note=where) for cls, bw in (("host-to-device", h2d), ("device-to-host", d2h))]
+    eff = None
+    if topo is not None and node_id is not None:
+        parent = topo.parent(node_id)
+        lk = topo.link_between(parent.id, node_id) if parent is not None else None
+        if lk is not None and lk.pcie_gen and lk.lanes:
+            eff = min(1.0, h2d / pcie_bytes_per_s(lk.pcie_gen, lk.lanes, 1.0))
+    return key, links, notes, eff
+
+
+def _peer_links(torch: Any, keys: list[str], n: int, repeats: int, progress: Progress | None, host: str, date: str
+                ) -> tuple[list[LinkCapacity], list[str]]:
+    """GPU → GPU copy figures of every ordered pair with peer access; notes for the pairs without."""
+    links: list[LinkCapacity] = []
+    notes: list[str] = []
+    for i in range(len(keys)):
+        for j in range(len(keys)):
+            if i == j:
+                continue
+            if not torch.cuda.can_device_access_peer(i, j):
+                notes.append(f"GPU {i} → GPU {j}: not measured: no peer access")
+                continue
+            report(progress, f"GPU {i} → GPU {j}: peer copies of {format_size(n)}")
+            a = torch.empty(n, dtype=torch.uint8, device=f"cuda:{i}")
+            b = torch.empty(n, dtype=torch.uint8, device=f"cuda:{j}")
+            bw = _best_bytes_per_s(torch, lambda a=a, b=b: b.copy_(a, non_blocking=True), i, n, repeats)
+            links.append(LinkCapacity(bw, src=keys[i], dst=keys[j], link_class="peer-to-peer",
+                                      transfer_bytes=n, tool="torch-cuda", date=date, host=host))
+            del a, b
+    return links, notes
 

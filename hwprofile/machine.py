@@ -10,7 +10,7 @@ from pathlib import Path
 from hwprofile._common import Progress, _now
 from hwprofile.cuda import cuda_bandwidths
 from hwprofile.memory import memory_bandwidth_by_node
-from hwprofile.ssd import DEFAULT_FILE_BYTES, _validate, ssd_random_read
+from hwprofile.ssd import DEFAULT_FILE_BYTES, SsdMeasurement, _validate, ssd_random_read
 from momentbase import __version__
 from planner.capacities import Capacities, DeviceCapacity, LinkCapacity, MemoryCapacity
 from planner.errors import ProfileError
@@ -69,26 +69,9 @@ def profile_machine(
     if not paths:
         notes.append("SSDs: not measured: no path given (name a directory on each SSD: --ssd PATH)")
     for p in paths:
-        info = block_device_of(p, sys_root)
-        key = _device_key(info, topo, str(p))
-        m = ssd_random_read(p, block_bytes, queue_depth, seconds, file_bytes, use_fio=use_fio,
-                            direct=None, keep_file=keep_files, processes=processes,
-                            progress=progress)
-        notes.extend(f"{p}: {n}" for n in info.notes)
-        notes.extend(f"{p}: {n}" for n in m.not_measured)
-        if m.mode_note:
-            notes.append(f"{p}: {m.mode_note}")
-        if m.kept:
-            notes.append(f"{p}: test file kept at {m.path}")
-        best = m.best
-        others = tuple(r for r in m.results if r is not best)
-        old = devices.get(key)
-        if old is not None:
-            allm = [*old.measurements(), *m.results]
-            best = max(allm, key=lambda r: r.read_iops or 0.0)
-            others = tuple(r for r in allm if r is not best)
-        devices[key] = DeviceCapacity(key, best, model=info.model, block_device=info.name,
-                                      path=str(p), others=others)
+        _add_ssd(devices, notes, p, topo, sys_root,
+                 ssd_random_read(p, block_bytes, queue_depth, seconds, file_bytes, use_fio=use_fio, direct=None,
+                                 keep_file=keep_files, processes=processes, progress=progress))
     mem: list[MemoryCapacity] = []
     if memory:
         mem, mem_notes = memory_bandwidth_by_node(memory_bytes, memory_repeats, sys_root=sys_root,
@@ -114,6 +97,27 @@ def profile_machine(
     return Capacities(devices=tuple(devices.values()), links=tuple(links), memory=tuple(mem),
                       pcie_efficiency=eff, host=socket.gethostname(), date=_now(),
                       tool=_tool_name(), notes=tuple(notes))
+
+
+def _add_ssd(devices: dict[str, DeviceCapacity], notes: list[str], p: Path, topo: Topology | None,
+             sys_root: str | os.PathLike[str], m: SsdMeasurement) -> None:
+    """Path ``p``'s measurement ``m`` into ``devices`` (keyed by its device; the best of paths on one device wins)."""
+    info = block_device_of(p, sys_root)
+    key = _device_key(info, topo, str(p))
+    notes.extend(f"{p}: {n}" for n in info.notes)
+    notes.extend(f"{p}: {n}" for n in m.not_measured)
+    if m.mode_note:
+        notes.append(f"{p}: {m.mode_note}")
+    if m.kept:
+        notes.append(f"{p}: test file kept at {m.path}")
+    best = m.best
+    others = tuple(r for r in m.results if r is not best)
+    old = devices.get(key)
+    if old is not None:
+        allm = [*old.measurements(), *m.results]
+        best = max(allm, key=lambda r: r.read_iops or 0.0)
+        others = tuple(r for r in allm if r is not best)
+    devices[key] = DeviceCapacity(key, best, model=info.model, block_device=info.name, path=str(p), others=others)
 
 
 def _tool_name() -> str:

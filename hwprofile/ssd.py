@@ -379,72 +379,79 @@ def ssd_random_read(
     path or parameter, or when no tool could measure.
     """
     _validate(block_bytes, queue_depth, seconds, file_bytes)
-    p = Path(path_or_dir)
-    created = False
-    if p.is_dir():
-        report(progress, f"writing a {format_size(file_bytes)} test file in {p}")
-        target = write_test_file(p, file_bytes, progress)
-        created = True
-    elif p.exists():
-        target = p
-        try:
-            st = p.stat()
-            if not (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
-                raise ProfileError(f"{p}: not a directory, regular file or block device")
-            file_bytes = _file_size(p)
-            with open(p, "rb"):
-                pass
-        except PermissionError:
-            raise ProfileError(f"{p}: not readable") from None
-        except OSError as exc:
-            raise ProfileError(f"{p}: {exc.strerror or exc}") from None
-        if file_bytes < block_bytes:
-            raise ProfileError(f"{p}: {file_bytes} bytes, smaller than one block of {block_bytes}")
-        file_bytes -= file_bytes % block_bytes
-    else:
-        raise ProfileError(f"{p}: no such directory or file")
-
-    results: list[ReadMeasurement] = []
-    skipped: list[str] = []
-    verified = False
+    target, file_bytes, created = _target(Path(path_or_dir), block_bytes, file_bytes, progress)
     try:
         is_direct, mode_note = _probe_direct(target, block_bytes, direct)
-        mode = "direct" if is_direct else "buffered"
         if not is_direct:
             mode_note = (f"{mode_note}; buffered reads may be served from the page cache, "
                          "so the figures are an upper bound unless the file is much larger than memory")
-        if use_fio:
-            try:
-                m, failed = run_fio(target, block_bytes=block_bytes, queue_depth=queue_depth,
-                                    seconds=seconds, file_bytes=file_bytes, direct=is_direct,
-                                    progress=progress)
-                results.append(m)
-                skipped.extend(failed)
-            except ProfileError as exc:
-                skipped.append(f"fio: {exc}")
-        else:
-            skipped.append("fio: not run (asked not to)")
-        if use_own:
-            _drop_file_cache(target, file_bytes)
-            report(progress, f"moment-posix: {format_size(block_bytes)} random reads, "
-                           f"queue depth {queue_depth}, {seconds:g} s")
-            try:
-                results.append(posix_random_read(
-                    target, block_bytes=block_bytes, queue_depth=queue_depth, seconds=seconds,
-                    direct=is_direct, verify=created, processes=processes, file_bytes=file_bytes))
-                verified = created
-            except ProfileError as exc:
-                if "not the one written" in str(exc):
-                    raise  # wrong data is a failure, not a figure to skip
-                skipped.append(f"moment-posix: {exc}")
-        if not results:
-            raise ProfileError(f"{target}: nothing could be measured: " + "; ".join(skipped))
+        results, skipped, verified = _measure(target, block_bytes, queue_depth, seconds, file_bytes, is_direct,
+                                              created, use_fio=use_fio, use_own=use_own, processes=processes,
+                                              progress=progress)
     finally:
         if created and not keep_file:
             with contextlib.suppress(OSError):
                 target.unlink()
-    return SsdMeasurement(str(target), file_bytes, block_bytes, queue_depth, mode, created,
-                          tuple(results), tuple(skipped), verified, created and keep_file, mode_note)
+    return SsdMeasurement(str(target), file_bytes, block_bytes, queue_depth, "direct" if is_direct else "buffered",
+                          created, tuple(results), tuple(skipped), verified, created and keep_file, mode_note)
+
+
+def _target(p: Path, block_bytes: int, file_bytes: int, progress: Progress | None) -> tuple[Path, int, bool]:
+    """What to read: a test file written in directory ``p``, or ``p`` itself; its usable size; whether written."""
+    if p.is_dir():
+        report(progress, f"writing a {format_size(file_bytes)} test file in {p}")
+        return write_test_file(p, file_bytes, progress), file_bytes, True
+    if not p.exists():
+        raise ProfileError(f"{p}: no such directory or file")
+    try:
+        st = p.stat()
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+            raise ProfileError(f"{p}: not a directory, regular file or block device")
+        file_bytes = _file_size(p)
+        with open(p, "rb"):
+            pass
+    except PermissionError:
+        raise ProfileError(f"{p}: not readable") from None
+    except OSError as exc:
+        raise ProfileError(f"{p}: {exc.strerror or exc}") from None
+    if file_bytes < block_bytes:
+        raise ProfileError(f"{p}: {file_bytes} bytes, smaller than one block of {block_bytes}")
+    return p, file_bytes - file_bytes % block_bytes, False
+
+
+def _measure(target: Path, block_bytes: int, queue_depth: int, seconds: float, file_bytes: int, is_direct: bool,
+             created: bool, *, use_fio: bool, use_own: bool, processes: int | None, progress: Progress | None
+             ) -> tuple[list[ReadMeasurement], list[str], bool]:
+    """fio's and Moment's own measurements of ``target`` (what ran), why the others did not, whether verified."""
+    results: list[ReadMeasurement] = []
+    skipped: list[str] = []
+    verified = False
+    if use_fio:
+        try:
+            m, failed = run_fio(target, block_bytes=block_bytes, queue_depth=queue_depth, seconds=seconds,
+                                file_bytes=file_bytes, direct=is_direct, progress=progress)
+            results.append(m)
+            skipped.extend(failed)
+        except ProfileError as exc:
+            skipped.append(f"fio: {exc}")
+    else:
+        skipped.append("fio: not run (asked not to)")
+    if use_own:
+        _drop_file_cache(target, file_bytes)
+        report(progress, f"moment-posix: {format_size(block_bytes)} random reads, "
+                         f"queue depth {queue_depth}, {seconds:g} s")
+        try:
+            results.append(posix_random_read(
+                target, block_bytes=block_bytes, queue_depth=queue_depth, seconds=seconds,
+                direct=is_direct, verify=created, processes=processes, file_bytes=file_bytes))
+            verified = created
+        except ProfileError as exc:
+            if "not the one written" in str(exc):
+                raise  # wrong data is a failure, not a figure to skip
+            skipped.append(f"moment-posix: {exc}")
+    if not results:
+        raise ProfileError(f"{target}: nothing could be measured: " + "; ".join(skipped))
+    return results, skipped, verified
 
 
 def _drop_file_cache(path: Path, length: int) -> None:

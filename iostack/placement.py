@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -68,12 +68,17 @@ class Placement:
     within their bin's capacity, and no two vertices share a row of a bin.
     ``codec``: how the bins hold the rows (:class:`iostack.codec.FeatureCodec`,
     e.g. int8 with a scale per column); ``None``: in the features' own type.
+    ``dataset_fingerprint``: the identity of the dataset the rows were placed
+    from (``training.data.fingerprint``: counts and a CRC of feature bytes),
+    as the manifest records it; ``None`` for placements written without one.
+    The reader compares it with its dataset; this package does not interpret it.
     """
 
     bins: tuple[Bin, ...]
     bin_of: np.ndarray
     row_of: np.ndarray
     codec: FeatureCodec | None = None
+    dataset_fingerprint: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         bins = tuple(self.bins)
@@ -125,8 +130,13 @@ class Placement:
         v = np.flatnonzero(self.bin_of == bin_id)
         return v[np.argsort(self.row_of[v], kind="stable")]
 
-    def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Write ``bin_of.npy``, ``row_of.npy`` and ``placement.json`` to ``directory``; returns the manifest path."""
+    def save(self, directory: str | os.PathLike[str], *,
+             dataset_fingerprint: Mapping[str, Any] | None = None) -> Path:
+        """Write ``bin_of.npy``, ``row_of.npy`` and ``placement.json`` to ``directory``; returns the manifest path.
+
+        ``dataset_fingerprint`` (default: the placement's own) goes into the
+        manifest, so that a reader can refuse the placement for another dataset.
+        """
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         for name, arr in (("bin_of", self.bin_of), ("row_of", self.row_of)):
@@ -135,6 +145,9 @@ class Placement:
                     "bins": [asdict(b) for b in self.bins]}
         if self.codec is not None:
             manifest["features"] = self.codec.to_manifest()
+        fp = dataset_fingerprint if dataset_fingerprint is not None else self.dataset_fingerprint
+        if fp is not None:
+            manifest["dataset_fingerprint"] = dict(fp)
         save_json(d / MANIFEST, manifest)
         return d / MANIFEST
 
@@ -181,7 +194,10 @@ def load_placement(directory: str | os.PathLike[str]) -> Placement:
         from iostack.codec import FeatureCodec
 
         codec = FeatureCodec.from_manifest(data["features"], str(man))
-    p = Placement(bins, *arrays, codec=codec)
+    fp = data.get("dataset_fingerprint")
+    if fp is not None and not isinstance(fp, dict):
+        raise StoreError(f"{man}: field 'dataset_fingerprint' is not an object; rewrite the placement")
+    p = Placement(bins, *arrays, codec=codec, dataset_fingerprint=fp)
     if p.num_vertices != data.get("num_vertices"):
         raise StoreError(f"{man}: says {data.get('num_vertices')} vertices, the arrays hold {p.num_vertices}")
     return p

@@ -45,7 +45,6 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,74 +53,17 @@ import torch
 from iostack.backends import get_backend
 from iostack.backends.base import AlignedPool
 from iostack.bins import open_bin
+from iostack.binstats import RESERVOIR, BinStats, Counter
 from iostack.errors import StoreError
 from iostack.hostshare import SharedHostTensor, shared_host_tensor
 from iostack.placement import Placement
 from iostack.transfer import Batch, DeviceMemory, Gathered, Transfer, memory_for
-
-#: latency samples kept per bin (a ring: the most recent gathers)
-RESERVOIR = 1024
 
 #: device-timed latencies waiting for their events, per bin, before the oldest are resolved
 _PENDING = 64
 
 #: share of free GPU memory the GPU bins may take (the rest is the model's and the batches')
 GPU_BIN_SHARE = 0.9
-
-
-@dataclass(frozen=True)
-class BinStats:
-    """What one bin served: rows, bytes, read requests (SSD: after coalescing), latency of its part of a gather.
-
-    ``held``: where its rows were served from: ``device`` (a GPU cache on this
-    store's GPU), ``host`` (host memory) or ``file`` (an SSD bin). GPU-tier
-    latencies on a device are timed with device events (the work, not its launch).
-    """
-
-    bin_id: int
-    kind: str
-    rows: int
-    bytes: int
-    requests: int
-    calls: int
-    latency_p50_s: float
-    latency_p99_s: float
-    held: str = "host"
-
-
-class _Counter:
-    __slots__ = ("rows", "bytes", "requests", "calls", "ring", "lock", "pending", "seconds")
-
-    def __init__(self) -> None:
-        self.rows = self.bytes = self.requests = self.calls = 0
-        self.seconds = 0.0  # all calls' time together (what a prediction of read time is checked against)
-        self.ring = np.zeros(RESERVOIR, np.float64)
-        self.lock = threading.Lock()
-        self.pending: list[tuple[Any, Any]] = []
-
-    def add(self, rows: int, nbytes: int, requests: int, seconds: float | None,
-            marks: tuple[Any, Any] | None = None) -> None:
-        with self.lock:
-            if marks is not None:
-                self.pending.append(marks)
-            else:
-                self.ring[self.calls % RESERVOIR] = seconds
-                self.seconds += seconds or 0.0
-            self.rows += rows
-            self.bytes += nbytes
-            self.requests += requests
-            self.calls += 1
-
-    def resolve(self, memory: DeviceMemory, keep: int = 0) -> None:
-        """Turn device marks into seconds (waits for them), all but the newest ``keep``."""
-        with self.lock:
-            done, self.pending = self.pending[:len(self.pending) - keep], self.pending[len(self.pending) - keep:]
-            filled = self.calls - len(self.pending) - len(done)
-        for i, (a, b) in enumerate(done):
-            s = memory.seconds(a, b)
-            with self.lock:
-                self.ring[(filled + i) % RESERVOIR] = s
-                self.seconds += s
 
 
 _MADV_NORMAL, _MADV_RANDOM, _MADV_DONTNEED = 0, 1, 4
@@ -205,7 +147,7 @@ class FeatureStore:
         self._shared: list[SharedHostTensor] = []
         self._pinned: list[torch.Tensor] = []
         self._handles: dict[int, Any] = {}
-        self._counters = {b.id: _Counter() for b in placement.bins}
+        self._counters = {b.id: Counter() for b in placement.bins}
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._results = AlignedPool()
@@ -604,7 +546,7 @@ class FeatureStore:
         return out
 
     def reset_stats(self) -> None:
-        self._counters = {b.id: _Counter() for b in self.placement.bins}
+        self._counters = {b.id: Counter() for b in self.placement.bins}
 
     def close(self) -> None:
         if self._pool is not None:

@@ -1,7 +1,7 @@
 """``moment place``: hotness, DDAK and the bin files of a dataset on a planned machine.
 
-Thin: parse, call :mod:`training.hotness` and :mod:`training.placing`,
-write through :mod:`iostack`, print. What it writes to ``--out``:
+Thin: parse, call :func:`training.place_run.place_dataset` (the whole
+workflow), print. What it writes to ``--out``:
 ``placement.json`` + ``bin_of.npy`` + ``row_of.npy`` (:meth:`Placement.save`,
 last, so an existing placement is replaced only once everything else is
 written), ``place.json`` (the report), and the SSD bin files (under each
@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from dataclasses import asdict, replace
 from pathlib import Path
 
 from moment._args import (
@@ -136,12 +134,6 @@ def _handoff(args: argparse.Namespace):
                     unknown_link_bytes_per_s=unknown_link_bytes_per_s(args), capacities=caps), notes
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def run(args: argparse.Namespace) -> int:
     """``moment place``; on an error, the directories it created are removed again (moment/place_dirs.py)."""
     from moment.place_dirs import remove_created
@@ -159,20 +151,11 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, created: list[Path]) -> int:
     from rich.console import Console
 
-    from iostack.bins import bin_path, write_bins
-    from iostack.placement import MANIFEST
     from moment.bars import Bars
     from moment.place_dirs import make_dirs
-    from moment.place_nodes import check_node_args
-    from training.data import fingerprint, open_dataset
-    from training.hotness import HotnessSpec, get_hotness
-    from training.placing import (
-        build_bins,
-        check_free_space,
-        expected_shares,
-        place,
-        targets_for_caches,
-    )
+    from moment.place_nodes import check_node_args, print_nodes
+    from training.hotness import HotnessSpec
+    from training.place_run import check_out, place_dataset
 
     check_node_args(args)
     gpu_bytes = _size(args.gpu_cache, "--gpu-cache")
@@ -182,110 +165,33 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     if args.batch_size < 1:
         raise PlannerError(f"--batch-size {args.batch_size}: expected at least 1")
     out = Path(args.out)
-    held = next((n for n in (MANIFEST, "shards.json") if (out / n).exists()), None)
-    if held and not args.force:
-        raise PlannerError(f"--out {out}: holds a placement already ({held}); "
-                           "choose another directory or pass --force to replace it")
-    if out.exists() and not out.is_dir():
-        raise PlannerError(f"--out {out}: exists and is not a directory")
-    for d in args.ssd:
-        if Path(d).exists() and not Path(d).is_dir():
-            raise PlannerError(f"--ssd {d}: exists and is not a directory")
+    check_out(out, args.ssd, force=args.force)
     # before any work: a path under a regular file, or one we may not create
     make_dirs([("--out", out), *(("--ssd", Path(x)) for x in args.ssd)], created)
     spec = HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                        epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed)
     handoff, plan_notes = _handoff(args)  # a bad plan or machine fails before any work
-
-    ds = open_dataset(args.dataset)
-    if ds.features is None:
-        raise PlannerError(f"--dataset {args.dataset}: has no features to place; import it with features")
-    if args.feature_dtype is not None and args.nodes > 1:
-        raise PlannerError("--feature-dtype with --nodes > 1: a sharded placement holds the features' own type; "
-                           "leave out --feature-dtype")
     with Bars(quiet=args.json) as bars:
-        codec, row_bytes = None, ds.row_bytes
-        if args.feature_dtype is not None:
-            from iostack.codec import fit_codec
-
-            codec = fit_codec(ds.features, args.feature_dtype, progress=bars)
-            row_bytes = codec.row_bytes
-        hot = get_hotness(ds, spec, directory=args.hotness_dir, recompute=args.recompute_hotness,
-                          progress=bars)
-        targets, resolved = targets_for_caches(handoff, hot.values, gpu_rows=gpu_bytes // row_bytes,
-                                               cpu_rows=cpu_bytes // row_bytes, gpu_mode=args.gpu_cache_mode)
-        plan_notes = [*plan_notes, *([resolved] if resolved else [])]
-        if args.nodes > 1:  # sharded across nodes: moment/place_nodes.py
-            from moment.place_nodes import place_nodes
-
-            _warn_ssd(args.ssd)
-            sharded = place_nodes(args, ds, hot, spec, targets, gpu_bytes, cpu_bytes, bars)
-        else:
-            bins = build_bins(targets, num_rows=ds.num_nodes, row_bytes=row_bytes, gpu_cache_bytes=gpu_bytes,
-                              cpu_cache_bytes=cpu_bytes, ssd_dirs=args.ssd, out_dir=out, gpu_mode=args.gpu_cache_mode)
-            _warn_ssd(args.ssd)  # the --ssd list is known good now: a warning, then the long work
-            reads = hot.reads_per_epoch
-            bars.note(f"placing ({args.strategy})")
-            res = place(hot.values, bins, targets, row_bytes=row_bytes, strategy=args.strategy, pool=args.pool,
-                        seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None,
-                        codec=codec, progress=bars)
-            ssd_files = [bin_path(out, b) for b in res.placement.bins if b.kind == "ssd"]
-            clash = [str(f) for f in ssd_files if f.exists()]
-            if clash and not args.force:
-                raise PlannerError(f"bin file {clash[0]} exists already"
-                                   + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
-                                   + "; choose other --ssd directories or pass --force to replace them")
-            check_free_space(res.placement, row_bytes, out)
-            held = None
-            if spec.method == "presample":  # what the run will read, from a sample DDAK was not fitted to
-                bars.note("an independent pre-sample (the expected shares that training's prediction uses)")
-                other = get_hotness(ds, replace(spec, seed=spec.seed + 1), save=False, progress=bars)
-                held = expected_shares(res.placement.bin_of, other.values, len(res.placement.bins))
-            if args.force:
-                # the old placement stops existing before its bins change: never an old index over new bins
-                for stale in (out / MANIFEST, out / "place.json"):
-                    stale.unlink(missing_ok=True)
-            try:
-                write_bins(ds.features, res.placement, out, progress=bars)
-            except OSError as exc:
-                raise PlannerError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
-                                   "check the --ssd directories") from None
-    if args.nodes > 1:
-        from moment.place_nodes import print_nodes
-
-        return print_nodes(args, sharded, ds, hot, targets)
-    report = {
-        "schema": "moment.place", "version": 1, "dataset": str(ds.path), "dataset_fingerprint": fingerprint(ds),
-        "plan": targets.source,
-        "machine": targets.machine,
-        "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
-                    "epochs_covered": hot.epochs_covered},
-        "gpu_cache_bytes": gpu_bytes, "cpu_cache_bytes": cpu_bytes, "gpu_cache_mode": args.gpu_cache_mode,
-        "row_bytes": row_bytes, "feature_dtype": codec.dtype if codec is not None else ds.features.dtype.name,
-        "bins": [asdict(b) for b in res.bins],
-        "report": asdict(res.report), "baseline": asdict(res.baseline) if res.baseline else None,
-        "target_notes": list(res.notes),
-        "plan_notes": plan_notes,
-        # per bin: share of the reads under an independent pre-sample (seed + 1), or None
-        "expected_shares": held,
-    }
-    _write_atomic(out / "place.json", json.dumps(report, indent=1) + "\n")
-    res.placement.save(out)  # last: the placement exists only once its bins do
+        placed = place_dataset(args.dataset, handoff, out, gpu_cache_bytes=gpu_bytes, cpu_cache_bytes=cpu_bytes,
+                               ssd_dirs=args.ssd, gpu_mode=args.gpu_cache_mode, feature_dtype=args.feature_dtype,
+                               hotness=spec, hotness_dir=args.hotness_dir, recompute_hotness=args.recompute_hotness,
+                               strategy=args.strategy, pool=args.pool, seed=args.seed, nodes=args.nodes,
+                               replicas=args.replicas, hot_rows=args.hot_rows, force=args.force,
+                               plan_notes=plan_notes, progress=bars, warn=_warn)
+    if placed.sharded is not None:
+        return print_nodes(args, placed.sharded, placed.dataset, placed.hotness, placed.targets)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json.dumps(placed.report, indent=2) + "\n")
         return 0
     console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
-    _print_summary(console, res, ds, hot, targets, out, row_bytes)
-    for note in plan_notes:
+    _print_summary(console, placed.result, placed.dataset, placed.hotness, placed.targets, out, placed.row_bytes)
+    for note in placed.plan_notes:
         console.print(f"[yellow]plan:[/yellow] {note}", markup=True)
     return 0
 
 
-def _warn_ssd(ssd_dirs: list[str]) -> None:
-    from moment.place_dirs import ssd_warnings
-
-    for note in ssd_warnings(ssd_dirs):
-        print(f"moment place: warning: {note}", file=sys.stderr)
+def _warn(note: str) -> None:
+    print(f"moment place: warning: {note}", file=sys.stderr)
 
 
 def _print_summary(console, res, ds, hot, targets, out: Path, row_bytes: int) -> None:

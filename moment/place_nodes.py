@@ -1,4 +1,4 @@
-"""``moment place --nodes N``: the rows split over N nodes, every node's own directory (thin: see training.sharding)."""
+"""``moment place --nodes N``: its options checked, the nodes printed (the work: training.place_run, training.sharding)."""
 
 from __future__ import annotations
 
@@ -19,29 +19,6 @@ def check_node_args(args: argparse.Namespace) -> None:
                            "most every node")
     if not 0.0 <= args.hot_rows <= 1.0:
         raise CommandError(f"--hot-rows {args.hot_rows}: expected a share of the rows between 0 and 1")
-
-
-def place_nodes(args: argparse.Namespace, ds, hot, spec, targets, gpu_bytes: int, cpu_bytes: int, bars):
-    """Place and write every node's directory (:func:`training.sharding.place_sharded`)."""
-    from training.data import fingerprint
-    from training.sharding import hot_rows_of, place_sharded
-
-    head = {"schema": "moment.place", "version": 1, "dataset": str(ds.path), "dataset_fingerprint": fingerprint(ds),
-            "plan": targets.source, "machine": targets.machine,
-            "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
-                        "epochs_covered": hot.epochs_covered},
-            "gpu_cache_bytes": gpu_bytes, "cpu_cache_bytes": cpu_bytes, "gpu_cache_mode": args.gpu_cache_mode,
-            "row_bytes": ds.row_bytes, "strategy": args.strategy}
-    bars.note(f"placing over {args.nodes} nodes ({args.strategy}, replicas {args.replicas})")
-    try:
-        return place_sharded(ds.features, hot.values, targets, num_nodes=args.nodes, replicas=args.replicas,
-                             hot_rows=hot_rows_of(args.hot_rows, ds.num_nodes), out=args.out,
-                             gpu_cache_bytes=gpu_bytes, cpu_cache_bytes=cpu_bytes, ssd_dirs=args.ssd,
-                             gpu_mode=args.gpu_cache_mode, strategy=args.strategy, pool=args.pool, seed=args.seed,
-                             reads_per_epoch=hot.reads_per_epoch, report=head, progress=bars)
-    except OSError as exc:
-        raise CommandError(f"writing the node directories: {exc.strerror or exc} "
-                           f"({getattr(exc, 'filename', '')}); check --out and the --ssd directories") from None
 
 
 def print_nodes(args: argparse.Namespace, sp, ds, hot, targets) -> int:

@@ -62,11 +62,9 @@ def _train_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rich.console import Console
-    from rich.table import Table
 
     from moment.bars import Bars
-    from planner.capacities import format_size
-    from training.trainer import CHECKPOINT_NAME, train
+    from training.trainer import train
 
     if not Path(args.dataset).is_dir():
         raise CommandError(f"--dataset {args.dataset}: no such dataset directory (create one with `moment data import`)")
@@ -75,6 +73,30 @@ def _train_command(args: argparse.Namespace) -> int:
     out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
     bars = Bars()  # per-step progress within an epoch, on a terminal only
     state: dict = {"rank": 0, "seeds": 0, "t0": 0.0}
+    progress = _printer(args, config, err, bars, state)
+    try:
+        result = train(config, progress=progress)
+    finally:
+        bars.__exit__(None, None, None)
+    if result.rank != 0:
+        return 0
+    final = result.final
+    if args.json:
+        import json
+
+        sys.stdout.write(json.dumps({"schema": "moment.train", "version": 1, "world_size": result.world_size,
+                                     "resumed_from": result.resumed_from, "epochs": list(result.epochs)},
+                                    indent=2, default=str) + "\n")
+        return 0
+    if final is None:
+        out.print(f"nothing to do: the checkpoint is already at epoch {config.epochs}", markup=False)
+        return 0
+    out.print(_summary(result, config, state))
+    return 0
+
+
+def _printer(args: argparse.Namespace, config, err, bars, state: dict):
+    """The progress callback of a run: the start lines, a bar per step, a line per epoch (rank 0 only)."""
 
     def progress(rec: dict) -> None:
         state["rank"] = rec["rank"]
@@ -116,23 +138,19 @@ def _train_command(args: argparse.Namespace) -> int:
             else:
                 err.print(_epoch_line(rec), markup=False)
 
-    try:
-        result = train(config, progress=progress)
-    finally:
-        bars.__exit__(None, None, None)
-    if result.rank != 0:
-        return 0
-    final = result.final
-    if args.json:
-        import json
+    return progress
 
-        sys.stdout.write(json.dumps({"schema": "moment.train", "version": 1, "world_size": result.world_size,
-                                     "resumed_from": result.resumed_from, "epochs": list(result.epochs)},
-                                    indent=2, default=str) + "\n")
-        return 0
-    if final is None:
-        out.print(f"nothing to do: the checkpoint is already at epoch {config.epochs}", markup=False)
-        return 0
+
+def _summary(result, config, state: dict):
+    """The table printed after a run: loss, accuracies, times, rows per tier, the plan against the run."""
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from planner.capacities import format_size
+    from training.trainer import CHECKPOINT_NAME
+
+    final = result.final
     t = Table(title=f"{config.model} on {Path(config.dataset).name}: {len(result.epochs)} epoch(s) this run, "
                     f"{result.world_size} rank(s)", title_justify="left", show_header=False)
     t.add_column("what")
@@ -144,7 +162,8 @@ def _train_command(args: argparse.Namespace) -> int:
         if k in final:
             t.add_row(k.replace("_acc", " accuracy"), f"{100 * final[k]:.2f}%")
     t.add_row("epoch time", f"{final['epoch_s']:.2f} s · {final['seeds_per_s']:,.0f} seeds/s")
-    t.add_row("step split (last epoch)", f"compute {final['compute_s']:.2f} s · all-reduce {final['allreduce_s']:.2f} s · "
+    t.add_row("step split (last epoch)", f"compute {final['compute_s']:.2f} s (with the gradients' all-reduce) · "
+              f"loss all-reduce {final['allreduce_s']:.2f} s · "
               f"I/O wait {final['io_wait_s']:.2f} s ({100 * final['io_wait_share']:.0f}%) · "
               f"in the background: sample {final['sample_s']:.2f} s, gather {final['gather_s']:.2f} s")
     for tier, v in sorted(final["tiers"].items()):
@@ -157,8 +176,7 @@ def _train_command(args: argparse.Namespace) -> int:
         t.add_row("checkpoint", str(Path(config.checkpoint_dir) / CHECKPOINT_NAME))
     if config.metrics_path:
         t.add_row("metrics", config.metrics_path)
-    out.print(t)
-    return 0
+    return t
 
 
 def register(subparsers) -> None:

@@ -245,18 +245,10 @@ def test_bad_input_exits_2_with_one_line(cora, tmp_path, capsys, change, message
 
 
 def test_training_refuses_a_placement_made_from_another_dataset(cora, tmp_path, capsys):
-    import shutil
-
     out = tmp_path / "out"
     assert main(_place_args(cora, tmp_path / "ssd", out, "--hotness", "degree")) == 0
     # the same counts and row width, other feature values: only the fingerprint tells them apart
-    twin = tmp_path / "twin"
-    shutil.copytree(cora.path, twin, ignore=shutil.ignore_patterns("hotness"))
-    feats = np.load(twin / "features.npy")
-    np.save(twin / "features.npy", feats + 1)
-    meta = json.loads((twin / "meta.json").read_text())
-    del meta["checksums"]["files"]["features"]  # a twin, not a corrupt copy: features without a checksum
-    (twin / "meta.json").write_text(json.dumps(meta))
+    twin = _twin(cora, tmp_path / "twin")
     capsys.readouterr()
     assert main(["train", "--dataset", str(twin), "--placement", str(out), "--fanouts", "5", "--hidden", "8"]) == 2
     err = capsys.readouterr().err
@@ -384,3 +376,58 @@ def test_plan_for_the_layout_the_machine_has(cora, tmp_path, capsys, monkeypatch
     assert main(["plan", "--machine", "moment-a", "--json", "--layout", "current"]) == 2
     err = capsys.readouterr().err
     assert "layout 'current'" in err and "captures" in err and "Traceback" not in err
+
+
+def _twin(cora, where: Path) -> Path:
+    """Cora's graph and counts with other feature values: only the fingerprint tells them apart."""
+    import shutil
+
+    shutil.copytree(cora.path, where, ignore=shutil.ignore_patterns("hotness"))
+    np.save(where / "features.npy", np.load(where / "features.npy") + 1)
+    meta = json.loads((where / "meta.json").read_text())
+    del meta["checksums"]["files"]["features"]  # a twin, not a corrupt copy: features without a checksum
+    (where / "meta.json").write_text(json.dumps(meta))
+    return where
+
+
+def test_a_library_placement_carries_the_fingerprint_and_is_refused_for_another_dataset(cora, tmp_path):
+    """place_dataset is the whole job: its manifest records the dataset, and opening checks it."""
+    from planner.topology.discover import topology_from_files
+    from training.place_run import place_dataset
+    from training.placing import plan_now
+    from training.trainer import open_features
+
+    out, seen = tmp_path / "out", []
+    plan = plan_now(topology_from_files(machine="moment-b"), spec="moment-b")
+    placed = place_dataset(cora.path, plan, out, gpu_cache_bytes=256 << 10, cpu_cache_bytes=1 << 20,
+                           ssd_dirs=[out] * 8, hotness=HotnessSpec("degree"),
+                           progress=lambda stage, done, total: seen.append(stage), warn=lambda note: None)
+    assert any(s.startswith("placing (ddak)") for s in seen)  # progress through the one callback
+    assert load_placement(out).dataset_fingerprint == placed.report["dataset_fingerprint"]
+    assert json.loads((out / "placement.json").read_text())["dataset_fingerprint"]["num_nodes"] == cora.num_nodes
+    (out / "place.json").unlink()  # the report is not what the check rests on
+    open_features(cora, str(out)).close()
+    twin = open_dataset(_twin(cora, tmp_path / "twin"))
+    with pytest.raises(PlacingError) as err:
+        open_features(twin, str(out))
+    msg = str(err.value)
+    assert str(out) in msg and str(twin.path) in msg and "features_crc32" in msg and "moment place" in msg
+    assert "\n" not in msg
+
+
+def test_an_old_placement_without_a_fingerprint_still_opens_and_says_so(cora, tmp_path, caplog):
+    from training.trainer import open_features
+
+    out = tmp_path / "old"
+    assert main(_place_args(cora, out, out, "--hotness", "degree", "--json")) == 0
+    man = json.loads((out / "placement.json").read_text())
+    del man["dataset_fingerprint"]  # as placements were written before the manifest carried it
+    (out / "placement.json").write_text(json.dumps(man))
+    rep = json.loads((out / "place.json").read_text())
+    del rep["dataset_fingerprint"]
+    (out / "place.json").write_text(json.dumps(rep))
+    twin = open_dataset(_twin(cora, tmp_path / "twin"))
+    with caplog.at_level("WARNING", logger="training.place_run"):
+        open_features(twin, str(out)).close()  # nothing to compare: it opens
+    assert any("records no dataset fingerprint" in r.getMessage() and str(out) in r.getMessage()
+               for r in caplog.records)

@@ -255,6 +255,32 @@ def test_torchrun_two_ranks_resume_exactly_with_dropout(cora, cora_placement, tm
     assert sorted("filled here" in n for n in shared) == [False, True], shared  # one copy, two ranks
 
 
+@pytest.mark.heavy  # three torch processes (~15 s)
+def test_torchrun_three_ranks_with_an_empty_part_equal_one_process(cora, tmp_path):
+    """DDP with a rank whose part of the last step is empty: 140 seeds in batches of 69 leave 2 for 3 ranks.
+
+    That rank still runs its step (a forward over zero rows), so DDP's all-reduce
+    completes and the world trains what one process trains.
+    """
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    ck = tmp_path / "ck"
+    cmd = [torchrun, "--nproc-per-node", "3", "-m", "moment", "train", "--dataset", str(cora), "--fanouts=-1,-1",
+           "--batch-size", "69", "--epochs", "2", "--hidden", "16", "--dropout", "0", "--seed", "3", "--lr", "0.01",
+           "--checkpoint", str(ck), "--metrics", str(tmp_path / "m.jsonl"), "--eval-every", "0"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["seeds"] for r in recs if r["kind"] == "step"][:3] == [69, 69, 2]
+    assert all(r["param_spread"] == 0.0 for r in recs if r["kind"] == "epoch")
+    one = train(TrainConfig(dataset=str(cora), fanouts=(-1, -1), batch_size=69, epochs=2, hidden=16, dropout=0.0,
+                            seed=3, lr=0.01, eval_every_epochs=0))
+    three = torch.load(ck / CHECKPOINT_NAME, weights_only=False)
+    assert not any(k.startswith("module.") for k in three["model"])  # the module's own state, as one process saves
+    for k, v in _params(one.model).items():
+        torch.testing.assert_close(three["model"][k], v, rtol=1e-3, atol=1e-4)
+
+
 # ----------------------------------------------------------------------------------------------
 # the command line
 

@@ -15,12 +15,14 @@ in-neighbours (an edge ``u -> v`` is stored in row ``v``); undirected graphs hol
 both directions. Everything is opened with ``np.load(mmap_mode="r")`` so a graph
 larger than memory costs only the pages that are touched.
 
-Writing goes through :class:`DatasetWriter`, which builds the directory in a
+Writing goes through :class:`training.writer.DatasetWriter` (importable from
+here too), which builds the directory in a
 temporary sibling and renames it into place only when every file is complete,
 and which turns edge lists into CSR in chunks with memory bounded by the chunk
 size (plus two ``int64`` arrays of ``num_nodes``)::
 
     >>> import tempfile, numpy as np
+    >>> from training.writer import DatasetWriter
     >>> d = tempfile.mkdtemp()
     >>> with DatasetWriter(f"{d}/tri", num_nodes=3, name="triangle") as w:
     ...     num_edges = w.write_edges([(np.array([0, 1, 2]), np.array([1, 2, 0]))], undirected=True)
@@ -38,18 +40,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from iostack.checksums import BlockSums, bad_blocks, block_sums
-from planner.progress import Progress
+from iostack.checksums import BlockSums, bad_blocks
+from planner.progress import Progress  # noqa: F401  (importers take it from here)
 from training.errors import TrainingError
 
 SCHEMA = "moment.dataset"
@@ -378,369 +378,6 @@ def open_dataset(path: str | os.PathLike, *, validate: bool = True, verify: str 
 
 
 # ----------------------------------------------------------------------------------------------
-# writing
-
-
-def _as_chunks(edges) -> Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]:
-    """Normalise ``edges`` to a callable that yields (src, dst) chunks afresh on each call."""
-    if callable(edges):
-        return edges
-    if isinstance(edges, tuple) and len(edges) == 2 and isinstance(edges[0], np.ndarray):
-        return lambda: [edges]
-    if isinstance(edges, np.ndarray):
-        if edges.ndim != 2 or edges.shape[0] != 2:
-            raise ValueError(f"an edge array must have shape [2, E], has {edges.shape}")
-        return lambda: [(edges[0], edges[1])]
-    if isinstance(edges, Sequence):
-        return lambda: edges
-    raise TypeError(
-        "edges must be a [2, E] array, a (src, dst) pair, a list of (src, dst) chunks, "
-        "or a callable returning an iterable of chunks (it is called twice)"
-    )
-
-
-class DatasetWriter:
-    """Build a dataset directory atomically: nothing appears at ``path`` until every file is written.
-
-    Use as a context manager. Files go into a temporary sibling directory
-    (``.<name>.tmp-*``); on a clean exit ``meta.json`` is written, the directory
-    is validated and renamed to ``path``. On an exception the temporary directory
-    is removed and ``path`` is left as it was.
-
-    Methods (each at most once; all but a graph are optional):
-
-    - :meth:`write_edges` — CSR from (src, dst) edge chunks, bounded memory;
-      or :meth:`write_csr` for a CSR already at hand.
-    - :meth:`write_features` (whole array or row blocks), or :meth:`open_features`
-      for a writable memmap to fill yourself.
-    - :meth:`write_labels`, :meth:`write_splits`.
-    - ``meta`` extras: ``directed`` (set by ``write_edges``), ``source`` (provenance
-      dict), ``name``; :meth:`set_meta` adds more keys.
-
-    ``num_nodes`` is fixed up front because the counting sort needs it.
-    ``overwrite=True`` replaces an existing dataset (still atomically, via a rename).
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        *,
-        num_nodes: int,
-        name: str | None = None,
-        source: Mapping[str, Any] | None = None,
-        overwrite: bool = False,
-        chunk_edges: int = DEFAULT_CHUNK_EDGES,
-        progress: Progress | None = None,
-    ) -> None:
-        self.path = Path(path)
-        if num_nodes < 0:
-            raise DatasetError(f"num_nodes must be >= 0, got {num_nodes}")
-        self.num_nodes = int(num_nodes)
-        self.name = name or self.path.name
-        self.source = dict(source or {})
-        self.overwrite = overwrite
-        self.chunk_edges = int(chunk_edges)
-        self.progress = progress
-        self.meta: dict[str, Any] = {}
-        self.files: dict[str, dict[str, Any]] = {}
-        self.num_edges: int | None = None
-        #: the CSR row pointers once a graph is written (in-degree = np.diff(indptr))
-        self.indptr: np.ndarray | None = None
-        self.directed: bool = True
-        self.feature_dim = 0
-        self.feature_dtype: str | None = None
-        self.num_classes = 0
-        self._tmp: Path | None = None
-        self._features: np.memmap | None = None
-        if self.path.exists() and not overwrite:
-            raise DatasetError(f"{self.path}: already exists; remove it or pass --force to replace it")
-        if not self.path.parent.is_dir():
-            raise DatasetError(f"{self.path.parent}: no such directory to write the dataset into")
-
-    # -- context manager -----------------------------------------------------------------------
-    def __enter__(self) -> DatasetWriter:
-        try:
-            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
-        except OSError as exc:
-            raise DatasetError(f"{self.path.parent}: cannot create a directory there ({exc})") from None
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        tmp = self._tmp
-        if tmp is None:
-            return
-        try:
-            if exc_type is None:
-                self._commit(tmp)
-        finally:
-            self._features = None
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-            self._tmp = None
-
-    @property
-    def tmp_dir(self) -> Path:
-        """The temporary directory files go to (valid inside the ``with`` block)."""
-        if self._tmp is None:
-            raise RuntimeError("DatasetWriter used outside its `with` block")
-        return self._tmp
-
-    def _report(self, stage: str, done: int, total: int | None) -> None:
-        if self.progress is not None:
-            self.progress(stage, done, total)
-
-    def _record(self, key: str, arr: np.ndarray) -> None:
-        self.files[key] = {"dtype": str(arr.dtype), "shape": [int(s) for s in arr.shape]}
-
-    def _save(self, key: str, arr: np.ndarray) -> None:
-        np.save(self.tmp_dir / f"{key}.npy", arr, allow_pickle=False)
-        self._record(key, arr)
-
-    def set_meta(self, **extra: Any) -> None:
-        """Add JSON-able keys to ``meta.json`` (not the reserved ones the writer computes)."""
-        self.meta.update(extra)
-
-    # -- graph ---------------------------------------------------------------------------------
-    def write_csr(self, indptr: np.ndarray, indices: np.ndarray, *, directed: bool = True) -> None:
-        """Write a CSR at hand (row ``v`` = the vertices ``v`` aggregates from)."""
-        indptr = np.asarray(indptr, dtype=np.int64)
-        if indptr.shape != (self.num_nodes + 1,):
-            raise DatasetError(f"indptr has shape {indptr.shape}, expected ({self.num_nodes + 1},)")
-        self._save("indptr", indptr)
-        self._save("indices", np.asarray(indices, dtype=index_dtype(self.num_nodes)))
-        self.indptr = indptr
-        self.num_edges = int(indptr[-1])
-        self.directed = directed
-
-    def write_edges(
-        self,
-        edges,
-        *,
-        undirected: bool = False,
-        drop_self_loops: bool = True,
-        dedup: bool = True,
-    ) -> int:
-        """Build the CSR from edges ``src -> dst`` (``dst`` aggregates from ``src``), in chunks.
-
-        ``edges`` is a [2, E] array, a ``(src, dst)`` pair of arrays, a list of such
-        pairs, or — for graphs larger than memory — a callable returning a fresh
-        iterable of ``(src, dst)`` chunks each time it is called (it is called twice:
-        a counting pass and a filling pass). Ids must lie in ``[0, num_nodes)``.
-
-        ``undirected`` stores each edge in both directions; ``drop_self_loops``
-        removes ``v -> v``; ``dedup`` removes repeated edges and sorts every row
-        (one more pass over the CSR, in row blocks). Memory: the chunk being
-        processed plus two int64 arrays of ``num_nodes``. Returns ``num_edges``.
-        """
-        chunks = _as_chunks(edges)
-        n = self.num_nodes
-        tmp = self.tmp_dir
-
-        def directed_chunks():
-            for src, dst in chunks():
-                src = np.asarray(src).astype(np.int64, copy=False).ravel()
-                dst = np.asarray(dst).astype(np.int64, copy=False).ravel()
-                if src.shape != dst.shape:
-                    raise DatasetError(f"edge chunk with {src.size} sources but {dst.size} targets")
-                if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
-                    bad = next(int(x) for x in (src.min(), src.max(), dst.min(), dst.max()) if x < 0 or x >= n)
-                    raise DatasetError(f"edge endpoint {bad} is outside [0, {n}) (num_nodes={n})")
-                if drop_self_loops:
-                    keep = src != dst
-                    src, dst = src[keep], dst[keep]
-                # the chunk may be long; bound the temporaries by re-chunking
-                for a in range(0, src.size, self.chunk_edges):
-                    s, d = src[a : a + self.chunk_edges], dst[a : a + self.chunk_edges]
-                    yield s, d
-                    if undirected:
-                        yield d, s
-
-        # pass 1: in-degrees
-        counts = np.zeros(n, dtype=np.int64)
-        seen = 0
-        for s, d in directed_chunks():
-            counts += np.bincount(d, minlength=n)
-            seen += s.size
-            self._report("counting edges", seen, None)
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        total = int(indptr[-1])
-        del counts
-
-        # pass 2: place each source at its row's next free slot (a counting sort)
-        idt = index_dtype(n)
-        raw_path = tmp / "indices.unsorted.npy"
-        raw = np.lib.format.open_memmap(raw_path, mode="w+", dtype=idt, shape=(total,))
-        cursor = indptr[:-1].copy()
-        done = 0
-        for s, d in directed_chunks():
-            # any order inside a row will do (dedup sorts rows later), so no stable sort needed;
-            # int32 keys sort faster when the ids fit
-            order = np.argsort(d.astype(np.int32) if n < 2**31 else d)
-            d_sorted = d[order]
-            # run boundaries of the sorted targets (cheaper than np.unique, which would hash)
-            start = np.flatnonzero(np.r_[True, d_sorted[1:] != d_sorted[:-1]]) if d_sorted.size else d_sorted
-            uniq = d_sorted[start]
-            cnt = np.diff(np.r_[start, d_sorted.size])
-            rank = np.arange(d_sorted.size, dtype=np.int64) - np.repeat(start, cnt)
-            pos = cursor[d_sorted] + rank
-            raw[pos] = s[order]
-            cursor[uniq] += cnt
-            done += s.size
-            self._report("placing edges", done, total)
-        del cursor
-        raw.flush()
-
-        if not dedup:
-            del raw
-            os.replace(raw_path, tmp / "indices.npy")
-            self._record_csr(indptr, total, idt, undirected)
-            return total
-
-        # pass 3: sort and de-duplicate each row, compacting leftwards in place (the write
-        # position never passes the read position), then copy to a file of the final size
-        new_indptr = np.zeros(n + 1, dtype=np.int64)
-        write = 0
-        v = 0
-        while v < n:
-            # the largest row block that fits in a chunk (at least one row)
-            hi = int(np.searchsorted(indptr, indptr[v] + self.chunk_edges, side="right")) - 1
-            hi = min(max(hi, v + 1), n)
-            a, b = int(indptr[v]), int(indptr[hi])
-            cols = np.asarray(raw[a:b]).astype(np.int64)
-            rows = np.repeat(np.arange(hi - v, dtype=np.int64), np.diff(indptr[v : hi + 1]))
-            if n < 2**31:  # one int64 key per entry: (row, col) packed, one sort
-                key = rows * n + cols
-                key.sort()
-                rows, cols = key // n, key % n
-            else:  # row * n could overflow int64
-                order = np.lexsort((cols, rows))
-                rows, cols = rows[order], cols[order]
-            keep = np.ones(cols.size, dtype=bool)
-            keep[1:] = (cols[1:] != cols[:-1]) | (rows[1:] != rows[:-1])
-            rows, cols = rows[keep], cols[keep]
-            new_indptr[v + 1 : hi + 1] = np.bincount(rows, minlength=hi - v)
-            raw[write : write + cols.size] = cols.astype(idt)
-            write += cols.size
-            v = hi
-            self._report("sorting rows", a, total)
-        np.cumsum(new_indptr, out=new_indptr)
-        final = np.lib.format.open_memmap(tmp / "indices.npy", mode="w+", dtype=idt, shape=(write,))
-        for a in range(0, write, self.chunk_edges):
-            b = min(a + self.chunk_edges, write)
-            final[a:b] = raw[a:b]
-        final.flush()
-        del final, raw
-        raw_path.unlink()
-        self._record_csr(new_indptr, write, idt, undirected)
-        return write
-
-    def _record_csr(self, indptr: np.ndarray, total: int, idt: np.dtype, undirected: bool) -> None:
-        self._save("indptr", indptr)
-        self.indptr = indptr
-        self.files["indices"] = {"dtype": str(np.dtype(idt)), "shape": [total]}
-        self.num_edges = total
-        self.directed = not undirected
-
-    # -- node data -----------------------------------------------------------------------------
-    def open_features(self, feature_dim: int, dtype: str | np.dtype = "float32") -> np.memmap:
-        """A writable [num_nodes, feature_dim] memmap of ``features.npy`` to fill by row blocks."""
-        dt = np.dtype(dtype)
-        if dt.name not in FEATURE_DTYPES:
-            raise DatasetError(f"feature dtype {dt.name} is not one of {', '.join(FEATURE_DTYPES)}")
-        self._features = np.lib.format.open_memmap(
-            self.tmp_dir / "features.npy", mode="w+", dtype=dt, shape=(self.num_nodes, int(feature_dim))
-        )
-        self.feature_dim, self.feature_dtype = int(feature_dim), dt.name
-        self._record("features", self._features)
-        return self._features
-
-    def write_features(self, features, *, dtype: str | np.dtype | None = None) -> None:
-        """Write features from a [num_nodes, F] array or an iterable of row blocks (in row order)."""
-        if isinstance(features, np.ndarray) or hasattr(features, "toarray"):
-            arr = features.toarray() if hasattr(features, "toarray") else features
-            if arr.ndim != 2 or arr.shape[0] != self.num_nodes:
-                raise DatasetError(f"features have shape {arr.shape}, expected ({self.num_nodes}, F)")
-            out = self.open_features(arr.shape[1], dtype or arr.dtype)
-            out[:] = arr
-            out.flush()
-            return
-        out = None
-        row = 0
-        for block in features:
-            block = block.toarray() if hasattr(block, "toarray") else np.asarray(block)
-            if out is None:
-                out = self.open_features(block.shape[1], dtype or block.dtype)
-            if row + block.shape[0] > self.num_nodes:
-                raise DatasetError(f"feature blocks hold more than num_nodes={self.num_nodes} rows")
-            out[row : row + block.shape[0]] = block
-            row += block.shape[0]
-        if out is None or row != self.num_nodes:
-            raise DatasetError(f"feature blocks hold {row} rows, expected num_nodes={self.num_nodes}")
-        out.flush()
-
-    def write_labels(self, labels, *, num_classes: int | None = None) -> None:
-        """Class id per node (int64 [num_nodes], -1 = unlabelled); ``num_classes`` defaults to max + 1."""
-        arr = np.asarray(labels).astype(np.int64, copy=False)
-        if arr.shape != (self.num_nodes,):
-            raise DatasetError(f"labels have shape {arr.shape}, expected ({self.num_nodes},)")
-        self.num_classes = int(num_classes if num_classes is not None else (arr.max() + 1 if arr.size else 0))
-        self._save("labels", arr)
-
-    def write_splits(self, *, train=None, valid=None, test=None) -> None:
-        """Node ids of the train / validation / test sets (int64; any may be None)."""
-        for key, ids in (("train_idx", train), ("valid_idx", valid), ("test_idx", test)):
-            if ids is not None:
-                self._save(key, np.asarray(ids, dtype=np.int64).ravel())
-
-    # -- commit --------------------------------------------------------------------------------
-    def _checksums(self, tmp: Path) -> dict[str, Any]:
-        """One CRC-32 per block of every file written (read back once, mostly from the page cache)."""
-        out: dict[str, Any] = {}
-        total = sum((tmp / f"{k}.npy").stat().st_size for k in self.files)
-        done = 0
-        for key in self.files:
-            sums = block_sums(tmp / f"{key}.npy", CHECKSUM_BLOCK_BYTES)
-            out[key] = sums.to_json()
-            done += sums.size_bytes
-            self._report("checksumming", done, total)
-        return {"algorithm": "crc32", "block_bytes": CHECKSUM_BLOCK_BYTES, "files": out}
-
-    def _commit(self, tmp: Path) -> None:
-        if self.num_edges is None:
-            raise DatasetError(f"{self.path}: no graph was written (call write_edges or write_csr)")
-        if self._features is not None:
-            self._features.flush()
-            self._features = None
-        meta = {
-            "schema": SCHEMA,
-            "version": VERSION,
-            "name": self.name,
-            "num_nodes": self.num_nodes,
-            "num_edges": self.num_edges,
-            "feature_dim": self.feature_dim,
-            "feature_dtype": self.feature_dtype,
-            "num_classes": self.num_classes,
-            "directed": self.directed,
-            "source": self.source,
-            "files": self.files,
-        }
-        for k, v in self.meta.items():
-            if k not in meta or k == "source":
-                meta[k] = v
-        meta["checksums"] = self._checksums(tmp)
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n")
-        open_dataset(tmp)  # never publish a directory that would not open
-        old = None
-        if self.path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.old-", dir=self.path.parent))
-            os.replace(self.path, old / "d")
-        os.replace(tmp, self.path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-# ----------------------------------------------------------------------------------------------
 # summary
 
 
@@ -854,3 +491,12 @@ def fingerprint(ds: Dataset, sample_bytes: int = 1 << 16) -> dict[str, Any]:
         k = min(sample_bytes, flat.size)
         out["features_crc32"] = zlib.crc32(flat[-k:].tobytes(), zlib.crc32(flat[:k].tobytes()))
     return out
+
+
+def __getattr__(name: str) -> Any:
+    """``DatasetWriter`` lives in :mod:`training.writer` (which imports this module); importable here too."""
+    if name == "DatasetWriter":
+        from training.writer import DatasetWriter
+
+        return DatasetWriter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,3 +11,7 @@ from momentbase.errors import MomentError
 
 class TrainingError(MomentError):
     """Base class of training's user-facing errors: bad data, options or peers; one-line messages."""
+
+
+class TrainError(TrainingError):
+    """A training run that cannot start or continue: bad config, dataset, placement or checkpoint."""

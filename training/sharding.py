@@ -161,7 +161,7 @@ def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTarget
                                        "report": asdict(res.report),
                                        "baseline": asdict(res.baseline) if res.baseline else None,
                                        "target_notes": list(res.notes)})
-        res.placement.save(d)  # last: the node's placement exists only once its bins do
+        res.placement.save(d, dataset_fingerprint=fp)  # last: the node's placement exists only once its bins do
         nodes.append(NodePlacement(k, d, int(rows.size), res))
     sp = ShardedPlacement(layout, tuple(nodes), row_bytes)
     save_json(Path(out) / "place.json", {**head, **sharded_summary(sp)})

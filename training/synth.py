@@ -63,7 +63,6 @@ never the result: the same seed gives byte-identical files.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -71,6 +70,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from training.data import DatasetWriter, Progress, index_dtype
+from training.draws import RMAT_LEVELS_PER_DRAW, rmat_probabilities
+from training.draws import guide as _guide
+from training.draws import locate as _locate
+from training.draws import popcount as _popcount  # noqa: F401  (tests reach it here)
+from training.draws import rmat_destination_weights as _rmat_destination_weights
+from training.draws import rmat_table as _rmat_table
 from training.errors import TrainingError
 
 #: edges per random stream; fixed so that results do not depend on chunk sizes
@@ -81,8 +86,6 @@ FEATURE_BLOCK_ROWS = 1 << 12
 MAX_NODES = 2**31 - 1
 GENERATORS = ("rmat", "chung-lu")
 DEFAULT_SKEW = {"rmat": 0.57, "chung-lu": 0.7}
-#: Graph500's b : c : d, the shares of ``1 - a`` given to the other quadrants
-_GRAPH500_BCD = (0.19, 0.19, 0.05)
 
 _STREAM_MODEL, _STREAM_EDGES, _STREAM_FEATURES, _STREAM_SPLITS = 0, 1, 2, 3
 
@@ -167,18 +170,6 @@ class SynthSpec:
         return self
 
 
-def rmat_probabilities(skew: float) -> tuple[float, float, float, float]:
-    """R-MAT's ``(a, b, c, d)`` for ``a = skew``, the rest in Graph500's proportions.
-
-    >>> tuple(round(p, 2) for p in rmat_probabilities(0.57))
-    (0.57, 0.19, 0.19, 0.05)
-    """
-    rest = 1.0 - skew
-    total = sum(_GRAPH500_BCD)
-    b, c, d = (rest * x / total for x in _GRAPH500_BCD)
-    return (skew, b, c, d)
-
-
 def _rng(seed: int, *key: int) -> np.random.Generator:
     # SeedSequence(seed, spawn_key=key) is exactly the child that
     # SeedSequence(seed).spawn(...) hands out at that position, reached in O(1)
@@ -218,83 +209,6 @@ class SynthModel:
 
 #: R-MAT levels resolved by one uniform draw (4**6 = 4096 joint outcomes, an alias table
 #: that stays in cache)
-RMAT_LEVELS_PER_DRAW = 6
-
-
-def _alias_table(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Walker's alias table for the distribution ``p``: ``(keep, alias)``.
-
-    Draw: ``x = u * len(p)``, ``i = floor(x)``; the outcome is ``i`` if
-    ``x - i < keep[i]`` else ``alias[i]`` (Vose's construction, deterministic).
-    """
-    n = p.size
-    scaled = p * n / p.sum()
-    keep = np.ones(n)
-    alias = np.arange(n)
-    small = [i for i in range(n) if scaled[i] < 1.0]
-    large = [i for i in range(n) if scaled[i] >= 1.0]
-    while small and large:
-        s, g = small.pop(), large.pop()
-        keep[s], alias[s] = scaled[s], g
-        scaled[g] -= 1.0 - scaled[s]
-        (small if scaled[g] < 1.0 else large).append(g)
-    return keep, alias  # leftovers are 1 up to rounding: keep = 1 is right for them
-
-
-@functools.lru_cache(maxsize=16)
-def _rmat_table(skew: float, levels: int) -> tuple[np.ndarray, ...]:
-    """Joint outcomes of ``levels`` R-MAT levels: alias table, row bits, column bits.
-
-    Outcome ``i`` spells its quadrants in base 4, most significant level first;
-    quadrant ``q`` (a=0, b=1, c=2, d=3) adds row bit ``q >> 1`` and column bit ``q & 1``.
-    """
-    probs = np.asarray(rmat_probabilities(skew))
-    outcome = np.arange(4**levels)
-    p = np.ones(outcome.size)
-    src = np.zeros(outcome.size, dtype=np.int64)
-    dst = np.zeros(outcome.size, dtype=np.int64)
-    for level in range(levels):
-        q = (outcome >> (2 * (levels - 1 - level))) & 3
-        p *= probs[q]
-        src = (src << 1) | (q >> 1)
-        dst = (dst << 1) | (q & 1)
-    keep, alias = _alias_table(p)
-    return keep, alias, src, dst
-
-
-def _popcount(x: np.ndarray) -> np.ndarray:
-    """Set bits of each non-negative int64 (``np.bitwise_count`` arrived only in numpy 2.0)."""
-    if hasattr(np, "bitwise_count"):
-        return np.bitwise_count(x).astype(np.intp)
-    x = x.astype(np.uint64)
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return ((x * np.uint64(0x0101010101010101)) >> np.uint64(56)).astype(np.intp)
-
-
-def _rmat_destination_weights(n: int, abcd: tuple[float, float, float, float]) -> np.ndarray:
-    """Probability that an R-MAT edge ends at raw node ``0..n-1`` (float64, sums to 1).
-
-    A cell's column bit is 0 with probability ``a + c`` and 1 with ``b + d``, at
-    every level independently, so a cell's weight depends on its popcount only.
-    """
-    a, b, c, d = abcd
-    k = max(1, math.ceil(math.log2(n)))
-    p0, p1 = a + c, b + d
-    table = p0 ** (k - np.arange(k + 1)) * p1 ** np.arange(k + 1)  # by popcount
-    out = np.zeros(n, dtype=np.float64)
-    step = 1 << 22  # cells per pass: bounded memory for big graphs
-    for lo in range(0, 1 << k, step):
-        cells = np.arange(lo, min(lo + step, 1 << k), dtype=np.int64)
-        raw = (cells * n) >> k
-        w = table[_popcount(cells)]
-        # raw is sorted: one bincount over the slice it spans
-        first = int(raw[0])
-        out[first:int(raw[-1]) + 1] += np.bincount(raw - first, weights=w)
-    return out
-
-
 def build_model(spec: SynthSpec) -> SynthModel:
     """Labels, relabelling, class-restricted popularity and centroids for ``spec``.
 
@@ -362,41 +276,6 @@ def _block_edges(spec: SynthSpec, model: SynthModel, block: int) -> tuple[np.nda
     coin = rng.random(count)
     target = rng.random(count)
     return src, dst, coin, target
-
-
-def _guide(cum: np.ndarray) -> np.ndarray:
-    """A guide table for :func:`_locate`: ``guide[b]`` is the first position whose running
-    weight exceeds ``b / K`` of the total, ``K = len(cum)`` buckets (int32 when it fits)."""
-    k = cum.size
-    marks = np.arange(k + 1, dtype=np.float64) * (cum[-1] / k)
-    guide = np.searchsorted(cum, marks, side="right")  # sorted probes: cheap
-    guide[-1] = k  # the last mark may round below the total; nothing lies beyond the end
-    return guide.astype(np.int32 if k < 2**31 - 1 else np.int64)
-
-
-def _locate(cum: np.ndarray, guide: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``np.searchsorted(cum, values, side="right")`` capped at ``len(cum) - 1``, for many values.
-
-    A binary search over the whole of a large ``cum`` misses the cache at every
-    step; the guide table narrows each value to its bucket's few positions, and
-    a vectorised binary search over only the unresolved values finishes the job
-    (a few rounds; heavy nodes span whole buckets). Same result as searchsorted.
-    """
-    k = cum.size
-    bucket = np.clip((values * (k / cum[-1])).astype(np.int64), 0, k - 1)
-    # one bucket of slack either side absorbs rounding in the bucket arithmetic
-    lo = guide[np.maximum(bucket - 1, 0)].astype(np.int64)
-    hi = np.minimum(guide[np.minimum(bucket + 2, k)], k - 1).astype(np.int64)
-    active = np.flatnonzero(lo < hi)
-    while active.size:
-        a, b = lo[active], hi[active]
-        mid = (a + b) >> 1
-        right = cum[mid] <= values[active]
-        a = np.where(right, mid + 1, a)
-        b = np.where(right, b, mid)
-        lo[active], hi[active] = a, b
-        active = active[a < b]
-    return lo
 
 
 def _homophilous(model: SynthModel, src: np.ndarray, target: np.ndarray) -> np.ndarray:

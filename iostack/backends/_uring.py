@@ -220,57 +220,21 @@ class Uring:
             return
         reads = Reads(offsets, nbytes, buf_addrs, offset_ignored)
         pre = self._prepare(fd, reads)
-        sq32, cq32, sqes, cqes = self._sq32, self._cq32, self.sqes, self.cqes
-        sq_head_i, sq_tail_i = self._sq
-        cq_head_i, cq_tail_i = self._cq
-        smask, cmask, nsq, ncq = self._sq_mask, self._cq_mask, self.entries, self.cq_entries
-        cap, sb = min(self.depth, self.entries), self.submit_batch
-        sys_, nr_enter, ring_fd = self._sys, ctypes.c_long(_NR_ENTER), ctypes.c_long(self.fd)
-        getev, zero = ctypes.c_long(_ENTER_GETEVENTS), ctypes.c_long(0)
-        c_ud, c_res = cqes["user_data"], cqes["res"]
+        cap = min(self.depth, self.entries)
         tracker = CompletedPrefix(m, progress, every)
         nxt = inflight = completed = 0  # inflight: written to the ring, not yet reaped
         retry = np.zeros(0, np.intp)
         got: tuple[np.ndarray, np.ndarray] | None = None  # reaped, not yet settled
-        tail = int(sq32[sq_tail_i])
+        tail = int(self._sq32[self._sq[1]])
         while completed < m:
             # 1. refill the ring: continued short reads first (rare), then new reads in order
-            room = cap - inflight
-            k = 0
-            if room > 0 and retry.size:
-                take, retry = retry[:room], retry[room:]
-                pre["off"][take], pre["addr"][take], pre["len"][take] = reads.off[take], reads.addr[take], reads.left[take]
-                sqes[(tail + np.arange(take.size)) & smask] = pre[take]
-                k = take.size
-            elif room > 0 and nxt < m:
-                k = min(room, m - nxt)
-                s = tail & smask
-                a = min(k, nsq - s)
-                sqes[s:s + a] = pre[nxt:nxt + a]
-                if a < k:
-                    sqes[:k - a] = pre[nxt + a:nxt + k]
-                nxt += k
+            k, retry, nxt = self._refill(pre, reads, retry, nxt, tail, cap - inflight)
             if k:
                 tail = (tail + k) & 0xFFFFFFFF
-                sq32[sq_tail_i] = tail  # publish (a system call follows: the kernel sees it)
+                self._sq32[self._sq[1]] = tail  # publish (a system call follows: the kernel sees it)
                 inflight += k
-            # 2. submit in chunks of submit_batch, back to back; the last call waits for a
-            #    completion unless reaped ones are waiting to be settled
-            pending = (tail - int(sq32[sq_head_i])) & 0xFFFFFFFF
-            wait = 1 if got is None and inflight else 0
-            while pending or wait:
-                n = min(pending, sb)
-                last = n == pending
-                r = sys_(nr_enter, ring_fd, ctypes.c_long(n), ctypes.c_long(wait if last else 0),
-                         getev if last else zero, None, ctypes.c_long(0))
-                if r < 0:
-                    e = ctypes.get_errno()
-                    if e in (errno.EINTR, errno.EAGAIN, errno.EBUSY):
-                        break  # the unsubmitted entries stay in the ring for the next turn
-                    raise OSError(e, f"io_uring_enter: {os.strerror(e)}")
-                pending = (tail - int(sq32[sq_head_i])) & 0xFFFFFFFF
-                if last:
-                    break
+            # 2. submit; wait for a completion unless reaped ones are waiting to be settled
+            self._submit(tail, 1 if got is None and inflight else 0)
             # 3. settle what the last turn reaped, while the device works on the new reads
             if got is not None:
                 done, again = reads.settle(*got)
@@ -280,19 +244,75 @@ class Uring:
                 completed += done.size
                 tracker.completed(done)
             # 4. reap from the mapped completion ring, no system call
-            h, t = int(cq32[cq_head_i]), int(cq32[cq_tail_i])
-            n = (t - h) & 0xFFFFFFFF
-            if n:
-                s = h & cmask
-                a = min(n, ncq - s)
-                if a == n:
-                    got = c_ud[s:s + n].astype(np.intp), c_res[s:s + n].astype(np.int64)
-                else:
-                    got = (np.concatenate([c_ud[s:], c_ud[:n - a]]).astype(np.intp),
-                           np.concatenate([c_res[s:], c_res[:n - a]]).astype(np.int64))
-                cq32[cq_head_i] = t  # the entries are copied: hand them back
-                inflight -= n
+            got = self._reap()
+            if got is not None:
+                inflight -= got[0].size
         tracker.finish()
+
+    def _refill(self, pre: np.ndarray, reads: Reads, retry: np.ndarray, nxt: int, tail: int, room: int
+                ) -> tuple[int, np.ndarray, int]:
+        """Write up to ``room`` entries into the submission ring at ``tail``: continued reads, else the next new ones.
+
+        Returns how many were written, the continued reads still waiting, the next new read.
+        """
+        sqes, smask = self.sqes, self._sq_mask
+        if room > 0 and retry.size:
+            take, retry = retry[:room], retry[room:]
+            pre["off"][take], pre["addr"][take], pre["len"][take] = reads.off[take], reads.addr[take], reads.left[take]
+            sqes[(tail + np.arange(take.size)) & smask] = pre[take]
+            return take.size, retry, nxt
+        m = len(reads)
+        if room <= 0 or nxt >= m:
+            return 0, retry, nxt
+        k = min(room, m - nxt)
+        s = tail & smask
+        a = min(k, self.entries - s)
+        sqes[s:s + a] = pre[nxt:nxt + a]
+        if a < k:
+            sqes[:k - a] = pre[nxt + a:nxt + k]
+        return k, retry, nxt + k
+
+    def _submit(self, tail: int, wait: int) -> None:
+        """Submit the ring's unsubmitted entries in back-to-back ``io_uring_enter`` calls of ``submit_batch``.
+
+        The last call waits for ``wait`` completions; an interrupted or busy
+        call leaves the rest in the ring for the next turn.
+        """
+        sq32, head_i = self._sq32, self._sq[0]
+        sys_, nr_enter, ring_fd = self._sys, ctypes.c_long(_NR_ENTER), ctypes.c_long(self.fd)
+        getev, zero = ctypes.c_long(_ENTER_GETEVENTS), ctypes.c_long(0)
+        pending = (tail - int(sq32[head_i])) & 0xFFFFFFFF
+        while pending or wait:
+            n = min(pending, self.submit_batch)
+            last = n == pending
+            r = sys_(nr_enter, ring_fd, ctypes.c_long(n), ctypes.c_long(wait if last else 0),
+                     getev if last else zero, None, ctypes.c_long(0))
+            if r < 0:
+                e = ctypes.get_errno()
+                if e in (errno.EINTR, errno.EAGAIN, errno.EBUSY):
+                    return  # the unsubmitted entries stay in the ring for the next turn
+                raise OSError(e, f"io_uring_enter: {os.strerror(e)}")
+            pending = (tail - int(sq32[head_i])) & 0xFFFFFFFF
+            if last:
+                return
+
+    def _reap(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The completions in the mapped ring as ``(read index, result)`` arrays (None: none), handed back."""
+        cq32, (head_i, tail_i) = self._cq32, self._cq
+        h, t = int(cq32[head_i]), int(cq32[tail_i])
+        n = (t - h) & 0xFFFFFFFF
+        if not n:
+            return None
+        c_ud, c_res = self.cqes["user_data"], self.cqes["res"]
+        s = h & self._cq_mask
+        a = min(n, self.cq_entries - s)
+        if a == n:
+            got = c_ud[s:s + n].astype(np.intp), c_res[s:s + n].astype(np.int64)
+        else:
+            got = (np.concatenate([c_ud[s:], c_ud[:n - a]]).astype(np.intp),
+                   np.concatenate([c_res[s:], c_res[:n - a]]).astype(np.int64))
+        cq32[head_i] = t  # the entries are copied: hand them back
+        return got
 
     def close(self) -> None:
         for mp in self._maps:

@@ -119,30 +119,8 @@ def import_edgelist(
         raise DatasetError(f"{dst.parent}: no such directory to write the dataset into")
     with tempfile.TemporaryDirectory(prefix=f".{dst.name}.parse-", dir=dst.parent) as tmp:
         pairs_path = Path(tmp) / "pairs.bin"
-        rows = self_loops = 0
-        ids = np.zeros(0, dtype=np.int64)
-        lo = 0
-        with open(pairs_path, "wb") as out:
-            for arr in iter_rows(src, ncols=2, dtype=np.int64, comments=("#", "%"), chunk_bytes=chunk_bytes):
-                out.write(np.ascontiguousarray(arr).tobytes())
-                rows += arr.shape[0]
-                self_loops += int((arr[:, 0] == arr[:, 1]).sum())
-                lo = min(lo, int(arr.min()))
-                if relabel:
-                    ids = _sorted_unique(np.concatenate([ids, _sorted_unique(arr.ravel())]))
-                else:
-                    ids = np.array([max(int(ids.max()) if ids.size else -1, int(arr.max()))])
-                if progress:
-                    progress("parsing", rows, None)
-        if rows == 0:
-            raise DatasetError(f"{src}: no edges (only comments or blank lines)")
-        if relabel:
-            n = int(ids.size)
-            identity = bool(ids[0] == 0 and ids[-1] == n - 1)
-        else:
-            if lo < 0:
-                raise DatasetError(f"{src}: node id {lo} is negative; import with relabelling")
-            n, identity = int(ids[0]) + 1, True
+        rows, self_loops, ids, identity = _parse(src, pairs_path, relabel, chunk_bytes, progress)
+        n = int(ids.size) if relabel else int(ids[0]) + 1
         pairs = np.memmap(pairs_path, dtype=np.int64, mode="r+", shape=(rows, 2))
         if not identity:
             _relabel_in_place(pairs, ids, chunk_edges)
@@ -164,14 +142,50 @@ def import_edgelist(
             if not identity:
                 np.save(w.tmp_dir / "node_ids.npy", ids)
                 w.set_meta(node_ids="node_ids.npy")
-            if features == "degree":
-                w.write_features(degree_features(np.diff(w.indptr), feature_dim), dtype=feature_dtype)
-            elif features == "random":
-                rng = np.random.default_rng(seed)
-                dt = feature_dtype or "float32"
-                w.write_features(
-                    (rng.standard_normal((min(FEATURE_BLOCK_ROWS, n - a), feature_dim), dtype=np.float32)
-                     for a in range(0, n, FEATURE_BLOCK_ROWS)),
-                    dtype=dt,
-                )
+            _write_features(w, features, feature_dim, feature_dtype, seed)
     return dst
+
+
+def _parse(src: Path, pairs_path: Path, relabel: bool, chunk_bytes: int, progress: Progress | None
+           ) -> tuple[int, int, np.ndarray, bool]:
+    """One pass over the text: the pairs to ``pairs_path`` (int64), and what they hold.
+
+    Returns the rows, the self-loops among them, the ids (sorted distinct ids
+    with ``relabel``; else ``[max id]``) and whether the ids are ``0..n-1``
+    already (no relabelling needed).
+    """
+    rows = self_loops = lo = 0
+    ids = np.zeros(0, dtype=np.int64)
+    with open(pairs_path, "wb") as out:
+        for arr in iter_rows(src, ncols=2, dtype=np.int64, comments=("#", "%"), chunk_bytes=chunk_bytes):
+            out.write(np.ascontiguousarray(arr).tobytes())
+            rows += arr.shape[0]
+            self_loops += int((arr[:, 0] == arr[:, 1]).sum())
+            lo = min(lo, int(arr.min()))
+            if relabel:
+                ids = _sorted_unique(np.concatenate([ids, _sorted_unique(arr.ravel())]))
+            else:
+                ids = np.array([max(int(ids.max()) if ids.size else -1, int(arr.max()))])
+            if progress:
+                progress("parsing", rows, None)
+    if rows == 0:
+        raise DatasetError(f"{src}: no edges (only comments or blank lines)")
+    if relabel:
+        return rows, self_loops, ids, bool(ids[0] == 0 and ids[-1] == ids.size - 1)
+    if lo < 0:
+        raise DatasetError(f"{src}: node id {lo} is negative; import with relabelling")
+    return rows, self_loops, ids, True
+
+
+def _write_features(w: DatasetWriter, features: str, feature_dim: int, feature_dtype: str | None, seed: int) -> None:
+    """Made-up features for a graph without any: one-hot log-degree buckets, or seeded Gaussian noise."""
+    n = w.num_nodes
+    if features == "degree":
+        w.write_features(degree_features(np.diff(w.indptr), feature_dim), dtype=feature_dtype)
+    elif features == "random":
+        rng = np.random.default_rng(seed)
+        w.write_features(
+            (rng.standard_normal((min(FEATURE_BLOCK_ROWS, n - a), feature_dim), dtype=np.float32)
+             for a in range(0, n, FEATURE_BLOCK_ROWS)),
+            dtype=feature_dtype or "float32",
+        )

@@ -43,7 +43,7 @@ arrays (``indptr``, labels, split ids).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -229,55 +229,7 @@ def import_hdf5(
     with f:
         h = _File(f, src, km)
         attrs = dict(f.attrs)
-        csr = h.get("indptr") is not None or h.get("indices") is not None
-        listed = any(h.get(k) is not None for k in ("edge_index", "src", "dst"))
-        if csr and listed:
-            raise DatasetError(f"{src}: holds both a CSR ({km['indptr']}, {km['indices']}) and an edge list; "
-                               "remap one away with --hdf5-key or remove it")
-        if not csr and not listed:
-            raise DatasetError(f"{src}: no graph: expected {km['indptr']} + {km['indices']} (CSR) or "
-                               f"{km['edge_index']} (2 x E) or {km['src']} + {km['dst']}; name yours with --hdf5-key")
-        indptr = None
-        step = max(1, block_bytes // 8)
-        if csr:
-            ip = h.need("indptr", ndim=1, kinds="iu", what="CSR row pointers (N + 1,)")
-            ix = h.need("indices", ndim=1, kinds="iu", what="CSR column ids (E,)")
-            indptr = np.asarray(ip[...], dtype=np.int64)  # N + 1 integers: kept, like the writer's own
-            if indptr.size == 0 or indptr[0] != 0 or (np.diff(indptr) < 0).any() or indptr[-1] != ix.shape[0]:
-                raise DatasetError(f"{src}: {ip.name} is not a CSR row pointer for {ix.name} ({ix.shape[0]} entries): "
-                                   "it must start at 0, never decrease and end at the number of indices")
-
-            def edge_chunks():
-                for a in range(0, ix.shape[0], step):
-                    cols = np.asarray(ix[a : a + step], np.int64)
-                    rows = np.searchsorted(indptr, np.arange(a, a + cols.size), side="right") - 1
-                    yield cols, rows  # row v aggregates from cols: edges cols -> v
-
-            edge_sources = [lambda: (b for _, b in _blocks(ix, target_bytes=block_bytes))]
-        elif h.get("edge_index") is not None:
-            ei = h.need("edge_index", ndim=2, kinds="iu", what="an edge list (2, E)")
-            if ei.shape[0] != 2:
-                raise DatasetError(f"{src}: {ei.name} has shape {ei.shape}; expected (2, E): sources, then targets")
-
-            def edge_chunks():
-                for blk in _columns(ei, block_bytes):
-                    blk = np.asarray(blk, np.int64)
-                    yield blk[0], blk[1]
-
-            edge_sources = [lambda: (b for b in _columns(ei, block_bytes))]
-        else:
-            s = h.need("src", ndim=1, kinds="iu", what="edge sources (E,)")
-            t = h.need("dst", ndim=1, kinds="iu", what="edge targets (E,)")
-            if s.shape != t.shape:
-                raise DatasetError(f"{src}: {s.name} has {s.shape[0]} entries and {t.name} {t.shape[0]}; "
-                                   "they must pair up")
-
-            def edge_chunks():
-                for a in range(0, s.shape[0], step):
-                    yield np.asarray(s[a : a + step], np.int64), np.asarray(t[a : a + step], np.int64)
-
-            edge_sources = [lambda: (b for _, b in _blocks(s, target_bytes=block_bytes)),
-                            lambda: (b for _, b in _blocks(t, target_bytes=block_bytes))]
+        indptr, edge_chunks, edge_sources = _graph(h, block_bytes)
         n = _num_nodes(h, attrs, indptr, edge_sources)
         if indptr is not None and indptr.size - 1 != n:
             raise DatasetError(f"{src}: {km['indptr']} describes {indptr.size - 1} rows, num_nodes is {n}")
@@ -295,23 +247,85 @@ def import_hdf5(
                 raise DatasetError(f"{src}: {labels.name} has {labels.shape[0]} entries; expected one per node ({n})")
         splits = {k: _split(h, k, n) for k in ("train", "valid", "test")}
         source = {"format": "hdf5", "path": str(src.resolve()), "undirected": undirected,
-                  "graph": "csr" if csr else "edge list",
+                  "graph": "csr" if indptr is not None else "edge list",
                   "datasets": {k: km[k] for k in DEFAULT_KEYS if h.get(k) is not None}}
         with DatasetWriter(dst, num_nodes=n, name=name or src.stem, source=source, overwrite=overwrite,
                            progress=progress, chunk_edges=chunk_edges) as w:
             w.write_edges(edge_chunks, undirected=undirected, drop_self_loops=True, dedup=True)
-            if feats is not None:
-                dt = feature_dtype or (feats.dtype.name if feats.dtype.kind == "f" else "float32")
-                out = w.open_features(feats.shape[1], dt)
-                for a, blk in _blocks(feats, target_bytes=block_bytes):
-                    out[a : a + blk.shape[0]] = blk
-                    if progress:
-                        progress("reading features", a + blk.shape[0], n)
-            if labels is not None:
-                lab = np.concatenate([np.asarray(b, np.int64) for _, b in _blocks(labels)]) if n else np.zeros(0, np.int64)
-                if lab.size and lab.min() < -1:
-                    raise DatasetError(f"{src}: {labels.name} holds label {int(lab.min())}; use -1 for unlabelled")
-                w.write_labels(lab)
-            if any(v is not None for v in splits.values()):
-                w.write_splits(**splits)
+            _write_node_data(w, h, feats, labels, splits, feature_dtype, block_bytes, progress)
     return dst
+
+
+def _graph(h: _File, block_bytes: int) -> tuple[np.ndarray | None, Callable[[], Iterator], list[Callable[[], Iterator]]]:
+    """The file's graph: its CSR row pointers (None for an edge list), its edge chunks, the id arrays' blocks.
+
+    The edge chunks are ``(src, dst)`` int64 pairs, read ``block_bytes`` at a
+    time; the id blocks feed :func:`_num_nodes` when the file does not say.
+    """
+    src, km = h.src, h.keys
+    csr = h.get("indptr") is not None or h.get("indices") is not None
+    listed = any(h.get(k) is not None for k in ("edge_index", "src", "dst"))
+    if csr and listed:
+        raise DatasetError(f"{src}: holds both a CSR ({km['indptr']}, {km['indices']}) and an edge list; "
+                           "remap one away with --hdf5-key or remove it")
+    if not csr and not listed:
+        raise DatasetError(f"{src}: no graph: expected {km['indptr']} + {km['indices']} (CSR) or "
+                           f"{km['edge_index']} (2 x E) or {km['src']} + {km['dst']}; name yours with --hdf5-key")
+    step = max(1, block_bytes // 8)
+    if csr:
+        ip = h.need("indptr", ndim=1, kinds="iu", what="CSR row pointers (N + 1,)")
+        ix = h.need("indices", ndim=1, kinds="iu", what="CSR column ids (E,)")
+        indptr = np.asarray(ip[...], dtype=np.int64)  # N + 1 integers: kept, like the writer's own
+        if indptr.size == 0 or indptr[0] != 0 or (np.diff(indptr) < 0).any() or indptr[-1] != ix.shape[0]:
+            raise DatasetError(f"{src}: {ip.name} is not a CSR row pointer for {ix.name} ({ix.shape[0]} entries): "
+                               "it must start at 0, never decrease and end at the number of indices")
+
+        def csr_chunks():
+            for a in range(0, ix.shape[0], step):
+                cols = np.asarray(ix[a : a + step], np.int64)
+                rows = np.searchsorted(indptr, np.arange(a, a + cols.size), side="right") - 1
+                yield cols, rows  # row v aggregates from cols: edges cols -> v
+
+        return indptr, csr_chunks, [lambda: (b for _, b in _blocks(ix, target_bytes=block_bytes))]
+    if h.get("edge_index") is not None:
+        ei = h.need("edge_index", ndim=2, kinds="iu", what="an edge list (2, E)")
+        if ei.shape[0] != 2:
+            raise DatasetError(f"{src}: {ei.name} has shape {ei.shape}; expected (2, E): sources, then targets")
+
+        def pair_chunks():
+            for blk in _columns(ei, block_bytes):
+                blk = np.asarray(blk, np.int64)
+                yield blk[0], blk[1]
+
+        return None, pair_chunks, [lambda: (b for b in _columns(ei, block_bytes))]
+    s = h.need("src", ndim=1, kinds="iu", what="edge sources (E,)")
+    t = h.need("dst", ndim=1, kinds="iu", what="edge targets (E,)")
+    if s.shape != t.shape:
+        raise DatasetError(f"{src}: {s.name} has {s.shape[0]} entries and {t.name} {t.shape[0]}; they must pair up")
+
+    def list_chunks():
+        for a in range(0, s.shape[0], step):
+            yield np.asarray(s[a : a + step], np.int64), np.asarray(t[a : a + step], np.int64)
+
+    return None, list_chunks, [lambda: (b for _, b in _blocks(s, target_bytes=block_bytes)),
+                               lambda: (b for _, b in _blocks(t, target_bytes=block_bytes))]
+
+
+def _write_node_data(w: DatasetWriter, h: _File, feats: Any, labels: Any, splits: dict, feature_dtype: str | None,
+                     block_bytes: int, progress: Progress | None) -> None:
+    """Features (block by block), labels and splits of the file into the writer."""
+    n = w.num_nodes
+    if feats is not None:
+        dt = feature_dtype or (feats.dtype.name if feats.dtype.kind == "f" else "float32")
+        out = w.open_features(feats.shape[1], dt)
+        for a, blk in _blocks(feats, target_bytes=block_bytes):
+            out[a : a + blk.shape[0]] = blk
+            if progress:
+                progress("reading features", a + blk.shape[0], n)
+    if labels is not None:
+        lab = np.concatenate([np.asarray(b, np.int64) for _, b in _blocks(labels)]) if n else np.zeros(0, np.int64)
+        if lab.size and lab.min() < -1:
+            raise DatasetError(f"{h.src}: {labels.name} holds label {int(lab.min())}; use -1 for unlabelled")
+        w.write_labels(lab)
+    if any(v is not None for v in splits.values()):
+        w.write_splits(**splits)

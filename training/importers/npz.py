@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -100,51 +101,12 @@ def import_npz(
     ``split`` is ``"random"`` (seeded per-class split) or ``"none"``. Returns ``dst``.
     """
     src, dst = Path(src), Path(dst)
-    try:
-        zf = zipfile.ZipFile(src)
-    except FileNotFoundError:
-        raise DatasetError(f"{src}: no such file") from None
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise DatasetError(f"{src}: not an .npz (zip) file ({exc}); the file is truncated or not this format") from None
-    with zf:
-        adj = _sparse(zf, src, "adj", "adj_matrix")
-        if adj is None:
-            raise DatasetError(
-                f"{src}: no adjacency (expected keys adj_data/adj_indices/adj_indptr/adj_shape or adj_matrix; "
-                f"found {', '.join(list_npz_keys(zf))})"
-            )
-        attr = _sparse(zf, src, "attr", "node_attr")
-        keys = set(list_npz_keys(zf))
-        if "labels_data" in keys:
-            raise DatasetError(f"{src}: multi-label (sparse) labels are not supported; only one class per node")
-        lab_key = "labels" if "labels" in keys else "node_label" if "node_label" in keys else None
-        labels = None if lab_key is None else np.asarray(npz_member(zf, lab_key, src)).astype(np.int64).ravel()
+    adj, attr, labels, keys = _read(src)
     n = adj.shape[0]
-    if adj.shape[0] != adj.shape[1]:
-        raise DatasetError(f"{src}: adjacency is {adj.shape[0]}x{adj.shape[1]}, expected square")
-    if attr is not None and attr.shape[0] != n:
-        raise DatasetError(f"{src}: attributes have {attr.shape[0]} rows, the graph {n} nodes")
-    if labels is not None and labels.shape[0] != n:
-        raise DatasetError(f"{src}: {lab_key} has {labels.shape[0]} entries, the graph {n} nodes")
-
     adj = adj.tocoo()
     row, col = adj.row.astype(np.int64), adj.col.astype(np.int64)
-    keep = np.arange(n)
     if lcc:
-        from scipy.sparse.csgraph import connected_components
-
-        sym = sp.csr_matrix((np.ones(row.size), (row, col)), shape=(n, n))
-        _, comp = connected_components(sym, directed=True, connection="weak")
-        keep = np.flatnonzero(comp == np.bincount(comp).argmax())
-        new_id = np.full(n, -1, dtype=np.int64)
-        new_id[keep] = np.arange(keep.size)
-        m = (new_id[row] >= 0) & (new_id[col] >= 0)
-        row, col = new_id[row[m]], new_id[col[m]]
-        if attr is not None:
-            attr = attr[keep]
-        if labels is not None:
-            labels = labels[keep]
-        n = keep.size
+        row, col, attr, labels, n = _largest_component(row, col, attr, labels, n)
     source = {
         "format": "npz", "path": str(src.resolve()), "layout": "flat" if "adj_data" in keys else "graphgallery",
         "raw_adjacency_entries": int(adj.nnz), "standardised": not directed,
@@ -173,3 +135,48 @@ def import_npz(
         if train is not None:
             w.write_splits(train=train, valid=valid, test=test)
     return dst
+
+
+def _read(src: Path) -> tuple[Any, Any, np.ndarray | None, set[str]]:
+    """The file's adjacency (scipy sparse), attributes (sparse or None), labels (int64 or None) and its keys."""
+    try:
+        zf = zipfile.ZipFile(src)
+    except FileNotFoundError:
+        raise DatasetError(f"{src}: no such file") from None
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise DatasetError(f"{src}: not an .npz (zip) file ({exc}); the file is truncated or not this format") from None
+    with zf:
+        adj = _sparse(zf, src, "adj", "adj_matrix")
+        if adj is None:
+            raise DatasetError(
+                f"{src}: no adjacency (expected keys adj_data/adj_indices/adj_indptr/adj_shape or adj_matrix; "
+                f"found {', '.join(list_npz_keys(zf))})"
+            )
+        attr = _sparse(zf, src, "attr", "node_attr")
+        keys = set(list_npz_keys(zf))
+        if "labels_data" in keys:
+            raise DatasetError(f"{src}: multi-label (sparse) labels are not supported; only one class per node")
+        lab_key = "labels" if "labels" in keys else "node_label" if "node_label" in keys else None
+        labels = None if lab_key is None else np.asarray(npz_member(zf, lab_key, src)).astype(np.int64).ravel()
+    n = adj.shape[0]
+    if adj.shape[0] != adj.shape[1]:
+        raise DatasetError(f"{src}: adjacency is {adj.shape[0]}x{adj.shape[1]}, expected square")
+    if attr is not None and attr.shape[0] != n:
+        raise DatasetError(f"{src}: attributes have {attr.shape[0]} rows, the graph {n} nodes")
+    if labels is not None and labels.shape[0] != n:
+        raise DatasetError(f"{src}: {lab_key} has {labels.shape[0]} entries, the graph {n} nodes")
+    return adj, attr, labels, keys
+
+
+def _largest_component(row: np.ndarray, col: np.ndarray, attr: Any, labels: np.ndarray | None, n: int):
+    """The edges, attributes and labels of the largest weakly connected component, renumbered; its size."""
+    from scipy.sparse.csgraph import connected_components
+
+    sym = sp.csr_matrix((np.ones(row.size), (row, col)), shape=(n, n))
+    _, comp = connected_components(sym, directed=True, connection="weak")
+    keep = np.flatnonzero(comp == np.bincount(comp).argmax())
+    new_id = np.full(n, -1, dtype=np.int64)
+    new_id[keep] = np.arange(keep.size)
+    m = (new_id[row] >= 0) & (new_id[col] >= 0)
+    return (new_id[row[m]], new_id[col[m]], None if attr is None else attr[keep],
+            None if labels is None else labels[keep], int(keep.size))

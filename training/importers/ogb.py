@@ -71,18 +71,7 @@ def import_ogb(
     if (raw / "relations").is_dir() or _file(raw, "triplet-type-list") is not None:
         raise DatasetError(f"{src}: a heterogeneous OGB dataset (e.g. ogbn-mag); only homogeneous graphs are supported")
     feat_file, label_file = _file(raw, "node-feat"), _file(raw, "node-label")
-    num_file = _file(raw, "num-node-list")
-    if num_file is not None:
-        counts = [int(x) for a in iter_rows(num_file, ncols=1, delimiter=",") for x in a[:, 0]]
-        if len(counts) != 1:
-            raise DatasetError(f"{num_file}: {len(counts)} graphs; a node-property dataset has exactly one")
-        n = counts[0]
-    else:  # count the rows of a per-node file, or fall back on the largest edge endpoint
-        per_node = feat_file or label_file
-        if per_node is not None:
-            n = sum(a.shape[0] for a in iter_rows(per_node, ncols=1, dtype=np.float64, delimiter=",", chunk_bytes=chunk_bytes))
-        else:
-            n = 1 + max(int(a.max()) for a in iter_rows(edge_file, ncols=2, delimiter=",", chunk_bytes=chunk_bytes))
+    n = _num_nodes(raw, edge_file, feat_file or label_file, chunk_bytes)
     if undirected is None:
         undirected = src.resolve().name.replace("-", "_") in INVERSE_EDGE_DATASETS
     rows = [0]
@@ -95,38 +84,14 @@ def import_ogb(
             rows[0] += a.shape[0]
             yield a[:, 0], a[:, 1]
 
-    split_dir = src / "split"
-    schemes = sorted(p.name for p in split_dir.iterdir() if p.is_dir()) if split_dir.is_dir() else []
-    if split_name is None and len(schemes) > 1:
-        raise DatasetError(f"{split_dir}: several split schemes ({', '.join(schemes)}); pass --split-name")
-    split_name = split_name or (schemes[0] if schemes else None)
-    splits = {}
-    if split_name is not None:
-        sdir = split_dir / split_name
-        if not sdir.is_dir():
-            raise DatasetError(f"{sdir}: no such split scheme (have: {', '.join(schemes) or 'none'})")
-        for part, key in (("train", "train_idx"), ("valid", "valid_idx"), ("test", "test_idx")):
-            f = _file(sdir, part)
-            if f is None:
-                raise DatasetError(f"{sdir}: {part}.csv.gz is missing")
-            splits[key] = _ids(f, n, part, chunk_bytes)
-
+    split_name, splits = _splits(src / "split", split_name, n, chunk_bytes)
     source = {"format": "ogb", "path": str(src.resolve()), "undirected": bool(undirected), "split": split_name}
     with DatasetWriter(dst, num_nodes=n, name=name or src.resolve().name, source=source, overwrite=overwrite,
                        progress=progress) as w:
         w.write_edges(edge_chunks, undirected=bool(undirected), drop_self_loops=True, dedup=True)
         w.set_meta(source={**source, "edge_rows": rows[0]})
         if feat_file is not None:
-            out, row = None, 0
-            for a in _feature_blocks(feat_file, chunk_bytes):
-                if out is None:
-                    out = w.open_features(a.shape[1], feature_dtype or "float32")
-                if a.shape[1] != out.shape[1] or row + a.shape[0] > n:
-                    raise DatasetError(f"{feat_file}: rows must have {out.shape[1]} values and there must be {n} rows")
-                out[row : row + a.shape[0]] = a
-                row += a.shape[0]
-            if row != n:
-                raise DatasetError(f"{feat_file}: {row} rows, expected one per node ({n})")
+            _write_features(w, feat_file, feature_dtype, chunk_bytes)
         if label_file is not None:
             parts = list(iter_rows(label_file, ncols=1, dtype=np.float64, delimiter=",", chunk_bytes=chunk_bytes))
             lab = np.concatenate(parts)[:, 0] if parts else np.zeros(0)
@@ -148,3 +113,51 @@ def _feature_blocks(path: Path, chunk_bytes: int):
         return
     width = len(first[1].split(b"\n", 1)[0].split(b","))
     yield from iter_rows(path, ncols=width, dtype=np.float32, delimiter=",", exact_cols=True, chunk_bytes=chunk_bytes)
+
+
+def _num_nodes(raw: Path, edge_file: Path, per_node: Path | None, chunk_bytes: int) -> int:
+    """``raw/num-node-list``'s one count; else the rows of a per-node file, else the largest endpoint + 1."""
+    num_file = _file(raw, "num-node-list")
+    if num_file is not None:
+        counts = [int(x) for a in iter_rows(num_file, ncols=1, delimiter=",") for x in a[:, 0]]
+        if len(counts) != 1:
+            raise DatasetError(f"{num_file}: {len(counts)} graphs; a node-property dataset has exactly one")
+        return counts[0]
+    if per_node is not None:
+        return sum(a.shape[0] for a in iter_rows(per_node, ncols=1, dtype=np.float64, delimiter=",",
+                                                 chunk_bytes=chunk_bytes))
+    return 1 + max(int(a.max()) for a in iter_rows(edge_file, ncols=2, delimiter=",", chunk_bytes=chunk_bytes))
+
+
+def _splits(split_dir: Path, split_name: str | None, n: int, chunk_bytes: int
+            ) -> tuple[str | None, dict[str, np.ndarray]]:
+    """The split scheme used (the only one, or ``split_name``) and its train/valid/test ids."""
+    schemes = sorted(p.name for p in split_dir.iterdir() if p.is_dir()) if split_dir.is_dir() else []
+    if split_name is None and len(schemes) > 1:
+        raise DatasetError(f"{split_dir}: several split schemes ({', '.join(schemes)}); pass --split-name")
+    split_name = split_name or (schemes[0] if schemes else None)
+    splits = {}
+    if split_name is not None:
+        sdir = split_dir / split_name
+        if not sdir.is_dir():
+            raise DatasetError(f"{sdir}: no such split scheme (have: {', '.join(schemes) or 'none'})")
+        for part, key in (("train", "train_idx"), ("valid", "valid_idx"), ("test", "test_idx")):
+            f = _file(sdir, part)
+            if f is None:
+                raise DatasetError(f"{sdir}: {part}.csv.gz is missing")
+            splits[key] = _ids(f, n, part, chunk_bytes)
+    return split_name, splits
+
+
+def _write_features(w: DatasetWriter, feat_file: Path, feature_dtype: str | None, chunk_bytes: int) -> None:
+    """The feature rows of ``feat_file`` into the writer, block by block (one row per node)."""
+    n, out, row = w.num_nodes, None, 0
+    for a in _feature_blocks(feat_file, chunk_bytes):
+        if out is None:
+            out = w.open_features(a.shape[1], feature_dtype or "float32")
+        if a.shape[1] != out.shape[1] or row + a.shape[0] > n:
+            raise DatasetError(f"{feat_file}: rows must have {out.shape[1]} values and there must be {n} rows")
+        out[row : row + a.shape[0]] = a
+        row += a.shape[0]
+    if row != n:
+        raise DatasetError(f"{feat_file}: {row} rows, expected one per node ({n})")

@@ -1,0 +1,141 @@
+"""Checkpoints of a run: model, optimizer, position, the epoch's sums and every rank's random streams.
+
+Written by rank 0 to a temporary file, fsynced and renamed
+(:func:`save_checkpoint`); the model's own ``state_dict`` (never DDP's
+``module.`` prefixed one), so a checkpoint resumes with or without DDP and on
+any number of ranks. :func:`resume` checks that a checkpoint belongs to this
+run's settings and loads it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from training.errors import TrainError
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+#: config fields a resumed run must share with the checkpoint (the rest may change, e.g. epochs)
+IDENTITY = ("model", "fanouts", "batch_size", "seed", "hidden", "heads", "out_heads", "gcn_norm",
+            "normalize_features")
+
+
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """This process's random streams (dropout draws from torch's; CUDA's on a GPU)."""
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    cuda = state.get("cuda")
+    if device.type == "cuda" and isinstance(cuda, torch.Tensor):
+        torch.cuda.set_rng_state(cuda, device)
+
+
+def restore_rng(saved: Any, world: Any) -> str:
+    """Each rank's own streams from a checkpoint's ``rng`` (a list, one per rank; older ones hold rank 0's).
+
+    Returns how: ``per-rank``, or why not (another world size restarts every rank from rank 0's).
+    """
+    if isinstance(saved, list):
+        if len(saved) == world.size:
+            _set_rng_state(saved[world.rank], world.device)
+            return "per-rank"
+        _set_rng_state(saved[0], world.device)
+        return f"the checkpoint has {len(saved)} rank(s), this run {world.size}: every rank took rank 0's streams"
+    _set_rng_state(saved, world.device)
+    return "per-rank" if world.size == 1 else "an older checkpoint with rank 0's streams only"
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """``torch.save`` to a temporary sibling, fsync, rename: a crash never leaves half a checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, EOFError, ValueError) as exc:
+        raise TrainError(f"{path}: not a readable checkpoint ({exc}); delete it to start over") from None
+
+
+def checkpoint_path(checkpoint_dir: str | None, resume: bool) -> Path | None:
+    """``checkpoint_dir/checkpoint.pt`` (None without a directory), the directory made now.
+
+    A directory that cannot be made fails here, not after the first epoch.
+    """
+    if checkpoint_dir is None:
+        if resume:
+            raise TrainError("resume needs a checkpoint directory (--checkpoint DIR)")
+        return None
+    path = Path(checkpoint_dir) / CHECKPOINT_NAME
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrainError(f"checkpoint directory {path.parent}: cannot create it "
+                         f"({exc.strerror or exc}); choose another --checkpoint") from None
+    return path
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """Where a resumed run starts: ``(epoch, step)``, the epoch's saved sums, how the RNG streams came back."""
+
+    epoch: int
+    step: int
+    sums: dict | None
+    rng_note: str
+
+
+def resume(path: Path, config: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+           world: Any) -> Resumed:
+    """Load the checkpoint at ``path`` into ``model`` and ``optimizer``; refuse one of other settings.
+
+    ``config``: this run's :meth:`~training.trainer.TrainConfig.to_dict`; the
+    fields of :data:`IDENTITY` must match the checkpoint's. The learning rate
+    and weight decay are this run's.
+    """
+    ck = load_checkpoint(path)
+    if not isinstance(ck, dict) or not {"config", "model", "optimizer", "epoch", "step", "rng"} <= set(ck):
+        raise TrainError(f"{path}: not a Moment training checkpoint; delete it or choose another "
+                         "--checkpoint directory")
+    for key in IDENTITY:
+        was, now = ck["config"].get(key), config[key]
+        if was != now:
+            raise TrainError(f"{path}: written by a run with {key}={was!r}, this run has {now!r}; "
+                             "use the same settings or another checkpoint directory")
+    try:
+        model.load_state_dict(ck["model"])
+        optimizer.load_state_dict(ck["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as exc:
+        why = next((ln.strip() for ln in str(exc).splitlines() if "mismatch" in ln or "Missing" in ln),
+                   str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        raise TrainError(f"{path}: does not fit this model and dataset ({why[:160]}); "
+                         "it was written for another dataset? use another --checkpoint directory") from None
+    for group in optimizer.param_groups:  # what this run asks for, not what the checkpoint had
+        group["lr"], group["weight_decay"] = config["lr"], config["weight_decay"]
+    return Resumed(ck["epoch"], ck["step"], ck.get("sums"), restore_rng(ck["rng"], world))
+
+
+__all__ = ["CHECKPOINT_NAME", "IDENTITY", "Resumed", "checkpoint_path", "load_checkpoint", "restore_rng", "resume",
+           "rng_state", "save_checkpoint"]

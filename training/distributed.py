@@ -1,0 +1,169 @@
+"""The distributed world of a run: ranks, devices, process groups, timeouts, DistributedDataParallel.
+
+:func:`open_world` joins the ``torchrun`` group (``gloo`` on CPU, ``nccl`` on
+CUDA) with a second group of short timeout for the per-step collectives, so
+that a dead or hung peer stops a step with one clear error
+(:class:`~training.exchange.PeerLostError`) instead of torch's 30-minute wait;
+:func:`data_parallel` wraps the model in
+:class:`~torch.nn.parallel.DistributedDataParallel` on that group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from iostack.transfer import DeviceMemory
+from momentbase.errors import MomentError
+from training.devices import bus_address_in, partition_of_rank, rank_device
+
+
+@dataclass(frozen=True)
+class World:
+    """This process in the run: its rank of ``size``, its device, its place on the node, its groups."""
+
+    rank: int
+    size: int
+    device: torch.device
+    owns_group: bool
+    local_rank: int = 0
+    local_size: int = 1
+    #: the placement's GPU bins this rank holds on its device (None: all of them)
+    gpu_bins: tuple[int, ...] | None = None
+    #: the group of the per-step collectives (short timeout); None: the default group
+    group: Any = None
+
+    def all_reduce(self, t: Tensor, op: str = "sum", during: str = "an all-reduce") -> Tensor:
+        if self.size > 1:
+            import torch.distributed as dist
+
+            with peer_errors(during):
+                dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+                                       "min": dist.ReduceOp.MIN}[op], group=self.group)
+        return t
+
+    def barrier(self) -> None:
+        """Every rank here (the default group: its long timeout covers slow start-ups)."""
+        if self.size > 1:
+            import torch.distributed as dist
+
+            with peer_errors("waiting for the other ranks"):
+                dist.barrier()
+
+    def gather_objects(self, obj: Any, during: str = "gathering from every rank") -> list[Any]:
+        """``obj`` of every rank, in rank order (every rank calls it)."""
+        if self.size <= 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.size
+        with peer_errors(during):
+            dist.all_gather_object(out, obj)
+        return out
+
+
+@contextlib.contextmanager
+def peer_errors(during: str) -> Iterator[None]:
+    """A collective that fails (a peer died, or hung past the timeout) as one clear error."""
+    try:
+        yield
+    except RuntimeError as exc:
+        from training.exchange import PeerLostError
+
+        raise PeerLostError.of(exc, during) from None
+
+
+def data_parallel(model: torch.nn.Module, world: World) -> torch.nn.Module:
+    """``model`` under :class:`~torch.nn.parallel.DistributedDataParallel` on several ranks, else itself.
+
+    On the world's step group (its short timeout: a dead peer fails a step,
+    not torch's 30 minutes). DDP broadcasts rank 0's parameters on
+    construction (and would sync buffers before each forward, but the models
+    hold none). Checkpoints keep saving ``model``'s own state
+    (no ``module.`` prefix), so they resume with or without DDP.
+    """
+    if world.size <= 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    with peer_errors("setting up DistributedDataParallel"):
+        return DistributedDataParallel(model, device_ids=[world.device] if world.device.type == "cuda" else None,
+                                       process_group=world.group)
+
+
+def _partition(placement_dir: str | None, local_rank: int, local_size: int
+               ) -> tuple[tuple[int, ...] | None, str | None]:
+    """The GPU bins a rank holds and, for one partition of a partitioned cache, its planned GPU's bus address."""
+    if placement_dir is None:
+        return None, None
+    from iostack.placement import load_placement
+
+    try:
+        bins = [b for b in load_placement(placement_dir).bins if b.kind == "gpu"]
+    except (OSError, MomentError):
+        return None, None  # open_features reports what is wrong with the placement
+    mine = partition_of_rank([b.device for b in bins], local_rank, local_size)
+    if len(bins) < 2 or len(mine) != 1:
+        return tuple(bins[i].id for i in mine), None
+    try:  # the plan's GPU of this partition, from the report `moment place` wrote
+        report = json.loads((Path(placement_dir) / "place.json").read_text())["bins"][bins[mine[0]].id]
+        bus = next((a for a in map(bus_address_in, report.get("stores") or ()) if a), None)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        bus = None
+    return (bins[mine[0]].id,), bus
+
+
+def open_world(placement_dir: str | None = None, memory: DeviceMemory | None = None, timeout_s: float | None = None
+               ) -> World:
+    """This process's rank, its device (see :mod:`training.devices`) and its process groups.
+
+    ``timeout_s``: the timeout of the per-step collectives' group (the
+    default group keeps torch's, for start-up and checkpoints).
+    """
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+    gpu_bins, bus = _partition(placement_dir, local, local_size)
+    cuda = memory is None and torch.cuda.is_available()
+    if memory is not None:
+        device = memory.device
+    elif cuda:
+        device = rank_device(local, bus=bus)
+        torch.cuda.set_device(device)  # before NCCL starts, and for every allocation that says just "cuda"
+    else:
+        device = torch.device("cpu")
+    if size <= 1:
+        return World(0, 1, device, False, 0, 1, None)
+    import torch.distributed as dist
+
+    owns = False
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+        owns = True
+    if device.type == "cpu":  # ranks on one host share its cores; oversubscribed OpenMP pools crawl
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_size))
+    group = None
+    if timeout_s is not None:  # a dead or hung peer fails a step within the timeout, not torch's 30 minutes
+        from datetime import timedelta
+
+        group = dist.new_group(timeout=timedelta(seconds=float(timeout_s)))
+    return World(dist.get_rank(), dist.get_world_size(), device, owns, local, local_size, gpu_bins, group)
+
+
+def param_spread(params: Sequence[Tensor], world: World, epoch: int = 0) -> float:
+    """Largest difference between ranks of any parameter tensor's sum (0.0: the ranks agree)."""
+    fp = torch.stack([p.detach().double().sum() for p in params])
+    during = f"epoch {epoch}: comparing the ranks' parameters"
+    hi, lo = world.all_reduce(fp.clone(), "max", during), world.all_reduce(fp.clone(), "min", during)
+    return float((hi - lo).abs().max())
+
+
+__all__ = ["World", "data_parallel", "open_world", "param_spread", "peer_errors"]

@@ -1,0 +1,155 @@
+"""What a run reports: JSON-lines records, an epoch's running sums, its I/O against the placement's prediction.
+
+Records are dicts (``kind`` ``"start"``, ``"step"``, ``"epoch"``); times in
+seconds, sizes in bytes. :class:`Sums` are saved in mid-epoch checkpoints so
+that a resumed epoch reports as the uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from iostack.transfer import TransferCounts
+from training.errors import TrainError
+
+
+class JsonlWriter:
+    """Appends one JSON object per line, flushed per line (a resumed run continues the file)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        p = Path(path)
+        if not p.parent.is_dir():
+            raise TrainError(f"{path}: directory {p.parent} does not exist; create it or pick another metrics file")
+        try:
+            self._f = open(p, "a", encoding="utf-8")  # noqa: SIM115 -- closed by close(), lives for the run
+        except OSError as exc:
+            raise TrainError(f"{path}: cannot write metrics there ({exc.strerror})") from None
+
+    def write(self, record: dict) -> None:
+        self._f.write(json.dumps(record) + "\n")
+        self._f.flush()
+
+    def rewind(self, epoch: int, step: int) -> None:
+        """Drop the step and epoch records at or after ``(epoch, step)``: a run resumed from a
+        checkpoint there redoes them, and the file should hold each once (written atomically)."""
+        path = Path(self._f.name)
+        self._f.close()
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by the crash that made this a resume
+            if r.get("kind") == "step" and (r.get("epoch", 0), r.get("step", 0)) >= (epoch, step):
+                continue
+            if r.get("kind") == "epoch" and r.get("epoch", 0) >= epoch:
+                continue
+            kept.append(line)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text("".join(ln + "\n" for ln in kept), encoding="utf-8")
+        os.replace(tmp, path)
+        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 -- closed by close()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class Sums:
+    """Running sums of an epoch (saved in mid-epoch checkpoints)."""
+
+    KEYS = ("seeds", "loss_sum", "correct", "sample_s", "gather_s", "compute_s", "allreduce_s", "io_wait_s",
+            "step_s", "prior_s")  # prior_s: time the epoch ran before the checkpoint it resumed from
+
+    def __init__(self, state: dict | None = None) -> None:
+        self.v: dict[str, float] = {k: 0.0 for k in self.KEYS}
+        self.tiers: dict[str, list[int]] = {}
+        if state:
+            self.v.update(state["v"])
+            self.tiers = {k: list(x) for k, x in state["tiers"].items()}
+
+    def state(self) -> dict:
+        return {"v": dict(self.v), "tiers": {k: list(x) for k, x in self.tiers.items()}}
+
+
+def add_step(sums: Sums, rec: dict, tiers: dict[str, tuple[int, int]], loss_total: float, hits: float) -> None:
+    """A step record (and its summed loss and hits) into the epoch's running sums."""
+    v = sums.v
+    v["seeds"] += rec["seeds"]
+    v["loss_sum"] += loss_total
+    v["correct"] += hits
+    for k in ("sample_s", "gather_s", "compute_s", "allreduce_s", "io_wait_s", "step_s"):
+        v[k] += rec[k]
+    for k, (r, n) in tiers.items():
+        acc = sums.tiers.setdefault(k, [0, 0])
+        acc[0] += r
+        acc[1] += n
+
+
+def moved_since(before: TransferCounts, now: TransferCounts) -> dict[str, list[int]]:
+    """Copies and bytes per route (``pinned->device``, ...) between two counts of a transfer."""
+    out = {}
+    for (src, dst), (n, b) in now.by_route.items():
+        n0, b0 = before.by_route.get((src, dst), (0, 0))
+        if n > n0:
+            out[f"{src}->{dst}"] = [n - n0, b - b0]
+    return out
+
+
+class Predictor:
+    """Per epoch: the placement's predicted I/O against the store's counters (:mod:`training.prediction`)."""
+
+    def __init__(self, store: Any, shares: dict[str, float], row_bytes: int, rates: dict,
+                 ssd_bins: list[tuple[float, int]]) -> None:
+        self.store, self.shares, self.row_bytes, self.rates = store, shares, row_bytes, rates
+        self.ssd_bins = ssd_bins
+        self._before: dict[str, dict[str, float]] = {}
+
+    @classmethod
+    def for_run(cls, config: Any, features: Any, ds: Any) -> Predictor | None:
+        """One where the features come through a placement that ``moment place`` reported on."""
+        from training.prediction import (
+            load_place_report,
+            rates_from_capacities,
+            shares_from_place_report,
+            ssd_bins_from_place_report,
+        )
+
+        store = getattr(features, "store", None)
+        report = load_place_report(config.placement) if config.placement else None
+        if store is None or report is None or not hasattr(store, "tier_stats"):
+            return None
+        rates = {}
+        if config.capacities:
+            from planner.capacities import load_capacities
+
+            rates = rates_from_capacities(load_capacities(config.capacities))
+        return cls(store, shares_from_place_report(report), int(report.get("row_bytes") or ds.row_bytes), rates,
+                   ssd_bins_from_place_report(report))
+
+    def start(self) -> None:
+        self._before = self.store.tier_stats()
+
+    def finish(self, epoch: int, steps: int):
+        from training.prediction import predict_epoch
+
+        now = self.store.tier_stats()
+        keys = ("rows", "bytes", "requests", "seconds")
+        measured = {t: {k: v[k] - self._before.get(t, {}).get(k, 0) for k in keys} for t, v in now.items()}
+        return predict_epoch(epoch, self.shares, measured, row_bytes=self.row_bytes, rates=self.rates,
+                             steps=steps, ssd_bins=self.ssd_bins)
+
+
+def epoch_record(epoch: int, steps: int, sums: Sums, epoch_s: float) -> dict:
+    v = sums.v
+    seeds = v["seeds"] or 1
+    return {"kind": "epoch", "epoch": epoch, "steps": steps, "seeds": int(v["seeds"]), "epoch_s": epoch_s,
+            "seeds_per_s": v["seeds"] / epoch_s if epoch_s > 0 else 0.0, "loss": v["loss_sum"] / seeds,
+            "train_acc": v["correct"] / seeds, "io_wait_share": v["io_wait_s"] / epoch_s if epoch_s > 0 else 0.0,
+            **{k: v[k] for k in ("sample_s", "gather_s", "compute_s", "allreduce_s", "io_wait_s")},
+            "tiers": {k: {"rows": r, "bytes": n} for k, (r, n) in sums.tiers.items()}}
+
+
+__all__ = ["JsonlWriter", "Predictor", "Sums", "add_step", "epoch_record", "moved_since"]

@@ -1,0 +1,351 @@
+"""The whole placement workflow as one library call: :func:`place_dataset`.
+
+A dataset and a plan go in; a placement directory comes out: the hotness
+(computed or loaded, :mod:`training.hotness`), the plan's traffic targets
+resolved for the caches (:func:`training.placing.targets_for_caches`), DDAK or
+a baseline over the feasible targets (:func:`training.placing.place`), the SSD
+bin files (:func:`iostack.bins.write_bins`), the expected shares under an
+independent pre-sample, the report (``place.json``) and, last, the placement
+index (:meth:`iostack.placement.Placement.save`), whose manifest carries the
+dataset's fingerprint (:func:`training.data.fingerprint`) so that training
+refuses a placement made from another dataset. With ``nodes > 1`` the rows are
+split over the nodes instead (:func:`training.sharding.place_sharded`).
+
+``moment place`` is this call with options parsed and the result printed. The
+order of the writes keeps a failure harmless: nothing under ``out`` is a
+placement until its ``placement.json`` is written, and with ``force`` the old
+index goes before the bins change, never an old index over new bins.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from iostack.placement import MANIFEST
+from planner.handoff import PlanHandoff, PlanTargets
+from planner.progress import Progress, report
+from training.data import Dataset, fingerprint, open_dataset
+from training.hotness import Hotness, HotnessSpec, get_hotness
+from training.placing import (
+    PlaceResult,
+    PlacingError,
+    build_bins,
+    check_free_space,
+    expected_shares,
+    place,
+    targets_for_caches,
+)
+
+log = logging.getLogger(__name__)
+
+#: files whose presence in ``out`` means a placement is there already
+HELD = (MANIFEST, "shards.json")
+
+
+@dataclass(frozen=True)
+class PlacedDataset:
+    """What :func:`place_dataset` wrote and found.
+
+    ``report``: the ``place.json`` it wrote to ``out`` (for ``nodes > 1`` the
+    root's: the nodes and their rows). ``result``: the one machine's placement
+    and reports (``None`` for ``nodes > 1``); ``sharded``: the nodes'
+    (:class:`training.sharding.ShardedPlacement`, ``None`` for one machine).
+    ``row_bytes``: a row as the bins hold it (bytes). ``plan_notes``: how the
+    plan's targets were resolved; ``warnings``: why the SSD directories are
+    not separate drives, when they are not.
+    """
+
+    out: Path
+    dataset: Dataset = field(repr=False)
+    hotness: Hotness = field(repr=False)
+    targets: PlanTargets
+    report: dict[str, Any] = field(repr=False)
+    row_bytes: int
+    result: PlaceResult | None = field(default=None, repr=False)
+    sharded: Any = field(default=None, repr=False)
+    plan_notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def check_out(out: str | os.PathLike[str], ssd_dirs: Iterable[str | os.PathLike[str]] = (), *,
+              force: bool = False) -> None:
+    """Refuse an ``out`` that holds a placement (unless ``force``) or that, or an SSD directory, is a file.
+
+    Cheap and done before any work; :func:`place_dataset` calls it too.
+    """
+    out = Path(out)
+    held = next((n for n in HELD if (out / n).exists()), None)
+    if held and not force:
+        raise PlacingError(f"--out {out}: holds a placement already ({held}); "
+                           "choose another directory or pass --force to replace it")
+    if out.exists() and not out.is_dir():
+        raise PlacingError(f"--out {out}: exists and is not a directory")
+    for d in ssd_dirs:
+        if Path(d).exists() and not Path(d).is_dir():
+            raise PlacingError(f"--ssd {d}: exists and is not a directory")
+
+
+def ssd_warnings(ssd_dirs: Iterable[str | os.PathLike[str]], root: str = "/") -> list[str]:
+    """Why the ``ssd_dirs`` are not separate drives, if they are not (one line each).
+
+    Directories on one file system (the same ``st_dev``) share one drive's bandwidth, so
+    the plan's per-SSD targets cannot hold; one on the file system of ``root`` is on the
+    system disk. The directories must exist.
+
+    >>> ssd_warnings([], root="/")
+    []
+    """
+    dirs = list(dict.fromkeys(Path(d).resolve() for d in ssd_dirs))
+    root_dev = os.stat(root).st_dev
+    by_dev: dict[int, list[Path]] = {}
+    for d in dirs:
+        by_dev.setdefault(os.stat(d).st_dev, []).append(d)
+    notes = []
+    for dev, ds in by_dev.items():
+        names = ", ".join(str(d) for d in ds)
+        where = f"{os.major(dev)}:{os.minor(dev)}"
+        if dev == root_dev:
+            notes.append(f"--ssd {names}: on the root file system (device {where}), not a separate drive; "
+                         "fine for a trial, but the plan's SSD targets assume one drive per --ssd")
+        elif len(ds) > 1:
+            notes.append(f"--ssd {names}: all on one device ({where}), not separate drives; their bins "
+                         "share that drive's bandwidth, so the plan's per-SSD targets will not hold")
+    return notes
+
+
+def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandoff, out: str | os.PathLike[str], *,
+                  gpu_cache_bytes: int, cpu_cache_bytes: int, ssd_dirs: Sequence[str | os.PathLike[str]] = (),
+                  gpu_mode: str = "replicate", feature_dtype: str | None = None,
+                  hotness: HotnessSpec | None = None, hotness_dir: str | os.PathLike[str] | None = None,
+                  recompute_hotness: bool = False, strategy: str = "ddak", pool: int | None = None, seed: int = 0,
+                  nodes: int = 1, replicas: int = 1, hot_rows: float = 0.05, force: bool = False,
+                  plan_notes: Sequence[str] = (), progress: Progress | None = None,
+                  warn: Callable[[str], None] | None = None) -> PlacedDataset:
+    """Place ``dataset``'s feature rows for ``handoff``'s plan and write the placement to ``out``.
+
+    Parameters
+    ----------
+    dataset : path or Dataset
+        The dataset directory (``moment data import``) or an open dataset; it needs features.
+    handoff : PlanHandoff
+        The plan (:func:`planner.handoff.read_plan_file`, or :func:`training.placing.plan_now`).
+    out : path
+        The placement directory (created); one holding a placement is refused unless ``force``.
+    gpu_cache_bytes, cpu_cache_bytes : int
+        The feature cache per GPU and per host memory (NUMA node), bytes (0: none).
+    ssd_dirs : sequence of paths
+        One directory per SSD of the plan, in its order (one may repeat).
+    gpu_mode : ``"replicate"`` or ``"partition"``
+        The hottest rows on every GPU, or the GPU caches split across NVLink peers.
+    feature_dtype : str, optional
+        Store the rows as ``float32``, ``float16``, ``bfloat16`` or ``int8`` (one machine only).
+    hotness : HotnessSpec, optional
+        How hot each row is (default: pre-sampling with ``HotnessSpec()``); saved under
+        ``hotness_dir`` (default ``<dataset>/hotness``) and reused unless ``recompute_hotness``.
+    strategy, pool, seed
+        ``ddak`` or a baseline (``hash``, ``hot-first``, ``random``), DDAK's pool (rows), the seed.
+    nodes, replicas, hot_rows
+        Split the rows over ``nodes`` nodes, the ``hot_rows`` share (hottest first) on ``replicas`` of them.
+    plan_notes : sequence of str
+        Notes of the caller about the plan, kept in the report.
+    progress : Progress, optional
+        Called as the hotness, DDAK and the bin files advance (:mod:`planner.progress`).
+    warn : callable, optional
+        Called with each warning as it arises (default: this module's logger).
+
+    Returns
+    -------
+    PlacedDataset
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from planner.topology.discover import topology_from_files
+    >>> from training.placing import plan_now
+    >>> from training.synth import SynthSpec, synthesize
+    >>> tmp = Path(tempfile.mkdtemp())
+    >>> _ = synthesize(tmp / "ds", SynthSpec(num_nodes=500, num_edges=3000, feature_dim=4))
+    >>> plan = plan_now(topology_from_files(machine="moment-b"), spec="moment-b")  # 4 GPUs, 2 sockets, 8 SSDs
+    >>> placed = place_dataset(tmp / "ds", plan, tmp / "p", gpu_cache_bytes=800, cpu_cache_bytes=1600,
+    ...                        ssd_dirs=[tmp / "p"] * 8, hotness=HotnessSpec("degree"), warn=lambda s: None)
+    >>> [b.kind for b in placed.result.placement.bins][:4], placed.report["dataset_fingerprint"]["num_nodes"]
+    (['gpu', 'cpu', 'cpu', 'ssd'], 500)
+    """
+    out = Path(out)
+    check_out(out, ssd_dirs, force=force)
+    ds, codec, row_bytes = _open(dataset, feature_dtype, nodes, progress)
+    for d in (out, *ssd_dirs):
+        Path(d).mkdir(parents=True, exist_ok=True)
+    spec = hotness if hotness is not None else HotnessSpec()
+    hot = get_hotness(ds, spec, directory=hotness_dir, recompute=recompute_hotness, progress=progress)
+    targets, resolved = targets_for_caches(handoff, hot.values, gpu_rows=gpu_cache_bytes // row_bytes,
+                                           cpu_rows=cpu_cache_bytes // row_bytes, gpu_mode=gpu_mode)
+    job = _Job(ds, hot, targets, out, list(ssd_dirs), gpu_cache_bytes, cpu_cache_bytes, gpu_mode, strategy, pool,
+               seed, progress, warn if warn is not None else log.warning,
+               plan_notes=(*plan_notes, *([resolved] if resolved else [])))
+    if nodes > 1:
+        return _place_nodes(job, nodes, replicas, hot_rows)
+    return _place_one(job, row_bytes, codec, force)
+
+
+def _open(dataset: str | os.PathLike[str] | Dataset, feature_dtype: str | None, nodes: int,
+          progress: Progress | None) -> tuple[Dataset, Any, int]:
+    """The dataset, the codec of ``feature_dtype`` fitted to its features (or None), a row's bytes in the bins."""
+    ds = dataset if isinstance(dataset, Dataset) else open_dataset(dataset)
+    if ds.features is None:
+        raise PlacingError(f"--dataset {ds.path}: has no features to place; import it with features")
+    if feature_dtype is not None and nodes > 1:
+        raise PlacingError("--feature-dtype with --nodes > 1: a sharded placement holds the features' own type; "
+                           "leave out --feature-dtype")
+    if feature_dtype is None:
+        return ds, None, ds.row_bytes
+    from iostack.codec import fit_codec
+
+    codec = fit_codec(ds.features, feature_dtype, progress=progress)
+    return ds, codec, codec.row_bytes
+
+
+@dataclass
+class _Job:
+    """What both the one-machine and the several-node placements need."""
+
+    ds: Dataset
+    hot: Hotness
+    targets: PlanTargets
+    out: Path
+    ssd_dirs: list
+    gpu_bytes: int
+    cpu_bytes: int
+    gpu_mode: str
+    strategy: str
+    pool: int | None
+    seed: int
+    progress: Progress | None
+    warn: Callable[[str], None]
+    plan_notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def warn_ssd(self) -> None:
+        self.warnings = tuple(ssd_warnings(self.ssd_dirs))
+        for note in self.warnings:
+            self.warn(note)
+
+
+def _report_head(job: _Job) -> dict[str, Any]:
+    """The fields every ``place.json`` starts with: the dataset, its fingerprint, the plan, the hotness."""
+    ds, spec, hot, targets = job.ds, job.hot.spec, job.hot, job.targets
+    gpu_bytes, cpu_bytes, gpu_mode = job.gpu_bytes, job.cpu_bytes, job.gpu_mode
+    return {"schema": "moment.place", "version": 1, "dataset": str(ds.path), "dataset_fingerprint": fingerprint(ds),
+            "plan": targets.source, "machine": targets.machine,
+            "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
+                        "epochs_covered": hot.epochs_covered},
+            "gpu_cache_bytes": gpu_bytes, "cpu_cache_bytes": cpu_bytes, "gpu_cache_mode": gpu_mode}
+
+
+def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedDataset:
+    """One machine: bins, the placement, its SSD files, the report, and last the placement's index."""
+    from iostack.bins import bin_path, write_bins
+
+    ds, hot = job.ds, job.hot
+    bins = build_bins(job.targets, num_rows=ds.num_nodes, row_bytes=row_bytes, gpu_cache_bytes=job.gpu_bytes,
+                      cpu_cache_bytes=job.cpu_bytes, ssd_dirs=job.ssd_dirs, out_dir=job.out, gpu_mode=job.gpu_mode)
+    job.warn_ssd()  # the SSD list is known good now: a warning, then the long work
+    reads = hot.reads_per_epoch
+    report(job.progress, f"placing ({job.strategy})")
+    res = place(hot.values, bins, job.targets, row_bytes=row_bytes, strategy=job.strategy, pool=job.pool,
+                seed=job.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None, codec=codec,
+                progress=job.progress)
+    clash = [str(f) for f in (bin_path(job.out, b) for b in res.placement.bins if b.kind == "ssd") if f.exists()]
+    if clash and not force:
+        raise PlacingError(f"bin file {clash[0]} exists already"
+                           + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
+                           + "; choose other --ssd directories or pass --force to replace them")
+    check_free_space(res.placement, row_bytes, job.out)
+    held = None
+    if hot.spec.method == "presample":  # what the run will read, from a sample DDAK was not fitted to
+        report(job.progress, "an independent pre-sample (the expected shares that training's prediction uses)")
+        other = get_hotness(ds, replace(hot.spec, seed=hot.spec.seed + 1), save=False, progress=job.progress)
+        held = expected_shares(res.placement.bin_of, other.values, len(res.placement.bins))
+    if force:
+        # the old placement stops existing before its bins change: never an old index over new bins
+        for stale in (job.out / MANIFEST, job.out / "place.json"):
+            stale.unlink(missing_ok=True)
+    try:
+        write_bins(ds.features, res.placement, job.out, progress=job.progress)
+    except OSError as exc:
+        raise PlacingError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
+                           "check the --ssd directories") from None
+    head = _report_head(job)
+    rep = {**head, "row_bytes": row_bytes,
+           "feature_dtype": codec.dtype if codec is not None else ds.features.dtype.name,
+           "bins": [asdict(b) for b in res.bins], "report": asdict(res.report),
+           "baseline": asdict(res.baseline) if res.baseline else None, "target_notes": list(res.notes),
+           "plan_notes": list(job.plan_notes),
+           # per bin: share of the reads under an independent pre-sample (seed + 1), or None
+           "expected_shares": held}
+    _write_atomic(job.out / "place.json", json.dumps(rep, indent=1) + "\n")
+    res.placement.save(job.out, dataset_fingerprint=head["dataset_fingerprint"])  # last: exists once its bins do
+    return PlacedDataset(job.out, ds, hot, job.targets, rep, row_bytes, result=res, plan_notes=job.plan_notes,
+                         warnings=job.warnings)
+
+
+def _place_nodes(job: _Job, nodes: int, replicas: int, hot_rows: float) -> PlacedDataset:
+    """Several nodes: every node's directory (:func:`training.sharding.place_sharded`), the root report."""
+    from training.sharding import hot_rows_of, place_sharded, sharded_summary
+
+    if nodes < 1:
+        raise PlacingError(f"--nodes {nodes}: expected at least 1")
+    job.warn_ssd()
+    head = {**_report_head(job), "row_bytes": job.ds.row_bytes, "strategy": job.strategy}
+    report(job.progress, f"placing over {nodes} nodes ({job.strategy}, replicas {replicas})")
+    try:
+        sp = place_sharded(job.ds.features, job.hot.values, job.targets, num_nodes=nodes, replicas=replicas,
+                           hot_rows=hot_rows_of(hot_rows, job.ds.num_nodes), out=job.out,
+                           gpu_cache_bytes=job.gpu_bytes, cpu_cache_bytes=job.cpu_bytes, ssd_dirs=job.ssd_dirs,
+                           gpu_mode=job.gpu_mode, strategy=job.strategy, pool=job.pool, seed=job.seed,
+                           reads_per_epoch=job.hot.reads_per_epoch, report=head, progress=job.progress)
+    except OSError as exc:
+        raise PlacingError(f"writing the node directories: {exc.strerror or exc} "
+                           f"({getattr(exc, 'filename', '')}); check --out and the --ssd directories") from None
+    return PlacedDataset(job.out, job.ds, job.hot, job.targets, {**head, **sharded_summary(sp)}, job.ds.row_bytes,
+                         sharded=sp, plan_notes=job.plan_notes, warnings=job.warnings)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def check_placement_is_for(placement: Any, placement_dir: str | os.PathLike[str], ds: Dataset) -> None:
+    """Refuse a placement made from another dataset than ``ds``; its manifest records whose it is.
+
+    ``placement``: the loaded :class:`iostack.placement.Placement` of
+    ``placement_dir``. Placements written before the manifest carried the
+    fingerprint fall back to ``place.json``'s; one with neither still opens
+    (logged).
+    """
+    made_from = getattr(placement, "dataset_fingerprint", None)
+    if not made_from:
+        try:
+            made_from = json.loads((Path(placement_dir) / "place.json").read_text()).get("dataset_fingerprint")
+        except (OSError, ValueError, AttributeError):
+            made_from = None
+    if not made_from:
+        log.warning("%s: the placement records no dataset fingerprint (written before placements carried one); "
+                    "not checked against %s", placement_dir, ds.path)
+        return
+    now = fingerprint(ds)
+    diff = [k for k in made_from if now.get(k) != made_from[k]]
+    if diff:
+        raise PlacingError(f"{placement_dir}: placed from another dataset than {ds.path} (they differ in "
+                           f"{', '.join(diff)}); place this dataset with `moment place`")
+
+
+__all__ = ["PlacedDataset", "check_out", "check_placement_is_for", "place_dataset", "ssd_warnings"]
