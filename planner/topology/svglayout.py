@@ -49,6 +49,7 @@ ROW_GAP = 64.0  # from the bottom of a row's boxes to the top of the next row
 BUS_DROP = 14.0  # where a parent's links turn sideways, below its box
 LABEL_CLEAR = 4.0  # between a link label and the box it points into
 MARGIN = 24.0
+ARC_SPACING = 8.0  # least vertical distance between NVLink arcs over a shared stretch
 
 
 def _text_w(text: str, font_px: float) -> float:
@@ -777,22 +778,26 @@ def _nvlink_drops(topo: Topology, boxes: Mapping[str, Box]) -> dict[tuple[str, s
                     if lk.src in boxes and lk.dst in boxes
                     and abs(boxes[lk.src].y - boxes[lk.dst].y) < 1.0),
                    key=lambda lk: abs(boxes[lk.src].cx - boxes[lk.dst].cx))
-    placed: list[tuple[float, float, float, float]] = []  # lo x, hi x, bottom y, drop
+    # Compare the arcs' lowest points (y), not base + drop: re-adding base_y
+    # can land a bumped arc an ulp short of 8 px again, and the loop never
+    # ended (issue 13: a random tree ran for minutes). Each bump moves the arc
+    # strictly lower, to 8 px under an arc it clashes with, so at most
+    # len(placed) bumps happen.
+    placed: list[tuple[float, float, float]] = []  # lo x, hi x, lowest y
     out: dict[tuple[str, str], float] = {}
     for lk in links:
         a, b = boxes[lk.src], boxes[lk.dst]
         lo, hi = sorted((a.cx, b.cx))
         base_y = max(a.bottom, b.bottom)
-        drop = 16.0 + min(0.12 * (hi - lo), ROW_GAP * 0.6)
-        bumped = True
-        while bumped:
-            bumped = False
-            for plo, phi, py, pdrop in placed:
-                if plo < hi and lo < phi and abs((base_y + drop) - (py + pdrop)) < 8.0:
-                    drop = py + pdrop + 8.0 - base_y
-                    bumped = True
-        placed.append((lo, hi, base_y, drop))
-        out[lk.key] = drop
+        low = base_y + 16.0 + min(0.12 * (hi - lo), ROW_GAP * 0.6)
+        while True:
+            clash = [py for plo, phi, py in placed
+                     if plo < hi and lo < phi and abs(low - py) < ARC_SPACING - 1e-6]
+            if not clash:
+                break
+            low = max(low, max(clash) + ARC_SPACING)
+        placed.append((lo, hi, low))
+        out[lk.key] = low - base_y
     return out
 
 
