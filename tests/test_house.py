@@ -48,8 +48,6 @@ ALLOWED_TODAY: frozenset[str] = frozenset({
     "moment/place_cmd.py::_run",
     "moment/train_cmd.py::_train_command",
     # planner/ (issue 13b is clearing these now)
-    "planner/capacities.py",
-    "planner/capacities.py::apply_capacities_report",
     "planner/ddak.py::ddak",
     "planner/fio.py::parse_fio_json",
     "planner/flow.py",
