@@ -220,18 +220,9 @@ def _targets(h_total: float, bins: Sequence[DdakBin]) -> np.ndarray:
     return t / t.sum() * h_total
 
 
-def _result(
-    n: int,
-    order: np.ndarray,
-    seg_start: np.ndarray,
-    seg_len: np.ndarray,
-    seg_bin: np.ndarray,
-    seg_row: np.ndarray,
-    traffic: np.ndarray,
-    target: np.ndarray,
-    *,
-    own_order: bool = False,
-) -> DdakResult:
+def _result(n: int, order: np.ndarray, seg_start: np.ndarray, seg_len: np.ndarray,
+            seg_bin: np.ndarray, seg_row: np.ndarray, traffic: np.ndarray, target: np.ndarray,
+            *, own_order: bool = False) -> DdakResult:
     """Per-item outputs from segments of the sorted order.
 
     Segment ``k`` puts sorted positions ``seg_start[k] .. + seg_len[k]`` in bin
@@ -330,7 +321,6 @@ def ddak(
     if pool < 1:
         raise PlannerError(f"pool: {pool} items; must be ≥ 1")
     n = h.shape[0]
-    m = len(bins)
     own_order = order is None
     report(progress, "ddak", 0, 3)
     if order is None:
@@ -339,40 +329,77 @@ def ddak(
         if order.shape != (n,):
             raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
         hs = h[order]
-    # pool sums in float64, a block of pools at a time (a whole float64 copy of
-    # the hotness would be another 8n bytes)
+    pool_sum = _pool_sums(hs, pool)
+    report(progress, "ddak", 1, 3)
+    target = _targets(float(sum(pool_sum)), bins)
+    seg_bin, odd, acc = _fill_bins(hs, pool_sum, pool, bins, target)
+    del hs, pool_sum  # ~0.4 GB at 10⁸ items, not needed for the outputs
+    report(progress, "ddak", 2, 3)
+    sb, seg_start, seg_len, seg_row = _segments(seg_bin, odd, pool, len(bins))
+    del seg_bin
+    traffic = np.array(acc, dtype=np.float64)
+    out = _result(n, order, seg_start, seg_len, sb, seg_row, traffic, target, own_order=own_order)
+    report(progress, "ddak", 3, 3)
+    return out
+
+
+def _pool_sums(hs: np.ndarray, pool: int) -> list[float]:
+    """Each pool's total hotness (items in hot-first order ``hs``, ``pool`` at a time).
+
+    Summed in float64 a block of pools at a time (a whole float64 copy of the
+    hotness would be another 8n bytes).
+    """
     pool_sum: list[float] = []
     step = max(1, _CHUNK_ITEMS // pool) * pool
-    for a in range(0, n, step):
+    for a in range(0, hs.shape[0], step):
         blk = hs[a : a + step].astype(np.float64)
         pool_sum += np.add.reduceat(blk, np.arange(0, blk.shape[0], pool)).tolist()
-    h_total = float(sum(pool_sum))
-    report(progress, "ddak", 1, 3)
-    target = _targets(h_total, bins)
-    inv_t = [1.0 / t if t > 0 else 0.0 for t in target.tolist()]
-    tgt = target.tolist()
-    cap = [int(b.capacity_items) for b in bins]
-    inv_c = [1.0 / c if c > 0 else 0.0 for c in cap]
-    rank = [TIERS.index(b.kind) for b in bins]
-    acc = [0.0] * m
-    used = [0] * m
-    # one entry per segment (a run of sorted positions given to one bin): its bin
-    # and, only where it is not a whole pool, (segment number, length)
-    seg_bin: list[int] = []
-    odd: list[tuple[int, int]] = []
+    return pool_sum
 
-    def heap_for(phase: int) -> list[tuple[float, int, int]]:
+
+class _Bins:
+    """The greedy's running state per bin: traffic so far (``acc``), items so far (``used``)."""
+
+    def __init__(self, bins: Sequence[DdakBin], target: np.ndarray) -> None:
+        self.m = len(bins)
+        self.tgt = target.tolist()
+        self.inv_t = [1.0 / t if t > 0 else 0.0 for t in self.tgt]
+        self.cap = [int(b.capacity_items) for b in bins]
+        self.inv_c = [1.0 / c if c > 0 else 0.0 for c in self.cap]
+        self.rank = [TIERS.index(b.kind) for b in bins]
+        self.acc = [0.0] * self.m
+        self.used = [0] * self.m
+
+    def heap_for(self, phase: int) -> list[tuple[float, int, int]]:
+        """The bins open in ``phase`` (a tier below its target, then any with room), by fill."""
+        acc, used, cap, tgt, rank = self.acc, self.used, self.cap, self.tgt, self.rank
         if phase < len(TIERS):
-            js = [j for j in range(m) if rank[j] == phase and used[j] < cap[j] and acc[j] < tgt[j]]
+            js = [j for j in range(self.m)
+                  if rank[j] == phase and used[j] < cap[j] and acc[j] < tgt[j]]
         else:
-            js = [j for j in range(m) if used[j] < cap[j]]
-        hp = [(acc[j] * inv_t[j] + used[j] * inv_c[j], rank[j], j) for j in js]
+            js = [j for j in range(self.m) if used[j] < cap[j]]
+        hp = [(acc[j] * self.inv_t[j] + used[j] * self.inv_c[j], rank[j], j) for j in js]
         heapq.heapify(hp)
         return hp
 
+
+def _fill_bins(hs: np.ndarray, pool_sum: list[float], pool: int, bins: Sequence[DdakBin],
+               target: np.ndarray) -> tuple[list[int], list[tuple[int, int]], list[float]]:
+    """The pools, hottest first, each to the least-filled open bin: the greedy itself.
+
+    Returns one entry per segment (a run of sorted positions given to one
+    bin): its bin; only where it is not a whole pool, (segment number,
+    length); and each bin's traffic.
+    """
+    n = hs.shape[0]
+    state = _Bins(bins, target)
+    acc, used, cap, tgt, inv_t, inv_c = (state.acc, state.used, state.cap, state.tgt,
+                                         state.inv_t, state.inv_c)
+    seg_bin: list[int] = []
+    odd: list[tuple[int, int]] = []
     n_tiers = len(TIERS)
     phase = 0
-    heap = heap_for(phase)
+    heap = state.heap_for(phase)
     heappop, heapreplace = heapq.heappop, heapq.heapreplace
     append = seg_bin.append
     p = 0  # next sorted position
@@ -381,7 +408,7 @@ def ddak(
     while p < n:
         while not heap:
             phase += 1
-            heap = heap_for(phase)
+            heap = state.heap_for(phase)
         gated = phase < n_tiers
         if p == k * pool:
             # the common case, kept tight (10⁶ pools at 10⁸ items): whole pools
@@ -425,10 +452,13 @@ def ddak(
         else:
             heappop(heap)
 
-    del hs, pool_sum  # ~0.4 GB at 10⁸ items, not needed for the outputs
-    report(progress, "ddak", 2, 3)
+    return seg_bin, odd, acc
+
+
+def _segments(seg_bin: list[int], odd: list[tuple[int, int]], pool: int,
+              m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(bin, first sorted position, length, first row in its bin) of every segment."""
     sb = np.array(seg_bin, dtype=np.int32)
-    del seg_bin
     seg_len = np.full(sb.shape[0], pool, dtype=np.int64)
     for i, take in odd:
         seg_len[i] = take
@@ -438,12 +468,7 @@ def ddak(
         mine = sb == j
         ln = seg_len[mine]
         seg_row[mine] = np.cumsum(ln) - ln
-    traffic = np.array(acc, dtype=np.float64)
-    out = _result(
-        n, order, seg_start, seg_len, sb, seg_row, traffic, target, own_order=own_order
-    )
-    report(progress, "ddak", 3, 3)
-    return out
+    return sb, seg_start, seg_len, seg_row
 
 
 def _traffic(h: np.ndarray, bin_of: np.ndarray, m: int) -> np.ndarray:
@@ -533,17 +558,8 @@ def hot_first_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakRes
     for j, v in zip(seg_bin.tolist(), hs_sums, strict=True):
         traffic[j] = v
     target = _targets(float(traffic.sum()), bins)
-    return _result(
-        n,
-        order,
-        starts[keep],
-        take[keep],
-        seg_bin,
-        np.zeros(int(keep.sum()), np.int64),
-        traffic,
-        target,
-        own_order=True,
-    )
+    return _result(n, order, starts[keep], take[keep], seg_bin, np.zeros(int(keep.sum()), np.int64),
+                   traffic, target, own_order=True)
 
 
 def random_placement(hotness: np.ndarray, bins: Sequence[DdakBin], seed: int = 0) -> DdakResult:

@@ -48,7 +48,6 @@ ALLOWED_TODAY: frozenset[str] = frozenset({
     "moment/place_cmd.py::_run",
     "moment/train_cmd.py::_train_command",
     # planner/ (issue 13b is clearing these now)
-    "planner/ddak.py::ddak",
     "planner/fio.py::parse_fio_json",
     "planner/flow.py",
     "planner/flow.py::_LP.__init__",
