@@ -53,8 +53,6 @@ ALLOWED_TODAY: frozenset[str] = frozenset({
     "planner/flow.py::_LP.__init__",
     "planner/flow.py::_Net.__init__",
     "planner/flow.py::_result",
-    "planner/inventory.py",
-    "planner/inventory.py::inventory_from_topology",
     "planner/multinode.py::solve_nodes",
     "planner/plan.py",
     "planner/plan.py::choose_inventory",
