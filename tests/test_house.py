@@ -53,7 +53,6 @@ ALLOWED_TODAY: frozenset[str] = frozenset({
     "planner/flow.py::_LP.__init__",
     "planner/flow.py::_Net.__init__",
     "planner/flow.py::_result",
-    "planner/multinode.py::solve_nodes",
     "planner/topology/discover.py::topology_from_files",
     "planner/topology/dmidecode.py",
     "planner/topology/dmidecode.py::_records",
