@@ -56,26 +56,28 @@ from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.svglayout import (  # noqa: F401  (SMALL_BOX_H and the layout are re-exported)
     BUS_DROP,
-    LINE_GAP_PX,
-    LINK_FONT_PX,
     MARGIN,
-    NODE_FONT_PX,
     SMALL_BOX_H,
-    SMALL_FONT_PX,
     Box,
     TopologyLayout,
+    _link_key,
+    _normalise_pairs,
+    _straight,
+    topology_layout,
+)
+from planner.topology.svgtext import (
+    LINE_GAP_PX,
+    LINK_FONT_PX,
+    NODE_FONT_PX,
+    SMALL_FONT_PX,
     _bw_text,
     _fit,
     _gbps,
     _is_small,
-    _link_key,
     _link_label_lines,
-    _normalise_pairs,
-    _straight,
     _text_w,
     device_number,
     slot_title,
-    topology_layout,
 )
 
 __all__ = ["Box", "TopologyLayout", "device_number", "slot_title", "topology_layout", "topology_svg",
