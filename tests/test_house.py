@@ -66,10 +66,6 @@ ALLOWED_TODAY: frozenset[str] = frozenset({
     "planner/topology/nvml.py::apply_nvml",
     "planner/topology/pcitree.py::build_pci_topology",
     "planner/topology/spec.py",
-    "planner/topology/svg.py",
-    "planner/topology/svg.py::topology_svg",
-    "planner/topology/svglayout.py",
-    "planner/topology/svglayout.py::topology_layout",
     "planner/topology/sysfs.py::read_sysfs",
 })
 
