@@ -64,7 +64,6 @@ ALLOWED_TODAY: frozenset[str] = frozenset({
     "planner/topology/nvidia_smi.py::topology_from_nvidia_smi",
     "planner/topology/nvml.py::_read",
     "planner/topology/nvml.py::apply_nvml",
-    "planner/topology/pcitree.py::build_pci_topology",
     "planner/topology/spec.py",
     "planner/topology/sysfs.py::read_sysfs",
 })
