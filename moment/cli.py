@@ -223,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--exhaustive", action="store_true",
                      help="solve every distinct layout instead of pruning by a cut bound")
     how.add_argument("--json", action="store_true", help="print the plan as JSON")
+    how.add_argument("--layout", choices=("recommended", "current", "a", "b", "c", "d"), default="recommended",
+                     help="with --json: the layout whose targets `moment place --plan` gets (default recommended; "
+                          "current: the machine as cabled now, for data placed before the devices move)")
     how.add_argument("--svg", metavar="FILE", help="write the recommended layout with its flows")
     from moment.plan_nodes import add_args as add_node_args
 

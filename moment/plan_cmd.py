@@ -180,7 +180,8 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
         from planner.handoff import handoff_from_plan, plan_file_dict
 
         data = {**plan_to_dict(result, args.top),
-                **plan_file_dict(handoff_from_plan(result, unknown_link_bytes_per_s=unknown))}
+                **plan_file_dict(handoff_from_plan(result, unknown_link_bytes_per_s=unknown,
+                                                   layout=args.layout))}
         sys.stdout.write(json.dumps({**data, **({"nodes": nodes} if nodes else {})}, indent=2) + "\n")
     else:
         console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)

@@ -182,6 +182,8 @@ class PlanHandoff:
     targets: PlanTargets
     unknown_link_bytes_per_s: float | None = None
     source: str = ""
+    #: which of the plan's layouts this is: ``recommended``, ``current`` or a classic one ``a``-``d``
+    layout: str = "recommended"
 
     def resolve(self, accelerator_cache_share: float, host_memory_share: float) -> tuple[PlanTargets, str | None]:
         """Targets for caches that serve these shares of the reads, on this plan's layout.
@@ -211,12 +213,39 @@ class PlanHandoff:
         return targets, note
 
 
-def handoff_from_plan(result, source: str = "", unknown_link_bytes_per_s: float | None = None) -> PlanHandoff:
-    """The hand-off of a :class:`planner.plan.PlanResult`: its best layout."""
-    best = result.best
-    targets = targets_from_flow(best.placed, best.result, result.machine, source or result.machine)
-    return PlanHandoff(result.machine, result.model, result.demand, best.placed, targets,
-                       unknown_link_bytes_per_s, source or result.machine)
+#: the layouts a hand-off can be made for (``moment plan --layout``)
+HANDOFF_LAYOUTS = ("recommended", "current", "a", "b", "c", "d")
+
+
+def handoff_from_plan(result, source: str = "", unknown_link_bytes_per_s: float | None = None,
+                      layout: str = "recommended") -> PlanHandoff:
+    """The hand-off of a :class:`planner.plan.PlanResult` for one of its layouts.
+
+    ``layout``: ``recommended`` (the best one), ``current`` (the machine as it
+    is cabled now, from a capture) or a classic layout ``a``-``d``: a user who
+    cannot move the devices yet places the data for the layout they have.
+    Raises :class:`PlanFileError` when the plan has no such layout, with the reason.
+    """
+    if layout not in HANDOFF_LAYOUTS:
+        raise PlanFileError(f"layout {layout!r}: expected one of {', '.join(HANDOFF_LAYOUTS)}")
+    entry, flow = result.best, result.best.result
+    if layout != "recommended":
+        entry = result.baselines.get(layout)
+        if entry is None or isinstance(entry, str):
+            why = entry or "the plan has no such layout"
+            raise PlanFileError(f"layout {layout!r}: {why}; plan for the recommended layout, or give the "
+                                "machine's captures (lspci, dmidecode) so that its current layout is known")
+        # a baseline is solved for its time only; its targets come from the same tie-broken
+        # solution as the recommended layout's (early tiers, local reads, balanced stores)
+        from planner.flow import solve
+        from planner.plan import workload_for
+
+        options = {"unknown_link_bytes_per_s": unknown_link_bytes_per_s} if unknown_link_bytes_per_s else {}
+        flow = solve(entry.placed, workload_for(entry.placed, result.demand), result.model, tie_break=True,
+                     **options)
+    targets = targets_from_flow(entry.placed, flow, result.machine, source or result.machine)
+    return PlanHandoff(result.machine, result.model, result.demand, entry.placed, targets,
+                       unknown_link_bytes_per_s, source or result.machine, layout)
 
 
 def _targets_dict(t: PlanTargets) -> dict[str, Any]:
@@ -233,7 +262,8 @@ def plan_file_dict(h: PlanHandoff) -> dict[str, Any]:
 
     d = h.demand
     return {"schema": PLAN_SCHEMA, "version": PLAN_VERSION, "machine": h.machine, "model": h.model,
-            "handoff": {"demand": {"bytes_per_consumer": d.bytes_per_consumer,
+            "handoff": {"layout": h.layout,
+                        "demand": {"bytes_per_consumer": d.bytes_per_consumer,
                                    "accelerator_cache_share": d.accelerator_cache_share,
                                    "host_memory_share": d.host_memory_share},
                         "unknown_link_bytes_per_s": h.unknown_link_bytes_per_s,
@@ -279,7 +309,8 @@ def read_plan_file(data: Mapping[str, Any] | str | Path, source: str | None = No
         placed = from_dict(h["topology"], source=f"{source} (handoff.topology)")
         unknown = h.get("unknown_link_bytes_per_s")
         return PlanHandoff(str(data.get("machine", targets.machine)), str(data.get("model", "maxflow")), demand,
-                           placed, targets, float(unknown) if unknown else None, source)
+                           placed, targets, float(unknown) if unknown else None, source,
+                           str(h.get("layout", "recommended")))
     except PlannerError as exc:
         raise PlanFileError(f"{source}: {exc}; {fix}") from None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

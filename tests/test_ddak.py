@@ -320,3 +320,23 @@ def test_affinity_with_one_group_changes_nothing():
     plain = ddak(h, bins, pool=5)
     one = ddak_affinity(h, bins, Affinity(h[:, None], np.ones((2, 1))), pool=5)
     assert np.array_equal(plain.bin_of, one.bin_of)
+
+
+def test_a_tight_cache_bin_takes_the_hottest_items():
+    # two host memories whose targets are what the hottest rows they can hold serve, in order
+    # (training.placing.feasible_targets caps them so): sharing the hottest rows between them,
+    # as the score alone would, leaves the first one short and reads more from the SSD
+    h = zipf(50_000, a=0.9)
+    hs = np.sort(h.astype(np.float64))[::-1]
+    first, second = hs[:2_000].sum(), hs[2_000:4_000].sum()
+    rest = hs.sum() - first - second
+    bins = [DdakBin("mem1", "cpu", 2_000, second), DdakBin("mem0", "cpu", 2_000, first),
+            DdakBin("ssd0", "ssd", 50_000, rest / 2), DdakBin("ssd1", "ssd", 50_000, rest / 2)]
+    r = ddak(h, bins, pool=100)
+    top = np.argsort(-h, kind="stable")
+    assert set(np.flatnonzero(r.bin_of == 1)) == set(top[:2_000])  # the larger target: the hottest rows
+    assert set(np.flatnonzero(r.bin_of == 0)) == set(top[2_000:4_000])
+    assert r.max_relative_deviation <= 0.01
+    # the caches hold the hottest 4,000 rows: the SSDs serve the least they can
+    ssd = r.traffic_per_bin[2:].sum() / r.traffic_per_bin.sum()
+    assert ssd == pytest.approx(rest / hs.sum(), rel=1e-6)

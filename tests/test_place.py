@@ -358,3 +358,29 @@ def test_reads_per_socket_put_rows_near_their_readers(cora, tmp_path):
         0.5 * sum(b.traffic_share for b in plain.report.bins if b.kind != "gpu"))
     with pytest.raises(PlacingError, match="reads per socket: expected shape"):
         place(hot, bins, t, row_bytes=row, group_reads=reads[:, :1])
+
+
+def test_plan_for_the_layout_the_machine_has(cora, tmp_path, capsys, monkeypatch):
+    """`moment plan --layout c` hands placement the classic layout's targets, not the recommended one's;
+    a layout the plan does not have is one line naming it and the fix."""
+    import io
+
+    assert main(["plan", "--machine", "moment-a", "--json", "--top", "1", "--layout", "c"]) == 0
+    plan_text = capsys.readouterr().out
+    h = json.loads(plan_text)["handoff"]
+    assert h["layout"] == "c"
+    # classic (c) spreads the GPUs over both sockets, the recommended layout of moment-a does not
+    assert {s for _, s in h["targets"]["gpus"]} == {"socket0", "socket1"}
+    assert main(["plan", "--machine", "moment-a", "--json", "--top", "1"]) == 0
+    best = json.loads(capsys.readouterr().out)["handoff"]
+    assert best["layout"] == "recommended" and best["topology"] != h["topology"]
+    monkeypatch.setattr("sys.stdin", io.StringIO(plan_text))
+    args = [a for a in _place_args(cora, tmp_path / "ssd", tmp_path / "c", "--json") if a not in ("moment-b",
+                                                                                                   "--machine")]
+    assert main([*args, "--plan", "-"]) == 0
+    placed = json.loads(capsys.readouterr().out)
+    # half the GPUs on each socket, reading every row alike: a GPU cache is the only local store for all
+    assert {p[0] for p in placed["report"]["socket_reads"]} == {"socket0", "socket1"}
+    assert main(["plan", "--machine", "moment-a", "--json", "--layout", "current"]) == 2
+    err = capsys.readouterr().err
+    assert "layout 'current'" in err and "captures" in err and "Traceback" not in err
