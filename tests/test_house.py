@@ -57,8 +57,6 @@ ALLOWED_TODAY: frozenset[str] = frozenset({
     "planner/topology/dmidecode.py",
     "planner/topology/dmidecode.py::_records",
     "planner/topology/hwloc.py",
-    "planner/topology/lspci.py",
-    "planner/topology/lspci.py::_verbose_function",
     "planner/topology/nvml.py::_read",
     "planner/topology/nvml.py::apply_nvml",
     "planner/topology/spec.py",
