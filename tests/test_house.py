@@ -57,8 +57,6 @@ ALLOWED_TODAY: frozenset[str] = frozenset({
     "planner/topology/dmidecode.py",
     "planner/topology/dmidecode.py::_records",
     "planner/topology/hwloc.py",
-    "planner/topology/nvml.py::_read",
-    "planner/topology/nvml.py::apply_nvml",
     "planner/topology/spec.py",
     "planner/topology/sysfs.py::read_sysfs",
 })
