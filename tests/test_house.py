@@ -48,17 +48,14 @@ ALLOWED_TODAY: frozenset[str] = frozenset({
     "moment/place_cmd.py::_run",
     "moment/train_cmd.py::_train_command",
     # planner/ (issue 13b is clearing these now)
-    "planner/fio.py::parse_fio_json",
     "planner/flow.py",
     "planner/flow.py::_LP.__init__",
     "planner/flow.py::_Net.__init__",
     "planner/flow.py::_result",
-    "planner/topology/discover.py::topology_from_files",
     "planner/topology/dmidecode.py",
     "planner/topology/dmidecode.py::_records",
     "planner/topology/hwloc.py",
     "planner/topology/spec.py",
-    "planner/topology/sysfs.py::read_sysfs",
 })
 
 
