@@ -53,7 +53,6 @@ ALLOWED_TODAY: frozenset[str] = frozenset({
     "planner/flow.py::_Net.__init__",
     "planner/flow.py::_result",
     "planner/topology/dmidecode.py",
-    "planner/topology/dmidecode.py::_records",
     "planner/topology/hwloc.py",
     "planner/topology/spec.py",
 })

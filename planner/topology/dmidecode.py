@@ -263,104 +263,123 @@ def _records(text: str, source: str) -> tuple[list[_Record], dict[str, str], lis
     if nul >= 0:
         raise ParseError(source, text.count("\n", 0, nul) + 1, "dmidecode text output",
                          "binary data (a NUL byte)")
-    records: list[_Record] = []
-    meta: dict[str, str] = {}
-    warnings: list[str] = []
-    cur: _Record | None = None
-    want_title = False  # the previous line was a Handle line
-    after_blank = True
-    seen_handle = False
+    sp = _Splitter(text, source)
     for no, raw in enumerate(text_lines(text), start=1):
         line = raw.rstrip()
-        if not line and raw[:1] in (" ", "\t") and cur is not None and not want_title:
+        if not line and raw[:1] in (" ", "\t") and sp.cur is not None and not sp.want_title:
             continue  # an indented blank: a string of spaces in an OEM record's "Strings:" list
         if not line.strip():
-            if want_title:
-                records.pop()  # a Handle line and nothing else: a record cut short
-                want_title = False
-            cur, after_blank = None, True
-            continue
-        if line[0] not in " \t":
-            m = _HANDLE.match(line)
-            if m:
-                seen_handle = True
-                cur = _Record(m.group(1).upper().replace("0X", "0x"), int(m.group(2)), no)
-                records.append(cur)
-                want_title, after_blank = True, False
-                continue
-            if want_title and cur is not None:
-                if _WARNING.match(line):  # "Invalid entry length (16). Fixed up to 11."
-                    warnings.append(f"{source}:{no}: {line.strip()}")
-                    continue
-                cur.title = line.strip()
-                want_title, after_blank = False, False
-                continue
-            if line.startswith("Handle "):
-                raise ParseError(source, no, "a record header like 'Handle 0x0900, DMI type 9, 17 bytes'", line)
-            if cur is not None and _same_title(cur.title, line.strip()):
-                # Records that list several items title each one: "On Board Device 2
-                # Information" (type 10), "Additional Information 2" (type 40).
-                cur = _Record(cur.handle, cur.dmi_type, no, line.strip(), indent=cur.indent, item=True)
-                records.append(cur)
-                continue
-            mv = _DMIDECODE_VERSION.match(line)
-            if mv:
-                meta.setdefault("dmidecode", mv.group(1))
-            ms = _SMBIOS_VERSION.match(line)
-            if ms:
-                meta.setdefault("smbios", ms.group(1))
-            mc = _STRUCTURES.match(line)
-            if mc:
-                meta.setdefault("structures", mc.group(1))
-            if line.startswith("Table at 0x"):
-                meta["full_dump"] = "yes"  # dmidecode prints it only without -t
-            if any(p.match(line) for p in _BANNER):
-                cur, after_blank = None, True
-                continue
-            if _WARNING.match(line):
-                warnings.append(f"{source}:{no}: {line.strip()}")
-                cur, after_blank = None, True
-                continue
-            title = line.strip()
-            quiet_title = (title in _TITLES or bool(_ONBOARD_TITLE.match(title))
-                           or (records and not seen_handle))
-            if quiet_title and (after_blank or cur is None):
-                # dmidecode -q prints records without their Handle line; once it is
-                # clear that the text is such output, vendor (OEM) titles are let in too
-                cur = _Record(None, 10 if _ONBOARD_TITLE.match(title) else _TITLES.get(title), no, title)
-                records.append(cur)
-                after_blank = False
-                continue
-            raise ParseError(source, no, _expected_line(text, records), line)
-        # an indented line: a field of the current record
-        if want_title and cur is not None and line.strip() in _TITLES:
+            sp.blank()
+        elif line[0] not in " \t":
+            sp.top_line(no, line)
+        else:
+            sp.field_line(no, line)
+    if sp.want_title and sp.records:
+        rec = sp.records[-1]
+        raise ParseError(source, rec.line, "a record title after the 'Handle ...' line",
+                         "the end of the text: the capture is cut short")
+    return sp.records, sp.meta, sp.warnings
+
+
+class _Splitter:
+    """dmidecode's lines into records, a line at a time."""
+
+    def __init__(self, text: str, source: str) -> None:
+        self.text, self.source = text, source
+        self.records: list[_Record] = []
+        self.meta: dict[str, str] = {}
+        self.warnings: list[str] = []
+        self.cur: _Record | None = None
+        self.want_title = False  # the previous line was a Handle line
+        self.after_blank = True
+        self.seen_handle = False
+
+    def blank(self) -> None:
+        if self.want_title:
+            self.records.pop()  # a Handle line and nothing else: a record cut short
+            self.want_title = False
+        self.cur, self.after_blank = None, True
+
+    def top_line(self, no: int, line: str) -> None:
+        """A line at the left margin: a record header or title, a banner, or dmidecode's own lines."""
+        m = _HANDLE.match(line)
+        if m:
+            self.seen_handle = True
+            self.cur = _Record(m.group(1).upper().replace("0X", "0x"), int(m.group(2)), no)
+            self.records.append(self.cur)
+            self.want_title, self.after_blank = True, False
+            return
+        if self.want_title and self.cur is not None:
+            if _WARNING.match(line):  # "Invalid entry length (16). Fixed up to 11."
+                self.warnings.append(f"{self.source}:{no}: {line.strip()}")
+                return
+            self.cur.title = line.strip()
+            self.want_title, self.after_blank = False, False
+            return
+        if line.startswith("Handle "):
+            raise ParseError(self.source, no, "a record header like 'Handle 0x0900, DMI type 9, 17 bytes'", line)
+        if self.cur is not None and _same_title(self.cur.title, line.strip()):
+            # Records that list several items title each one: "On Board Device 2
+            # Information" (type 10), "Additional Information 2" (type 40).
+            self.cur = _Record(self.cur.handle, self.cur.dmi_type, no, line.strip(), indent=self.cur.indent,
+                               item=True)
+            self.records.append(self.cur)
+            return
+        mv = _DMIDECODE_VERSION.match(line)
+        if mv:
+            self.meta.setdefault("dmidecode", mv.group(1))
+        ms = _SMBIOS_VERSION.match(line)
+        if ms:
+            self.meta.setdefault("smbios", ms.group(1))
+        mc = _STRUCTURES.match(line)
+        if mc:
+            self.meta.setdefault("structures", mc.group(1))
+        if line.startswith("Table at 0x"):
+            self.meta["full_dump"] = "yes"  # dmidecode prints it only without -t
+        if any(p.match(line) for p in _BANNER):
+            self.cur, self.after_blank = None, True
+            return
+        if _WARNING.match(line):
+            self.warnings.append(f"{self.source}:{no}: {line.strip()}")
+            self.cur, self.after_blank = None, True
+            return
+        title = line.strip()
+        quiet_title = (title in _TITLES or bool(_ONBOARD_TITLE.match(title))
+                       or (self.records and not self.seen_handle))
+        if quiet_title and (self.after_blank or self.cur is None):
+            # dmidecode -q prints records without their Handle line; once it is
+            # clear that the text is such output, vendor (OEM) titles are let in too
+            self.cur = _Record(None, 10 if _ONBOARD_TITLE.match(title) else _TITLES.get(title), no, title)
+            self.records.append(self.cur)
+            self.after_blank = False
+            return
+        raise ParseError(self.source, no, _expected_line(self.text, self.records), line)
+
+    def field_line(self, no: int, line: str) -> None:
+        """An indented line: a field of the current record."""
+        if self.want_title and self.cur is not None and line.strip() in _TITLES:
             # dmidecode before 3.0 printed type 25's title indented ("\tSystem Power Controls")
-            cur.title = line.strip()
-            want_title, after_blank = False, False
-            continue
-        if cur is None or want_title:
-            raise ParseError(source, no, _expected_line(text, records, field=True), line)
+            self.cur.title = line.strip()
+            self.want_title, self.after_blank = False, False
+            return
+        if self.cur is None or self.want_title:
+            raise ParseError(self.source, no, _expected_line(self.text, self.records, field=True), line)
         indent = line[: len(line) - len(line.lstrip())]
         body = line.strip()
-        if cur.indent is None:
-            cur.indent = indent
-        if len(indent) > len(cur.indent) and cur.fields:
-            cur.fields[-1].items.append(body)  # a list item or sub-attribute
+        if self.cur.indent is None:
+            self.cur.indent = indent
+        if len(indent) > len(self.cur.indent) and self.cur.fields:
+            self.cur.fields[-1].items.append(body)  # a list item or sub-attribute
         elif _MARKER.match(body):
-            continue  # dmidecode's "<TRUNCATED>" and the like
+            return  # dmidecode's "<TRUNCATED>" and the like
         else:
             m = _FIELD.match(body)
             if m:
-                cur.fields.append(_Field(m.group(1).strip(), (m.group(2) or "").strip(), no))
+                self.cur.fields.append(_Field(m.group(1).strip(), (m.group(2) or "").strip(), no))
             else:
                 # real dumps hold bare values (a BIOS string where a field was): keep, unnamed
-                cur.fields.append(_Field("", body, no))
-        after_blank = False
-    if want_title and records:
-        rec = records[-1]
-        raise ParseError(source, rec.line, "a record title after the 'Handle ...' line",
-                         "the end of the text: the capture is cut short")
-    return records, meta, warnings
+                self.cur.fields.append(_Field("", body, no))
+        self.after_blank = False
 
 
 def _same_title(title: str | None, line: str) -> bool:
