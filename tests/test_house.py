@@ -52,7 +52,6 @@ ALLOWED_TODAY: frozenset[str] = frozenset({
     "planner/flow.py::_LP.__init__",
     "planner/flow.py::_Net.__init__",
     "planner/flow.py::_result",
-    "planner/topology/spec.py",
 })
 
 
