@@ -8,14 +8,14 @@ import re
 from collections.abc import Callable
 from typing import TypeVar
 
+from moment.errors import CommandError
 from momentbase.errors import MomentError
-from planner.errors import PlannerError
 
 T = TypeVar("T")
 
 
 def parse_fanouts(text: str, flag: str = "--fanouts") -> tuple[int, ...]:
-    """``"25,10"`` -> ``(25, 10)``; ``-1`` means all neighbours. :class:`PlannerError` naming ``flag`` otherwise.
+    """``"25,10"`` -> ``(25, 10)``; ``-1`` means all neighbours. :class:`~moment.errors.CommandError` naming ``flag`` otherwise.
 
     >>> parse_fanouts("25,10"), parse_fanouts("-1, 5")
     ((25, 10), (-1, 5))
@@ -25,28 +25,28 @@ def parse_fanouts(text: str, flag: str = "--fanouts") -> tuple[int, ...]:
     except ValueError:
         out = ()
     if not out or any(f < -1 or f == 0 for f in out):
-        raise PlannerError(f"{flag} {text!r}: expected comma-separated positive integers or -1 (all), e.g. 25,10")
+        raise CommandError(f"{flag} {text!r}: expected comma-separated positive integers or -1 (all), e.g. 25,10")
     return out
 
 
 def size_arg(text: str, flag: str) -> int:
-    """A size like ``8GiB`` in bytes (``0``, ``0B``, ``none``: 0); :class:`PlannerError` naming ``flag`` otherwise.
+    """A size like ``8GiB`` in bytes (``0``, ``0B``, ``none``: 0); :class:`~moment.errors.CommandError` naming ``flag`` otherwise.
 
     >>> size_arg("2KiB", "--remote-cache"), size_arg("none", "--cpu-cache")
     (2048, 0)
     """
-    from planner.capacities import parse_size
+    from momentbase.units import parse_size
 
     if text.strip() in ("0", "0B", "none"):
         return 0
     try:
         return parse_size(text)
     except MomentError as exc:
-        raise PlannerError(f"{flag} {text!r}: {exc}") from None
+        raise CommandError(f"{flag} {text!r}: {exc}") from None
 
 
 def argtype(parse: Callable[[str], T]) -> Callable[[str], T]:
-    """``parse`` as an argparse ``type=``: its PlannerError becomes argparse's usage error."""
+    """``parse`` as an argparse ``type=``: its MomentError becomes argparse's usage error."""
 
     def convert(text: str) -> T:
         try:
@@ -193,7 +193,7 @@ def parse_nvlink(pairs: list[str] | None) -> list[tuple[int, int]]:
         try:
             a, b = (int(x) for x in text.replace(":", "-").split("-"))
         except ValueError:
-            raise PlannerError(f"--nvlink {text!r}: expected two GPU numbers like 0-1") from None
+            raise CommandError(f"--nvlink {text!r}: expected two GPU numbers like 0-1") from None
         out.append((a, b))
     return out
 

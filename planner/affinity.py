@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.ddak import _CHUNK_ITEMS, DdakBin, DdakResult, _check, _deviation, _targets, ddak
+from planner.ddak import ddak
 from planner.errors import PlannerError
+from planner.placement import _CHUNK_ITEMS, DdakBin, DdakResult, _check, _deviation, _targets
 from planner.progress import Progress
 
 

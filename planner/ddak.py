@@ -112,203 +112,31 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
+from planner.baselines import (  # noqa: F401  (re-exported: the baselines were defined here)
+    hash_placement,
+    hot_first_placement,
+    random_placement,
+)
 from planner.errors import PlannerError
+from planner.placement import (  # noqa: F401  (re-exported: the names every placement policy shares)
+    _CHUNK_ITEMS,
+    TIERS,
+    DdakBin,
+    DdakResult,
+    _check,
+    _deviation,
+    _hot_order,
+    _result,
+    _targets,
+)
 from planner.progress import Progress, report
-
-#: the storage hierarchy, fastest first
-TIERS: tuple[str, ...] = ("gpu", "cpu", "ssd")
 
 #: a cache bin whose remaining target is at least this share of the hotness of
 #: the hottest items it has room for fills alone (:func:`_tight_bin`)
 _TIGHT = 0.95
-
-# items per chunk when the per-item outputs are written (bounds the temporaries)
-_CHUNK_ITEMS = 1 << 23
-
-
-@dataclass(frozen=True)
-class DdakBin:
-    """One bin: ``kind`` is ``"gpu"``, ``"cpu"`` or ``"ssd"``; ``capacity_items``
-    how many items (rows) it holds; ``target_traffic`` the traffic the flow model
-    wants it to serve (bytes, accesses, a share: any positive scale, only the
-    ratios between bins matter).
-
-    >>> DdakBin("ssd0", "ssd", 1000, 0.25).kind
-    'ssd'
-    """
-
-    id: str
-    kind: str
-    capacity_items: int
-    target_traffic: float
-
-
-@dataclass(frozen=True)
-class DdakResult:
-    """A placement of ``n`` items in ``m`` bins.
-
-    ``bin_of[i]`` (int32, shape ``(n,)``) is item ``i``'s bin (index into the
-    ``bins`` list); ``row_of[i]`` (int64, ``(n,)``) its row inside that bin
-    (rows of a bin are ``0 .. items_per_bin[b] - 1``, hottest first for DDAK).
-    ``traffic_per_bin`` (float64, ``(m,)``) is the hotness each bin serves,
-    ``target_per_bin`` the targets rescaled to the same total, ``items_per_bin``
-    (int64, ``(m,)``) the items in each bin. ``max_relative_deviation`` is
-    ``max_j |traffic_j - target_j| / target_j`` (0 when all hotness is 0).
-    """
-
-    bin_of: np.ndarray
-    row_of: np.ndarray
-    traffic_per_bin: np.ndarray
-    target_per_bin: np.ndarray
-    items_per_bin: np.ndarray
-    max_relative_deviation: float
-
-
-def _check(hotness: np.ndarray, bins: Sequence[DdakBin]) -> np.ndarray:
-    h = np.asarray(hotness)
-    if h.ndim != 1:
-        raise PlannerError(f"hotness: expected a 1-d array, got shape {h.shape}")
-    if h.dtype.kind not in "fiu":
-        raise PlannerError(f"hotness: expected numbers, got dtype {h.dtype}")
-    if not bins:
-        raise PlannerError("bins: the list is empty; give at least one bin with room")
-    for b in bins:
-        if b.kind not in TIERS:
-            raise PlannerError(f"bin {b.id!r}: kind {b.kind!r} is not one of {', '.join(TIERS)}")
-        if b.capacity_items < 0:
-            raise PlannerError(f"bin {b.id!r}: capacity_items is {b.capacity_items}; must be ≥ 0")
-        if not (b.target_traffic > 0 and np.isfinite(b.target_traffic)):
-            raise PlannerError(
-                f"bin {b.id!r}: target_traffic is {b.target_traffic}; must be positive and finite"
-            )
-    n = h.shape[0]
-    room = sum(int(b.capacity_items) for b in bins)
-    if room < n:
-        raise PlannerError(
-            f"bins: total capacity is {room} items for {n} items, {n - room} short; "
-            "add bins or raise their capacity_items"
-        )
-    if n and h.dtype.kind == "f":
-        lo = h.min()
-        if not np.isfinite(lo) or not np.isfinite(h.max()):
-            raise PlannerError("hotness: contains NaN or infinity")
-        if lo < 0:
-            raise PlannerError(
-                f"hotness: contains a negative value ({lo}); hotness counts accesses"
-            )
-    elif n and h.min() < 0:
-        raise PlannerError(
-            f"hotness: contains a negative value ({h.min()}); hotness counts accesses"
-        )
-    return h
-
-
-def _hot_order(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Item ids by hotness descending, ties by id (== ``np.argsort(-h, kind="stable")``),
-    and the hotness in that order."""
-    n = h.shape[0]
-    if h.dtype == np.float32 and n < (1 << 32):
-        # Non-negative float32 bits order like the values, so one key
-        # (~bits << 32 | id) sorts by hotness descending then id, and np.sort on
-        # uint64 (SIMD quicksort) is several times faster than a stable argsort;
-        # the sorted hotness comes back out of the keys without a random gather.
-        key = np.empty(n, dtype=np.uint64)
-        np.subtract(np.uint32(0xFFFFFFFF), h.view(np.uint32), out=key, casting="unsafe")
-        key <<= np.uint64(32)
-        for a in range(0, n, _CHUNK_ITEMS):  # chunked: a full arange would be another 8n bytes
-            key[a : a + _CHUNK_ITEMS] |= np.arange(a, min(n, a + _CHUNK_ITEMS), dtype=np.uint64)
-        key.sort()
-        hs = np.empty(n, dtype=np.uint32)
-        np.right_shift(key, np.uint64(32), out=hs, casting="unsafe")
-        np.subtract(np.uint32(0xFFFFFFFF), hs, out=hs)
-        key &= np.uint64(0xFFFFFFFF)
-        return key.view(np.int64), hs.view(np.float32)
-    order = np.argsort(-h.astype(np.float64), kind="stable")
-    return order, h[order]
-
-
-def _targets(h_total: float, bins: Sequence[DdakBin]) -> np.ndarray:
-    t = np.array([b.target_traffic for b in bins], dtype=np.float64)
-    return t / t.sum() * h_total
-
-
-def _result(
-    n: int,
-    order: np.ndarray,
-    seg_start: np.ndarray,
-    seg_len: np.ndarray,
-    seg_bin: np.ndarray,
-    seg_row: np.ndarray,
-    traffic: np.ndarray,
-    target: np.ndarray,
-    *,
-    own_order: bool = False,
-) -> DdakResult:
-    """Per-item outputs from segments of the sorted order.
-
-    Segment ``k`` puts sorted positions ``seg_start[k] .. + seg_len[k]`` in bin
-    ``seg_bin[k]`` from row ``seg_row[k]``. Going from sorted positions to item
-    ids is an inverse permutation. A scatter (``out[order] = v``) costs a cache
-    miss per item (4-5 s for 10⁸ items here); sorting ``id << s | row << b |
-    bin`` by id is a sequential SIMD sort and faster (about 3 s), so that is
-    done whenever the three fit in 64 bits (up to about 2³⁰ items), in place
-    over ``order`` when ``own_order`` (the caller's array is not needed after).
-    """
-    m = target.shape[0]
-    items = np.bincount(seg_bin, weights=seg_len, minlength=m).astype(np.int64)
-    bits = max(1, int(m - 1).bit_length())
-    row_bits = max(1, int(items.max(initial=1)).bit_length())
-    id_bits = max(1, int(n - 1).bit_length())
-    by_sort = id_bits + row_bits + bits <= 64
-    if by_sort:
-        key = order.view(np.uint64) if own_order else np.empty(n, dtype=np.uint64)
-    else:
-        packed = np.empty(n, dtype=np.int64)
-    ends = seg_start + seg_len
-    # sorted position p of segment k holds row seg_row[k] + p - seg_start[k], i.e.
-    # (row << bits | bin) = code[k] + (p << bits)
-    code = ((seg_row - seg_start) << bits) + seg_bin.astype(np.int64)
-    step = 1 << 18  # small chunks: the passes over one stay in the cache
-    for a in range(0, n, step):
-        b = min(n, a + step)
-        i0 = int(np.searchsorted(ends, a, side="right"))
-        i1 = int(np.searchsorted(seg_start, b, side="left"))
-        ln = np.minimum(ends[i0:i1], b) - np.maximum(seg_start[i0:i1], a)
-        v = np.repeat(code[i0:i1], ln)
-        v += np.arange(a << bits, b << bits, 1 << bits, dtype=np.int64)
-        if by_sort:
-            k = key[a:b]
-            if own_order:
-                k <<= np.uint64(row_bits + bits)
-            else:
-                np.left_shift(order[a:b], row_bits + bits, out=k, casting="unsafe")
-            k |= v.view(np.uint64)
-        else:
-            packed[order[a:b]] = v
-    if by_sort:
-        key.sort()  # position i now holds item i: the ids are 0..n-1
-        packed = key.view(np.int64)
-    bin_of = np.empty(n, dtype=np.int32)
-    payload = (1 << (row_bits + bits)) - 1
-    step = 1 << 17  # 1 MB of keys: the three passes over a chunk stay in the cache
-    for a in range(0, n, step):
-        v = packed[a : a + step]
-        if by_sort:
-            v &= payload
-        np.bitwise_and(v, (1 << bits) - 1, out=bin_of[a : a + step], casting="unsafe")
-        v >>= bits
-    return DdakResult(bin_of, packed, traffic, target, items, _deviation(traffic, target))
-
-
-def _deviation(traffic: np.ndarray, target: np.ndarray) -> float:
-    if target.sum() <= 0:
-        return 0.0
-    return float(np.max(np.abs(traffic - target) / target))
-
 
 def ddak(
     hotness: np.ndarray,
@@ -346,7 +174,6 @@ def ddak(
     if pool < 1:
         raise PlannerError(f"pool: {pool} items; must be ≥ 1")
     n = h.shape[0]
-    m = len(bins)
     own_order = order is None
     report(progress, "ddak", 0, 3)
     if order is None:
@@ -355,46 +182,83 @@ def ddak(
         if order.shape != (n,):
             raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
         hs = h[order]
-    # pool sums in float64, a block of pools at a time (a whole float64 copy of
-    # the hotness would be another 8n bytes)
+    pool_sum = _pool_sums(hs, pool)
+    report(progress, "ddak", 1, 3)
+    target = _targets(float(sum(pool_sum)), bins)
+    seg_bin, odd, acc = _fill_bins(hs, pool_sum, pool, _Bins(bins, target, pool_sum, pool))
+    del hs, pool_sum  # ~0.4 GB at 10⁸ items, not needed for the outputs
+    report(progress, "ddak", 2, 3)
+    sb, seg_start, seg_len, seg_row = _segments(seg_bin, odd, pool, len(bins))
+    del seg_bin
+    traffic = np.array(acc, dtype=np.float64)
+    out = _result(n, order, seg_start, seg_len, sb, seg_row, traffic, target, own_order=own_order)
+    report(progress, "ddak", 3, 3)
+    return out
+
+
+def _pool_sums(hs: np.ndarray, pool: int) -> list[float]:
+    """Each pool's total hotness (items in hot-first order ``hs``, ``pool`` at a time).
+
+    Summed in float64 a block of pools at a time (a whole float64 copy of the
+    hotness would be another 8n bytes).
+    """
     pool_sum: list[float] = []
     step = max(1, _CHUNK_ITEMS // pool) * pool
-    for a in range(0, n, step):
+    for a in range(0, hs.shape[0], step):
         blk = hs[a : a + step].astype(np.float64)
         pool_sum += np.add.reduceat(blk, np.arange(0, blk.shape[0], pool)).tolist()
-    h_total = float(sum(pool_sum))
-    report(progress, "ddak", 1, 3)
-    target = _targets(h_total, bins)
-    inv_t = [1.0 / t if t > 0 else 0.0 for t in target.tolist()]
-    tgt = target.tolist()
-    cap = [int(b.capacity_items) for b in bins]
-    inv_c = [1.0 / c if c > 0 else 0.0 for c in cap]
-    rank = [TIERS.index(b.kind) for b in bins]
-    acc = [0.0] * m
-    used = [0] * m
-    # one entry per segment (a run of sorted positions given to one bin): its bin
-    # and, only where it is not a whole pool, (segment number, length)
-    seg_bin: list[int] = []
-    odd: list[tuple[int, int]] = []
+    return pool_sum
 
-    pool_pref = np.concatenate([[0.0], np.cumsum(pool_sum)])  # hotness before each pool
 
-    def heap_for(phase: int, at: int) -> tuple[list[tuple[float, int, int]], int]:
+class _Bins:
+    """The greedy's running state per bin: traffic so far (``acc``), items so far (``used``)."""
+
+    def __init__(self, bins: Sequence[DdakBin], target: np.ndarray, pool_sum: list[float],
+                 pool: int) -> None:
+        self.m = len(bins)
+        self.tgt = target.tolist()
+        self.inv_t = [1.0 / t if t > 0 else 0.0 for t in self.tgt]
+        self.cap = [int(b.capacity_items) for b in bins]
+        self.inv_c = [1.0 / c if c > 0 else 0.0 for c in self.cap]
+        self.rank = [TIERS.index(b.kind) for b in bins]
+        self.acc = [0.0] * self.m
+        self.used = [0] * self.m
+        self.pool = pool
+        self.pool_pref = np.concatenate([[0.0], np.cumsum(pool_sum)])  # hotness before each pool
+
+    def heap_for(self, phase: int, at: int) -> tuple[list[tuple[float, int, int]], int]:
         """The eligible bins as a heap, and the one cache bin that must fill alone (or -1)."""
+        acc, used, cap, tgt, rank = self.acc, self.used, self.cap, self.tgt, self.rank
         if phase < len(TIERS):
-            js = [j for j in range(m) if rank[j] == phase and used[j] < cap[j] and acc[j] < tgt[j]]
-            lead = _tight_bin(js, tgt, acc, cap, used, pool_pref, at, pool) if TIERS[phase] != "ssd" else -1
+            js = [j for j in range(self.m)
+                  if rank[j] == phase and used[j] < cap[j] and acc[j] < tgt[j]]
+            lead = _tight_bin(js, tgt, acc, cap, used, self.pool_pref, at, self.pool) \
+                if TIERS[phase] != "ssd" else -1
             if lead >= 0:
                 js = [lead]
         else:
-            js, lead = [j for j in range(m) if used[j] < cap[j]], -1
-        hp = [(acc[j] * inv_t[j] + used[j] * inv_c[j], rank[j], j) for j in js]
+            js, lead = [j for j in range(self.m) if used[j] < cap[j]], -1
+        hp = [(acc[j] * self.inv_t[j] + used[j] * self.inv_c[j], rank[j], j) for j in js]
         heapq.heapify(hp)
         return hp, lead
 
+
+def _fill_bins(hs: np.ndarray, pool_sum: list[float], pool: int,
+               state: _Bins) -> tuple[list[int], list[tuple[int, int]], list[float]]:
+    """The pools, hottest first, each to the least-filled open bin: the greedy itself.
+
+    Returns one entry per segment (a run of sorted positions given to one
+    bin): its bin; only where it is not a whole pool, (segment number,
+    length); and each bin's traffic.
+    """
+    n = hs.shape[0]
+    acc, used, cap, tgt, inv_t, inv_c = (state.acc, state.used, state.cap, state.tgt,
+                                         state.inv_t, state.inv_c)
+    seg_bin: list[int] = []
+    odd: list[tuple[int, int]] = []
     n_tiers = len(TIERS)
     phase = 0
-    heap, solo = heap_for(phase, 0)
+    heap, solo = state.heap_for(phase, 0)
     heappop, heapreplace = heapq.heappop, heapq.heapreplace
     append = seg_bin.append
     p = 0  # next sorted position
@@ -402,10 +266,10 @@ def ddak(
     n_full = n // pool  # pools of exactly `pool` items
     while p < n:
         while not heap:
-            heap, solo = heap_for(phase, p)  # the next bin of a cache tier filled one at a time
+            heap, solo = state.heap_for(phase, p)  # the next bin of a cache tier filled one at a time
             if not heap:
                 phase += 1
-                heap, solo = heap_for(phase, p)
+                heap, solo = state.heap_for(phase, p)
         gated = phase < n_tiers
         if p == k * pool:
             # the common case, kept tight (10⁶ pools at 10⁸ items): whole pools
@@ -431,32 +295,43 @@ def ddak(
             p = k * pool
             if p >= n or not heap:
                 continue
-        # a bin with less room than a pool, or the short last pool: split
-        _, r, j = heap[0]
-        u = used[j]
-        pool_end = min((k + 1) * pool, n)
-        take = min(pool_end - p, cap[j] - u)
-        if j == solo:  # the lone bin takes the items that bring it nearest its target
-            take = _nearest_take(hs[p : p + take], tgt[j] - acc[j])
-        got = float(hs[p : p + take].sum(dtype=np.float64))
-        odd.append((len(seg_bin), take))
-        append(j)
-        p += take
-        if p == pool_end:
-            k += 1
-        a_j = acc[j] + got
-        acc[j] = a_j
-        u += take
-        used[j] = u
-        if u < cap[j] and (phase >= n_tiers or a_j < tgt[j]):
-            heapreplace(heap, (a_j * inv_t[j] + u * inv_c[j], r, j))
-        else:
-            heappop(heap)
+        p, k = _split_pool(hs, p, k, pool, heap, solo, gated, state, seg_bin, odd)
+    return seg_bin, odd, acc
 
-    del hs, pool_sum  # ~0.4 GB at 10⁸ items, not needed for the outputs
-    report(progress, "ddak", 2, 3)
+
+def _split_pool(hs: np.ndarray, p: int, k: int, pool: int, heap: list[tuple[float, int, int]],
+                solo: int, gated: bool, state: _Bins, seg_bin: list[int],
+                odd: list[tuple[int, int]]) -> tuple[int, int]:
+    """Part of pool ``k`` from position ``p`` to the heap's first bin: one with less room than a
+    pool, the lone bin of a tier (the items nearest its target), or the short last pool."""
+    acc, used, cap, tgt = state.acc, state.used, state.cap, state.tgt
+    _, r, j = heap[0]
+    u = used[j]
+    pool_end = min((k + 1) * pool, hs.shape[0])
+    take = min(pool_end - p, cap[j] - u)
+    if j == solo:  # the lone bin takes the items that bring it nearest its target
+        take = _nearest_take(hs[p : p + take], tgt[j] - acc[j])
+    got = float(hs[p : p + take].sum(dtype=np.float64))
+    odd.append((len(seg_bin), take))
+    seg_bin.append(j)
+    p += take
+    if p == pool_end:
+        k += 1
+    a_j = acc[j] + got
+    acc[j] = a_j
+    u += take
+    used[j] = u
+    if u < cap[j] and (not gated or a_j < tgt[j]):
+        heapq.heapreplace(heap, (a_j * state.inv_t[j] + u * state.inv_c[j], r, j))
+    else:
+        heapq.heappop(heap)
+    return p, k
+
+
+def _segments(seg_bin: list[int], odd: list[tuple[int, int]], pool: int,
+              m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(bin, first sorted position, length, first row in its bin) of every segment."""
     sb = np.array(seg_bin, dtype=np.int32)
-    del seg_bin
     seg_len = np.full(sb.shape[0], pool, dtype=np.int64)
     for i, take in odd:
         seg_len[i] = take
@@ -466,12 +341,7 @@ def ddak(
         mine = sb == j
         ln = seg_len[mine]
         seg_row[mine] = np.cumsum(ln) - ln
-    traffic = np.array(acc, dtype=np.float64)
-    out = _result(
-        n, order, seg_start, seg_len, sb, seg_row, traffic, target, own_order=own_order
-    )
-    report(progress, "ddak", 3, 3)
-    return out
+    return sb, seg_start, seg_len, seg_row
 
 
 def _tight_bin(js: list[int], tgt: list[float], acc: list[float], cap: list[int], used: list[int],
@@ -505,131 +375,3 @@ def _nearest_take(hs: np.ndarray, need: float) -> int:
         i += 1
     return max(1, min(i, cum.shape[0]))
 
-
-def _traffic(h: np.ndarray, bin_of: np.ndarray, m: int) -> np.ndarray:
-    out = np.zeros(m, dtype=np.float64)
-    for a in range(0, h.shape[0], _CHUNK_ITEMS):
-        out += np.bincount(
-            bin_of[a : a + _CHUNK_ITEMS], weights=h[a : a + _CHUNK_ITEMS], minlength=m
-        )
-    return out
-
-
-def _from_bins(h: np.ndarray, bins: Sequence[DdakBin], bin_of: np.ndarray) -> DdakResult:
-    """Rows in id order within each bin, traffic and deviation, for a given ``bin_of``."""
-    n, m = h.shape[0], len(bins)
-    row_of = np.empty(n, dtype=np.int64)
-    nxt = np.zeros(m, dtype=np.int64)
-    for a in range(0, n, _CHUNK_ITEMS):
-        b = bin_of[a : a + _CHUNK_ITEMS]
-        # rank of each item among the chunk's items of its bin, in id order
-        srt = np.argsort(b, kind="stable")
-        cnt = np.bincount(b, minlength=m)
-        first = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-        r = np.empty(b.shape[0], dtype=np.int64)
-        r[srt] = np.arange(b.shape[0], dtype=np.int64) - np.repeat(first, cnt)
-        row_of[a : a + b.shape[0]] = r + nxt[b]
-        nxt += cnt
-    traffic = _traffic(h, bin_of, m)
-    target = _targets(float(traffic.sum()), bins)
-    return DdakResult(bin_of, row_of, traffic, target, nxt, _deviation(traffic, target))
-
-
-def hash_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakResult:
-    """Baseline: item ``i`` in bin ``i mod m``; what overflows a full bin fills the others.
-
-    Items whose bin is full (the highest ids of that residue) go, in id
-    order, to the bins with room left, listed order. Rows are in id order.
-
-    >>> import numpy as np
-    >>> bins = [DdakBin("a", "cpu", 2, 1.0), DdakBin("b", "ssd", 5, 1.0)]
-    >>> hash_placement(np.ones(6), bins).bin_of.tolist()
-    [0, 1, 0, 1, 1, 1]
-    """
-    h = _check(hotness, bins)
-    n, m = h.shape[0], len(bins)
-    cap = np.array([b.capacity_items for b in bins], dtype=np.int64)
-    bin_of = np.empty(n, dtype=np.int32)
-    over: list[np.ndarray] = []
-    for a in range(0, n, _CHUNK_ITEMS):
-        ids = np.arange(a, min(n, a + _CHUNK_ITEMS), dtype=np.int64)
-        b = ids % m
-        bad = ids // m >= cap[b]  # row within the residue class past capacity
-        bin_of[a : a + ids.shape[0]] = b
-        if bad.any():
-            over.append(ids[bad])
-    if over:
-        ov = np.concatenate(over)
-        natural = np.minimum(np.bincount(np.arange(n) % m, minlength=m), cap)
-        spare = cap - natural
-        bin_of[ov] = np.repeat(np.arange(m, dtype=np.int32), spare)[: ov.shape[0]]
-    return _from_bins(h, bins, bin_of)
-
-
-def hot_first_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakResult:
-    """Baseline: fill bins hottest items first, fastest tier first, bins of a tier in listed order.
-
-    With in-degree as hotness this is "degree-hot-first". Targets are ignored.
-
-    >>> import numpy as np
-    >>> bins = [DdakBin("s", "ssd", 9, 1.0), DdakBin("g", "gpu", 1, 1.0)]
-    >>> hot_first_placement(np.array([1.0, 3.0, 2.0]), bins).bin_of.tolist()
-    [0, 1, 0]
-    """
-    h = _check(hotness, bins)
-    n, m = h.shape[0], len(bins)
-    order, hs = _hot_order(h)
-    seq = sorted(range(m), key=lambda j: (TIERS.index(bins[j].kind), j))
-    cap = np.array([bins[j].capacity_items for j in seq], dtype=np.int64)
-    take = np.minimum(cap, np.maximum(0, n - np.concatenate(([0], np.cumsum(cap)[:-1]))))
-    starts = np.concatenate(([0], np.cumsum(take)[:-1])).astype(np.int64)
-    keep = take > 0
-    seg_bin = np.array(seq, dtype=np.int32)[keep]
-    traffic = np.zeros(m)
-    hs_sums = [
-        float(hs[s : s + t].sum(dtype=np.float64))
-        for s, t in zip(starts[keep], take[keep], strict=True)
-    ]
-    for j, v in zip(seg_bin.tolist(), hs_sums, strict=True):
-        traffic[j] = v
-    target = _targets(float(traffic.sum()), bins)
-    return _result(
-        n,
-        order,
-        starts[keep],
-        take[keep],
-        seg_bin,
-        np.zeros(int(keep.sum()), np.int64),
-        traffic,
-        target,
-        own_order=True,
-    )
-
-
-def random_placement(hotness: np.ndarray, bins: Sequence[DdakBin], seed: int = 0) -> DdakResult:
-    """Baseline: a seeded random placement, bins filled in proportion to their capacity.
-
-    Bin sizes are the capacities scaled to ``n`` (largest remainder, capped
-    at capacity); which items go where is a random permutation.
-
-    >>> import numpy as np
-    >>> r = random_placement(np.ones(10), [DdakBin("a", "cpu", 10, 1.0), DdakBin("b", "ssd", 10, 1.0)])
-    >>> r.items_per_bin.tolist()
-    [5, 5]
-    """
-    h = _check(hotness, bins)
-    n, m = h.shape[0], len(bins)
-    cap = np.array([b.capacity_items for b in bins], dtype=np.int64)
-    want = cap / cap.sum() * n if cap.sum() else np.zeros(m)
-    size = np.minimum(np.floor(want).astype(np.int64), cap)
-    rest = n - int(size.sum())
-    for j in np.argsort(-(want - size), kind="stable"):
-        if rest == 0:
-            break
-        add = min(rest, int(cap[j] - size[j]))
-        size[j] += add
-        rest -= add
-    perm = np.random.default_rng(seed).permutation(n)
-    bin_of = np.empty(n, dtype=np.int32)
-    bin_of[perm] = np.repeat(np.arange(m, dtype=np.int32), size)
-    return _from_bins(h, bins, bin_of)

@@ -77,18 +77,8 @@ def fio_command(path: str | os.PathLike[str], *, block_bytes: int, queue_depth: 
     return cmd
 
 
-def parse_fio_json(text: str, source: str = "<fio output>") -> FioRun:
-    """The read figures of fio's JSON output (``--output-format=json``).
-
-    Warning lines fio prints before the JSON object are skipped. Jobs not
-    grouped (no ``--group_reporting``) are summed. Raises
-    :class:`~planner.errors.ParseError` on anything else.
-
-    >>> parse_fio_json('fio: engine x not loadable\\n')
-    Traceback (most recent call last):
-    ...
-    planner.errors.ParseError: <fio output>:1: expected fio JSON output (--output-format=json), found 'fio: engine x not loadable'
-    """
+def _fio_object(text: str, source: str) -> tuple[Any, int]:
+    """The JSON value fio printed (warning lines before it skipped), and its first line's index."""
     if not isinstance(text, str):
         raise ParseError(source, None, "fio JSON output (text)", type(text).__name__)
     lines = text.split("\n")
@@ -105,6 +95,22 @@ def parse_fio_json(text: str, source: str = "<fio output>") -> FioRun:
         raise ParseError(source, first + exc.lineno, f"valid JSON from fio ({exc.msg})") from None
     except RecursionError:
         raise ParseError(source, first + 1, "fio JSON output", "JSON nested too deeply") from None
+    return data, first
+
+
+def parse_fio_json(text: str, source: str = "<fio output>") -> FioRun:
+    """The read figures of fio's JSON output (``--output-format=json``).
+
+    Warning lines fio prints before the JSON object are skipped. Jobs not
+    grouped (no ``--group_reporting``) are summed. Raises
+    :class:`~planner.errors.ParseError` on anything else.
+
+    >>> parse_fio_json('fio: engine x not loadable\\n')
+    Traceback (most recent call last):
+    ...
+    planner.errors.ParseError: <fio output>:1: expected fio JSON output (--output-format=json), found 'fio: engine x not loadable'
+    """
+    data, first = _fio_object(text, source)
 
     def fail(expected: str, found: Any = None) -> ParseError:
         return ParseError(source, first + 1, expected, None if found is None else str(found))

@@ -66,9 +66,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from planner.errors import PlannerError
+from planner.multinode_lp import _edges, _NodeLP
 from planner.topology.model import Link, Node, NodeKind, Topology
 from planner.workload import Workload
 
@@ -218,16 +217,6 @@ def port_rate(topo: Topology, nic: Node, override: float | None = None) -> float
     return r
 
 
-def _memory_of(topo: Topology, node_id: str) -> str:
-    sock = topo.socket_of(node_id)
-    mems = [m for m in topo.nodes(NodeKind.MEMORY) if sock is not None and topo.parent(m.id) is not None
-            and topo.parent(m.id).id == sock.id] or topo.nodes(NodeKind.MEMORY)
-    if not mems:
-        raise PlannerError(f"{topo.name}: without GPUDirect RDMA the network's bytes land in host memory, and the "
-                           "machine has no memory node")
-    return mems[0].id
-
-
 @dataclass(frozen=True)
 class NodesResult:
     """One node of ``demand.nodes``, solved (bytes per iteration, rates in bytes/s).
@@ -271,84 +260,6 @@ def gdr_paths(topo: Topology, nics: Sequence[Node], gpus: Sequence[str]) -> dict
     return out
 
 
-_FORWARDING = frozenset({NodeKind.SOCKET, NodeKind.SWITCH, NodeKind.SLOT})
-
-
-def _edges(topo: Topology, unknown: float | None) -> tuple[list[tuple[str, str]], np.ndarray]:
-    """Directed edges (both directions of every link) and their capacities, bytes/s."""
-    edges, caps = [], []
-    for lk in topo.links():
-        c = lk.bytes_per_s if lk.bytes_per_s is not None else unknown
-        if c is None:
-            raise PlannerError(f"{topo.name}: the link {lk.src} → {lk.dst} has no known bandwidth; give measured "
-                               "figures or assume one (--unknown-link-gbps)")
-        for e in ((lk.src, lk.dst), (lk.dst, lk.src)):
-            edges.append(e)
-            caps.append(float(c))
-    return edges, np.array(caps)
-
-
-class _LP:
-    """Variables: per commodity, a flow on every directed edge, source and sink amounts; and ``T`` (last)."""
-
-    def __init__(self, edges: list[tuple[str, str]]) -> None:
-        self.edges = edges
-        self.n = 0
-        self.eq_rows, self.eq_cols, self.eq_vals, self.eq_rhs = [], [], [], []
-        self.ub_rows, self.ub_cols, self.ub_vals, self.ub_rhs = [], [], [], []
-        self.bounds: list[tuple[float, float | None]] = []
-
-    def var(self, count: int = 1, hi: float | None = None) -> int:
-        first = self.n
-        self.n += count
-        self.bounds += [(0.0, hi)] * count
-        return first
-
-    def eq(self, terms: dict[int, float], rhs: float) -> None:
-        r = len(self.eq_rhs)
-        for c, v in terms.items():
-            self.eq_rows.append(r)
-            self.eq_cols.append(c)
-            self.eq_vals.append(v)
-        self.eq_rhs.append(rhs)
-
-    def le(self, terms: dict[int, float], rhs: float = 0.0) -> int:
-        r = len(self.ub_rhs)
-        for c, v in terms.items():
-            self.ub_rows.append(r)
-            self.ub_cols.append(c)
-            self.ub_vals.append(v)
-        self.ub_rhs.append(rhs)
-        return r
-
-
-def _commodity(lp: _LP, forwards: set[str], sources: dict[str, int], sinks: dict[str, float],
-               var_sinks: dict[str, int] | None = None) -> np.ndarray:
-    """One flow from ``sources`` (node → its supply variable) to ``sinks`` (node → bytes) and ``var_sinks``
-    (node → a variable: what it takes). Traffic passes only through ``forwards``.
-
-    Returns each edge's flow variable (-1: the edge cannot carry this flow).
-    """
-    var_sinks = var_sinks or {}
-    ends = set(sinks) | set(var_sinks)
-    idx = np.full(len(lp.edges), -1, np.int64)
-    balance: dict[str, dict[int, float]] = {}
-    for i, (u, v) in enumerate(lp.edges):
-        if (u in forwards or u in sources) and (v in forwards or v in ends) and v not in sources:
-            idx[i] = k = lp.var()
-            balance.setdefault(u, {})[k] = -1.0
-            balance.setdefault(v, {})[k] = 1.0
-    for node in set(forwards) | set(sources) | ends:
-        terms = dict(balance.get(node, {}))  # inflow - outflow (+ supply) (- what it takes) = fixed sink
-        if node in sources:
-            terms[sources[node]] = terms.get(sources[node], 0.0) + 1.0
-        if node in var_sinks:
-            terms[var_sinks[node]] = terms.get(var_sinks[node], 0.0) - 1.0
-        if terms or node in sinks:
-            lp.eq(terms, float(sinks.get(node, 0.0)))
-    return idx
-
-
 def solve_nodes(topo: Topology, base: Workload, demand: NetworkDemand, *, nics: Sequence[Node] | None = None,
                 unknown_link_bytes_per_s: float | None = None) -> NodesResult:
     """Solve one node of ``demand.nodes`` (see the module docstring).
@@ -358,9 +269,6 @@ def solve_nodes(topo: Topology, base: Workload, demand: NetworkDemand, *, nics: 
     local and free, its other tiers are the node's own rows. ``nics``: the
     data NICs (default :func:`data_nics`).
     """
-    from scipy import sparse
-    from scipy.optimize import linprog
-
     r = float(demand.remote_share)
     nics = list(nics) if nics is not None else data_nics(topo)
     if r > 0 and not nics:
@@ -369,110 +277,25 @@ def solve_nodes(topo: Topology, base: Workload, demand: NetworkDemand, *, nics: 
     edges, caps = _edges(topo, unknown_link_bytes_per_s)
     dem = {c.node_id: float(c.demand_bytes) for c in base.consumers}
     unit = sum(dem.values())  # the LP counts bytes in units of all GPUs' reads (HiGHS needs the scale)
-    caps = caps / unit
-    nbrs: dict[str, int] = {}
-    for u, _ in edges:
-        nbrs[u] = nbrs.get(u, 0) + 1
-    forwards = {n.id for n in topo.nodes() if n.kind in _FORWARDING
-                or (n.kind == NodeKind.OTHER and nbrs.get(n.id, 0) >= 2)}
     cache = sum(t.max_share for t in base.tiers if t.replicated)
     local_tiers = [t for t in base.tiers if not t.replicated]
-    g_cache = min(cache, 1.0 - r)
-    local = max(0.0, 1.0 - g_cache - r)
+    local = max(0.0, 1.0 - min(cache, 1.0 - r) - r)
     dem = {g: d / unit for g, d in dem.items()}
-    total = 1.0
     if local > 1e-12 and not local_tiers:
         raise PlannerError(f"{base.name or topo.name}: {local:.0%} of the reads are the node's own rows, and the "
                            "workload has no store for them")
-    lp = _LP(edges)
-    T = lp.var()
-    flows: dict[str, np.ndarray] = {}
-    # local stores (one supply variable per store per commodity that reads them)
-    stores = [s for t in local_tiers for s in t.stores]
-    tsum = sum(t.max_share for t in local_tiers) or 1.0
-
-    def store_commodity(name: str, sinks: dict[str, float], var_sinks: dict[str, int], amount: float
-                        ) -> dict[str, int]:
-        sup = {}
-        by_node: dict[str, list[int]] = {}
-        for s in stores:
-            v = lp.var()
-            sup[s.id] = v
-            by_node.setdefault(s.node_id, []).append(v)
-        node_sup = {}
-        for node, vs in by_node.items():  # stores of one node feed it together
-            agg = lp.var()
-            lp.eq({agg: 1.0, **{v: -1.0 for v in vs}}, 0.0)
-            node_sup[node] = agg
-        flows[name] = _commodity(lp, forwards, node_sup, sinks, var_sinks)
-        for t in local_tiers:  # each tier serves at most its share of what the stores send
-            lp.le({sup[s.id]: 1.0 for s in t.stores}, t.max_share / tsum * amount)
-        return sup
-
-    sup_local = store_commodity("local", {g: d * local for g, d in dem.items()}, {}, total * local) \
-        if local > 1e-12 else {}
-    nic_in, nic_out, sup_out = {}, {}, {}
+    m = _NodeLP(topo, edges, caps / unit, local_tiers)
+    if local > 1e-12:
+        m.store_commodity("local", {g: d * local for g, d in dem.items()}, {}, local)
     if r > 0:
         ports = {n.id: port_rate(topo, n, demand.nic_bytes_per_s) / unit for n in nics}
-        for n in nics:
-            nic_in[n.id], nic_out[n.id] = lp.var(), lp.var()
-            lp.le({nic_in[n.id]: 1.0, T: -ports[n.id]})
-            lp.le({nic_out[n.id]: 1.0, T: -ports[n.id]})
-        sup_out = store_commodity("out", {}, dict(nic_out), total * r)
-        lp.eq(dict.fromkeys(nic_out.values(), 1.0), total * r)  # peers ask this node what it asks them
-        lp.eq(dict.fromkeys(nic_in.values(), 1.0), total * r)
-        gpu_sinks = {g: d * r for g, d in dem.items()}
-        if demand.gpudirect:
-            flows["in"] = _commodity(lp, forwards, dict(nic_in), gpu_sinks)
-        else:  # two legs: NIC -> the memory of its socket, then memory -> GPU
-            land: dict[str, list[int]] = {}
-            for n in nics:
-                land.setdefault(_memory_of(topo, n.id), []).append(nic_in[n.id])
-            mem_in = {m: lp.var() for m in land}
-            for m, vs in land.items():
-                lp.eq({mem_in[m]: 1.0, **dict.fromkeys(vs, -1.0)}, 0.0)
-            flows["in-host"] = _commodity(lp, forwards, dict(nic_in), {}, dict(mem_in))
-            flows["in"] = _commodity(lp, forwards, dict(mem_in), gpu_sinks)
-    # store read limits: the GPUs' and the peers' reads together
-    for s in stores:
-        if s.read_bytes_per_s:
-            terms = {T: -float(s.read_bytes_per_s) / unit}
-            for sup in (sup_local, sup_out):
-                if s.id in sup:
-                    terms[sup[s.id]] = 1.0
-            lp.le(terms)
-    # link capacities: every commodity together
-    cap_rows = {}
-    for i in range(len(edges)):
-        terms = {int(f[i]): 1.0 for f in flows.values() if f[i] >= 0}
-        if terms:
-            terms[T] = -caps[i]
-            cap_rows[i] = lp.le(terms)
-    c = np.zeros(lp.n)
-    c[T] = 1.0
-    a_ub = sparse.csr_array((lp.ub_vals, (lp.ub_rows, lp.ub_cols)), shape=(len(lp.ub_rhs), lp.n)) \
-        if lp.ub_rhs else None
-    a_eq = sparse.csr_array((lp.eq_vals, (lp.eq_rows, lp.eq_cols)), shape=(len(lp.eq_rhs), lp.n))
-    res = linprog(c, A_ub=a_ub, b_ub=np.array(lp.ub_rhs) if lp.ub_rhs else None, A_eq=a_eq,
-                  b_eq=np.array(lp.eq_rhs), bounds=lp.bounds, method="highs")
-    if res.status != 0:
-        raise PlannerError(f"{topo.name}: no flow delivers the reads ({res.message}); a GPU or a NIC that no "
-                           "store or GPU can reach?")
-    x = res.x
-    t_opt = float(x[T])
-    util = {}
-    for i, e in enumerate(edges):
-        b = sum(float(x[f[i]]) for f in flows.values() if f[i] >= 0)
-        if b > 0:
-            util[e] = b / (caps[i] * t_opt) if t_opt > 0 else 0.0
-    bottleneck = [f"{u} → {v}" for (u, v), q in sorted(util.items(), key=lambda kv: (-kv[1], kv[0])) if q > 0.999]
-    store_bytes = {s.id: unit * sum(float(x[sup[s.id]]) for sup in (sup_local, sup_out) if s.id in sup)
-                   for s in stores}
-    for s in stores:
-        if s.read_bytes_per_s and t_opt > 0 and store_bytes[s.id] >= 0.999 * s.read_bytes_per_s * t_opt:
-            bottleneck.append(f"store:{s.id}")
-    ins = {n: unit * max(0.0, float(x[v])) for n, v in nic_in.items()}  # HiGHS: -1e-17 is 0
-    outs = {n: unit * max(0.0, float(x[v])) for n, v in nic_out.items()}
+        m.network(nics, ports, {g: d * r for g, d in dem.items()}, r, demand.gpudirect)
+    m.limits(unit)
+    x = m.solve()
+    t_opt = float(x[m.T])
+    util, bottleneck, store_bytes = m.loads(x, unit)
+    ins = {n: unit * max(0.0, float(x[v])) for n, v in m.nic_in.items()}  # HiGHS: -1e-17 is 0
+    outs = {n: unit * max(0.0, float(x[v])) for n, v in m.nic_out.items()}
     if r > 0:
         for n in nics:
             p = port_rate(topo, n, demand.nic_bytes_per_s) * t_opt

@@ -21,27 +21,25 @@ True
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from planner.bound import _Bounder
 from planner.errors import PlannerError
 from planner.flow import FlowResult, solve
-from planner.inventory import Inventory, with_virtual_slots
+from planner.inventory import Inventory
 from planner.layout import (
     Layout,
     LayoutSearch,
     classic_layouts,
     current_layout,
-    device_link,
     enumerate_layouts,
     place,
     slot_map,
-    usual_efficiency,
 )
 from planner.topology.model import Link, LinkKind, NodeKind, Topology
-from planner.workload import Consumer, Store, Tier, Workload
+from planner.workload import Consumer, Demand, Store, Tier, Workload  # Demand: re-exported
 
 MODELS = ("maxflow", "concurrent")
 
@@ -53,37 +51,6 @@ BOUND_TOLERANCE = 2e-4
 #: per-direction bandwidth of an NVLink bridge between two PCIe GPUs (A100 PCIe:
 #: 12 links × 25 GB/s per direction; NVIDIA's "600 GB/s" counts both directions)
 DEFAULT_NVLINK_BRIDGE_BYTES_PER_S = 300e9
-
-
-@dataclass(frozen=True)
-class Demand:
-    """What every accelerator reads per iteration, and where it can come from.
-
-    ``bytes_per_consumer`` is per accelerator and per iteration (bytes).
-    ``accelerator_cache_share``: share of reads served by a cache replicated
-    on every accelerator (its own memory, no interconnect traffic);
-    ``host_memory_share``: share served by host memory, each row held once
-    across the NUMA nodes; the storage devices serve the rest. Shares are
-    upper bounds the flow model may use, from cache sizes × hotness curve.
-    """
-
-    bytes_per_consumer: float
-    accelerator_cache_share: float = 0.0
-    host_memory_share: float = 0.0
-
-    def __post_init__(self) -> None:
-        b = self.bytes_per_consumer
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
-            raise PlannerError(f"demand per accelerator must be a positive number of bytes, got {b!r}")
-        for name in ("accelerator_cache_share", "host_memory_share"):
-            v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
-                raise PlannerError(f"{name.replace('_', ' ')} must be in [0, 1], got {v!r}")
-        if self.accelerator_cache_share + self.host_memory_share > 1.0 + 1e-9:
-            raise PlannerError(
-                "accelerator cache share + host memory share exceed 1: "
-                f"{self.accelerator_cache_share} + {self.host_memory_share}"
-            )
 
 
 def workload_for(placed: Topology, demand: Demand, consumers: Sequence[str] | None = None,
@@ -215,131 +182,6 @@ def add_nvlinks(placed: Topology, pairs: Sequence[tuple[int, int]],
     return out
 
 
-class _Bounder:
-    """Cheap lower bounds on ``T`` for a layout, without building its topology.
-
-    Every subtree ``X`` of the PCIe tree (and each socket with its memory)
-    gives a cut of the max-flow network: what the accelerators inside ``X``
-    read must enter through ``X``'s uplink or come from stores inside, so
-
-        T ≥ D_in(X) / (c_down(X) + R_in(X))      and
-        T ≥ D_out(X) / (c_up(X) + R_out(X)),
-
-    with ``D`` the demand not served by a replicated accelerator cache, ``R``
-    the stores' read rates (a store's read limit, or its link if lower) and
-    ``c`` the link capacities (unknown counts as unbounded). Both flow models
-    are at least as slow as any cut says (``concurrent`` adds constraints to
-    ``maxflow``), so a layout whose bound is above a solved layout's ``T``
-    cannot beat it. This is what lets ``plan`` solve a few dozen of the
-    thousands of distinct layouts of a two-socket machine and still return
-    the exact best ones (within the solver's tolerance).
-    """
-
-    def __init__(self, topology: Topology, inventory: Inventory, demand: Demand) -> None:
-        work = with_virtual_slots(topology)
-        self.work = work
-        self.usual = usual_efficiency(work)
-        self.models = {m.name: m for m in inventory.models}
-        moving = {d for d, _ in inventory.installed}
-        keep = 1.0 - demand.accelerator_cache_share
-        self.parent: dict[str, str | None] = {}
-        self.up: dict[str, float] = {}
-        self.down: dict[str, float] = {}
-        for n in work.nodes():
-            p = work.parent(n.id)
-            self.parent[n.id] = p.id if p is not None else None
-            if p is not None:
-                self.down[n.id] = _cap(work, p.id, n.id)
-                self.up[n.id] = _cap(work, n.id, p.id)
-        # Roots (sockets): their region is entered over the inter-socket links.
-        for lk in work.links(LinkKind.INTER_SOCKET):
-            for a, b in ((lk.src, lk.dst), (lk.dst, lk.src)):
-                self.down[a] = self.down.get(a, 0.0) + _cap(work, b, a)
-                self.up[a] = self.up.get(a, 0.0) + _cap(work, a, b)
-        self.base_d: dict[str, float] = {}
-        self.base_r: dict[str, float] = {}  # storage devices
-        self.base_m: dict[str, float] = {}  # host memory (a tier capped at host_memory_share)
-        placed_nvme_rate = any(m.kind == "nvme" and m.read_bytes_per_s for m in inventory.models)
-        n_consumers = sum(1 for g in work.nodes(NodeKind.GPU) if g.id not in moving)
-        for g in work.nodes(NodeKind.GPU):
-            if g.id not in moving:
-                self._add(self.base_d, g.id, keep * demand.bytes_per_consumer)
-        for d in work.nodes(NodeKind.NVME):
-            rate = d.attrs.get("read_bytes_per_s")
-            if d.id not in moving and (rate or not placed_nvme_rate):
-                up = self.up.get(d.id, math.inf)
-                self._add(self.base_r, d.id, min(float(rate) if rate else math.inf, up))
-        if demand.host_memory_share > 0:
-            for m in work.nodes(NodeKind.MEMORY):
-                self._add(self.base_m, m.id, self.up.get(m.id, math.inf))
-        self.keep = keep
-        self.demand = demand
-        n_consumers += sum(c for m, c in inventory.items if m.kind == "gpu")
-        #: bytes per iteration the host-memory tier can serve at most (its share of ΣD)
-        self.host_cap = demand.host_memory_share * demand.bytes_per_consumer * n_consumers
-        self.link_cache: dict[tuple[str, str], float] = {}
-        self.usable = not work.links(LinkKind.NVLINK)
-
-    def _add(self, acc: dict[str, float], node: str | None, value: float) -> None:
-        while node is not None:
-            acc[node] = acc.get(node, 0.0) + value
-            node = self.parent.get(node)
-
-    def _device_cap(self, slot: str, model_name: str) -> float:
-        key = (slot, model_name)
-        if key not in self.link_cache:
-            lk = device_link(self.work, slot, self.models[model_name], "bound", self.usual)
-            self.link_cache[key] = lk.bytes_per_s if lk.bytes_per_s is not None else math.inf
-        return self.link_cache[key]
-
-    def lower_bound(self, layout: Layout) -> float:
-        d, r, m = dict(self.base_d), dict(self.base_r), self.base_m
-        bound = 0.0
-        need = self.keep * self.demand.bytes_per_consumer
-        for slot, name in layout.assignment:
-            cap = self._device_cap(slot, name)
-            model = self.models[name]
-            if model.kind == "gpu":
-                if need > 0:
-                    bound = max(bound, _ratio(need, cap))
-                self._add(d, slot, need)
-            elif model.kind == "nvme":
-                self._add(r, slot, min(model.read_bytes_per_s or math.inf, cap))
-        roots = [k for k in set(d) | set(r) | set(m) if self.parent.get(k) is None]
-        d_tot = sum(d.get(k, 0.0) for k in roots)
-        r_tot = sum(r.get(k, 0.0) for k in roots)
-        m_tot = sum(m.get(k, 0.0) for k in roots)
-        if d_tot <= 0:
-            return 0.0
-        h = self.host_cap
-        bound = max(bound, _ratio(d_tot, r_tot + m_tot), _ratio(d_tot - h, r_tot))
-        for node in set(d) | set(r) | set(m):
-            din, rin, min_ = d.get(node, 0.0), r.get(node, 0.0), m.get(node, 0.0)
-            down = self.down.get(node, 0.0)
-            if din > 0:
-                # the memory tier's cut: either its stores in the region, or its share cap
-                bound = max(bound, _ratio(din, down + rin + min_), _ratio(din - h, down + rin))
-            dout, rout, mout = d_tot - din, r_tot - rin, m_tot - min_
-            if dout > 0 and node in self.up:
-                up = self.up[node]
-                bound = max(bound, _ratio(dout, up + rout + mout), _ratio(dout - h, up + rout))
-        return bound
-
-
-def _ratio(need: float, rate: float) -> float:
-    """Seconds to move ``need`` bytes at ``rate`` bytes/s (0 if nothing is needed)."""
-    if need <= 0:
-        return 0.0
-    return need / rate if rate > 0 else math.inf
-
-
-def _cap(topo: Topology, a: str, b: str) -> float:
-    data = topo.graph.edges.get((a, b))
-    if data is None or data.get("bytes_per_s") is None:
-        return math.inf
-    return float(data["bytes_per_s"])
-
-
 def plan(
     topology: Topology,
     inventory: Inventory,
@@ -361,19 +203,7 @@ def plan(
     The classic layouts and the current one are always solved.
     ``progress(done, total)`` is called after each solve.
     """
-    if model not in MODELS:
-        raise PlannerError(f"unknown flow model {model!r}; choose one of {', '.join(MODELS)}")
-    if top < 1:
-        raise PlannerError(f"top must be at least 1, got {top}")
-    unknown = [lk for lk in topology.links() if lk.bytes_per_s is None]
-    if unknown and unknown_link_bytes_per_s is None:
-        lk = unknown[0]
-        raise PlannerError(
-            f"{topology.name}: {len(unknown)} link(s) have no known bandwidth (e.g. {lk.src} → {lk.dst}); "
-            "give measured figures (moment profile, --capacities) or a fuller capture (lspci -vvv), "
-            "or assume a figure for them (--unknown-link-gbps, unknown_link_bytes_per_s=)"
-        )
-    solve_options = {"unknown_link_bytes_per_s": unknown_link_bytes_per_s} if unknown else {}
+    solve_options = _check_plan_args(topology, model, top, unknown_link_bytes_per_s)
     t0 = time.perf_counter()
     search: LayoutSearch = enumerate_layouts(topology, inventory)
     t1 = time.perf_counter()
@@ -392,15 +222,69 @@ def plan(
     bounder = _Bounder(topology, inventory, demand)
     prune = not exhaustive and not nvlink_pairs and bounder.usable
     order = list(search.distinct)
-    bounds = {lay.canonical: bounder.lower_bound(lay) for lay in order} if prune else {}
-    if prune:
+    bounds = {lay.canonical: bounder.lower_bound(lay) for lay in order} if prune else None
+    if bounds is not None:
         order.sort(key=lambda lay: (bounds[lay.canonical], lay.canonical))
     t2 = time.perf_counter()
+    solved = _solve_in_order(order, bounds, top, evaluate, progress)
+    t3 = time.perf_counter()
+    # Baselines: classic layouts and the current one, by their symmetry class.
+    wanted: dict[str, Layout | str] = dict(classic_layouts(topology, inventory, search))
+    cur = current_layout(topology, inventory, search)
+    if cur is not None:
+        wanted["current"] = cur
+    ranked, baselines = _rank(solved, wanted, search, evaluate)
+    notes = list(search.notes)
+    if prune and len(solved) < len(search.distinct):
+        notes.append(
+            f"{len(search.distinct) - len(solved)} of {len(search.distinct)} distinct layouts were not "
+            f"solved: a cut bound shows none of them beats rank {top}"
+        )
+    t4 = time.perf_counter()
+    return PlanResult(
+        machine=topology.name,
+        model=model,
+        inventory=inventory,
+        demand=demand,
+        search=SearchCounts(search.raw_count, search.feasible_count, len(search.distinct)),
+        ranked=ranked,
+        baselines=baselines,
+        seconds={"enumerate": t1 - t0, "bound": t2 - t1, "solve": t3 - t2, "baselines": t4 - t3,
+                 "total": t4 - t0},
+        notes=tuple(notes),
+        solved_count=len(solved),
+    )
 
-    solved: list[tuple[Layout, Topology, FlowResult]] = []
+
+def _check_plan_args(topology: Topology, model: str, top: int,
+                     unknown_link_bytes_per_s: float | None) -> dict[str, float]:
+    """The options every solve gets; raises on a bad model, ``top`` or unknown links."""
+    if model not in MODELS:
+        raise PlannerError(f"unknown flow model {model!r}; choose one of {', '.join(MODELS)}")
+    if top < 1:
+        raise PlannerError(f"top must be at least 1, got {top}")
+    unknown = [lk for lk in topology.links() if lk.bytes_per_s is None]
+    if unknown and unknown_link_bytes_per_s is None:
+        lk = unknown[0]
+        raise PlannerError(
+            f"{topology.name}: {len(unknown)} link(s) have no known bandwidth (e.g. {lk.src} → {lk.dst}); "
+            "give measured figures (moment profile, --capacities) or a fuller capture (lspci -vvv), "
+            "or assume a figure for them (--unknown-link-gbps, unknown_link_bytes_per_s=)"
+        )
+    return {"unknown_link_bytes_per_s": unknown_link_bytes_per_s} if unknown else {}
+
+
+_Evaluate = Callable[..., tuple[Topology, FlowResult]]
+_Solved = list[tuple[Layout, Topology, FlowResult]]
+
+
+def _solve_in_order(order: list[Layout], bounds: dict[str, float] | None, top: int,
+                    evaluate: _Evaluate, progress: Callable[[int, int], None] | None) -> _Solved:
+    """Solve layouts in ``order`` until (with ``bounds``) no unsolved one can beat the ``top``-th."""
+    solved: _Solved = []
     best_ts: list[float] = []
     for i, layout in enumerate(order):
-        if prune and len(best_ts) >= top:
+        if bounds is not None and len(best_ts) >= top:
             kth = sorted(best_ts)[top - 1]
             # maxflow's bisection returns T within rel_tol above the optimum
             if kth <= bounds[layout.canonical] * (1.0 + BOUND_TOLERANCE):
@@ -410,13 +294,12 @@ def plan(
         best_ts.append(result.seconds_per_iteration)
         if progress:
             progress(i + 1, len(order))
-    t3 = time.perf_counter()
+    return solved
 
-    # Baselines: classic layouts and the current one, by their symmetry class.
-    wanted: dict[str, Layout | str] = dict(classic_layouts(topology, inventory, search))
-    cur = current_layout(topology, inventory, search)
-    if cur is not None:
-        wanted["current"] = cur
+
+def _rank(solved: _Solved, wanted: dict[str, Layout | str], search: LayoutSearch,
+          evaluate: _Evaluate) -> tuple[tuple[RankedLayout, ...], dict[str, RankedLayout | str]]:
+    """The baselines solved too, all ranked by ``T`` (the best solved again, tidy), and the baselines."""
     by_canonical = {lay.canonical: idx for idx, (lay, _, _) in enumerate(solved)}
     for lay in wanted.values():
         if isinstance(lay, Layout) and lay.canonical not in by_canonical:
@@ -440,26 +323,7 @@ def plan(
         name: (ranked[index[lay.canonical]] if isinstance(lay, Layout) else lay)
         for name, lay in wanted.items()
     }
-    notes = list(search.notes)
-    if prune and len(solved) < len(search.distinct):
-        notes.append(
-            f"{len(search.distinct) - len(solved)} of {len(search.distinct)} distinct layouts were not "
-            f"solved: a cut bound shows none of them beats rank {top}"
-        )
-    t4 = time.perf_counter()
-    return PlanResult(
-        machine=topology.name,
-        model=model,
-        inventory=inventory,
-        demand=demand,
-        search=SearchCounts(search.raw_count, search.feasible_count, len(search.distinct)),
-        ranked=ranked,
-        baselines=baselines,
-        seconds={"enumerate": t1 - t0, "bound": t2 - t1, "solve": t3 - t2, "baselines": t4 - t3,
-                 "total": t4 - t0},
-        notes=tuple(notes),
-        solved_count=len(solved),
-    )
+    return ranked, baselines
 
 
 def layout_summary(placed: Topology) -> str:
@@ -534,20 +398,9 @@ def choose_inventory(
     always leave them (the plan may put the devices anywhere); with a smaller
     count than installed, the extra devices are taken out of the machine.
     """
-    from planner.inventory import device_model, inventory_from_spec, inventory_from_topology
+    from planner.inventory import device_model
 
-    movable: Inventory | None = None
-    try:
-        movable = inventory_from_topology(topology)
-    except PlannerError:
-        movable = None
-    base = None
-    if spec is not None:
-        try:
-            base = inventory_from_spec(spec)
-        except PlannerError:
-            base = None
-    base = base or movable
+    movable, base = _base_inventory(topology, spec)
     overridden = any(v is not None for v in (gpus, ssds, gpu_model, ssd_model))
     if base is None and gpus is None and ssds is None:
         raise PlannerError(
@@ -583,31 +436,56 @@ def choose_inventory(
         chosen[kind] = model.name
         if n > 0:
             items.append((model, n))
-    # Installed devices take the chosen model; those beyond the count leave the machine.
-    topo = topology
-    installed: list[tuple[str, str]] = []
     notes = list(base.notes) if base else []
-    if movable is not None:
-        kept = {"gpu": 0, "nvme": 0}
-        removed = []
-        for dev, _ in movable.installed:
-            kind = topology.node(dev).kind.value
-            if kept.get(kind, 0) < counts.get(kind, 0):
-                kept[kind] += 1
-                installed.append((dev, chosen[kind]))
-            else:
-                removed.append(dev)
-        if removed:
-            topo = topology.copy()
-            for dev in removed:
-                slot = topo.parent(dev)
-                topo.remove_node(dev)
-                if slot is not None and slot.kind == NodeKind.SLOT:
-                    topo.replace_node(slot.with_attrs(in_use=False))
-            notes.append(f"what-if: {len(removed)} installed device(s) taken out: {', '.join(removed)}")
+    topo, installed = _installed_as_chosen(topology, movable, counts, chosen, notes)
     return topo, Inventory(
         tuple(items),
         fixed=movable.fixed if movable else (),
         installed=tuple(installed),
         notes=tuple(notes),
     )
+
+
+def _base_inventory(topology: Topology, spec: str | None) -> tuple[Inventory | None, Inventory | None]:
+    """(the devices now in the machine's slots, the inventory to start from): either may be None."""
+    from planner.inventory import inventory_from_spec, inventory_from_topology
+
+    movable: Inventory | None = None
+    try:
+        movable = inventory_from_topology(topology)
+    except PlannerError:
+        movable = None
+    base = None
+    if spec is not None:
+        try:
+            base = inventory_from_spec(spec)
+        except PlannerError:
+            base = None
+    return movable, base or movable
+
+
+def _installed_as_chosen(topology: Topology, movable: Inventory | None, counts: dict[str, int],
+                         chosen: dict[str, str], notes: list[str]) -> tuple[Topology, list[tuple[str, str]]]:
+    """Installed devices take the chosen model; those beyond the count leave the machine."""
+    topo = topology
+    installed: list[tuple[str, str]] = []
+    if movable is None:
+        return topo, installed
+    kept = {"gpu": 0, "nvme": 0}
+    removed = []
+    for dev, _ in movable.installed:
+        kind = topology.node(dev).kind.value
+        if kept.get(kind, 0) < counts.get(kind, 0):
+            kept[kind] += 1
+            installed.append((dev, chosen[kind]))
+        else:
+            removed.append(dev)
+    if removed:
+        topo = topology.copy()
+        for dev in removed:
+            slot = topo.parent(dev)
+            topo.remove_node(dev)
+            if slot is not None and slot.kind == NodeKind.SLOT:
+                topo.replace_node(slot.with_attrs(in_use=False))
+        notes.append(f"what-if: {len(removed)} installed device(s) taken out: {', '.join(removed)}")
+    return topo, installed

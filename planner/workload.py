@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from planner.errors import PlannerError
 
-__all__ = ["Consumer", "Store", "Tier", "Workload"]
+__all__ = ["Consumer", "Demand", "Store", "Tier", "Workload"]
 
 #: slack on "shares sum to at least 1", for shares written as decimals
 SHARE_TOLERANCE = 1e-9
@@ -236,3 +236,34 @@ def _as_tuple(items: Iterable[object], cls: type, what: str) -> tuple:
         if not isinstance(it, cls):
             raise PlannerError(f"{what} must hold {cls.__name__} objects, got {it!r}")
     return out
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What every accelerator reads per iteration, and where it can come from.
+
+    ``bytes_per_consumer`` is per accelerator and per iteration (bytes).
+    ``accelerator_cache_share``: share of reads served by a cache replicated
+    on every accelerator (its own memory, no interconnect traffic);
+    ``host_memory_share``: share served by host memory, each row held once
+    across the NUMA nodes; the storage devices serve the rest. Shares are
+    upper bounds the flow model may use, from cache sizes × hotness curve.
+    """
+
+    bytes_per_consumer: float
+    accelerator_cache_share: float = 0.0
+    host_memory_share: float = 0.0
+
+    def __post_init__(self) -> None:
+        b = self.bytes_per_consumer
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
+            raise PlannerError(f"demand per accelerator must be a positive number of bytes, got {b!r}")
+        for name in ("accelerator_cache_share", "host_memory_share"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise PlannerError(f"{name.replace('_', ' ')} must be in [0, 1], got {v!r}")
+        if self.accelerator_cache_share + self.host_memory_share > 1.0 + 1e-9:
+            raise PlannerError(
+                "accelerator cache share + host memory share exceed 1: "
+                f"{self.accelerator_cache_share} + {self.host_memory_share}"
+            )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import xml.etree.ElementTree as ET
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -442,8 +443,19 @@ _KINDS = [NodeKind.SWITCH, NodeKind.SLOT, NodeKind.GPU, NodeKind.NVME, NodeKind.
 
 @st.composite
 def random_topologies(draw) -> Topology:
+    topo = random_topologies_of(draw, max_nodes=45, kinds=_KINDS)
+    gpus = [x.id for x in topo.nodes(NodeKind.GPU)]
+    if len(gpus) >= 2:
+        free = [(a, b) for a, b in itertools.combinations(gpus, 2) if topo.link_between(a, b) is None]
+        for a, b in draw(st.lists(st.sampled_from(free), max_size=6, unique=True)) if free else ():
+            topo.add_link(Link(a, b, LinkKind.NVLINK, draw(st.floats(1e9, 9e11)), bandwidth_source="spec"))
+    return topo
+
+
+def random_topologies_of(draw, *, max_nodes: int, kinds: list[NodeKind]) -> Topology:
+    """Sockets (maybe with memory), then ``max_nodes`` or fewer nodes each under an earlier one or none."""
     n_sockets = draw(st.integers(0, 3))
-    n = draw(st.integers(0, 45))
+    n = draw(st.integers(0, max_nodes))
     names = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
     topo = Topology(draw(names))
     ids = []
@@ -454,7 +466,7 @@ def random_topologies(draw) -> Topology:
         add_memory_and_interconnect(topo)
         ids.extend(f"mem{s}" for s in range(n_sockets))
     for i in range(n):
-        kind = draw(st.sampled_from(_KINDS))
+        kind = draw(st.sampled_from(kinds))
         addr = draw(st.none() | st.just(f"0000:{i:02x}:00.0"))
         attrs = {}
         if kind == NodeKind.SLOT:
@@ -468,11 +480,6 @@ def random_topologies(draw) -> Topology:
             lanes = draw(st.sampled_from([None, 1, 4, 8, 16]))
             topo.add_link(Link.pcie(parent, nid, gen, lanes))
         ids.append(nid)
-    gpus = [x.id for x in topo.nodes(NodeKind.GPU)]
-    if len(gpus) >= 2:
-        free = [(a, b) for a, b in itertools.combinations(gpus, 2) if topo.link_between(a, b) is None]
-        for a, b in draw(st.lists(st.sampled_from(free), max_size=6, unique=True)) if free else ():
-            topo.add_link(Link(a, b, LinkKind.NVLINK, draw(st.floats(1e9, 9e11)), bandwidth_source="spec"))
     return topo
 
 
@@ -487,6 +494,52 @@ def test_random_trees_valid_xml_and_no_overlaps(topo: Topology, data) -> None:
     groups = _node_groups(root)
     assert set(groups) == {n.id for n in topo.nodes()}
     assert all(len(g.findall(f"{NS}rect")) == 1 for g in groups.values())
+    assert_no_overlaps(topo, svg)
+
+
+def _nvlinked_row(n_gpus: int, notes: int, pairs) -> Topology:
+    """Unplaced GPUs in one row with wide NVLink arcs over a shared stretch."""
+    topo = Topology("arcs")
+    for i in range(n_gpus):
+        topo.add_node(Node(f"g{i}", NodeKind.GPU, "H100"))
+    topo.notes.extend(f"note {i}" for i in range(notes))
+    for a, b in pairs:
+        topo.add_link(Link(f"g{a}", f"g{b}", LinkKind.NVLINK, 1e11, bandwidth_source="spec"))
+    return topo
+
+
+def test_parallel_wide_arcs_end_and_stay_apart() -> None:
+    """Issue 13: with these rows' y, re-adding the row's y to a bumped arc's depth
+    left it an ulp short of 8 px from the arc above, and the layout looped for ever."""
+    for n_gpus, notes in ((6, 0), (8, 1)):
+        topo = _nvlinked_row(n_gpus, notes, [(0, n_gpus - 1), (1, n_gpus - 1), (0, n_gpus - 2),
+                                             (1, n_gpus - 2), (0, n_gpus - 3)])
+        svg = topology_svg(topo)
+        lay = topology_layout(topo)
+        lows = sorted(max(lay.boxes[a].bottom, lay.boxes[b].bottom) + d
+                      for (a, b), d in lay.nvlink_drops.items())
+        assert len(lows) == 5 and all(y - x >= 8.0 - 1e-6 for x, y in itertools.pairwise(lows))
+        assert_no_overlaps(topo, svg)
+
+
+@st.composite
+def nvlinked_topologies(draw) -> Topology:
+    """Up to 60 nodes, GPU-heavy, with many NVLinks: the arcs' layout under stress."""
+    topo = random_topologies_of(draw, max_nodes=60, kinds=[NodeKind.GPU, NodeKind.GPU, *_KINDS])
+    topo.notes.extend(draw(st.lists(st.text(max_size=20), max_size=3)))
+    gpus = [x.id for x in topo.nodes(NodeKind.GPU)]
+    free = [(a, b) for a, b in itertools.combinations(gpus, 2) if topo.link_between(a, b) is None]
+    for a, b in draw(st.lists(st.sampled_from(free), max_size=24, unique=True)) if free else ():
+        topo.add_link(Link(a, b, LinkKind.NVLINK, 1e11, bandwidth_source="spec"))
+    return topo
+
+
+@settings(max_examples=25, deadline=timedelta(seconds=30), suppress_health_check=[HealthCheck.too_slow])
+@given(nvlinked_topologies())
+def test_random_topologies_up_to_60_nodes_render_in_time(topo: Topology) -> None:
+    """A generous deadline (a draw takes ~0.05 s) that a runaway layout step cannot meet."""
+    svg = topology_svg(topo)
+    assert set(_node_groups(_parse(svg))) == {n.id for n in topo.nodes()}
     assert_no_overlaps(topo, svg)
 
 

@@ -29,6 +29,34 @@ from planner.topology.model import Link, LinkKind, NodeKind, Topology
 from planner.topology.textio import read_text
 
 
+def _pci_tree(lspci: str | Path | None, lspci_vvv: Sequence[str | Path], hwloc: str | Path | None,
+              nccl_topo: str | Path | None) -> Topology | None:
+    """The PCI tree from lspci, else hwloc, else NCCL's topology; the others lend their NVLinks."""
+    topo: Topology | None = None
+    extra_trees: list[Topology] = []
+    if lspci is not None or lspci_vvv:
+        from planner.topology.lspci import topology_from_lspci
+
+        tree_text = read_text(lspci) if lspci is not None else None
+        verbose = [(read_text(p), str(p)) for p in lspci_vvv]
+        topo = topology_from_lspci(
+            tree_text=tree_text,
+            verbose_texts=verbose,
+            source=str(lspci) if lspci is not None else str(lspci_vvv[0]),
+        )
+    for path, parse in ((hwloc, _hwloc), (nccl_topo, _nccl)):
+        if path is None:
+            continue
+        parsed = parse(read_text(path), str(path))
+        if topo is None:
+            topo = parsed
+        else:
+            extra_trees.append(parsed)
+    for other in extra_trees:
+        topo = _adopt_nvlinks(topo, other)
+    return topo
+
+
 def topology_from_files(
     *,
     lspci: str | Path | None = None,
@@ -60,29 +88,7 @@ def topology_from_files(
     if all(c is None for c in captures):
         raise PlannerError("no source given: name captured files, a machine spec, or run live")
 
-    topo: Topology | None = None
-    extra_trees: list[Topology] = []
-    if lspci is not None or lspci_vvv:
-        from planner.topology.lspci import topology_from_lspci
-
-        tree_text = read_text(lspci) if lspci is not None else None
-        verbose = [(read_text(p), str(p)) for p in lspci_vvv]
-        topo = topology_from_lspci(
-            tree_text=tree_text,
-            verbose_texts=verbose,
-            source=str(lspci) if lspci is not None else str(lspci_vvv[0]),
-        )
-    for path, parse in ((hwloc, _hwloc), (nccl_topo, _nccl)):
-        if path is None:
-            continue
-        parsed = parse(read_text(path), str(path))
-        if topo is None:
-            topo = parsed
-        else:
-            extra_trees.append(parsed)
-    for other in extra_trees:
-        topo = _adopt_nvlinks(topo, other)
-
+    topo = _pci_tree(lspci, lspci_vvv, hwloc, nccl_topo)
     if dmidecode is not None:
         from planner.topology.dmidecode import apply_dmi_slots, parse_dmidecode
 

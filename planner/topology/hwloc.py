@@ -71,15 +71,42 @@ for root ports, switches and sockets. Then what only hwloc knows is added:
 from __future__ import annotations
 
 import math
-import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import ParseError
-from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
-from planner.topology.pcie import DEFAULT_EFFICIENCY, ENCODING, GT_PER_S, VALID_WIDTHS
+from planner.topology.hwloc_links import (  # add_cpu_nvlink, pcie_links_for_gb_per_s: re-exported
+    _add_nvlinks,
+    _set_pcie_capacities,
+    add_cpu_nvlink,
+    pcie_links_for_gb_per_s,
+)
+from planner.topology.hwloc_xml import (
+    _BRIDGE_PCI,
+    _BRIDGE_TYPE,
+    _GPU_NAME,
+    _GPU_OSDEV,
+    _GPU_SUBTYPES,
+    _IO_TYPES,
+    _MAX_GB_PER_S,
+    _NET_OSDEV,
+    _PACKAGE_TYPES,
+    _PCI_TYPE,
+    NVLINK_MATRIX,
+    _bitmap,
+    _busid,
+    _Ctx,
+    _Fn,
+    _infos,
+    _Normal,
+    _opt_int,
+    _OsDev,
+    _osdev_categories,
+    _version_major,
+    _Walk,
+)
+from planner.topology.model import Node, NodeKind, Topology
 from planner.topology.pcitree import (
     PciFunction,
     add_memory_and_interconnect,
@@ -89,102 +116,6 @@ from planner.topology.pcitree import (
 from planner.topology.xmlsafe import XmlDocument, build_from_xml
 
 __all__ = ["add_cpu_nvlink", "parse_hwloc_xml", "pcie_links_for_gb_per_s"]
-
-NVLINK_MATRIX = "NVLinkBandwidth"
-
-#: no PCIe link comes near this (Gen7 x32 is 484 GB/s): larger figures are garbage
-_MAX_GB_PER_S = 10_000.0
-
-#: tolerance when matching a GB/s figure to generation × width (hwloc prints 6 decimals)
-_GBPS_TOLERANCE = 0.002
-
-_BUSID = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
-_PCI_TYPE = re.compile(
-    r"^\s*([0-9a-fA-F]{4})\s*\[([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\]"
-    r"(?:\s*\[([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\])?"
-    r"(?:\s+([0-9a-fA-F]{2}))?(?:\s+([0-9a-fA-F]{2}))?\s*$"
-)
-_BRIDGE_PCI = re.compile(r"^([0-9a-fA-F]{1,8}):\[([0-9a-fA-F]{2})-([0-9a-fA-F]{2})\]$")
-_BRIDGE_TYPE = re.compile(r"^(\d+)-(\d+)$")
-
-_PACKAGE_TYPES = {"Package", "Socket"}  # "Socket" in XML written by hwloc < 1.11
-_IO_TYPES = {"Bridge", "PCIDev", "OSDev", "Misc"}
-
-# OS device names that prove a compute GPU is behind a function. DRM nodes
-# (card0, renderD128) are left out: a BMC's VGA has them too.
-_GPU_OSDEV = re.compile(r"^(nvml|cuda|opencl|rsmi|ze|levelzero|ve)\d", re.I)
-_GPU_SUBTYPES = {"cuda", "nvml", "opencl", "rsmi", "levelzero", "ze"}
-_NET_OSDEV = re.compile(r"^(ib\d|mlx\d+_\d|hfi\d+_\d|bxi\d|qib\d|eth\d|en[ops]|ib[ps]\d|bnxt_re\d|efa_?\d|irdma)",
-                        re.I)
-_GPU_NAME = re.compile(r"tesla|geforce|quadro|rtx|titan|instinct|radeon|firepro|\b[ahvp]100\b|h200", re.I)
-
-
-@dataclass
-class _Fn:
-    """One PCI function as hwloc described it."""
-
-    address: str
-    line: int | None
-    is_bridge: bool
-    class_code: str | None = None
-    vendor_id: str | None = None
-    device_id: str | None = None
-    subsystem: str | None = None
-    revision: str | None = None
-    secondary_bus: int | None = None
-    subordinate_bus: int | None = None
-    parent: str | None = None
-    gb_per_s: float | None = None
-    infos: dict[str, str] = field(default_factory=dict)
-    subtype: str | None = None
-    osdevs: list[_OsDev] = field(default_factory=list)
-    locality: tuple[int, ...] = ()  # normal objects a root function hangs under, outermost first
-    numa_node: int | None = None
-
-
-@dataclass
-class _OsDev:
-    name: str
-    subtype: str | None
-    categories: frozenset[str]
-    infos: dict[str, str]
-
-
-@dataclass
-class _Normal:
-    """A non-I/O object (Machine, Package, Group, NUMANode, caches, ...)."""
-
-    type: str
-    os_index: int | None
-    nodeset: frozenset[int] | None
-    numas: set[int] = field(default_factory=set)
-
-
-@dataclass
-class _Walk:
-    """Everything the tree walk collected."""
-
-    major: int
-    normals: list[_Normal] = field(default_factory=list)
-    packages: dict[int, dict[str, Any]] = field(default_factory=dict)
-    numas: dict[int, dict[str, Any]] = field(default_factory=dict)
-    numa_pkg_candidates: dict[int, set[int]] = field(default_factory=dict)
-    fns: dict[str, _Fn] = field(default_factory=dict)
-    gp: dict[int, tuple[str, Any]] = field(default_factory=dict)
-    machine_infos: dict[str, str] = field(default_factory=dict)
-    elems: dict[str, ET.Element] = field(default_factory=dict)  # PCI address -> its element
-    duplicates: list[str] = field(default_factory=list)  # "address (lines a, b)" of identical repeats
-
-
-@dataclass(frozen=True)
-class _Ctx:
-    chain: tuple[int, ...] = ()  # indexes of normal ancestors, outermost first
-    package: int | None = None
-    numa: int | None = None  # a NUMANode ancestor (XML v1)
-    pci_parent: str | None = None  # the PCI bridge above
-    pci_fn: str | None = None  # the PCI function an OS device belongs to
-    in_io: bool = False
-
 
 def parse_hwloc_xml(text: str, source: str) -> Topology:
     """The topology described by hwloc XML ``text`` (read from ``source``).
@@ -577,274 +508,4 @@ def _fix_kinds(topo: Topology, walk: _Walk) -> None:
             topo.replace_node(Node(node.id, kind, node.name, node.bus_address, node.numa_node,
                                    node.vendor_id, node.device_id, node.attrs))
 
-
-# -- PCIe capacities -------------------------------------------------------------
-
-
-def pcie_links_for_gb_per_s(gb_per_s: float) -> list[tuple[int, int]]:
-    """The (generation, lanes) pairs whose raw rate is ``gb_per_s`` GB/s (hwloc's figure).
-
-    >>> pcie_links_for_gb_per_s(15.753846)
-    [(3, 16), (4, 8), (5, 4)]
-    >>> pcie_links_for_gb_per_s(0.25)
-    [(1, 1)]
-    """
-    out = []
-    for gen, rate in GT_PER_S.items():
-        for lanes in VALID_WIDTHS:
-            raw = lanes * rate * ENCODING[gen] / 8
-            if abs(raw - gb_per_s) <= _GBPS_TOLERANCE * max(gb_per_s, 1e-9):
-                out.append((gen, lanes))
-    return out
-
-
-def _set_pcie_capacities(topo: Topology, walk: _Walk) -> None:
-    ambiguous = 0
-    for lk in topo.links(LinkKind.PCIE):
-        dst = topo.node(lk.dst)
-        addr = dst.bus_address
-        if addr is None or addr not in walk.fns:
-            continue
-        fn = walk.fns[addr]
-        figures = [fn.gb_per_s]
-        if fn.parent is not None:
-            figures.append(walk.fns[fn.parent].gb_per_s)
-        known = [f for f in figures if f]
-        if not known:
-            continue
-        raw = min(known)
-        pairs = pcie_links_for_gb_per_s(raw)
-        attrs = {**lk.attrs, "hwloc_gb_per_s": raw}
-        if len(pairs) == 1:
-            new = Link.pcie(lk.src, lk.dst, pairs[0][0], pairs[0][1], **attrs)
-        else:
-            ambiguous += 1
-            new = Link(lk.src, lk.dst, LinkKind.PCIE, raw * 1e9 * DEFAULT_EFFICIENCY,
-                       bandwidth_source="hwloc", attrs=attrs)
-        topo.replace_link(new)
-    if ambiguous:
-        topo.notes.append(
-            f"{ambiguous} PCIe link(s) sized from hwloc's pci_link_speed (GB/s of the link as "
-            f"negotiated at capture time) × {DEFAULT_EFFICIENCY} protocol efficiency; their "
-            "generation and width are not recoverable from the figure"
-        )
-
-
-# -- NVLink ----------------------------------------------------------------------
-
-
-def add_cpu_nvlink(topo: Topology, device_id: str, socket_id: str, bytes_per_s: float,
-                   bandwidth_source: str, **attrs: Any) -> Link:
-    """Join ``device_id`` to the NVLink port of socket ``socket_id`` (created on first use).
-
-    The port node ``nvlink:<socket>`` (kind ``other``) stands for the CPU's
-    NVLink unit (IBM's NPU, NVLink-C2C on Grace): the device usually also
-    has a PCIe link to the same socket and a topology keeps one link per
-    pair of nodes. The port's own link to the socket is kept at the sum of
-    the NVLinks behind it, so that it never limits a flow.
-
-    >>> t = Topology("t")
-    >>> for n in (Node("socket0", NodeKind.SOCKET), Node("g", NodeKind.GPU)):
-    ...     _ = t.add_node(n)
-    >>> _ = add_cpu_nvlink(t, "g", "socket0", 40e9, "hwloc")
-    >>> t.link_between("nvlink:socket0", "socket0").bytes_per_s
-    40000000000.0
-    """
-    port = f"nvlink:{socket_id}"
-    if port not in topo:
-        sock = topo.node(socket_id)
-        topo.add_node(Node(port, NodeKind.OTHER, f"NVLink port of {sock.label}",
-                           numa_node=sock.numa_node,
-                           attrs={"role": "cpu-nvlink-port", "socket": socket_id}))
-    link = topo.add_link(Link(port, device_id, LinkKind.NVLINK, bytes_per_s,
-                              bandwidth_source=bandwidth_source, attrs=dict(attrs)))
-    total = sum(lk.bytes_per_s or 0.0 for lk in topo.links(LinkKind.NVLINK)
-                if port in lk.key and socket_id not in lk.key)
-    up = Link(socket_id, port, LinkKind.NVLINK, total, bandwidth_source=bandwidth_source,
-              attrs={"internal": True})
-    if topo.link_between(socket_id, port) is None:
-        topo.add_link(up)
-    else:
-        topo.replace_link(up)
-    return link
-
-
-def _add_nvlinks(topo: Topology, doc: XmlDocument, dist: ET.Element, walk: _Walk,
-                 numa_to_socket: Mapping[int, int], source: str) -> None:
-    line = doc.line(dist)
-    nb = _req_int(doc, dist, "nbobjs", source)
-    if not 1 <= nb <= 4096:
-        raise ParseError(source, line, "nbobjs between 1 and 4096", dist.get("nbobjs"))
-    tokens = " ".join(i.text or "" for i in dist.findall("indexes")).split()
-    values_text = " ".join(v.text or "" for v in dist.findall("u64values")).split()
-    if len(tokens) != nb or len(values_text) != nb * nb:
-        raise ParseError(source, line,
-                         f"{nb} indexes and {nb * nb} u64values in the {NVLINK_MATRIX} matrix",
-                         f"{len(tokens)} indexes, {len(values_text)} values")
-    values = []
-    for v in values_text:
-        if not v.isdigit():
-            raise ParseError(source, line, "non-negative whole numbers (MB/s) in u64values", v)
-        values.append(int(v))
-
-    ends: list[str | None] = []
-    for tok in tokens:
-        if dist.tag == "distances2hetero":
-            otype, _, num = tok.partition(":")
-            indexing = "gp"
-        else:
-            otype, num, indexing = dist.get("type", ""), tok, dist.get("indexing", "os")
-        if not num.isdigit():
-            raise ParseError(source, line, "object indexes like 'OSDev:332'", tok)
-        ends.append(_resolve(topo, walk, otype, int(num), indexing, numa_to_socket))
-
-    unresolved = sum(e is None for e in ends)
-    added = 0
-    via_switch = False
-    for i in range(nb):
-        for j in range(i + 1, nb):
-            a, b = ends[i], ends[j]
-            vij, vji = values[i * nb + j], values[j * nb + i]
-            mbps = min(vij, vji) if vij and vji else max(vij, vji)
-            if not mbps or a is None or b is None or a == b:
-                continue
-            na, nb_ = topo.node(a), topo.node(b)
-            attrs = {"hwloc_mb_per_s": mbps}
-            if na.kind == NodeKind.SOCKET and nb_.kind == NodeKind.SOCKET:
-                continue  # not an NVLink hwloc reports; ignore
-            if NodeKind.SOCKET in (na.kind, nb_.kind):
-                sock, dev = (a, b) if na.kind == NodeKind.SOCKET else (b, a)
-                if topo.link_between(f"nvlink:{sock}", dev) is None:
-                    add_cpu_nvlink(topo, dev, sock, mbps * 1e6, "hwloc", **attrs)
-                    added += 1
-                continue
-            existing = topo.link_between(a, b)
-            if existing is not None:
-                if existing.kind != LinkKind.NVLINK:
-                    topo.notes.append(f"hwloc NVLink {a}–{b} not added: they are already "
-                                      f"joined by a {existing.kind} link")
-                continue
-            topo.add_link(Link(a, b, LinkKind.NVLINK, mbps * 1e6, bandwidth_source="hwloc",
-                               attrs=attrs))
-            added += 1
-            via_switch = via_switch or na.kind != nb_.kind
-    if unresolved:
-        topo.notes.append(f"{unresolved} object(s) of hwloc's {NVLINK_MATRIX} matrix match no "
-                          "node; their NVLinks are left out")
-    if via_switch:
-        topo.notes.append("hwloc reports GPU–NVSwitch NVLinks only: links between NVSwitches "
-                          "(e.g. between two baseboards) are not in the matrix")
-
-
-def _resolve(topo: Topology, walk: _Walk, otype: str, num: int, indexing: str,
-             numa_to_socket: Mapping[int, int]) -> str | None:
-    """The node id an object of a distances matrix stands for."""
-    if indexing == "gp":
-        kind, value = walk.gp.get(num, (None, None))
-    elif otype in _PACKAGE_TYPES:
-        kind, value = "package", num
-    elif otype == "NUMANode":
-        kind, value = "numa", num
-    else:
-        return None
-    if kind == "package":
-        sid = f"socket{value}"
-    elif kind == "numa":
-        sid = f"socket{numa_to_socket.get(value, value)}"
-    elif kind in ("pci", "osdev") and value is not None:
-        node = topo.find(value)
-        return node.id if node is not None else None
-    else:
-        return None
-    return sid if sid in topo else None
-
-
-# -- small readers ---------------------------------------------------------------
-
-
-def _version_major(doc: XmlDocument, root: ET.Element, source: str) -> int:
-    version = root.get("version")
-    if version is None:
-        return 1
-    head = version.split(".")[0]
-    if not head.isdigit():
-        raise ParseError(source, doc.line(root), 'a topology version like "2.0"', version)
-    return int(head)
-
-
-def _infos(elem: ET.Element) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for info in elem.findall("info"):
-        out.setdefault(info.get("name", ""), info.get("value", ""))
-    return out
-
-
-def _opt_int(doc: XmlDocument, elem: ET.Element, attr: str, source: str) -> int | None:
-    value = elem.get(attr)
-    if value is None:
-        return None
-    v = value.strip()
-    if not v.isdigit() or len(v) > 20:
-        raise ParseError(source, doc.line(elem), f"{attr} as a non-negative whole number", value)
-    return int(v)
-
-
-def _req_int(doc: XmlDocument, elem: ET.Element, attr: str, source: str) -> int:
-    value = _opt_int(doc, elem, attr, source)
-    if value is None:
-        raise ParseError(source, doc.line(elem), f"a {attr} attribute", f"<{elem.tag}>")
-    return value
-
-
-def _busid(text: str, source: str, line: int | None) -> str:
-    m = _BUSID.match(text.strip())
-    if not m:
-        raise ParseError(source, line, "a PCI address like 0000:85:02.0", text)
-    domain = int(m.group(1), 16)
-    return f"{domain:04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}"
-
-
-def _bitmap(text: str | None) -> frozenset[int] | None:
-    """The set bits of an hwloc bitmap string (``"0x00000303,0x03030000,,0x3"``).
-
-    ``None`` for a missing, infinite (``0xf...f``) or unreadable bitmap.
-    """
-    if not text or "f...f" in text:
-        return None
-    words = text.split(",")
-    bits: set[int] = set()
-    for pos, word in enumerate(reversed(words)):
-        w = word.strip()
-        if not w:
-            continue
-        if w.startswith(("0x", "0X")):
-            w = w[2:]
-        try:
-            value = int(w, 16)
-        except ValueError:
-            return None
-        base = 32 * pos
-        while value and base < 1 << 16:
-            if value & 1:
-                bits.add(base)
-            value >>= 1
-            base += 1
-    return frozenset(bits)
-
-
-# hwloc 1.x and 2.x number OS device types 0..5; 3.x makes them bits (the
-# layout the fixtures' 3.0 exports show: nvml 12 = GPU|COPROC, eth 16,
-# mlx4_0 48 = NETWORK|OPENFABRICS, sda 1).
-_OSDEV_ENUM = {0: "storage", 1: "gpu", 2: "network", 3: "openfabrics", 4: "dma", 5: "coproc"}
-_OSDEV_BITS = {1: "storage", 2: "memory", 4: "gpu", 8: "coproc", 16: "network",
-               32: "openfabrics", 64: "dma"}
-
-
-def _osdev_categories(doc: XmlDocument, elem: ET.Element, major: int, source: str) -> frozenset[str]:
-    value = _opt_int(doc, elem, "osdev_type", source)
-    if value is None:
-        return frozenset()
-    if major >= 3:
-        return frozenset(name for bit, name in _OSDEV_BITS.items() if value & bit)
-    return frozenset({_OSDEV_ENUM[value]} if value in _OSDEV_ENUM else ())
 

@@ -30,24 +30,29 @@ unknown. Records whose class came from the name say so in
 >>> [n.id for n in topo.nodes("gpu")], topo.parent("pci:0000:02:00.0").id
 (['pci:0000:02:00.0'], 'socket?')
 
-This module is long because lspci has two output formats that describe the
-same functions (the tree, the dumps), a table of pci.ids class and vendor
-names to read them without ``-nn``, and the checks that refuse a dump cut
-short; they share the address and naming rules.
+The tree is read in :mod:`planner.topology.lspci_tree`, the names in
+:mod:`planner.topology.pcinames`; this module reads the dumps and joins.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from planner.errors import ParseError, TopologyError
+from planner.topology.lspci_tree import _STRAY, _TREE_FIRST, _hint, parse_lspci_tree
 from planner.topology.model import Topology
 from planner.topology.pcie import gen_from_gts
+from planner.topology.pcinames import (  # noqa: F401  (re-exported: they were defined here)
+    CLASS_NAMES,
+    _ids_from_name,
+    class_from_name,
+    vendor_from_name,
+)
 from planner.topology.pcitree import PciFunction, build_pci_topology, normalize_address
-from planner.topology.textio import guess_format, text_lines
+from planner.topology.textio import text_lines
 
 __all__ = [
     "CLASS_NAMES",
@@ -59,439 +64,6 @@ __all__ = [
     "topology_from_lspci",
     "vendor_from_name",
 ]
-
-# ---------------------------------------------------------------------------
-# Names → class codes and vendor ids
-
-#: the class names ``lspci`` prints without ``-nn`` (pci.ids subclass names;
-#: a class name stands for the class only where pci.ids gives the "other"
-#: subclass 80 the same name), lower-cased, to the 4-digit class code
-CLASS_NAMES: Mapping[str, str] = {
-    "non-vga unclassified device": "0000",
-    "vga compatible unclassified device": "0001",
-    "image coprocessor": "0005",
-    "scsi storage controller": "0100",
-    "ide interface": "0101",
-    "floppy disk controller": "0102",
-    "ipi bus controller": "0103",
-    "raid bus controller": "0104",
-    "ata controller": "0105",
-    "sata controller": "0106",
-    "serial attached scsi controller": "0107",
-    "non-volatile memory controller": "0108",
-    "universal flash storage controller": "0109",
-    "mass storage controller": "0180",
-    "ethernet controller": "0200",
-    "token ring network controller": "0201",
-    "fddi network controller": "0202",
-    "atm network controller": "0203",
-    "isdn controller": "0204",
-    "worldfip controller": "0205",
-    "picmg controller": "0206",
-    "infiniband controller": "0207",
-    "fabric controller": "0208",
-    "network controller": "0280",
-    "vga compatible controller": "0300",
-    "xga compatible controller": "0301",
-    "3d controller": "0302",
-    "display controller": "0380",
-    "multimedia video controller": "0400",
-    "multimedia audio controller": "0401",
-    "computer telephony device": "0402",
-    "audio device": "0403",
-    "multimedia controller": "0480",
-    "ram memory": "0500",
-    "flash memory": "0501",
-    "cxl": "0502",
-    "memory controller": "0580",
-    "host bridge": "0600",
-    "isa bridge": "0601",
-    "eisa bridge": "0602",
-    "microchannel bridge": "0603",
-    "pci bridge": "0604",
-    "pcmcia bridge": "0605",
-    "nubus bridge": "0606",
-    "cardbus bridge": "0607",
-    "raceway bridge": "0608",
-    "semi-transparent pci-to-pci bridge": "0609",
-    "infiniband to pci host bridge": "060a",
-    "bridge": "0680",
-    "serial controller": "0700",
-    "parallel controller": "0701",
-    "multiport serial controller": "0702",
-    "modem": "0703",
-    "gpib controller": "0704",
-    "smard card controller": "0705",  # sic, as in pci.ids
-    "communication controller": "0780",
-    "pic": "0800",
-    "dma controller": "0801",
-    "timer": "0802",
-    "rtc": "0803",
-    "pci hot-plug controller": "0804",
-    "sd host controller": "0805",
-    "iommu": "0806",
-    "system peripheral": "0880",
-    "keyboard controller": "0900",
-    "digitizer pen": "0901",
-    "mouse controller": "0902",
-    "scanner controller": "0903",
-    "gameport controller": "0904",
-    "input device controller": "0980",
-    "generic docking station": "0a00",
-    "docking station": "0a80",
-    "firewire (ieee 1394)": "0c00",
-    "access bus": "0c01",
-    "ssa": "0c02",
-    "usb controller": "0c03",
-    "fibre channel": "0c04",
-    "smbus": "0c05",
-    "infiniband": "0c06",
-    "ipmi interface": "0c07",
-    "sercos interface": "0c08",
-    "canbus": "0c09",
-    "serial bus controller": "0c80",
-    "irda controller": "0d00",
-    "consumer ir controller": "0d01",
-    "rf controller": "0d10",
-    "bluetooth": "0d11",
-    "broadband": "0d12",
-    "wireless controller": "0d80",
-    "network and computing encryption device": "1000",
-    "entertainment encryption device": "1010",
-    "encryption controller": "1080",
-    "dpio module": "1100",
-    "performance counters": "1101",
-    "communication synchronizer": "1110",
-    "signal processing management": "1120",
-    "signal processing controller": "1180",
-    "processing accelerators": "1200",
-    "unassigned class": "ff00",
-}
-
-#: pci.ids vendor names as lspci prints them, to their vendor ids
-_VENDORS: tuple[tuple[str, str], ...] = (
-    ("NVIDIA Corporation", "10de"),
-    ("Advanced Micro Devices, Inc. [AMD/ATI]", "1002"),
-    ("Advanced Micro Devices, Inc. [AMD]", "1022"),
-    ("Intel Corporation", "8086"),
-    ("Mellanox Technologies", "15b3"),
-    ("Samsung Electronics Co Ltd", "144d"),
-    ("Broadcom / LSI", "1000"),
-    ("Broadcom Inc. and subsidiaries", "14e4"),
-    ("PLX Technology, Inc.", "10b5"),
-    ("ASPEED Technology, Inc.", "1a03"),
-    ("Matrox Electronics Systems Ltd.", "102b"),
-    ("HighPoint Technologies, Inc.", "1103"),
-    ("Kingston Technology Company, Inc.", "2646"),
-    ("Micron Technology Inc", "1344"),
-    ("Marvell Technology Group Ltd.", "1b4b"),
-    ("ASMedia Technology Inc.", "1b21"),
-    ("Sandisk Corp", "15b7"),
-    ("SK hynix", "1c5c"),
-    ("KIOXIA Corporation", "1e0f"),
-    ("Toshiba Corporation", "1179"),
-    ("Phison Electronics Corporation", "1987"),
-    ("Silicon Motion, Inc.", "126f"),
-    ("Xilinx Corporation", "10ee"),
-    ("Amazon.com, Inc.", "1d0f"),
-    ("PLDA", "1556"),
-)
-
-
-def vendor_from_name(name: str) -> str | None:
-    """The PCI vendor id of a device name that starts with a known pci.ids vendor name.
-
-    >>> vendor_from_name("NVIDIA Corporation AD102GL [RTX 6000 Ada Generation]")
-    '10de'
-    >>> vendor_from_name("Advanced Micro Devices, Inc. [AMD] Device 14ac")
-    '1022'
-    >>> vendor_from_name("Device 14ac") is None
-    True
-    """
-    for vendor, vid in _VENDORS:
-        if name == vendor or name.startswith(vendor + " "):
-            return vid
-    return None
-
-
-_NVIDIA_CHIP = re.compile(r"\b(?:G[A-Z]{1,2}\d{2,3}|AD\d{3}|TU\d{3})[A-Z]*\b")
-_NVIDIA_NOT_GPU = re.compile(r"Switch|Bridge|UCSI|\bUSB\b|Audio", re.I)
-_NVIDIA_DISPLAY = re.compile(r"GeForce|Quadro|\bRTX\b|TITAN|\bNVS\b")
-_AMD_GPU = re.compile(
-    r"Radeon|Instinct|FirePro|\bMI\d{2,3}|Navi|Vega|Polaris|Aldebaran|Arcturus|Ellesmere|Fiji"
-)
-_AMD_ACCEL = re.compile(r"Instinct|\bMI\d{2,3}|Aldebaran|Arcturus")
-
-# Ordered: storage controllers that merely *mention* NVMe or SATA (RAID cards
-# such as the HighPoint SSD7540 "NVMe RAID Controller", Intel VMD) come
-# before the SSD rule, and a GPU's HDMI audio before anything GPU-like.
-_NAME_CLASS_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\bRAID\b|MegaRAID"), "0104"),
-    (re.compile(r"\bSAS\d*\b|\bSAS-\d|Serial Attached SCSI|Fusion-MPT"), "0107"),
-    (re.compile(r"\bSATA\b|Serial ATA|\bAHCI\b"), "0106"),
-    (re.compile(r"Non-Volatile memory controller|\bNVMe\b|NVM Express|\bSSD\b|Solid State",
-                re.I), "0108"),
-    (re.compile(r"\bAudio\b|\bHDMI\b", re.I), "0403"),
-    (re.compile(r"\bUSB\d?\b|\bxHCI\b", re.I), "0c03"),
-    (re.compile(r"\bSMBus\b"), "0c05"),
-    (re.compile(r"\bInfiniBand\b", re.I), "0207"),
-    (re.compile(r"\bEthernet\b|Network Connection|\bNetXtreme\b|\b\d+GbE\b"), "0200"),
-    (re.compile(r"\bConnectX|\bBlueField|Network (?:controller|Adapter)|Wi-Fi|Wireless"
-                r"|Elastic Fabric Adapter|Omni-Path"), "0280"),
-)
-
-
-def class_from_name(name: str) -> str | None:
-    """The PCI class code a device name makes certain, or ``None``.
-
-    For output that has no class codes (``lspci -tv``). Only names that
-    leave no doubt get a class: an NVIDIA chip name is a GPU, a HighPoint
-    "NVMe RAID Controller" is a RAID controller (not an SSD), an AMD
-    internal "Device 14ac" is unknown.
-
-    >>> class_from_name("Samsung Electronics Co Ltd NVMe SSD Controller S4LV008[Pascal]")
-    '0108'
-    >>> class_from_name("HighPoint Technologies, Inc. SSD7540 PCIe Gen4 x16 8-Port M.2 NVMe RAID Controller")
-    '0104'
-    >>> class_from_name("NVIDIA Corporation GH100 [H100 SXM5 80GB]")
-    '0302'
-    >>> class_from_name("NVIDIA Corporation AD102 High Definition Audio Controller")
-    '0403'
-    >>> class_from_name("Mellanox Technologies MT2910 Family [ConnectX-7]")
-    '0280'
-    >>> class_from_name("Advanced Micro Devices, Inc. [AMD] Device 14ac") is None
-    True
-    """
-    if not name:
-        return None
-    for pattern, code in _NAME_CLASS_RULES:
-        if pattern.search(name):
-            return code
-    if name.startswith("NVIDIA Corporation "):
-        if "NVSwitch" in name:
-            return "0680"
-        if _NVIDIA_CHIP.search(name) and not _NVIDIA_NOT_GPU.search(name):
-            return "0300" if _NVIDIA_DISPLAY.search(name) else "0302"
-        return None
-    if name.startswith("Advanced Micro Devices, Inc. [AMD/ATI] "):
-        if _AMD_GPU.search(name) and not re.search(r"Switch|Bridge|USB", name):
-            return "0380" if _AMD_ACCEL.search(name) else "0300"
-        return None
-    if re.search(r"\bVGA\b|Graphics", name):
-        return "0300"  # a BMC's or an integrated display; the vendor says whether it is a GPU
-    return None
-
-
-def _ids_from_name(name: str) -> tuple[str, str | None, str | None]:
-    """(name without ids, vendor id, device id) of a name that may end in ``[vvvv:dddd]``."""
-    m = re.fullmatch(r"(?:(?:Unknown )?[Dd]evice )?([0-9a-fA-F]{4}):([0-9a-fA-F]{4})", name)
-    if m:  # -n output, or a device pci.ids does not know
-        return "", m.group(1).lower(), m.group(2).lower()
-    m = re.fullmatch(r"(.*?)\s*\[([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\]", name)
-    if m:
-        return m.group(1), m.group(2).lower(), m.group(3).lower()
-    return name, None, None
-
-
-def _named_function(address: str, name: str, **fields: Any) -> PciFunction:
-    """A function whose class (unless given) and vendor come from its name."""
-    name, vendor, device = _ids_from_name(name)
-    attrs = dict(fields.pop("attrs", {}))
-    class_code = fields.pop("class_code", None)
-    if class_code is None and not fields.get("is_bridge"):
-        class_code = class_from_name(name)
-        if class_code is not None:
-            attrs["class_from_name"] = True
-    return PciFunction(
-        address, class_code=class_code, vendor_id=vendor or vendor_from_name(name),
-        device_id=device, name=name, attrs=attrs, **fields,
-    )
-
-
-# ---------------------------------------------------------------------------
-# lspci -t
-
-_STRAY = re.compile(r"^\[sudo\] password for .*:\s*$")
-_ROOT_BUS = re.compile(r"\[(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2})\]-")
-_DEVFN = re.compile(r"([0-9a-fA-F]{2})\.([0-7])")
-_RANGE = re.compile(r"-\[([0-9a-fA-F]{2})(?:-([0-9a-fA-F]{2}))?\]--")
-_TREE_FIRST = re.compile(r"^ *(?:-[+\\]?-?|[+\\]-)\[(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}\]-")
-
-_EXPECT_TREE = "lspci -t output: a first line like '-[0000:00]-+-00.0' or '-+-[0000:00]-+-00.0'"
-
-
-@dataclass(frozen=True)
-class _Bus:
-    """A bus whose device list is being drawn: its functions hang under ``parent``."""
-
-    domain: str
-    number: int
-    parent: str | None
-
-
-_ROOTS = object()  # the list of root buses ("+-[0000:00]-" entries)
-
-
-class _TreeParser:
-    """State of one :func:`parse_lspci_tree` call.
-
-    ``lspci -t`` draws a list's first entries with ``+-`` and its last with
-    ``\\-``; later lines repeat the columns of still-open lists as ``|``.
-    So a line continues whatever list was opened at the column where its
-    own drawing starts; ``open`` maps those columns to their lists.
-    """
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.open: dict[int, object] = {}
-        self.fns: dict[str, PciFunction] = {}
-        self.lineno = 0
-        self.line = ""
-
-    def fail(self, expected: str, at: int | None = None) -> ParseError:
-        found = self.line if at is None else self.line[at:] or "the end of the line"
-        return ParseError(self.source, self.lineno, expected, found)
-
-    def first(self, lineno: int, line: str) -> None:
-        self.lineno, self.line = lineno, line
-        c = len(line) - len(line.lstrip(" "))
-        if line.startswith("-[", c):  # one root bus: "-[0000:00]-+-00.0"
-            m = _ROOT_BUS.match(line, c + 1)
-            if m is None:
-                raise self.fail("a root bus like '[0000:00]-'", c + 1)
-            self.bus_list(m.end(), self.root_bus(m))
-        elif line.startswith(("-+-[", "-\\-["), c):  # several: "-+-[0000:00]-+-00.0"
-            self.root_entry(c + 1)
-        elif line.startswith(("+-[", "\\-["), c):
-            # A tree whose first line was cut off (the RC4ML capture was
-            # pruned by a script): the entry continues the root-bus list.
-            self.root_entry(c)
-        else:
-            raise self.fail(_EXPECT_TREE)
-
-    def next(self, lineno: int, line: str) -> None:
-        self.lineno, self.line = lineno, line
-        c = len(line) - len(line.lstrip(" |"))
-        for k in [k for k in self.open if k > c]:
-            del self.open[k]  # lists drawn right of this line are finished
-        if c == len(line):
-            raise self.fail("a tree line with an entry after its '|' columns")
-        where = self.open.get(c)
-        if where is None or line[c] not in "+\\":
-            raise self.fail(f"a tree line continuing an open '+-' branch (column {c + 1} has none)")
-        if line[c] == "\\":
-            del self.open[c]  # the last entry of its list
-        if where is _ROOTS:
-            self.root_entry(c)
-        else:
-            assert isinstance(where, _Bus)
-            self.bus_list(c, where)
-
-    def root_bus(self, m: re.Match[str]) -> _Bus:
-        return _Bus((m.group(1) or "0000").lower().rjust(4, "0"), int(m.group(2), 16), None)
-
-    def root_entry(self, p: int) -> None:
-        """``+-[0000:00]-`` or ``\\-[0000:00]-`` at column ``p``, then the bus's devices."""
-        line = self.line
-        if line[p] == "+":
-            self.open[p] = _ROOTS
-        m = _ROOT_BUS.match(line, p + 2)
-        if line[p + 1:p + 2] != "-" or m is None:
-            raise self.fail("a root bus entry like '+-[0000:00]-'", p)
-        self.bus_list(m.end(), self.root_bus(m))
-
-    def bus_list(self, p: int, bus: _Bus) -> None:
-        """Entries of ``bus`` from column ``p`` on: ``+-DD.F``, ``\\-DD.F``, ``--DD.F`` or nothing."""
-        line = self.line
-        while True:
-            if p == len(line):
-                return  # an empty bus: "-[e4]--"
-            mark = line[p:p + 2]
-            if mark == "+-":
-                self.open[p] = bus
-            elif mark not in ("--", "\\-"):
-                raise self.fail("'+-', '\\-' or '--' before a device number", p)
-            m = _DEVFN.match(line, p + 2)
-            if m is None:
-                raise self.fail("a device and function number like '00.0'", p + 2)
-            addr = f"{bus.domain}:{bus.number:02x}:{m.group(1).lower()}.{m.group(2)}"
-            if addr in self.fns:
-                raise self.fail(f"each PCI function once, but {addr} appears again")
-            q = m.end()
-            r = _RANGE.match(line, q)
-            if r is not None:  # a bridge, then the devices of its secondary bus
-                secondary = int(r.group(1), 16)
-                subordinate = int(r.group(2), 16) if r.group(2) else secondary
-                if subordinate < secondary:
-                    raise self.fail("a bus range like '[31-3d]' with the higher number last", q)
-                self.fns[addr] = PciFunction(addr, is_bridge=True, secondary_bus=secondary,
-                                             subordinate_bus=subordinate, parent=bus.parent)
-                p, bus = r.end(), _Bus(bus.domain, secondary, addr)
-                continue
-            if q == len(line):
-                name = ""  # lspci -t without -v
-            elif line.startswith("  ", q) and line[q + 2:].strip():
-                name = line[q + 2:].strip()
-            else:
-                raise self.fail("a bus range like '-[01]--', two spaces and a device name, "
-                                "or the end of the line", q)
-            self.fns[addr] = _named_function(addr, name, parent=bus.parent)
-            return
-
-
-def parse_lspci_tree(text: str, source: str = "<lspci -t>") -> list[PciFunction]:
-    r"""The PCI functions of ``lspci -t`` / ``-tv`` (also ``-tn``, ``-tvnn``) output.
-
-    Every function gets its full address and the address of the bridge
-    above it (``parent``, ``None`` on a root bus); bridges get their
-    secondary and subordinate bus. Names (``-v``) give a class code where
-    :func:`class_from_name` is sure, and a vendor id. A tree whose first
-    line is missing (a pruned capture) is read from its first root-bus
-    entry. A ``[sudo] password for ...:`` line before the tree is skipped.
-
-    >>> fns = parse_lspci_tree('''-+-[0000:00]-+-00.0
-    ...  \\-[0000:30]-+-00.0
-    ...              \\-02.0-[31-32]----00.0-[32]--''', "t.txt")
-    >>> [(f.address, f.parent, f.secondary_bus, f.subordinate_bus) for f in fns]
-    ... # doctest: +NORMALIZE_WHITESPACE
-    [('0000:00:00.0', None, None, None), ('0000:30:00.0', None, None, None),
-     ('0000:30:02.0', None, 49, 50), ('0000:31:00.0', '0000:30:02.0', 50, 50)]
-    >>> parse_lspci_tree("Handle 0x0900, DMI type 9, 17 bytes", "x.txt")
-    Traceback (most recent call last):
-      ...
-    planner.errors.ParseError: x.txt:1: expected lspci -t output: a first line like '-[0000:00]-+-00.0' or '-+-[0000:00]-+-00.0' (this looks like the output of dmidecode, not lspci), found 'Handle 0x0900, DMI type 9, 17 bytes'
-    """
-    parser = _TreeParser(source)
-    started = False
-    for lineno, raw in enumerate(text_lines(text), 1):
-        line = raw.rstrip()
-        if not line.strip():
-            continue
-        if not started:
-            if _STRAY.match(line):
-                continue
-            if not _TREE_FIRST.match(line):
-                raise ParseError(source, lineno, _EXPECT_TREE + _hint(text, "lspci -t"), line)
-            parser.first(lineno, line)
-            started = True
-        else:
-            parser.next(lineno, line)
-    if not started:
-        raise ParseError(source, None, _EXPECT_TREE, "an empty text" if not text.strip() else None)
-    return list(parser.fns.values())
-
-
-def _hint(text: str, wanted: str) -> str:
-    """`` (this looks like …, not lspci)`` when ``text`` is recognisably something else."""
-    what = guess_format(text)
-    if what is None:
-        return ""
-    if what == "the output of lspci":
-        what = "the output of lspci -v"
-    if what.endswith(wanted):
-        return ""
-    return f" (this looks like {what}, not {wanted if 'lspci' in what else 'lspci'})"
-
 
 # ---------------------------------------------------------------------------
 # lspci -v / -vv / -vvv (with or without -nn), whole dumps and -s dumps
@@ -562,6 +134,46 @@ def _verbose_function(lineno: int, m: re.Match[str], details: list[tuple[int, st
     """One device block: its header line number and match, and its indented lines."""
     addr = normalize_address(
         f"{m.group('domain') or '0000'}:{m.group('bus')}:{m.group('dev')}.{m.group('fn')}")
+    name, vendor, device, class_code, attrs = _header_fields(lineno, m, source)
+    d = _details(details, source, attrs)
+    is_bridge = d.bus is not None or (class_code or "") in ("0604", "0609")
+    secondary = subordinate = None
+    if d.bus is not None:
+        own = int(m.group("bus"), 16)
+        sec, sub = int(d.bus.group("sec"), 16), int(d.bus.group("sub"), 16)
+        if own < sec <= sub:
+            secondary, subordinate = sec, sub
+        else:
+            # "secondary=00, subordinate=00": the firmware never numbered
+            # this bridge's buses (a disabled port); nothing can be below it.
+            attrs["bus_numbers_unassigned"] = True
+
+    slot: str | None
+    if is_bridge:
+        if d.physical_slot is not None:
+            attrs["physical_slot"] = d.physical_slot  # the slot the bridge sits in, not the one it drives
+        if d.slot_flag is not None:
+            attrs["slot_implemented"] = d.slot_flag
+        if d.slot_number is not None:
+            attrs["slot_number"] = d.slot_number
+        # PCIe base spec, Slot Capabilities: the physical slot number "must
+        # be initialized to zero for ports connected to devices that are
+        # integrated on the system board". Slot+ ports numbered 0 (AMD root
+        # ports, Intel PCH ports to on-board NICs) are not real slots.
+        slot = str(d.slot_number) if d.slot_flag and d.slot_number else None
+    else:
+        slot = d.physical_slot
+    return PciFunction(
+        addr, class_code=class_code, vendor_id=vendor or vendor_from_name(name), device_id=device,
+        name=name, is_bridge=is_bridge, secondary_bus=secondary, subordinate_bus=subordinate,
+        port_type=d.port_type, link_cap=d.link_cap, link_sta=d.link_sta, numa_node=d.numa, slot=slot,
+        attrs=attrs,
+    )
+
+
+def _header_fields(lineno: int, m: re.Match[str], source: str
+                   ) -> tuple[str, str | None, str | None, str | None, dict[str, Any]]:
+    """(name, vendor id, device id, class code, attrs) from a device block's header line."""
     cls = m.group("cls").strip()
     text = (m.group("rest") or "").strip()
     if text.count("[") != text.count("]") or text.count("(") != text.count(")"):
@@ -587,6 +199,11 @@ def _verbose_function(lineno: int, m: re.Match[str], details: list[tuple[int, st
         attrs["class_name"] = cls
     if rest.group("rev"):
         attrs["revision"] = rest.group("rev").lower()
+    return name, vendor, device, class_code, attrs
+
+
+class _Details:
+    """What a device block's indented lines say that the tree needs."""
 
     numa: int | None = None
     physical_slot: str | None = None
@@ -596,6 +213,11 @@ def _verbose_function(lineno: int, m: re.Match[str], details: list[tuple[int, st
     slot_number: int | None = None
     link_cap: tuple[int, int] | None = None
     link_sta: tuple[int, int] | None = None
+
+
+def _details(details: list[tuple[int, str]], source: str, attrs: dict[str, Any]) -> _Details:
+    """Read a device block's indented lines (other fields go into ``attrs``)."""
+    d = _Details()
     sltcap_indent: int | None = None
     for lineno, line in details:
         s = line.strip()
@@ -604,7 +226,7 @@ def _verbose_function(lineno: int, m: re.Match[str], details: list[tuple[int, st
             if ind > sltcap_indent:  # SltCap's second line holds "Slot #168, PowerLimit ..."
                 n = _SLOT_NUMBER.search(s)
                 if n:
-                    slot_number = int(n.group(1))
+                    d.slot_number = int(n.group(1))
                 continue
             sltcap_indent = None
         key, sep, value = s.partition(":")
@@ -614,12 +236,12 @@ def _verbose_function(lineno: int, m: re.Match[str], details: list[tuple[int, st
         if key == "NUMA node":
             if not re.fullmatch(r"-?\d{1,4}", value):
                 raise ParseError(source, lineno, "a NUMA node number like 'NUMA node: 0'", s)
-            numa = int(value) if int(value) >= 0 else None
+            d.numa = int(value) if int(value) >= 0 else None
         elif key == "Physical Slot" and value:
-            physical_slot = value
+            d.physical_slot = value
         elif key == "Bus":
-            bus = _BUS.match(value)
-            if bus is None:
+            d.bus = _BUS.match(value)
+            if d.bus is None:
                 raise ParseError(source, lineno,
                                  "'Bus: primary=BB, secondary=BB, subordinate=BB'", s)
         elif key == "Capabilities":
@@ -627,59 +249,26 @@ def _verbose_function(lineno: int, m: re.Match[str], details: list[tuple[int, st
             if x is not None:
                 t = re.fullmatch(r"(.*?)(?: \(Slot([+-])\))?", x.group("type").strip())
                 assert t is not None  # the pattern matches any string
-                port_type = _PORT_TYPES.get(t.group(1).lower())
+                d.port_type = _PORT_TYPES.get(t.group(1).lower())
                 attrs["express_type"] = t.group(1)
                 if t.group(2):
-                    slot_flag = t.group(2) == "+"
+                    d.slot_flag = t.group(2) == "+"
         elif key == "LnkCap":
-            link_cap = _link(value, _LNKCAP, "LnkCap", source, lineno, line)
+            d.link_cap = _link(value, _LNKCAP, "LnkCap", source, lineno, line)
         elif key == "LnkSta":
-            link_sta = _link(value, _LNKSTA, "LnkSta", source, lineno, line)
+            d.link_sta = _link(value, _LNKSTA, "LnkSta", source, lineno, line)
         elif key == "SltCap":
             sltcap_indent = ind
             n = _SLOT_NUMBER.search(value)  # older lspci prints it on the same line
             if n:
-                slot_number = int(n.group(1))
-        elif key == "Subsystem" and value:
-            attrs["subsystem"] = value
-        elif key == "DeviceName" and value:
-            attrs["device_name"] = value
-        elif key == "Kernel driver in use" and value:
-            attrs["driver"] = value
+                d.slot_number = int(n.group(1))
+        elif key in _PLAIN_FIELDS and value:
+            attrs[_PLAIN_FIELDS[key]] = value
+    return d
 
-    is_bridge = bus is not None or (class_code or "") in ("0604", "0609")
-    secondary = subordinate = None
-    if bus is not None:
-        own = int(m.group("bus"), 16)
-        sec, sub = int(bus.group("sec"), 16), int(bus.group("sub"), 16)
-        if own < sec <= sub:
-            secondary, subordinate = sec, sub
-        else:
-            # "secondary=00, subordinate=00": the firmware never numbered
-            # this bridge's buses (a disabled port); nothing can be below it.
-            attrs["bus_numbers_unassigned"] = True
 
-    slot: str | None
-    if is_bridge:
-        if physical_slot is not None:
-            attrs["physical_slot"] = physical_slot  # the slot the bridge sits in, not the one it drives
-        if slot_flag is not None:
-            attrs["slot_implemented"] = slot_flag
-        if slot_number is not None:
-            attrs["slot_number"] = slot_number
-        # PCIe base spec, Slot Capabilities: the physical slot number "must
-        # be initialized to zero for ports connected to devices that are
-        # integrated on the system board". Slot+ ports numbered 0 (AMD root
-        # ports, Intel PCH ports to on-board NICs) are not real slots.
-        slot = str(slot_number) if slot_flag and slot_number else None
-    else:
-        slot = physical_slot
-    return PciFunction(
-        addr, class_code=class_code, vendor_id=vendor or vendor_from_name(name), device_id=device,
-        name=name, is_bridge=is_bridge, secondary_bus=secondary, subordinate_bus=subordinate,
-        port_type=port_type, link_cap=link_cap, link_sta=link_sta, numa_node=numa, slot=slot,
-        attrs=attrs,
-    )
+#: device block fields kept as they are: lspci's key -> attribute
+_PLAIN_FIELDS = {"Subsystem": "subsystem", "DeviceName": "device_name", "Kernel driver in use": "driver"}
 
 
 def parse_lspci_verbose(text: str, source: str = "<lspci -vvv>", *,

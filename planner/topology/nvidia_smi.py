@@ -39,317 +39,24 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from planner.errors import ParseError, TopologyError
-from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
+from planner.errors import TopologyError
+from planner.topology.model import Link, Node, NodeKind, Topology
+from planner.topology.nvlink import (  # noqa: F401  (re-exported: their old home)
+    DEFAULT_NVLINK_BYTES_PER_S,
+    NVLINK_GENERATIONS,
+    NvLinkRate,
+    nvlink_link,
+    nvlink_rate,
+)
+from planner.topology.nvsmi_matrix import (  # noqa: F401  (re-exported: the matrix is read there)
+    RELATIONS,
+    TopoMatrix,
+    parse_cpu_list,
+    parse_nvidia_smi_topo,
+)
 from planner.topology.pcitree import add_memory_and_interconnect, split_address
-
-#: cell values besides ``NV#``; ``SOC`` is the pre-2017 spelling of ``SYS``
-RELATIONS = ("X", "SYS", "SOC", "NODE", "PHB", "PXB", "PIX")
-
-_NV = re.compile(r"^NV(\d{1,3})$")
-_TRAILING_NAMES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
-_HEADER_TOKEN = re.compile("|".join(re.escape(n) for n in _TRAILING_NAMES) + r"|\S+")
-_DEVICE_NAME = re.compile(r"^[A-Za-z][\w.\-]*$")
-_CPU_LIST = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
-_LEGEND_LINE = re.compile(r"^\s*\S+\s*=\s*\S.*$")
-_NIC_LEGEND_LINE = re.compile(r"^\s*(\S+)\s*:\s*(\S+)\s*$")
-_GPU_NAME = re.compile(r"^GPU\d+$")
-_NIC_NAME = re.compile(r"^(?:NIC\d+|mlx\d+_\d+|ib\w*|hfi\d+_\d+|bnxt_re\d+|efa_?\d+|irdma\d+)$")
-
-_EXPECTED_HEADER = (
-    "the header row of 'nvidia-smi topo -m': device names (GPU0, NIC0, ...) "
-    "followed by 'CPU Affinity'"
-)
-
-
-@dataclass(frozen=True)
-class TopoMatrix:
-    """What ``nvidia-smi topo -m`` says, verbatim.
-
-    ``devices`` are the header's names in order. ``relation[(a, b)]`` is the
-    cell in row ``a``, column ``b`` (``"NV12"``, ``"PXB"``, ...) for every
-    ordered pair of distinct devices. ``cpu_affinity`` and ``numa_affinity``
-    hold the row's text (``"48-63,176-191"``, ``"3"``) or ``None`` when the
-    row leaves it empty or says ``N/A``; ``gpu_numa_id`` is the NUMA node of
-    a GPU's own memory (coherent GPUs only), usually ``None``. ``nic_names``
-    maps ``NIC0`` to its RDMA device (``mlx5_0``) from the NIC legend.
-    """
-
-    devices: tuple[str, ...]
-    relation: Mapping[tuple[str, str], str]
-    cpu_affinity: Mapping[str, str | None] = field(default_factory=dict)
-    numa_affinity: Mapping[str, str | None] = field(default_factory=dict)
-    gpu_numa_id: Mapping[str, int | None] = field(default_factory=dict)
-    nic_names: Mapping[str, str] = field(default_factory=dict)
-
-    def kind(self, device: str) -> NodeKind:
-        """``gpu`` for ``GPU#``, ``nic`` for ``NIC#`` and RDMA names, else ``other``."""
-        if _GPU_NAME.match(device):
-            return NodeKind.GPU
-        if _NIC_NAME.match(device):
-            return NodeKind.NIC
-        return NodeKind.OTHER
-
-    @property
-    def gpus(self) -> tuple[str, ...]:
-        """GPU names in nvidia-smi's order (``GPU0``, ``GPU1``, ...)."""
-        return tuple(sorted((d for d in self.devices if self.kind(d) == NodeKind.GPU),
-                            key=lambda d: int(d[3:])))
-
-    def numa_node(self, device: str) -> int | None:
-        """The one NUMA node in a device's NUMA affinity, ``None`` if none or several.
-
-        >>> TopoMatrix(("GPU0",), {}, numa_affinity={"GPU0": "3"}).numa_node("GPU0")
-        3
-        """
-        nodes = parse_cpu_list(self.numa_affinity.get(device) or "")
-        return nodes[0] if len(nodes) == 1 else None
-
-    def nvlink_count(self, a: str, b: str) -> int:
-        """Number of NVLinks bonded between ``a`` and ``b`` (0 when the cell is not ``NV#``)."""
-        m = _NV.match(self.relation.get((a, b), ""))
-        return int(m.group(1)) if m else 0
-
-
-def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """The numbers of a Linux CPU/NUMA list such as ``"48-63,176-191"``.
-
-    Empty, ``N/A`` and malformed lists give ``()``; the parser validates
-    lists before they get here.
-
-    >>> parse_cpu_list("0-2,8")
-    (0, 1, 2, 8)
-    """
-    text = text.strip()
-    if not _CPU_LIST.match(text):
-        return ()
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        a, b = int(lo), int(hi or lo)
-        if b < a or b - a > 1_000_000:
-            return ()
-        out.extend(range(a, b + 1))
-    return tuple(out)
-
-
-def parse_nvidia_smi_topo(text: str, source: str = "<nvidia-smi topo -m>") -> TopoMatrix:
-    """Parse the output of ``nvidia-smi topo -m``.
-
-    Tab-separated output and space-aligned copies are both read: cells never
-    contain spaces, and the affinity values are taken in order after the
-    relation cells (tab output puts an empty field before ``GPU NUMA ID``,
-    and NIC rows leave the affinities empty). Raises :class:`ParseError`
-    naming ``source`` and the line for anything else.
-
-    >>> m = parse_nvidia_smi_topo("  GPU0  NIC0  CPU Affinity\\nGPU0  X  PIX  0-7\\nNIC0  PIX  X\\n")
-    >>> m.devices, m.cpu_affinity["NIC0"]
-    (('GPU0', 'NIC0'), None)
-    """
-    lines = text.split("\n")
-    for no, line in enumerate(lines, 1):
-        if "\x00" in line:
-            raise ParseError(source, no, "the text output of 'nvidia-smi topo -m'", "binary data (NUL bytes)")
-    lines = [ln.rstrip("\r") for ln in lines]
-
-    i = 0
-    while i < len(lines) and not lines[i].strip():
-        i += 1
-    if i == len(lines):
-        raise ParseError(source, 1, _EXPECTED_HEADER, "empty input")
-    header_no = i + 1
-    devices, trailing = _parse_header(lines[i], source, header_no)
-    n = len(devices)
-
-    relation: dict[tuple[str, str], str] = {}
-    cpu: dict[str, str | None] = {}
-    numa: dict[str, str | None] = {}
-    gpu_numa: dict[str, int | None] = {}
-    row_line: dict[str, int] = {}
-    i += 1
-    while i < len(lines):
-        line = lines[i]
-        no = i + 1
-        if not line.strip() or line.strip() in ("Legend:", "NIC Legend:"):
-            break
-        tokens = line.split()
-        name = tokens[0]
-        if name not in devices:
-            raise ParseError(source, no, f"a matrix row starting with one of the header's devices ({', '.join(devices)})", line)
-        if name in row_line:
-            raise ParseError(source, no, f"one row per device, but {name} already has a row on line {row_line[name]}", line)
-        if len(tokens) < n + 1:
-            raise ParseError(source, no, f"{n} relation cells after {name}", line)
-        for col, cell in zip(devices, tokens[1:n + 1], strict=True):
-            if not (cell in RELATIONS or _NV.match(cell)):
-                raise ParseError(source, no, f"a relation (X, SYS, SOC, NODE, PHB, PXB, PIX or NV#) in column {col}", cell)
-            if (cell == "X") != (col == name):
-                want = "X on the diagonal" if col == name else f"a relation other than X between {name} and {col}"
-                raise ParseError(source, no, want, cell)
-            if col != name:
-                relation[(name, col)] = cell
-        values = tokens[n + 1:]
-        if len(values) > len(trailing):
-            raise ParseError(source, no, f"at most {len(trailing)} value(s) ({', '.join(trailing)}) after the relation cells", line)
-        row = dict(zip(trailing, values, strict=False))
-        cpu[name] = _affinity(row.get("CPU Affinity"), "a CPU list like '0-23' or '48-63,176-191'", source, no)
-        numa[name] = _affinity(row.get("NUMA Affinity"), "a NUMA node list like '3'", source, no)
-        gid = row.get("GPU NUMA ID")
-        if gid is None or gid == "N/A":
-            gpu_numa[name] = None
-        elif gid.isdigit():
-            gpu_numa[name] = int(gid)
-        else:
-            raise ParseError(source, no, "a GPU NUMA ID (a number or N/A)", gid)
-        row_line[name] = no
-        i += 1
-
-    missing = [d for d in devices if d not in row_line]
-    if missing:
-        raise ParseError(source, i + 1 if i < len(lines) else len(lines),
-                         f"a matrix row for {missing[0]} (every header device has a row)",
-                         lines[i] if i < len(lines) else "end of input")
-    for (a, b), cell in relation.items():
-        if relation[(b, a)] != cell:
-            later = a if row_line[a] > row_line[b] else b
-            other = b if later == a else a
-            raise ParseError(source, row_line[later],
-                             f"{later}'s relation to {other} to mirror {other}'s ({relation[(other, later)]})",
-                             relation[(later, other)])
-
-    nic_names = _parse_legends(lines, i, devices, source)
-    return TopoMatrix(tuple(devices), relation, cpu, numa, gpu_numa, nic_names)
-
-
-def _parse_header(line: str, source: str, no: int) -> tuple[list[str], list[str]]:
-    tokens = _HEADER_TOKEN.findall(line)
-    if "CPU Affinity" not in tokens:
-        raise ParseError(source, no, _EXPECTED_HEADER, line)
-    cut = tokens.index("CPU Affinity")
-    devices, trailing = tokens[:cut], tokens[cut:]
-    if not devices:
-        raise ParseError(source, no, _EXPECTED_HEADER, line)
-    for d in devices:
-        if not _DEVICE_NAME.match(d) or d in RELATIONS or _NV.match(d) or d in _TRAILING_NAMES:
-            raise ParseError(source, no, "device names such as GPU0 or NIC0 in the header", d)
-    dup = [d for d, c in Counter(devices).items() if c > 1]
-    if dup:
-        raise ParseError(source, no, "each device once in the header", dup[0])
-    if len(set(trailing)) != len(trailing):
-        raise ParseError(source, no, "each affinity column once in the header", line)
-    return devices, trailing
-
-
-def _affinity(value: str | None, expected: str, source: str, no: int) -> str | None:
-    if value is None or value == "N/A":
-        return None
-    if not parse_cpu_list(value):
-        raise ParseError(source, no, expected, value)
-    return value
-
-
-def _parse_legends(lines: list[str], i: int, devices: list[str], source: str) -> dict[str, str]:
-    nic_names: dict[str, str] = {}
-    section = None  # None until "Legend:" or "NIC Legend:"
-    for j in range(i, len(lines)):
-        line, no = lines[j], j + 1
-        s = line.strip()
-        if not s:
-            continue
-        if s == "Legend:":
-            section = "legend"
-        elif s == "NIC Legend:":
-            section = "nic"
-        elif section == "legend" and _LEGEND_LINE.match(line):
-            continue
-        elif section == "nic" and (m := _NIC_LEGEND_LINE.match(line)):
-            dev, rdma = m.group(1), m.group(2)
-            if dev not in devices:
-                raise ParseError(source, no, f"a NIC legend entry for a device of the matrix ({', '.join(devices)})", line)
-            if dev in nic_names:
-                raise ParseError(source, no, f"one NIC legend entry per device, {dev} is listed twice", line)
-            nic_names[dev] = rdma
-        else:
-            expected = {
-                None: "a blank line, 'Legend:' or 'NIC Legend:' after the matrix",
-                "legend": "a legend line like '  PIX  = Connection traversing ...'",
-                "nic": "a NIC legend line like '  NIC0: mlx5_0'",
-            }[section]
-            raise ParseError(source, no, expected, line)
-    return nic_names
-
-
-# -- NVLink rates -----------------------------------------------------------
-
-@dataclass(frozen=True)
-class NvLinkRate:
-    """Per-direction bandwidth of one NVLink, in bytes/s, and how it was chosen.
-
-    ``basis`` is ``"generation"`` (a known NVLink version), ``"gpu-name"``
-    (the GPU model implies it) or ``"default"`` (nothing known).
-    ``max_links`` is how many NVLinks one GPU of that generation has.
-    """
-
-    per_link_bytes_per_s: float
-    generation: int | None
-    max_links: int
-    basis: str
-
-
-#: NVLink generation → (bytes/s per link per direction, links per GPU):
-#: P100 4 × 20 GB/s; V100 6 × 25; A100 12 × 25; H100 18 × 25; B200 18 × 50.
-NVLINK_GENERATIONS = {1: (20e9, 4), 2: (25e9, 6), 3: (25e9, 12), 4: (25e9, 18), 5: (50e9, 18)}
-
-#: used when neither the generation nor the GPU model is known: V100, A100
-#: and H100 all move 25 GB/s per link per direction
-DEFAULT_NVLINK_BYTES_PER_S = 25e9
-_MAX_NVLINKS = 18  # no GPU has more (NVML_NVLINK_MAX_LINKS)
-
-_NVLINK_BY_NAME = (
-    (re.compile(r"\bP100\b", re.I), 1, None),
-    (re.compile(r"\bV100", re.I), 2, None),
-    # GA102 boards bridge 4 links at 14.06 GB/s per direction (112.5 GB/s both ways in total)
-    (re.compile(r"RTX A6000|\bA40\b|RTX 3090|\bGA102", re.I), 3, 14.0625e9),
-    (re.compile(r"\bA100\b|\bA800\b|\bA30\b|\bGA100\b", re.I), 3, None),
-    (re.compile(r"\bH100\b|\bH200\b|\bH800\b|\bH20\b|\bGH100\b|\bGH200\b", re.I), 4, None),
-    (re.compile(r"\bB100\b|\bB200\b|\bGB200\b|\bB300\b|\bGB300\b", re.I), 5, None),
-)
-
-
-def nvlink_rate(gpu_name: str | None = None, generation: int | None = None) -> NvLinkRate:
-    """The bandwidth of one NVLink, from its generation or the GPU's model name.
-
-    >>> nvlink_rate(generation=5).per_link_bytes_per_s / 1e9
-    50.0
-    >>> r = nvlink_rate("NVIDIA A100-SXM4-40GB")
-    >>> r.generation, r.per_link_bytes_per_s / 1e9, r.basis
-    (3, 25.0, 'gpu-name')
-    >>> nvlink_rate().basis
-    'default'
-    """
-    for pattern, gen, bw in _NVLINK_BY_NAME:
-        # the model decides unless it contradicts a known generation (GA102 bridges are NVLink 3
-        # at a lower rate than A100's, which the generation alone would not tell)
-        if gpu_name and pattern.search(gpu_name) and generation in (None, gen):
-            base_bw, links = NVLINK_GENERATIONS[gen]
-            return NvLinkRate(bw or base_bw, gen, links if bw is None else 4, "gpu-name")
-    if generation in NVLINK_GENERATIONS:
-        bw, links = NVLINK_GENERATIONS[generation]
-        return NvLinkRate(bw, generation, links, "generation")
-    return NvLinkRate(DEFAULT_NVLINK_BYTES_PER_S, None, _MAX_NVLINKS, "default")
-
-
-def nvlink_link(a: str, b: str, count: int, rate: NvLinkRate, bandwidth_source: str, **attrs) -> Link:
-    """An NVLink :class:`Link` of ``count`` bonded links at ``rate``."""
-    return Link(a, b, LinkKind.NVLINK, count * rate.per_link_bytes_per_s,
-                bandwidth_source=bandwidth_source,
-                attrs={"nvlink_count": count, "per_link_bytes_per_s": rate.per_link_bytes_per_s,
-                       "nvlink_generation": rate.generation, "rate_basis": rate.basis, **attrs})
-
-
-# -- topology from the matrix alone ----------------------------------------------
 
 _TREE = ("PIX", "PXB")
 _SAME_NUMA = ("PIX", "PXB", "PHB", "NODE")
@@ -397,97 +104,108 @@ def topology_from_nvidia_smi(
     >>> t.parent("gpu:GPU0").kind.value, t.socket_of("gpu:GPU1").id
     ('switch', 'socket0')
     """
-    topo = Topology(name=name, sources=[source] if source else [])
-    pcie_links = pcie_links or {}
-    devs = list(matrix.devices)
+    b = _SmiBuilder(matrix, Topology(name=name, sources=[source] if source else []),
+                    pcie_links or {}, numa_to_socket)
+    b.group_numa()
+    b.sockets()
+    add_memory_and_interconnect(b.topo)
+    b.devices()
+    _add_nvlinks(b.topo, matrix, {d: b.dev_id(d) for d in b.devs}, gpu_name, nvlink_bytes_per_s)
+    return b.topo
 
-    def rel(a: str, b: str) -> str:
-        r = matrix.relation.get((a, b), "SYS")
+
+class _SmiBuilder:
+    """One coarse topology in the making from a matrix: groups, their NUMA nodes, sockets, devices."""
+
+    def __init__(self, matrix: TopoMatrix, topo: Topology, pcie_links: Mapping[str, tuple[int, int]],
+                 numa_to_socket: Mapping[int, int] | None) -> None:
+        self.matrix, self.topo, self.pcie_links = matrix, topo, pcie_links
+        self.numa_to_socket = numa_to_socket
+        self.devs = list(matrix.devices)
+        self.groups = _components(self.devs, lambda a, b: self.rel(a, b) in _TREE)
+        self.group_of = {d: k for k, g in enumerate(self.groups) for d in g}
+        self.numa_of: dict[int, int] = {}
+        self.n_switch = 0
+
+    def rel(self, a: str, b: str) -> str:
+        r = self.matrix.relation.get((a, b), "SYS")
         return "SYS" if r == "SOC" else r
 
-    groups = _components(devs, lambda a, b: rel(a, b) in _TREE)
-    group_of = {d: k for k, g in enumerate(groups) for d in g}
-
-    # NUMA node of each group: its own devices' affinity, else what PHB/NODE/tree neighbours say.
-    numa_of: dict[int, int] = {}
-    for k, g in enumerate(groups):
-        known = [n for d in g if (n := matrix.numa_node(d)) is not None]
-        if known:
-            numa_of[k] = Counter(known).most_common(1)[0][0]
-            if len(set(known)) > 1:
-                topo.notes.append(f"nvidia-smi: devices {', '.join(g)} share a PCIe tree but report "
-                                  f"NUMA nodes {sorted(set(known))}; using {numa_of[k]}")
-    changed = True
-    while changed:
-        changed = False
+    def group_numa(self) -> None:
+        """NUMA node of each group: its own devices' affinity, else what PHB/NODE/tree neighbours say."""
+        matrix, groups, group_of, numa_of = self.matrix, self.groups, self.group_of, self.numa_of
         for k, g in enumerate(groups):
-            if k in numa_of:
-                continue
-            votes = [numa_of[group_of[o]] for d in g for o in devs
-                     if group_of[o] != k and group_of[o] in numa_of and rel(d, o) in _SAME_NUMA]
-            if votes:
-                numa_of[k] = Counter(votes).most_common(1)[0][0]
-                changed = True
+            known = [n for d in g if (n := matrix.numa_node(d)) is not None]
+            if known:
+                numa_of[k] = Counter(known).most_common(1)[0][0]
+                if len(set(known)) > 1:
+                    self.topo.notes.append(f"nvidia-smi: devices {', '.join(g)} share a PCIe tree but report "
+                                           f"NUMA nodes {sorted(set(known))}; using {numa_of[k]}")
+        changed = True
+        while changed:
+            changed = False
+            for k, g in enumerate(groups):
+                if k in numa_of:
+                    continue
+                votes = [numa_of[group_of[o]] for d in g for o in self.devs
+                         if group_of[o] != k and group_of[o] in numa_of and self.rel(d, o) in _SAME_NUMA]
+                if votes:
+                    numa_of[k] = Counter(votes).most_common(1)[0][0]
+                    changed = True
 
-    # Sockets.
-    def socket_id(numa: int | None) -> str:
+    def socket_id(self, numa: int | None) -> str:
         if numa is None:
             return "socket?"
-        return f"socket{numa_to_socket.get(numa, numa) if numa_to_socket else numa}"
+        return f"socket{self.numa_to_socket.get(numa, numa) if self.numa_to_socket else numa}"
 
-    numa_nodes = sorted(set(numa_of.values()))
-    sockets: dict[str, list[int]] = {}
-    for n in numa_nodes:
-        sockets.setdefault(socket_id(n), []).append(n)
-    unplaced = [g for k, g in enumerate(groups) if k not in numa_of]
-    for sid in sorted(sockets, key=lambda s: int(s[len("socket"):])):
-        nodes = sockets[sid]
-        cpus = sorted({c for d in devs if matrix.numa_node(d) in nodes
-                       for c in [matrix.cpu_affinity.get(d)] if c})
-        topo.add_node(Node(sid, NodeKind.SOCKET, f"socket {sid[len('socket'):]}",
-                           numa_node=nodes[0] if len(nodes) == 1 else None,
-                           attrs={"numa_nodes": nodes, "cpu_affinity": cpus, "inferred": True}))
-    if unplaced or not sockets:
-        topo.add_node(Node("socket?", NodeKind.SOCKET, "socket (unknown: no NUMA affinity)",
-                           attrs={"inferred": True}))
-    if len(numa_nodes) > 0 and not numa_to_socket:
-        topo.notes.append(
-            f"nvidia-smi: one socket per NUMA node ({', '.join(map(str, numa_nodes))}); the matrix "
-            "cannot tell whether several NUMA nodes share a CPU package (AMD NPS2/NPS4)")
-    for g in unplaced:
-        far = sorted({numa_of[group_of[o]] for d in g for o in devs
-                      if group_of[o] in numa_of and rel(d, o) == "SYS"})
-        where = f"on a NUMA node other than {', '.join(map(str, far))}" if far else "on an unknown NUMA node"
-        topo.notes.append(
-            f"nvidia-smi: {', '.join(g)} have no NUMA affinity and are SYS to every placed device: "
-            f"they sit {where}, which the matrix does not name; placed under 'socket?'")
-    add_memory_and_interconnect(topo)
+    def sockets(self) -> None:
+        """One socket per NUMA node (or as ``numa_to_socket`` merges them), ``socket?`` for the rest."""
+        matrix, topo, numa_of, group_of, devs = self.matrix, self.topo, self.numa_of, self.group_of, self.devs
+        numa_nodes = sorted(set(numa_of.values()))
+        sockets: dict[str, list[int]] = {}
+        for n in numa_nodes:
+            sockets.setdefault(self.socket_id(n), []).append(n)
+        unplaced = [g for k, g in enumerate(self.groups) if k not in numa_of]
+        for sid in sorted(sockets, key=lambda s: int(s[len("socket"):])):
+            nodes = sockets[sid]
+            cpus = sorted({c for d in devs if matrix.numa_node(d) in nodes
+                           for c in [matrix.cpu_affinity.get(d)] if c})
+            topo.add_node(Node(sid, NodeKind.SOCKET, f"socket {sid[len('socket'):]}",
+                               numa_node=nodes[0] if len(nodes) == 1 else None,
+                               attrs={"numa_nodes": nodes, "cpu_affinity": cpus, "inferred": True}))
+        if unplaced or not sockets:
+            topo.add_node(Node("socket?", NodeKind.SOCKET, "socket (unknown: no NUMA affinity)",
+                               attrs={"inferred": True}))
+        if len(numa_nodes) > 0 and not self.numa_to_socket:
+            topo.notes.append(
+                f"nvidia-smi: one socket per NUMA node ({', '.join(map(str, numa_nodes))}); the matrix "
+                "cannot tell whether several NUMA nodes share a CPU package (AMD NPS2/NPS4)")
+        for g in unplaced:
+            far = sorted({numa_of[group_of[o]] for d in g for o in devs
+                          if group_of[o] in numa_of and self.rel(d, o) == "SYS"})
+            where = f"on a NUMA node other than {', '.join(map(str, far))}" if far else "on an unknown NUMA node"
+            topo.notes.append(
+                f"nvidia-smi: {', '.join(g)} have no NUMA affinity and are SYS to every placed device: "
+                f"they sit {where}, which the matrix does not name; placed under 'socket?'")
 
-    # Devices and inferred switches.
-    def dev_id(d: str) -> str:
-        return f"{matrix.kind(d).value}:{d}"
+    def dev_id(self, d: str) -> str:
+        return f"{self.matrix.kind(d).value}:{d}"
 
-    def pcie(up: str, d: str | None, node_id: str) -> Link:
-        gen, lanes = pcie_links.get(d, (None, None)) if d else (None, None)
+    def pcie(self, up: str, d: str | None, node_id: str) -> Link:
+        gen, lanes = self.pcie_links.get(d, (None, None)) if d else (None, None)
         return Link.pcie(up, node_id, gen, lanes, inferred=True)
 
-    hb_groups = _components(list(range(len(groups))),
-                            lambda a, b: any(rel(x, y) == "PHB" for x in groups[a] for y in groups[b]))
-    host_bridge = {k: f"hb{h}" for h, ks in enumerate(g for g in hb_groups if len(g) > 1) for k in ks}
-
-    n_switch = 0
-
-    def add_switch(members: list[str], evidence: str, up: str, hb: str | None) -> str:
-        nonlocal n_switch
-        sid = f"switch:nvsmi{n_switch}"
-        n_switch += 1
-        topo.add_node(Node(sid, NodeKind.SWITCH, f"switch (inferred from {evidence}: {', '.join(members)})",
-                           attrs={"inferred": True, "evidence": evidence, "members": list(members),
-                                  **({"host_bridge": hb} if hb else {})}))
-        topo.add_link(pcie(up, None, sid))
+    def add_switch(self, members: list[str], evidence: str, up: str, hb: str | None) -> str:
+        sid = f"switch:nvsmi{self.n_switch}"
+        self.n_switch += 1
+        self.topo.add_node(Node(sid, NodeKind.SWITCH, f"switch (inferred from {evidence}: {', '.join(members)})",
+                                attrs={"inferred": True, "evidence": evidence, "members": list(members),
+                                       **({"host_bridge": hb} if hb else {})}))
+        self.topo.add_link(self.pcie(up, None, sid))
         return sid
 
-    def add_device(d: str, up: str, hb: str | None) -> None:
+    def add_device(self, d: str, up: str, hb: str | None) -> None:
+        matrix = self.matrix
         label = f"{d} ({matrix.nic_names[d]})" if d in matrix.nic_names else d
         attrs = {"nvidia_smi_name": d}
         for key, table in (("cpu_affinity", matrix.cpu_affinity), ("numa_affinity", matrix.numa_affinity),
@@ -498,45 +216,48 @@ def topology_from_nvidia_smi(
             attrs["rdma_device"] = matrix.nic_names[d]
         if hb:
             attrs["host_bridge"] = hb
-        topo.add_node(Node(dev_id(d), matrix.kind(d), label, numa_node=matrix.numa_node(d), attrs=attrs))
-        topo.add_link(pcie(up, d, dev_id(d)))
+        self.topo.add_node(Node(self.dev_id(d), matrix.kind(d), label, numa_node=matrix.numa_node(d),
+                                attrs=attrs))
+        self.topo.add_link(self.pcie(up, d, self.dev_id(d)))
 
-    pxb_groups = 0
-    for k, g in enumerate(groups):
-        up = socket_id(numa_of.get(k))
-        hb = host_bridge.get(k)
-        if len(g) == 1:
-            add_device(g[0], up, hb)
-            continue
-        has_pxb = any(rel(a, b) == "PXB" for a in g for b in g if a != b)
-        if not has_pxb:
-            sw = add_switch(g, "PIX", up, hb)
-            if all(matrix.kind(d) == NodeKind.NIC for d in g):
-                topo.notes.append(
-                    f"nvidia-smi: {', '.join(g)} are PIX to each other: one switch, or the ports of "
-                    f"one multi-port card; either way they share the upstream link of {sw}")
-            for d in g:
-                add_device(d, sw, None)
-            continue
-        pxb_groups += 1
-        top = add_switch(g, "PXB", up, hb)
-        for sub in _components(g, lambda a, b: rel(a, b) == "PIX"):
-            if len(sub) == 1:
-                add_device(sub[0], top, None)
-            else:
-                sw = add_switch(sub, "PIX", top, None)
-                for d in sub:
-                    add_device(d, sw, None)
-    if pxb_groups:
-        topo.notes.append(
-            f"nvidia-smi: {pxb_groups} PXB group(s) drawn as one switch each; PXB means several "
-            "bridges, so the real tree may have more switch levels")
-    if any(pcie_links.get(d) is None for d in devs):
-        topo.notes.append("nvidia-smi: PCIe link widths and speeds are not in the matrix; those links are unknown")
-
-    # NVLink.
-    _add_nvlinks(topo, matrix, {d: dev_id(d) for d in devs}, gpu_name, nvlink_bytes_per_s)
-    return topo
+    def devices(self) -> None:
+        """Devices and inferred switches: one per PIX or PXB group, PIX pairs below a PXB one."""
+        groups, rel, topo = self.groups, self.rel, self.topo
+        hb_groups = _components(list(range(len(groups))),
+                                lambda a, b: any(rel(x, y) == "PHB" for x in groups[a] for y in groups[b]))
+        host_bridge = {k: f"hb{h}" for h, ks in enumerate(g for g in hb_groups if len(g) > 1) for k in ks}
+        pxb_groups = 0
+        for k, g in enumerate(groups):
+            up = self.socket_id(self.numa_of.get(k))
+            hb = host_bridge.get(k)
+            if len(g) == 1:
+                self.add_device(g[0], up, hb)
+                continue
+            has_pxb = any(rel(a, b) == "PXB" for a in g for b in g if a != b)
+            if not has_pxb:
+                sw = self.add_switch(g, "PIX", up, hb)
+                if all(self.matrix.kind(d) == NodeKind.NIC for d in g):
+                    topo.notes.append(
+                        f"nvidia-smi: {', '.join(g)} are PIX to each other: one switch, or the ports of "
+                        f"one multi-port card; either way they share the upstream link of {sw}")
+                for d in g:
+                    self.add_device(d, sw, None)
+                continue
+            pxb_groups += 1
+            top = self.add_switch(g, "PXB", up, hb)
+            for sub in _components(g, lambda a, b: rel(a, b) == "PIX"):
+                if len(sub) == 1:
+                    self.add_device(sub[0], top, None)
+                else:
+                    sw = self.add_switch(sub, "PIX", top, None)
+                    for d in sub:
+                        self.add_device(d, sw, None)
+        if pxb_groups:
+            topo.notes.append(
+                f"nvidia-smi: {pxb_groups} PXB group(s) drawn as one switch each; PXB means several "
+                "bridges, so the real tree may have more switch levels")
+        if any(self.pcie_links.get(d) is None for d in self.devs):
+            topo.notes.append("nvidia-smi: PCIe link widths and speeds are not in the matrix; those links are unknown")
 
 
 def _components(items: list, joined) -> list[list]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from planner.errors import PlannerError, TopologyError
 from planner.topology.model import Link, LinkKind, NodeKind, Topology
-from planner.topology.nvidia_smi import nvlink_link, nvlink_rate
+from planner.topology.nvlink import nvlink_link, nvlink_rate
 
 _BUS_ID = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 
@@ -194,23 +194,51 @@ def _describe(exc: BaseException) -> str:
 
 
 def _read(pynvml: Any) -> NvmlInfo:
-    nvml_error = getattr(pynvml, "NVMLError", Exception)
+    nv = _Calls(pynvml)
+    gpus, handles = _gpus(nv)
+    notes: list[str] = []
+    links = _nvlinks(nv, gpus, handles, notes)
+    gpus = [replace(g, nvlink_generation=links.generation.get(g.index)) for g in gpus]
+    p2p = {}
+    for a_i, a in enumerate(gpus):
+        for b_i in range(a_i + 1, len(gpus)):
+            # NVML_P2P_CAPS_INDEX_READ is 0 (pynvml spells the constant as a 1-tuple by mistake)
+            status = nv.may("nvmlDeviceGetP2PStatus", handles[a_i], handles[b_i], 0)
+            if status is not None:
+                p2p[(a.index, gpus[b_i].index)] = _P2P_STATUS.get(int(status), "U")
+    driver = nv.may("nvmlSystemGetDriverVersion")
+    if isinstance(driver, bytes):
+        driver = driver.decode("ascii", "replace")
+    return NvmlInfo(tuple(gpus), tuple(links.pairs(gpus)), links.to_switch, links.to_cpu, p2p, driver,
+                    tuple(dict.fromkeys(notes)))
 
-    def need(what: str, fn_name: str, *args: Any) -> Any:
+
+class _Calls:
+    """NVML calls that must answer (``need``: else :class:`NvmlError`) or may not (``may``: else None)."""
+
+    def __init__(self, pynvml: Any) -> None:
+        self.pynvml = pynvml
+        self.error = getattr(pynvml, "NVMLError", Exception)
+
+    def need(self, what: str, fn_name: str, *args: Any) -> Any:
         try:
-            return getattr(pynvml, fn_name)(*args)
-        except (nvml_error, AttributeError) as exc:
+            return getattr(self.pynvml, fn_name)(*args)
+        except (self.error, AttributeError) as exc:
             raise NvmlError(f"NVML failed to give {what}: {fn_name} raised {_describe(exc)}") from None
 
-    def may(fn_name: str, *args: Any) -> Any:
-        fn = getattr(pynvml, fn_name, None)
+    def may(self, fn_name: str, *args: Any) -> Any:
+        fn = getattr(self.pynvml, fn_name, None)
         if fn is None:
             return None  # older pynvml without this call
         try:
             return fn(*args)
-        except nvml_error:
+        except self.error:
             return None
 
+
+def _gpus(nv: _Calls) -> tuple[list[NvmlGpu], list[Any]]:
+    """Every GPU NVML sees, and its handle."""
+    need, may = nv.need, nv.may
     count = need("the number of GPUs", "nvmlDeviceGetCount")
     handles = []
     gpus = []
@@ -225,7 +253,7 @@ def _read(pynvml: Any) -> NvmlInfo:
         pci_id = getattr(pci, "pciDeviceId", None)
         numa = None
         # NVML_AFFINITY_SCOPE_NODE = 0; 4 × 64 bits cover 256 NUMA nodes
-        affinity = may("nvmlDeviceGetMemoryAffinity", h, 4, getattr(pynvml, "NVML_AFFINITY_SCOPE_NODE", 0))
+        affinity = may("nvmlDeviceGetMemoryAffinity", h, 4, getattr(nv.pynvml, "NVML_AFFINITY_SCOPE_NODE", 0))
         if affinity is not None:
             nodes = [w * 64 + b for w, word in enumerate(affinity) for b in range(64) if int(word) >> b & 1]
             numa = nodes[0] if len(nodes) == 1 else None
@@ -245,16 +273,42 @@ def _read(pynvml: Any) -> NvmlInfo:
             device_id=f"{int(pci_id) >> 16 & 0xFFFF:04x}" if pci_id is not None else None,
         ))
         handles.append(h)
+    return gpus, handles
 
-    # NVLinks, link by link from each GPU's side.
+
+class _Links:
+    """NVLinks counted link by link from each GPU's side: to peers, to NVSwitches, to CPUs."""
+
+    def __init__(self) -> None:
+        self.direct: dict[int, dict[int, int]] = {}
+        self.to_switch: dict[int, int] = {}
+        self.to_cpu: dict[int, int] = {}
+        self.generation: dict[int, int] = {}
+
+    def pairs(self, gpus: list[NvmlGpu]) -> list[NvLinkPair]:
+        """GPU pairs joined directly or through NVSwitches."""
+        direct, to_switch, generation = self.direct, self.to_switch, self.generation
+        pairs = []
+        for a_i, a in enumerate(gpus):
+            for b in gpus[a_i + 1:]:
+                # each link is seen from both ends; an end whose query failed sees fewer
+                n = max(direct.get(a.index, {}).get(b.index, 0), direct.get(b.index, {}).get(a.index, 0))
+                gen = generation.get(a.index) or generation.get(b.index)
+                if n:
+                    pairs.append(NvLinkPair(a.index, b.index, n, "direct", gen))
+                elif to_switch.get(a.index) and to_switch.get(b.index):
+                    pairs.append(NvLinkPair(a.index, b.index, min(to_switch[a.index], to_switch[b.index]),
+                                            "nvswitch", gen))
+        return pairs
+
+
+def _nvlinks(nv: _Calls, gpus: list[NvmlGpu], handles: list[Any], notes: list[str]) -> _Links:
+    """NVLinks, link by link from each GPU's side."""
+    may = nv.may
+    out = _Links()
     by_bus = {g.bus_address: g.index for g in gpus}
-    max_links = int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))
-    enabled = getattr(pynvml, "NVML_FEATURE_ENABLED", 1)
-    direct: dict[int, dict[int, int]] = {}
-    to_switch: dict[int, int] = {}
-    to_cpu: dict[int, int] = {}
-    generation: dict[int, int] = {}
-    notes: list[str] = []
+    max_links = int(getattr(nv.pynvml, "NVML_NVLINK_MAX_LINKS", 18))
+    enabled = getattr(nv.pynvml, "NVML_FEATURE_ENABLED", 1)
     for g, h in zip(gpus, handles, strict=True):
         arch = may("nvmlDeviceGetArchitecture", h)
         for link in range(max_links):
@@ -263,7 +317,7 @@ def _read(pynvml: Any) -> NvmlInfo:
             version = may("nvmlDeviceGetNvLinkVersion", h, link)
             gen = _nvlink_generation(version, arch, g.index, notes)
             if gen is not None:
-                generation[g.index] = max(generation.get(g.index, 0), gen)
+                out.generation[g.index] = max(out.generation.get(g.index, 0), gen)
             remote = may("nvmlDeviceGetNvLinkRemotePciInfo", h, link)
             try:
                 peer = by_bus.get(normalize_bus_id(remote.busId)) if remote is not None else None
@@ -271,38 +325,13 @@ def _read(pynvml: Any) -> NvmlInfo:
                 peer = None
             rtype = may("nvmlDeviceGetNvLinkRemoteDeviceType", h, link)
             if peer is not None and peer != g.index:
-                direct.setdefault(g.index, {})[peer] = direct.get(g.index, {}).get(peer, 0) + 1
+                out.direct.setdefault(g.index, {})[peer] = out.direct.get(g.index, {}).get(peer, 0) + 1
             elif rtype == _REMOTE_SWITCH or (rtype is None and remote is not None and peer is None
                                              and f"{int(getattr(remote, 'pciDeviceId', 0)) & 0xFFFF:04x}" == "10de"):
-                to_switch[g.index] = to_switch.get(g.index, 0) + 1
+                out.to_switch[g.index] = out.to_switch.get(g.index, 0) + 1
             elif rtype == _REMOTE_IBMNPU:
-                to_cpu[g.index] = to_cpu.get(g.index, 0) + 1
-
-    gpus = [replace(g, nvlink_generation=generation.get(g.index)) for g in gpus]
-    pairs = []
-    for a_i, a in enumerate(gpus):
-        for b in gpus[a_i + 1:]:
-            # each link is seen from both ends; an end whose query failed sees fewer
-            n = max(direct.get(a.index, {}).get(b.index, 0), direct.get(b.index, {}).get(a.index, 0))
-            gen = generation.get(a.index) or generation.get(b.index)
-            if n:
-                pairs.append(NvLinkPair(a.index, b.index, n, "direct", gen))
-            elif to_switch.get(a.index) and to_switch.get(b.index):
-                pairs.append(NvLinkPair(a.index, b.index, min(to_switch[a.index], to_switch[b.index]),
-                                        "nvswitch", gen))
-
-    p2p = {}
-    for a_i, a in enumerate(gpus):
-        for b_i in range(a_i + 1, len(gpus)):
-            # NVML_P2P_CAPS_INDEX_READ is 0 (pynvml spells the constant as a 1-tuple by mistake)
-            status = may("nvmlDeviceGetP2PStatus", handles[a_i], handles[b_i], 0)
-            if status is not None:
-                p2p[(a.index, gpus[b_i].index)] = _P2P_STATUS.get(int(status), "U")
-
-    driver = may("nvmlSystemGetDriverVersion")
-    if isinstance(driver, bytes):
-        driver = driver.decode("ascii", "replace")
-    return NvmlInfo(tuple(gpus), tuple(pairs), to_switch, to_cpu, p2p, driver, tuple(dict.fromkeys(notes)))
+                out.to_cpu[g.index] = out.to_cpu.get(g.index, 0) + 1
+    return out
 
 
 def _nvlink_generation(version: Any, arch: Any, index: int, notes: list[str]) -> int | None:
@@ -363,41 +392,7 @@ def apply_nvml(topo: Topology, info: NvmlInfo) -> Topology:
                             "is it the topology of this machine?")
 
     for g in info.gpus:
-        node = out.node(ids[g.index])
-        attrs: dict[str, Any] = {"nvml_index": g.index}
-        if node.name and node.name != g.name:
-            attrs["pci_name"] = node.name
-        if g.memory_bytes is not None:
-            attrs["memory_bytes"] = g.memory_bytes
-        if g.gpu_numa_id is not None:
-            attrs["gpu_numa_id"] = g.gpu_numa_id
-        if g.current_link_gen and g.current_link_width:
-            attrs["current_link"] = [g.current_link_gen, g.current_link_width]
-        peers = {ids[b]: s for (a, b), s in info.p2p.items() if a == g.index and b in ids}
-        peers.update({ids[a]: s for (a, b), s in info.p2p.items() if b == g.index and a in ids})
-        if peers:
-            attrs["p2p_read"] = peers
-        out.replace_node(replace(
-            node.with_attrs(**attrs),
-            kind=NodeKind.GPU,
-            name=g.name or node.name,
-            numa_node=node.numa_node if node.numa_node is not None else g.numa_node,
-            vendor_id=node.vendor_id or g.vendor_id,
-            device_id=node.device_id or g.device_id,
-        ))
-        parent = out.parent(node.id)
-        up = out.link_between(parent.id, node.id) if parent is not None else None
-        if (up is not None and up.kind == LinkKind.PCIE and up.bytes_per_s is None
-                and g.max_link_gen and g.max_link_width and up.src == parent.id):
-            extra = dict(up.attrs)
-            if g.current_link_gen and g.current_link_width:
-                extra.update(current_gen=g.current_link_gen, current_lanes=g.current_link_width)
-            try:
-                out.replace_link(Link.pcie(up.src, up.dst, g.max_link_gen, g.max_link_width,
-                                           link_source="nvml", **extra))
-            except TopologyError:
-                out.notes.append(f"NVML: GPU {g.index} reports an impossible PCIe link "
-                                 f"Gen{g.max_link_gen} x{g.max_link_width}; left unknown")
+        _refine_gpu(out, g, ids, info.p2p)
 
     switched = False
     for p in info.nvlinks:
@@ -423,3 +418,42 @@ def apply_nvml(topo: Topology, info: NvmlInfo) -> Topology:
                          + " have NVLinks to the CPU, which the topology does not model")
     out.sources.append("nvml")
     return out
+
+
+def _refine_gpu(out: Topology, g: NvmlGpu, ids: dict[int, str], p2p: Mapping[tuple[int, int], str]) -> None:
+    """One GPU's node (name, memory, NUMA, peers) and, where unknown, its PCIe link, from NVML."""
+    node = out.node(ids[g.index])
+    attrs: dict[str, Any] = {"nvml_index": g.index}
+    if node.name and node.name != g.name:
+        attrs["pci_name"] = node.name
+    if g.memory_bytes is not None:
+        attrs["memory_bytes"] = g.memory_bytes
+    if g.gpu_numa_id is not None:
+        attrs["gpu_numa_id"] = g.gpu_numa_id
+    if g.current_link_gen and g.current_link_width:
+        attrs["current_link"] = [g.current_link_gen, g.current_link_width]
+    peers = {ids[b]: s for (a, b), s in p2p.items() if a == g.index and b in ids}
+    peers.update({ids[a]: s for (a, b), s in p2p.items() if b == g.index and a in ids})
+    if peers:
+        attrs["p2p_read"] = peers
+    out.replace_node(replace(
+        node.with_attrs(**attrs),
+        kind=NodeKind.GPU,
+        name=g.name or node.name,
+        numa_node=node.numa_node if node.numa_node is not None else g.numa_node,
+        vendor_id=node.vendor_id or g.vendor_id,
+        device_id=node.device_id or g.device_id,
+    ))
+    parent = out.parent(node.id)
+    up = out.link_between(parent.id, node.id) if parent is not None else None
+    if (up is not None and up.kind == LinkKind.PCIE and up.bytes_per_s is None
+            and g.max_link_gen and g.max_link_width and up.src == parent.id):
+        extra = dict(up.attrs)
+        if g.current_link_gen and g.current_link_width:
+            extra.update(current_gen=g.current_link_gen, current_lanes=g.current_link_width)
+        try:
+            out.replace_link(Link.pcie(up.src, up.dst, g.max_link_gen, g.max_link_width,
+                                       link_source="nvml", **extra))
+        except TopologyError:
+            out.notes.append(f"NVML: GPU {g.index} reports an impossible PCIe link "
+                             f"Gen{g.max_link_gen} x{g.max_link_width}; left unknown")

@@ -209,127 +209,140 @@ def build_pci_topology(
         if addr in fns:
             raise TopologyError(f"PCI function {addr} appears twice in {source or 'the input'}")
         fns[addr] = fn if fn.address == addr else _with_address(fn, addr)
+    b = _PciBuilder(fns, Topology(name=name, sources=[source] if source else []), efficiency)
+    b.roles()
+    b.device_groups(keep_root_bus_platform)
+    b.sockets(numa_to_socket)
+    add_memory_and_interconnect(b.topo)
+    for a in b.children.get(None, []):
+        b.bridges(a)
+    b.devices()
+    _name_switches(b.topo)
+    return b.topo
 
-    parent = {a: _find_parent(a, f, fns) for a, f in fns.items()}
-    children: dict[str | None, list[str]] = {}
-    for a in sorted(fns):
-        children.setdefault(parent[a], []).append(a)
 
-    # Roles of bridges, top-down so that "below a switch" is known first.
-    role: dict[str, str] = {}  # root | usp | dsp | transparent
+class _PciBuilder:
+    """One topology in the making from PCI functions: the bus tree, bridge roles, sockets, devices."""
 
-    def has_bridge_child(a: str) -> bool:
-        return any(fns[c].is_bridge for c in children.get(a, []))
+    def __init__(self, fns: dict[str, PciFunction], topo: Topology, efficiency: float) -> None:
+        self.fns, self.topo, self.efficiency = fns, topo, efficiency
+        self.parent = {a: _find_parent(a, f, fns) for a, f in fns.items()}
+        self.children: dict[str | None, list[str]] = {}
+        for a in sorted(fns):
+            self.children.setdefault(self.parent[a], []).append(a)
+        self.role: dict[str, str] = {}  # root | usp | dsp | transparent
+        # where the traffic of a bridge's secondary side attaches: a node id and the port's link
+        self.attach: dict[str, tuple[str, PciFunction]] = {}
 
-    def assign(a: str) -> None:
-        f = fns[a]
-        if f.is_bridge:
-            p = parent[a]
-            pt = f.port_type
-            if pt == "root" or (p is None and pt in (None, "pci-bridge")):
-                role[a] = "root"
-            elif pt == "downstream" or (pt is None and p is not None and role.get(p) == "usp"):
-                role[a] = "dsp" if p is not None and role.get(p) == "usp" else "transparent"
-            elif pt == "upstream" or (pt is None and has_bridge_child(a)):
-                role[a] = "usp"
-            else:
-                role[a] = "transparent"
-        for c in children.get(a, []):
-            assign(c)
+    def roles(self) -> None:
+        """Roles of bridges, top-down so that "below a switch" is known first."""
+        fns, parent, role, children = self.fns, self.parent, self.role, self.children
 
-    for a in children.get(None, []):
-        assign(a)
+        def has_bridge_child(a: str) -> bool:
+            return any(fns[c].is_bridge for c in children.get(a, []))
 
-    topo = Topology(name=name, sources=[source] if source else [])
+        stack = list(reversed(children.get(None, [])))
+        while stack:
+            a = stack.pop()
+            f = fns[a]
+            if f.is_bridge:
+                p = parent[a]
+                pt = f.port_type
+                if pt == "root" or (p is None and pt in (None, "pci-bridge")):
+                    role[a] = "root"
+                elif pt == "downstream" or (pt is None and p is not None and role.get(p) == "usp"):
+                    role[a] = "dsp" if p is not None and role.get(p) == "usp" else "transparent"
+                elif pt == "upstream" or (pt is None and has_bridge_child(a)):
+                    role[a] = "usp"
+                else:
+                    role[a] = "transparent"
+            stack.extend(reversed(children.get(a, [])))
 
-    # Sockets: NUMA node of each root-bus function, or of anything below it.
-    def subtree_numa(a: str) -> int | None:
+    def subtree_numa(self, a: str) -> int | None:
+        """The NUMA node of a function, or of the first function below it that has one."""
         stack = [a]
         while stack:
             x = stack.pop()
-            if fns[x].numa_node is not None and fns[x].numa_node >= 0:
-                return fns[x].numa_node
-            stack.extend(children.get(x, []))
+            if self.fns[x].numa_node is not None and self.fns[x].numa_node >= 0:
+                return self.fns[x].numa_node
+            stack.extend(self.children.get(x, []))
         return None
 
-    # Node ids for devices: one per (domain, bus, device).
-    def device_key(a: str) -> str:
-        return a.rsplit(".", 1)[0]
+    def device_groups(self, keep_root_bus_platform: bool) -> None:
+        """Node ids for devices: one per (domain, bus, device); and the platform functions left out.
 
-    dev_groups: dict[str, list[str]] = {}
-    for a, f in fns.items():
-        if not f.is_bridge:
-            dev_groups.setdefault(device_key(a), []).append(a)
-    for addrs in dev_groups.values():
-        addrs.sort()
-    # Chipset and uncore functions on a root bus are left out; so is the socket of
-    # a root bus that holds nothing else (Intel's uncore buses 7f/ff have no NUMA
-    # node: they must not become a socket of their own).
-    platform = set() if keep_root_bus_platform else {
-        k for k, addrs in dev_groups.items()
-        if parent[addrs[0]] is None and _is_platform(fns[addrs[0]], [fns[x] for x in addrs])}
+        Chipset and uncore functions on a root bus are left out; so is the socket of
+        a root bus that holds nothing else (Intel's uncore buses 7f/ff have no NUMA
+        node: they must not become a socket of their own).
+        """
+        fns = self.fns
+        self.dev_groups: dict[str, list[str]] = {}
+        for a, f in fns.items():
+            if not f.is_bridge:
+                self.dev_groups.setdefault(_device_key(a), []).append(a)
+        for addrs in self.dev_groups.values():
+            addrs.sort()
+        self.platform = set() if keep_root_bus_platform else {
+            k for k, addrs in self.dev_groups.items()
+            if self.parent[addrs[0]] is None and _is_platform(fns[addrs[0]], [fns[x] for x in addrs])}
 
-    socket_id: dict[str, str] = {}  # root-bus function -> socket node id
-    numas_seen: set[int] = set()
-    unplaced_platform: set[str] = set()  # root buses of left-out functions with no NUMA node
-    for a in children.get(None, []):
-        if not fns[a].is_bridge and device_key(a) in platform:
-            if subtree_numa(a) is None:
-                unplaced_platform.add(a.rsplit(":", 1)[0])
-            continue
-        numa = subtree_numa(a)
-        if numa is None:
-            # Functions of one root bus share a root complex: borrow a sibling's NUMA node.
-            dom_bus = a.rsplit(":", 1)[0]
-            numa = next(
-                (subtree_numa(b) for b in children.get(None, [])
-                 if b.rsplit(":", 1)[0] == dom_bus and subtree_numa(b) is not None),
-                None,
-            )
-        if numa is None:
-            socket_id[a] = "socket?"
-        else:
-            numas_seen.add(numa)
-            sock = numa_to_socket.get(numa, numa) if numa_to_socket else numa
-            socket_id[a] = f"socket{sock}"
+    def sockets(self, numa_to_socket: Mapping[int, int] | None) -> None:
+        """Sockets: the NUMA node of each root-bus function, or of anything below it."""
+        fns, children, topo = self.fns, self.children, self.topo
+        self.socket_id: dict[str, str] = {}  # root-bus function -> socket node id
+        numas_seen: set[int] = set()
+        unplaced_platform: set[str] = set()  # root buses of left-out functions with no NUMA node
+        for a in children.get(None, []):
+            if not fns[a].is_bridge and _device_key(a) in self.platform:
+                if self.subtree_numa(a) is None:
+                    unplaced_platform.add(a.rsplit(":", 1)[0])
+                continue
+            numa = self.subtree_numa(a)
+            if numa is None:
+                # Functions of one root bus share a root complex: borrow a sibling's NUMA node.
+                dom_bus = a.rsplit(":", 1)[0]
+                numa = next(
+                    (self.subtree_numa(b) for b in children.get(None, [])
+                     if b.rsplit(":", 1)[0] == dom_bus and self.subtree_numa(b) is not None),
+                    None,
+                )
+            if numa is None:
+                self.socket_id[a] = "socket?"
+            else:
+                numas_seen.add(numa)
+                sock = numa_to_socket.get(numa, numa) if numa_to_socket else numa
+                self.socket_id[a] = f"socket{sock}"
+        self.socket_ids = sorted(set(self.socket_id.values()), key=lambda s: (s == "socket?", s)) \
+            or ["socket?"]
+        buses = sorted(unplaced_platform - {a.rsplit(":", 1)[0] for a in self.socket_id})
+        if buses:
+            topo.notes.append(
+                f"root bus(es) {', '.join(buses)} hold only chipset/uncore functions and no NUMA node; "
+                "left out (they are not a socket)")
+        for s in self.socket_ids:
+            if s == "socket?":
+                topo.add_node(Node(s, NodeKind.SOCKET, "socket (unknown: no NUMA node given)",
+                                   attrs={"inferred": True}))
+                topo.notes.append("some root buses have no NUMA node in the input; they hang under 'socket?'")
+            else:
+                idx = int(s[len("socket"):])
+                numa_nodes = sorted(n for n in numas_seen
+                                    if (numa_to_socket.get(n, n) if numa_to_socket else n) == idx)
+                topo.add_node(Node(s, NodeKind.SOCKET, f"socket {idx}",
+                                   numa_node=numa_nodes[0] if len(numa_nodes) == 1 else None,
+                                   attrs={"numa_nodes": numa_nodes}))
 
-    sockets = sorted({s for s in socket_id.values()}, key=lambda s: (s == "socket?", s))
-    if not sockets:
-        sockets = ["socket?"]
-    buses = sorted(unplaced_platform - {a.rsplit(":", 1)[0] for a in socket_id})
-    if buses:
-        topo.notes.append(
-            f"root bus(es) {', '.join(buses)} hold only chipset/uncore functions and no NUMA node; "
-            "left out (they are not a socket)")
-    for s in sockets:
-        if s == "socket?":
-            topo.add_node(Node(s, NodeKind.SOCKET, "socket (unknown: no NUMA node given)",
-                               attrs={"inferred": True}))
-            topo.notes.append("some root buses have no NUMA node in the input; they hang under 'socket?'")
-        else:
-            idx = int(s[len("socket"):])
-            numa_nodes = sorted(n for n in numas_seen
-                                if (numa_to_socket.get(n, n) if numa_to_socket else n) == idx)
-            topo.add_node(Node(s, NodeKind.SOCKET, f"socket {idx}",
-                               numa_node=numa_nodes[0] if len(numa_nodes) == 1 else None,
-                               attrs={"numa_nodes": numa_nodes}))
-    add_memory_and_interconnect(topo)
-
-    # Where the traffic of a bridge's secondary side attaches: a node id and the port's link.
-    attach: dict[str, tuple[str, PciFunction]] = {}
-
-    def upstream_of(a: str) -> tuple[str, PciFunction | None] | None:
+    def upstream_of(self, a: str) -> tuple[str, PciFunction | None] | None:
         """(node id, port function) that a function below ``parent[a]`` attaches to."""
-        p = parent[a]
+        p = self.parent[a]
         if p is None:
-            root = a
-            return socket_id.get(root, sockets[0]), None
-        return attach.get(p)
+            return self.socket_id.get(a, self.socket_ids[0]), None
+        return self.attach.get(p)
 
-    def add_slot(port_addr: str, port: PciFunction, up_id: str) -> str:
+    def add_slot(self, port_addr: str, port: PciFunction, up_id: str) -> str:
         slot_id = f"slot:{port_addr}"
         designation = port.slot or port_addr
-        topo.add_node(Node(
+        self.topo.add_node(Node(
             slot_id, NodeKind.SLOT, f"slot {designation}", bus_address=None,
             numa_node=port.numa_node,
             attrs={"designation": str(designation), "port": port_addr,
@@ -339,89 +352,92 @@ def build_pci_topology(
                    "in_use": False, "source": str(port.attrs.get("slot_source", "pcie-sltcap"))},
         ))
         g, w = _min_link(port.link_cap)
-        topo.add_link(Link.pcie(up_id, slot_id, g, w, efficiency))
+        self.topo.add_link(Link.pcie(up_id, slot_id, g, w, self.efficiency))
         return slot_id
 
-    def note_port(owner_id: str, addr: str, port: PciFunction) -> None:
+    def note_port(self, owner_id: str, addr: str, port: PciFunction) -> None:
         """Record a port's secondary bus on the socket or switch it belongs to.
 
         Later joins (dmidecode's empty slots) find a bus's owner from it.
         """
         if port.secondary_bus is None:
             return
-        owner = topo.node(owner_id)
+        owner = self.topo.node(owner_id)
         buses = {**owner.attrs.get("port_buses", {}), addr: port.secondary_bus}
-        topo.replace_node(owner.with_attrs(port_buses=buses))
+        self.topo.replace_node(owner.with_attrs(port_buses=buses))
 
-    def visit(a: str) -> None:
-        f = fns[a]
-        r = role.get(a)
-        up = upstream_of(a)
-        if f.is_bridge and up is not None:
+    def bridges(self, root: str) -> None:
+        """Root ports, switches and their slots, top-down from the root-bus function ``root``."""
+        topo, fns = self.topo, self.fns
+        stack = [root]
+        while stack:
+            a = stack.pop()
+            f = fns[a]
+            r = self.role.get(a)
+            up = self.upstream_of(a)
+            if f.is_bridge and up is not None:
+                up_id, up_port = up
+                if r == "root":
+                    target = self.socket_id.get(a, self.socket_ids[0])
+                    self.note_port(target, a, f)
+                    self.attach[a] = (target, f)
+                    if f.slot and f.attrs.get("slot_implemented", True):
+                        self.attach[a] = (self.add_slot(a, f, target), f)
+                elif r == "usp":
+                    sw_id = f"switch:{a}"
+                    topo.add_node(Node(
+                        sw_id, NodeKind.SWITCH, _switch_name(f), bus_address=a,
+                        numa_node=f.numa_node, vendor_id=f.vendor_id, device_id=f.device_id,
+                        attrs={"ports": [a], **({"model": f.name} if f.name else {})},
+                    ))
+                    g, w = _min_link(up_port.link_cap if up_port else None, f.link_cap)
+                    topo.add_link(Link.pcie(up_id, sw_id, g, w, self.efficiency, **_status(f.link_sta)))
+                    self.attach[a] = (sw_id, f)
+                elif r == "dsp":
+                    sw = topo.node(up_id)
+                    topo.replace_node(sw.with_attrs(ports=[*sw.attrs.get("ports", []), a]))
+                    self.note_port(up_id, a, f)
+                    self.attach[a] = (up_id, f)
+                    if f.slot and f.attrs.get("slot_implemented", True):
+                        self.attach[a] = (self.add_slot(a, f, up_id), f)
+                else:
+                    self.attach[a] = up  # transparent: inherit the nearest real attachment
+            stack.extend(reversed(self.children.get(a, [])))
+
+    def devices(self) -> None:
+        """One node per (domain, bus, device), under what its bus attaches to."""
+        topo, fns = self.topo, self.fns
+        for key, addrs in self.dev_groups.items():
+            if key in self.platform:
+                continue
+            fn0 = fns[addrs[0]]
+            kinds = [classify(fns[x]) for x in addrs]
+            kind = min(kinds, key=lambda k: _KIND_RANK[k])
+            up = self.upstream_of(addrs[0])
+            if up is None:
+                continue
             up_id, up_port = up
-            if r == "root":
-                target = socket_id.get(a, sockets[0])
-                note_port(target, a, f)
-                attach[a] = (target, f)
-                if f.slot and f.attrs.get("slot_implemented", True):
-                    attach[a] = (add_slot(a, f, target), f)
-            elif r == "usp":
-                sw_id = f"switch:{a}"
-                topo.add_node(Node(
-                    sw_id, NodeKind.SWITCH, _switch_name(f), bus_address=a,
-                    numa_node=f.numa_node, vendor_id=f.vendor_id, device_id=f.device_id,
-                    attrs={"ports": [a], **({"model": f.name} if f.name else {})},
-                ))
-                g, w = _min_link(up_port.link_cap if up_port else None, f.link_cap)
-                topo.add_link(Link.pcie(up_id, sw_id, g, w, efficiency,
-                                        **_status(f.link_sta)))
-                attach[a] = (sw_id, f)
-            elif r == "dsp":
-                sw_id = up_id
-                sw = topo.node(sw_id)
-                topo.replace_node(sw.with_attrs(ports=[*sw.attrs.get("ports", []), a]))
-                note_port(sw_id, a, f)
-                attach[a] = (sw_id, f)
-                if f.slot and f.attrs.get("slot_implemented", True):
-                    attach[a] = (add_slot(a, f, sw_id), f)
-            else:
-                attach[a] = up  # transparent: inherit the nearest real attachment
-        for c in children.get(a, []):
-            visit(c)
+            main = next(fns[x] for x, k in zip(addrs, kinds, strict=True) if k == kind)
+            node_id = f"pci:{addrs[0]}"
+            topo.add_node(Node(
+                node_id, kind, main.name or fn0.name, bus_address=addrs[0],
+                numa_node=main.numa_node if main.numa_node is not None and main.numa_node >= 0 else None,
+                vendor_id=main.vendor_id, device_id=main.device_id,
+                attrs={"functions": addrs, **({"class_code": main.class_code} if main.class_code else {}),
+                       **({"slot": main.slot} if main.slot else {}), **dict(main.attrs)},
+            ))
+            g, w = _min_link(up_port.link_cap if up_port else None, main.link_cap)
+            if up_port is None and main.link_cap is None:
+                g = w = None
+            if topo.node(up_id).kind == NodeKind.SLOT:
+                slot = topo.node(up_id)
+                topo.replace_node(slot.with_attrs(in_use=True))
+            topo.add_link(Link.pcie(up_id, node_id, g, w, self.efficiency, **_status(main.link_sta)))
 
-    for a in children.get(None, []):
-        visit(a)
 
-    # Devices.
-    for key, addrs in dev_groups.items():
-        if key in platform:
-            continue
-        fn0 = fns[addrs[0]]
-        kinds = [classify(fns[x]) for x in addrs]
-        kind = min(kinds, key=lambda k: _KIND_RANK[k])
-        up = upstream_of(addrs[0])
-        if up is None:
-            continue
-        up_id, up_port = up
-        main = next(fns[x] for x, k in zip(addrs, kinds, strict=True) if k == kind)
-        node_id = f"pci:{addrs[0]}"
-        topo.add_node(Node(
-            node_id, kind, main.name or fn0.name, bus_address=addrs[0],
-            numa_node=main.numa_node if main.numa_node is not None and main.numa_node >= 0 else None,
-            vendor_id=main.vendor_id, device_id=main.device_id,
-            attrs={"functions": addrs, **({"class_code": main.class_code} if main.class_code else {}),
-                   **({"slot": main.slot} if main.slot else {}), **dict(main.attrs)},
-        ))
-        g, w = _min_link(up_port.link_cap if up_port else None, main.link_cap)
-        if up_port is None and main.link_cap is None:
-            g = w = None
-        if topo.node(up_id).kind == NodeKind.SLOT:
-            slot = topo.node(up_id)
-            topo.replace_node(slot.with_attrs(in_use=True))
-        topo.add_link(Link.pcie(up_id, node_id, g, w, efficiency, **_status(main.link_sta)))
-
-    _name_switches(topo)
-    return topo
+def _device_key(a: str) -> str:
+    """A device's node key: its function's address without the function number."""
+    return a.rsplit(".", 1)[0]
 
 
 def add_memory_and_interconnect(

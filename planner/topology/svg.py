@@ -47,7 +47,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -56,26 +55,42 @@ from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.svglayout import (  # noqa: F401  (SMALL_BOX_H and the layout are re-exported)
     BUS_DROP,
-    LINE_GAP_PX,
-    LINK_FONT_PX,
     MARGIN,
-    NODE_FONT_PX,
     SMALL_BOX_H,
-    SMALL_FONT_PX,
     Box,
     TopologyLayout,
+    _link_key,
+    _normalise_pairs,
+    _straight,
+    topology_layout,
+)
+from planner.topology.svgstyle import (  # noqa: F401  (the colours are re-exported)
+    FONT_FAMILY,
+    HIGHLIGHT,
+    KIND_COLOURS,
+    LINK_COLOURS,
+    MAX_LABELLED_ARCS,
+    MUTED,
+    TEXT,
+    _draw_legend,
+    _esc,
+    _legend_items,
+    _legend_rows,
+    _text,
+)
+from planner.topology.svgtext import (
+    LINE_GAP_PX,
+    LINK_FONT_PX,
+    NODE_FONT_PX,
+    SMALL_FONT_PX,
     _bw_text,
     _fit,
     _gbps,
     _is_small,
-    _link_key,
     _link_label_lines,
-    _normalise_pairs,
-    _straight,
     _text_w,
     device_number,
     slot_title,
-    topology_layout,
 )
 
 __all__ = ["Box", "TopologyLayout", "device_number", "slot_title", "topology_layout", "topology_svg",
@@ -83,51 +98,7 @@ __all__ = ["Box", "TopologyLayout", "device_number", "slot_title", "topology_lay
 
 SVG_NS = "http://www.w3.org/2000/svg"
 
-FONT_FAMILY = "DejaVu Sans, Verdana, Helvetica, Arial, sans-serif"
-
-# (fill, stroke) per node kind
-KIND_COLOURS: dict[NodeKind, tuple[str, str]] = {
-    NodeKind.SOCKET: ("#d0e1f9", "#1f4e8c"),
-    NodeKind.MEMORY: ("#efe3c8", "#8c6d31"),
-    NodeKind.SWITCH: ("#e2d9f3", "#5e3c99"),
-    NodeKind.SLOT: ("#f6f6f6", "#6b6b6b"),
-    NodeKind.GPU: ("#ffe0b3", "#c25e00"),
-    NodeKind.NVME: ("#d2f0f4", "#0e7c86"),
-    NodeKind.NIC: ("#fbd5e0", "#b0285a"),
-    NodeKind.OTHER: ("#efefef", "#9a9a9a"),
-}
-
-LINK_COLOURS: dict[LinkKind, str] = {
-    LinkKind.PCIE: "#5a5a5a",
-    LinkKind.INTER_SOCKET: "#1f4e8c",
-    LinkKind.NVLINK: "#2ca02c",
-    LinkKind.MEMORY: "#8c6d31",
-}
-HIGHLIGHT = "#d62728"
-TEXT = "#1a1a1a"
-MUTED = "#666666"
-
-#: above this many NVLink arcs their individual labels would pile up; the
-#: legend then gives the range of figures instead.
-MAX_LABELLED_ARCS = 24
-
-
 # -- text helpers ----------------------------------------------------------
-
-_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
-def _esc(text: object) -> str:
-    """``text`` as XML character data or attribute value (quotes escaped too).
-
-    Characters XML 1.0 cannot carry at all become U+FFFD.
-
-    >>> _esc('a<b & "c"\\x00')
-    'a&lt;b &amp; &quot;c&quot;\ufffd'
-    """
-    s = _XML_INVALID.sub("\ufffd", str(text))
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-
 
 def _node_tooltip(node: Node) -> str:
     parts = [f"{node.id} ({node.kind.value})"]
@@ -183,18 +154,6 @@ def _counts_text(topo: Topology) -> str:
     n_links = len(topo.links())
     parts.append(f"{n_links} link{'s' if n_links != 1 else ''}")
     return " · ".join(parts)
-
-
-def _text(x: float, y: float, text: str, *, size: float, anchor: str = "middle",
-          fill: str = TEXT, weight: str | None = None, style: str | None = None) -> str:
-    attrs = [f'x="{x:.1f}"', f'y="{y:.1f}"', f'font-size="{size:g}"', f'fill="{fill}"']
-    if anchor != "start":
-        attrs.append(f'text-anchor="{anchor}"')
-    if weight:
-        attrs.append(f'font-weight="{weight}"')
-    if style:
-        attrs.append(f'font-style="{style}"')
-    return f"<text {' '.join(attrs)}>{_esc(text)}</text>"
 
 
 def _plate(box: Box, opacity: float = 0.88) -> str:
@@ -305,8 +264,48 @@ def topology_svg(
     heading = title if title is not None else (topo.name or "topology")
     notes = [n for n in topo.notes if n][:4]
     legend_items = _legend_items(topo, highlight, hot_nodes)
-    # The legend wraps at the canvas width, which the layout decides: lay out
-    # with a guess of the heading's height, then again if the guess was wrong.
+    lay = _layout_under_title(topo, extra, heading, notes, legend_items)
+    width = max(lay.width, 720.0, _text_w(heading, 18.0) + 2 * MARGIN)
+    height = lay.height
+    out: list[str] = [
+        f'<svg xmlns="{SVG_NS}" width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="{_esc(FONT_FAMILY)}">',
+        f"<title>{_esc(heading)}</title>",
+        f'<rect x="0" y="0" width="{width:.0f}" height="{height:.0f}" fill="#ffffff"/>',
+    ]
+    out += _heading(topo, heading, notes, legend_items, width)
+    drawn: set[tuple[str, str]] = set()
+    out += _tree_links(topo, lay, highlight, extra, drawn)
+    out += _memory_links(topo, lay, highlight, extra, drawn)
+    nodes_at = len(out)
+    out += _nodes(topo, lay, hot_nodes)
+    # Where labels already are, for the arcs' labels to keep clear of.
+    taken: list[Box] = list(lay.boxes.values()) + list(lay.link_label_boxes.values())
+    out += _socket_links(topo, lay, highlight, extra, drawn, taken)
+    nv_lines, nv_labels, dense = _nvlinks(topo, lay, highlight, extra, drawn, taken)
+    if dense:  # faint arcs under the boxes
+        out[nodes_at:nodes_at] = nv_lines
+    else:
+        out.extend(nv_lines)
+    out.extend(nv_labels)
+    if lay.unplaced_top is not None:
+        yb = lay.unplaced_top
+        if lay.socket_row:
+            out.append(f'<line x1="{MARGIN:.0f}" y1="{yb - 8:.1f}" x2="{width - MARGIN:.0f}" '
+                       f'y2="{yb - 8:.1f}" stroke="#bbbbbb" stroke-dasharray="6,4"/>')
+        out.append(_text(MARGIN, yb + 10, "unplaced — no source said where these hang",
+                         size=12.0, anchor="start", fill=MUTED, style="italic"))
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _layout_under_title(topo: Topology, extra: dict[tuple[str, str], str], heading: str,
+                        notes: list[str], legend_items: list[tuple[str, str, str]]) -> TopologyLayout:
+    """The layout with room above for the heading, notes and legend.
+
+    The legend wraps at the canvas width, which the layout decides: lay out
+    with a guess of the heading's height, then again if the guess was wrong.
+    """
     title_h = 0.0
     lay = topology_layout(topo, link_labels=extra)
     for _ in range(3):
@@ -317,20 +316,15 @@ def topology_svg(
             break
         title_h = needed
         lay = topology_layout(topo, link_labels=extra, title_height=title_h)
+    return lay
 
-    width = max(lay.width, 720.0, _text_w(heading, 18.0) + 2 * MARGIN)
-    height = lay.height
-    out: list[str] = [
-        f'<svg xmlns="{SVG_NS}" width="{width:.0f}" height="{height:.0f}" '
-        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="{_esc(FONT_FAMILY)}">',
-        f"<title>{_esc(heading)}</title>",
-        f'<rect x="0" y="0" width="{width:.0f}" height="{height:.0f}" fill="#ffffff"/>',
-    ]
 
-    # Heading, counts, notes, legend.
+def _heading(topo: Topology, heading: str, notes: list[str], legend_items: list[tuple[str, str, str]],
+             width: float) -> list[str]:
+    """Heading, counts, notes, legend."""
     y = MARGIN + 18.0
-    out.append(_text(MARGIN, y, _fit(heading, width - 2 * MARGIN, 18.0), size=18.0,
-                     anchor="start", weight="bold"))
+    out = [_text(MARGIN, y, _fit(heading, width - 2 * MARGIN, 18.0), size=18.0,
+                 anchor="start", weight="bold")]
     y += 18.0
     out.append(_text(MARGIN, y, _counts_text(topo), size=12.0, anchor="start", fill=MUTED))
     for note in notes:
@@ -339,21 +333,25 @@ def topology_svg(
                          anchor="start", fill=MUTED, style="italic"))
     y += 16.0
     out.extend(_draw_legend(_legend_rows(legend_items, width - 2 * MARGIN), MARGIN, y))
+    return out
 
+
+def _style(link: Link, highlight: set[tuple[str, str]]) -> tuple[float, str, str | None, str]:
+    """(stroke width, colour, dash, label colour) of a link; red and thicker when highlighted."""
+    w = _stroke_w(link)
+    colour = LINK_COLOURS.get(link.kind, LINK_COLOURS[LinkKind.PCIE])
+    dash = "2,3" if link.bytes_per_s is None else None
+    text_colour = TEXT
+    if link.key in highlight:
+        w, colour, text_colour = w + 2.5, HIGHLIGHT, HIGHLIGHT
+    return w, colour, dash, text_colour
+
+
+def _tree_links(topo: Topology, lay: TopologyLayout, highlight: set[tuple[str, str]],
+                extra: dict[tuple[str, str], str], drawn: set[tuple[str, str]]) -> list[str]:
+    """Tree links, thin ones first so that thick and highlighted ones stay on
+    top where they share a stretch; labels after all lines."""
     boxes = lay.boxes
-
-    def style_of(link: Link) -> tuple[float, str, str | None, str]:
-        w = _stroke_w(link)
-        colour = LINK_COLOURS.get(link.kind, LINK_COLOURS[LinkKind.PCIE])
-        dash = "2,3" if link.bytes_per_s is None else None
-        text_colour = TEXT
-        if link.key in highlight:
-            w, colour, text_colour = w + 2.5, HIGHLIGHT, HIGHLIGHT
-        return w, colour, dash, text_colour
-
-    # Tree links, thin ones first so that thick and highlighted ones stay on
-    # top where they share a stretch; labels after all lines.
-    drawn: set[tuple[str, str]] = set()
     lines_svg: list[tuple[tuple[bool, float], list[str]]] = []
     labels_svg: list[str] = []
     for p, c in lay.tree_links:
@@ -368,37 +366,43 @@ def topology_svg(
             path = _ortho([(pb.cx, pb.bottom), (pb.cx, bus), (rail, bus), (rail, cb.cy), (cb.x, cb.cy)])
         else:
             path = _ortho([(pb.cx, pb.bottom), (pb.cx, bus), (cb.cx, bus), (cb.cx, cb.y)])
-        w, colour, dash, text_colour = style_of(link)
+        w, colour, dash, text_colour = _style(link, highlight)
         lines_svg.append(((link.key in highlight, w), _link_group(
             link, path, width=w, colour=colour, dash=dash,
             tooltip=_link_tooltip(link, extra.get(link.key)))))
         labels_svg.extend(_label_block(lay.link_label_boxes[(p, c)], lay.link_label_lines[(p, c)],
                                        text_colour, align="start" if c in lay.rails else "middle"))
         drawn.add(link.key)
+    out: list[str] = []
     for _, part in sorted(lines_svg, key=lambda item: item[0]):
         out.extend(part)
-    out.append('<g class="link-labels">')
-    out.extend(labels_svg)
-    out.append("</g>")
+    return [*out, '<g class="link-labels">', *labels_svg, "</g>"]
 
-    # Memory beside its socket: a short horizontal link.
+
+def _memory_links(topo: Topology, lay: TopologyLayout, highlight: set[tuple[str, str]],
+                  extra: dict[tuple[str, str], str], drawn: set[tuple[str, str]]) -> list[str]:
+    """Memory beside its socket: a short horizontal link."""
+    out: list[str] = []
     for s, m in lay.beside.items():
         link = topo.link_between(s, m)
         assert link is not None
-        sb, mb = boxes[s], boxes[m]
+        sb, mb = lay.boxes[s], lay.boxes[m]
         x1, x2 = (mb.right, sb.x) if mb.x < sb.x else (sb.right, mb.x)
-        w, colour, dash, text_colour = style_of(link)
+        w, colour, dash, text_colour = _style(link, highlight)
         text = _bw_text(link) + (f" · {extra[link.key]}" if link.key in extra else "")
         label = _text((x1 + x2) / 2, sb.cy - w / 2 - 4, text, size=LINK_FONT_PX, fill=text_colour)
         out.extend(_link_group(link, f"M{x1:.1f},{sb.cy:.1f} L{x2:.1f},{sb.cy:.1f}", width=w,
                                colour=colour, dash=dash,
                                tooltip=_link_tooltip(link, extra.get(link.key)), extra_svg=[label]))
         drawn.add(link.key)
+    return out
 
-    nodes_at = len(out)
-    # Nodes.
+
+def _nodes(topo: Topology, lay: TopologyLayout, hot_nodes: set[str]) -> list[str]:
+    """One group per node: its box, tooltip and lines of text."""
+    out: list[str] = []
     for n in topo.nodes():
-        b = boxes[n.id]
+        b = lay.boxes[n.id]
         fill, stroke = KIND_COLOURS.get(n.kind, KIND_COLOURS[NodeKind.OTHER])
         lines = lay.node_lines[n.id]
         empty = n.kind == NodeKind.SLOT and lines[-1].endswith("empty")
@@ -422,18 +426,22 @@ def topology_svg(
                              weight="bold" if i == 0 and not small else None,
                              fill=TEXT if i == 0 else "#333333"))
         out.append("</g>")
+    return out
 
-    # Where labels already are, for the arcs' labels to keep clear of.
-    taken: list[Box] = list(boxes.values()) + list(lay.link_label_boxes.values())
 
-    # Links between sockets: straight between neighbours, arcs over the top otherwise.
+def _socket_links(topo: Topology, lay: TopologyLayout, highlight: set[tuple[str, str]],
+                  extra: dict[tuple[str, str], str], drawn: set[tuple[str, str]],
+                  taken: list[Box]) -> list[str]:
+    """Links between sockets: straight between neighbours, arcs over the top otherwise."""
+    out: list[str] = []
+    boxes = lay.boxes
     pos = {s: i for i, s in enumerate(lay.socket_row)}
     arc_i = 0
     for link in topo.links():
         if link.key in drawn or link.kind == LinkKind.NVLINK:
             continue
         a, b = boxes[link.src], boxes[link.dst]
-        w, colour, dash, text_colour = style_of(link)
+        w, colour, dash, text_colour = _style(link, highlight)
         text = " ".join(_link_label_lines(link, extra.get(link.key)))
         if link.src in pos and link.dst in pos and _straight(link.src, link.dst, pos, lay.mem_side):
             left, right = (a, b) if a.x < b.x else (b, a)
@@ -453,28 +461,25 @@ def topology_svg(
                                extra_svg=[_plate(plate), _text(lx, ly, text, size=LINK_FONT_PX,
                                                                 fill=text_colour)]))
         drawn.add(link.key)
+    return out
 
-    # NVLink: green arcs dipping below the boxes they join. When there are
-    # too many to label, they go faint under the boxes so that these stay
-    # readable (only highlighted or annotated ones keep a label).
+
+def _nvlinks(topo: Topology, lay: TopologyLayout, highlight: set[tuple[str, str]],
+             extra: dict[tuple[str, str], str], drawn: set[tuple[str, str]],
+             taken: list[Box]) -> tuple[list[str], list[str], bool]:
+    """NVLink: green arcs dipping below the boxes they join; (lines, labels, dense).
+
+    When there are too many to label (``dense``), they go faint under the
+    boxes so that these stay readable (only highlighted or annotated ones keep
+    a label).
+    """
     nvlinks = [lk for lk in topo.links(LinkKind.NVLINK) if lk.key not in drawn]
     dense = len(nvlinks) > MAX_LABELLED_ARCS
     nv_lines: list[str] = []
     nv_labels: list[str] = []
     for link in nvlinks:
-        a, b = boxes[link.src], boxes[link.dst]
-        w, colour, dash, text_colour = style_of(link)
-        if link.key in lay.nvlink_drops:  # one row: an arc dipping below it
-            low = max(a.bottom, b.bottom) + lay.nvlink_drops[link.key]
-            curve = ((a.cx, a.bottom), (a.cx, low), (b.cx, low), (b.cx, b.bottom))
-        else:
-            # between rows: an S-curve from the upper box's bottom to the
-            # lower one's top, off-centre so that it runs beside a PCIe link
-            up, down = (a, b) if a.y < b.y else (b, a)
-            side = 1.0 if down.cx >= up.cx else -1.0
-            x1, x2 = up.cx + side * up.width * 0.3, down.cx - side * down.width * 0.3
-            mid = (up.bottom + down.y) / 2
-            curve = ((x1, up.bottom), (x1, mid), (x2, mid), (x2, down.y))
+        curve = _nvlink_curve(lay, link)
+        w, colour, dash, text_colour = _style(link, highlight)
         path = (f"M{curve[0][0]:.1f},{curve[0][1]:.1f} C{curve[1][0]:.1f},{curve[1][1]:.1f} "
                 f"{curve[2][0]:.1f},{curve[2][1]:.1f} {curve[3][0]:.1f},{curve[3][1]:.1f}")
         marked = link.key in highlight or link.key in extra
@@ -498,124 +503,22 @@ def topology_svg(
         nv_labels.append(_text(spot.cx, spot.bottom - 4, text, size=LINK_FONT_PX,
                                fill=text_colour if link.key in highlight else "#1d6b1d"))
         nv_labels.append("</g>")
-    if dense:
-        out[nodes_at:nodes_at] = nv_lines
-    else:
-        out.extend(nv_lines)
-    out.extend(nv_labels)
-
-    if lay.unplaced_top is not None:
-        yb = lay.unplaced_top
-        if lay.socket_row:
-            out.append(f'<line x1="{MARGIN:.0f}" y1="{yb - 8:.1f}" x2="{width - MARGIN:.0f}" '
-                       f'y2="{yb - 8:.1f}" stroke="#bbbbbb" stroke-dasharray="6,4"/>')
-        out.append(_text(MARGIN, yb + 10, "unplaced — no source said where these hang",
-                         size=12.0, anchor="start", fill=MUTED, style="italic"))
-
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return nv_lines, nv_labels, dense
 
 
-# -- legend ----------------------------------------------------------------------
-
-
-def _legend_items(topo: Topology, highlight: set[tuple[str, str]],
-                  hot_nodes: set[str] = frozenset()) -> list[tuple[str, str, str]]:
-    """(type, style key, text) for everything the picture uses."""
-    items: list[tuple[str, str, str]] = []
-    present = {n.kind for n in topo.nodes()}
-    names = {NodeKind.SOCKET: "socket", NodeKind.MEMORY: "memory", NodeKind.SWITCH: "PCIe switch",
-             NodeKind.SLOT: "slot", NodeKind.GPU: "GPU", NodeKind.NVME: "NVMe",
-             NodeKind.NIC: "NIC", NodeKind.OTHER: "other device"}
-    for kind in NodeKind:
-        if kind in present:
-            items.append(("box", kind.value, names[kind]))
-    parents = {lk.src for lk in topo.links() if lk.kind in (LinkKind.PCIE, LinkKind.MEMORY)}
-    if any(n.kind == NodeKind.SLOT and n.id not in parents and n.attrs.get("in_use") is not True
-           for n in topo.nodes()):
-        items.append(("box", "empty-slot", "empty slot"))
-    links = topo.links()
-    kinds = {lk.kind for lk in links}
-    if LinkKind.PCIE in kinds:
-        items.append(("line", "pcie", "PCIe (thicker = more GB/s)"))
-    if LinkKind.MEMORY in kinds:
-        items.append(("line", "memory", "memory"))
-    if LinkKind.INTER_SOCKET in kinds:
-        items.append(("line", "inter-socket", "inter-socket"))
-    nv = [lk for lk in links if lk.kind == LinkKind.NVLINK]
-    if nv:
-        text = "NVLink"
-        if len(nv) > MAX_LABELLED_ARCS:
-            bws = sorted({_gbps(lk.bytes_per_s) for lk in nv})
-            text = f"NVLink ({len(nv)} links, {', '.join(bws[:3])}{'…' if len(bws) > 3 else ''})"
-        items.append(("line", "nvlink", text))
-    if any(lk.bytes_per_s is None for lk in links):
-        items.append(("line", "unknown", "unknown bandwidth"))
-    if any(lk.bandwidth_source == "default" and lk.bytes_per_s for lk in links):
-        items.append(("text", "~", "typical figure, not from this machine"))
-    if highlight:
-        items.append(("line", "highlight", "bottleneck link (saturated)"))
-    if hot_nodes:
-        items.append(("box", "hot", "bottleneck device (at its limit)"))
-    items.append(("text", "GB/s", "GB/s per direction"))
-    return items
-
-
-def _legend_item_w(item: tuple[str, str, str]) -> float:
-    return 34.0 + _text_w(item[2], 11.0) + 18.0
-
-
-def _legend_rows(items: list[tuple[str, str, str]], width: float) -> list[list[tuple[str, str, str]]]:
-    rows: list[list[tuple[str, str, str]]] = [[]]
-    used = 0.0
-    for it in items:
-        w = _legend_item_w(it)
-        if rows[-1] and used + w > width:
-            rows.append([])
-            used = 0.0
-        rows[-1].append(it)
-        used += w
-    return rows if rows[0] else []
-
-
-def _draw_legend(rows: list[list[tuple[str, str, str]]], x0: float, y0: float) -> list[str]:
-    out = ['<g class="legend">']
-    y = y0
-    for row in rows:
-        x = x0
-        for kind, key, text in row:
-            out.append(f'<g class="legend-item" data-key="{_esc(key)}">')
-            if kind == "box":
-                if key == "empty-slot":
-                    fill, stroke, dash = "#ffffff", KIND_COLOURS[NodeKind.SLOT][1], ' stroke-dasharray="4,2"'
-                elif key == "hot":
-                    fill, stroke, dash = "#ffffff", HIGHLIGHT, ""
-                else:
-                    (fill, stroke), dash = KIND_COLOURS[NodeKind(key)], ""
-                out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="26" height="14" rx="3" fill="{fill}" '
-                           f'stroke="{stroke}" stroke-width="{3.0 if key == "hot" else 1.4:g}"{dash}/>')
-            elif kind == "line":
-                colour = {"pcie": LINK_COLOURS[LinkKind.PCIE], "memory": LINK_COLOURS[LinkKind.MEMORY],
-                          "inter-socket": LINK_COLOURS[LinkKind.INTER_SOCKET],
-                          "nvlink": LINK_COLOURS[LinkKind.NVLINK], "unknown": LINK_COLOURS[LinkKind.PCIE],
-                          "highlight": HIGHLIGHT}[key]
-                dash = ' stroke-dasharray="2,3"' if key == "unknown" else ""
-                sw = {"unknown": 1.2, "highlight": 5.0}.get(key, 3.0)
-                if key == "nvlink":
-                    out.append(f'<path d="M{x:.1f},{y + 3:.1f} C{x + 4:.1f},{y + 16:.1f} {x + 22:.1f},'
-                               f'{y + 16:.1f} {x + 26:.1f},{y + 3:.1f}" fill="none" stroke="{colour}" '
-                               f'stroke-width="2.5"/>')
-                else:
-                    out.append(f'<line x1="{x:.1f}" y1="{y + 7:.1f}" x2="{x + 26:.1f}" y2="{y + 7:.1f}" '
-                               f'stroke="{colour}" stroke-width="{sw:g}"{dash}/>')
-            else:
-                out.append(_text(x + 13, y + 11, key, size=11.0, weight="bold"))
-            out.append(_text(x + 34, y + 11, text, size=11.0, anchor="start"))
-            out.append("</g>")
-            x += _legend_item_w((kind, key, text))
-        y += 22.0
-    out.append("</g>")
-    return out
+def _nvlink_curve(lay: TopologyLayout, link: Link) -> tuple[tuple[float, float], ...]:
+    """The four points of an NVLink's cubic curve."""
+    a, b = lay.boxes[link.src], lay.boxes[link.dst]
+    if link.key in lay.nvlink_drops:  # one row: an arc dipping below it
+        low = max(a.bottom, b.bottom) + lay.nvlink_drops[link.key]
+        return (a.cx, a.bottom), (a.cx, low), (b.cx, low), (b.cx, b.bottom)
+    # between rows: an S-curve from the upper box's bottom to the
+    # lower one's top, off-centre so that it runs beside a PCIe link
+    up, down = (a, b) if a.y < b.y else (b, a)
+    side = 1.0 if down.cx >= up.cx else -1.0
+    x1, x2 = up.cx + side * up.width * 0.3, down.cx - side * down.width * 0.3
+    mid = (up.bottom + down.y) / 2
+    return (x1, up.bottom), (x1, mid), (x2, mid), (x2, down.y)
 
 
 # -- files -------------------------------------------------------------------------

@@ -340,71 +340,74 @@ def read_sysfs(root: str | Path = "/sys", *, pci_ids: str | Path | None = None) 
         physical.append(e)
     known = {e.name for e in physical}
 
-    functions = []
-    for dev in physical:
-        addr = dev.name
-        real = Path(os.path.realpath(dev))
-        class_code = _parse_attr(dev, "class", parse_class)
-        vendor = _parse_attr(dev, "vendor", parse_id)
-        device = _parse_attr(dev, "device", parse_id)
-        max_gen = _parse_attr(dev, "max_link_speed", parse_link_speed)
-        max_width = _parse_attr(dev, "max_link_width", parse_link_width)
-        cur_gen = _parse_attr(dev, "current_link_speed", parse_link_speed)
-        cur_width = _parse_attr(dev, "current_link_width", parse_link_width)
-        numa = _parse_attr(dev, "numa_node", parse_numa_node)
-        secondary = _parse_attr(dev, "secondary_bus_number", parse_bus_number)
-        subordinate = _parse_attr(dev, "subordinate_bus_number", parse_bus_number)
+    return [_function(dev, known, slots, ids_db) for dev in physical]
 
-        config = _read_config(dev / "config")
-        cap = parse_pcie_capability(config)
-        header_type = config[0x0E] & 0x7F if len(config) > 0x1A else None
-        is_bridge = (class_code or "").startswith(("0604", "0609")) or header_type == 1
-        if is_bridge and header_type == 1:
-            # older kernels have no *_bus_number files; the type-1 header has them at 0x19/0x1A
-            secondary = secondary if secondary is not None else config[0x19]
-            subordinate = subordinate if subordinate is not None else config[0x1A]
 
-        link_cap = (max_gen, max_width) if max_gen and max_width else (cap.link_cap if cap else None)
-        link_sta = (cur_gen, cur_width) if cur_gen and cur_width else (cap.link_sta if cap else None)
+def _function(dev: Path, known: set[str], slots: dict[tuple[str, int, int | None], str],
+              ids_db: dict[str, tuple[str, dict[str, str]]]) -> PciFunction:
+    """One function's record from its sysfs directory ``dev``."""
+    addr = dev.name
+    real = Path(os.path.realpath(dev))
+    class_code = _parse_attr(dev, "class", parse_class)
+    vendor = _parse_attr(dev, "vendor", parse_id)
+    device = _parse_attr(dev, "device", parse_id)
+    max_gen = _parse_attr(dev, "max_link_speed", parse_link_speed)
+    max_width = _parse_attr(dev, "max_link_width", parse_link_width)
+    cur_gen = _parse_attr(dev, "current_link_speed", parse_link_speed)
+    cur_width = _parse_attr(dev, "current_link_width", parse_link_width)
+    numa = _parse_attr(dev, "numa_node", parse_numa_node)
+    secondary = _parse_attr(dev, "secondary_bus_number", parse_bus_number)
+    subordinate = _parse_attr(dev, "subordinate_bus_number", parse_bus_number)
 
-        domain, bus_s, rest = addr.split(":")
-        bus, devno = int(bus_s, 16), int(rest.split(".")[0], 16)
-        slot = None
-        if is_bridge and secondary is not None:
-            slot = slots.get((domain, secondary, 0)) or slots.get((domain, secondary, None))
-        if slot is None and not is_bridge:
-            slot = slots.get((domain, bus, devno))
+    config = _read_config(dev / "config")
+    cap = parse_pcie_capability(config)
+    header_type = config[0x0E] & 0x7F if len(config) > 0x1A else None
+    is_bridge = (class_code or "").startswith(("0604", "0609")) or header_type == 1
+    if is_bridge and header_type == 1:
+        # older kernels have no *_bus_number files; the type-1 header has them at 0x19/0x1A
+        secondary = secondary if secondary is not None else config[0x19]
+        subordinate = subordinate if subordinate is not None else config[0x1A]
 
-        attrs: dict[str, Any] = {}
-        try:
-            driver = os.path.basename(os.readlink(dev / "driver"))
-            attrs["driver"] = driver
-        except OSError:
-            pass
-        n_vf = sum(1 for _ in dev.glob("virtfn*"))
-        if n_vf:
-            attrs["virtual_functions"] = n_vf
-        if cap is not None and cap.port_type in ("root", "downstream"):
-            attrs["slot_implemented"] = cap.slot_implemented
+    link_cap = (max_gen, max_width) if max_gen and max_width else (cap.link_cap if cap else None)
+    link_sta = (cur_gen, cur_width) if cur_gen and cur_width else (cap.link_sta if cap else None)
 
-        functions.append(PciFunction(
-            address=addr,
-            class_code=class_code,
-            vendor_id=vendor,
-            device_id=device,
-            name=device_name(vendor, device, ids_db),
-            is_bridge=is_bridge,
-            secondary_bus=secondary if is_bridge else None,
-            subordinate_bus=subordinate if is_bridge else None,
-            port_type=cap.port_type if cap else None,
-            link_cap=link_cap,
-            link_sta=link_sta,
-            numa_node=numa,
-            slot=slot,
-            parent=_parent_address(real, known),
-            attrs=attrs,
-        ))
-    return functions
+    domain, bus_s, rest = addr.split(":")
+    bus, devno = int(bus_s, 16), int(rest.split(".")[0], 16)
+    slot = None
+    if is_bridge and secondary is not None:
+        slot = slots.get((domain, secondary, 0)) or slots.get((domain, secondary, None))
+    if slot is None and not is_bridge:
+        slot = slots.get((domain, bus, devno))
+
+    attrs: dict[str, Any] = {}
+    try:
+        driver = os.path.basename(os.readlink(dev / "driver"))
+        attrs["driver"] = driver
+    except OSError:
+        pass
+    n_vf = sum(1 for _ in dev.glob("virtfn*"))
+    if n_vf:
+        attrs["virtual_functions"] = n_vf
+    if cap is not None and cap.port_type in ("root", "downstream"):
+        attrs["slot_implemented"] = cap.slot_implemented
+
+    return PciFunction(
+        address=addr,
+        class_code=class_code,
+        vendor_id=vendor,
+        device_id=device,
+        name=device_name(vendor, device, ids_db),
+        is_bridge=is_bridge,
+        secondary_bus=secondary if is_bridge else None,
+        subordinate_bus=subordinate if is_bridge else None,
+        port_type=cap.port_type if cap else None,
+        link_cap=link_cap,
+        link_sta=link_sta,
+        numa_node=numa,
+        slot=slot,
+        parent=_parent_address(real, known),
+        attrs=attrs,
+    )
 
 
 def numa_nodes(root: str | Path = "/sys") -> dict[int, tuple[int, ...]]:
