@@ -73,17 +73,22 @@ for ``m`` bins. With binding capacities no such bound holds for any
 hot-first greedy (a target that wants the second-hottest item but not the
 hottest cannot be met by handing out the hottest first).
 
-Speed: the sort is a single ``np.sort`` of packed 64-bit keys for float32
-hotness (``argsort`` otherwise); the pool loop is plain Python over a heap of
-at most ``m`` bins, once per pool, with a tight path for whole pools that
-records only each pool's bin (rows and offsets are rebuilt with numpy after);
-the per-item outputs go from sorted order to id order by a second sort of
-``id | row | bin`` keys rather than a scatter (a random write per item costs
-more than a sequential SIMD sort). 10⁸ items, 10 bins (``tools/bench_ddak.py``):
-7.6 s of CPU time on one thread (sort ~2.5 s, pool loop ~1.5 s, outputs ~3 s)
-and 1.4 GB beyond the input; 10.9 s of wall time on a 2-core machine busy
-with a load average of 6 (the earlier version with a scatter and a slower
-loop: 10.3 s CPU, 16.4 s wall, 2.2 GB, measured alongside).
+Speed and memory: the sort is a ``np.sort`` of packed 64-bit keys for
+float32 hotness (``argsort`` otherwise), split over the cores by hotness
+ranges, a thread each (:func:`_hot_keys`); the ids come out of the keys as
+uint32 and the pool sums a block at a time, so the sorted hotness is never
+held. The pool loop is plain Python over a heap of at most ``m`` bins, once
+per pool, with a tight path for whole pools that records only each pool's
+bin (rows and offsets are rebuilt with numpy after); the per-item outputs go
+from sorted order to id order by a blocked scatter of ``row | bin`` codes
+(:func:`_codes`). Peak memory beyond the input is about 12 bytes an item
+(the uint32 order and the int64 codes, then the codes and ``bin_of``: the
+outputs themselves are 12 bytes an item). 10⁸ items, 10 bins
+(``tools/bench_ddak.py``, 2 cores shared with other work, load 3-4): 12.9 s
+of CPU time and 1.31 GB beyond the input against 18.1 s and 1.37 GB for the
+previous version (a sort of ``id | row | bin`` keys for the outputs, the
+sorted hotness held), with identical outputs; the sort is 75-80% of it
+(numpy's uint64 sort is a comparison sort, about 75 ns an item here).
 
 >>> import numpy as np
 >>> bins = [DdakBin("gpu0", "gpu", 2, 6.0), DdakBin("ssd0", "ssd", 10, 4.0)]
@@ -99,7 +104,9 @@ loop: 10.3 s CPU, 16.4 s wall, 2.2 GB, measured alongside).
 from __future__ import annotations
 
 import heapq
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,6 +119,14 @@ TIERS: tuple[str, ...] = ("gpu", "cpu", "ssd")
 
 # items per chunk when the per-item outputs are written (bounds the temporaries)
 _CHUNK_ITEMS = 1 << 23
+# below this many items the hot-first sort runs on one thread (the split costs more than it saves)
+_PARALLEL_MIN_ITEMS = 1 << 22
+
+
+def _sort_threads() -> int:
+    """Threads for the hot-first sort: the cores this process may run on, at most 8."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(8, cores or 1))
 
 
 @dataclass(frozen=True)
@@ -191,28 +206,112 @@ def _check(hotness: np.ndarray, bins: Sequence[DdakBin]) -> np.ndarray:
     return h
 
 
+def _hot_keys(h: np.ndarray, threads: int | None = None) -> np.ndarray:
+    """Sorted keys ``(~bits(h[i]) << 32) | i`` (uint64, shape ``(n,)``) of float32 ``h``, ``n < 2**32``:
+    hottest first, ties by id.
+
+    Non-negative float32 bits order like the values, so one key sorts by
+    hotness descending then id, and ``np.sort`` on uint64 is several times
+    faster than a stable argsort. numpy's sort runs on one core, so with
+    several (``threads``, default the cores this process may use) the keys are
+    first laid out in ranges of hotness, one per thread (splitters from a
+    strided sample; a hotness value never straddles two ranges), and each
+    range is sorted in place by its own thread (``np.sort`` releases the GIL).
+    """
+    n = h.shape[0]
+    inv = np.uint32(0xFFFFFFFF)
+    bits = h.view(np.uint32)
+    k = (threads or _sort_threads()) if n >= max(1, _PARALLEL_MIN_ITEMS) else 1
+    split = np.empty(0, dtype=np.uint32)
+    if k > 1:
+        sample = np.sort(inv - bits[:: max(1, n // (1 << 16))])
+        split = np.unique(sample[(np.arange(1, k) * sample.size) // k])
+
+    def ranges(x: np.ndarray) -> np.ndarray:  # the range of each ~bits: splitters at or below it
+        r = np.zeros(x.shape[0], dtype=np.uint8)
+        for s in split:
+            r += x >= s
+        return r
+
+    count = np.zeros(split.size + 1, dtype=np.int64)
+    if split.size:
+        for a in range(0, n, _CHUNK_ITEMS):
+            count += np.bincount(ranges(inv - bits[a : a + _CHUNK_ITEMS]), minlength=split.size + 1)
+    else:
+        count[0] = n
+    start = np.concatenate(([0], np.cumsum(count)))
+    at = start[:-1].copy()
+    key = np.empty(n, dtype=np.uint64)
+    for a in range(0, n, _CHUNK_ITEMS):  # chunked: a full arange would be another 8n bytes
+        kc = np.subtract(inv, bits[a : a + _CHUNK_ITEMS]).astype(np.uint64)
+        kc <<= np.uint64(32)
+        kc |= np.arange(a, a + kc.shape[0], dtype=np.uint64)
+        if not split.size:
+            key[a : a + kc.shape[0]] = kc
+            continue
+        r = ranges((kc >> np.uint64(32)).astype(np.uint32))
+        for i in range(split.size + 1):
+            sel = kc[r == i]
+            key[at[i] : at[i] + sel.shape[0]] = sel
+            at[i] += sel.shape[0]
+    parts = [key[start[i] : start[i + 1]] for i in range(split.size + 1)]
+    if len(parts) == 1:
+        key.sort()
+    else:
+        with ThreadPoolExecutor(len(parts)) as ex:
+            list(ex.map(np.ndarray.sort, parts))
+    return key
+
+
+def _key_hotness(key: np.ndarray) -> np.ndarray:
+    """The float32 hotness inside keys of :func:`_hot_keys` (a new array)."""
+    hs = np.empty(key.shape[0], dtype=np.uint32)
+    np.right_shift(key, np.uint64(32), out=hs, casting="unsafe")
+    np.subtract(np.uint32(0xFFFFFFFF), hs, out=hs)
+    return hs.view(np.float32)
+
+
 def _hot_order(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Item ids by hotness descending, ties by id (== ``np.argsort(-h, kind="stable")``),
     and the hotness in that order."""
-    n = h.shape[0]
-    if h.dtype == np.float32 and n < (1 << 32):
-        # Non-negative float32 bits order like the values, so one key
-        # (~bits << 32 | id) sorts by hotness descending then id, and np.sort on
-        # uint64 (SIMD quicksort) is several times faster than a stable argsort;
-        # the sorted hotness comes back out of the keys without a random gather.
-        key = np.empty(n, dtype=np.uint64)
-        np.subtract(np.uint32(0xFFFFFFFF), h.view(np.uint32), out=key, casting="unsafe")
-        key <<= np.uint64(32)
-        for a in range(0, n, _CHUNK_ITEMS):  # chunked: a full arange would be another 8n bytes
-            key[a : a + _CHUNK_ITEMS] |= np.arange(a, min(n, a + _CHUNK_ITEMS), dtype=np.uint64)
-        key.sort()
-        hs = np.empty(n, dtype=np.uint32)
-        np.right_shift(key, np.uint64(32), out=hs, casting="unsafe")
-        np.subtract(np.uint32(0xFFFFFFFF), hs, out=hs)
+    if h.dtype == np.float32 and h.shape[0] < (1 << 32):
+        key = _hot_keys(h)
+        hs = _key_hotness(key)
         key &= np.uint64(0xFFFFFFFF)
-        return key.view(np.int64), hs.view(np.float32)
+        return key.view(np.int64), hs
     order = np.argsort(-h.astype(np.float64), kind="stable")
     return order, h[order]
+
+
+def _pool_sums(hs: np.ndarray, pool: int) -> list[float]:
+    """Sums (float64) of consecutive pools of ``pool`` items of ``hs`` (the last may be short)."""
+    return np.add.reduceat(hs.astype(np.float64), np.arange(0, hs.shape[0], pool)).tolist()
+
+
+def _hot_ids(h: np.ndarray, pool: int, order: np.ndarray | None) -> tuple[np.ndarray, list[float]]:
+    """The hot-first order of the ids (``order`` if given; uint32 on the fast path) and its pool sums.
+
+    The sorted hotness is never held whole (4n bytes at 10⁹ items): the
+    pool sums come out of the sorted keys, or out of ``h[order]``, a block of
+    whole pools at a time, and the keys' ids go to a uint32 array (the keys'
+    8n bytes are freed after).
+    """
+    n = h.shape[0]
+    step = max(1, _CHUNK_ITEMS // pool) * pool
+    sums: list[float] = []
+    if order is None and h.dtype == np.float32 and n < (1 << 32):
+        key = _hot_keys(h)
+        order = np.empty(n, dtype=np.uint32)
+        for a in range(0, n, step):
+            kc = key[a : a + step]
+            sums += _pool_sums(_key_hotness(kc), pool)
+            np.bitwise_and(kc, np.uint64(0xFFFFFFFF), out=order[a : a + step], casting="unsafe")
+        return order, sums
+    if order is None:
+        order = np.argsort(-h.astype(np.float64), kind="stable")
+    for a in range(0, n, step):
+        sums += _pool_sums(h[order[a : a + step]], pool)
+    return order, sums
 
 
 def _targets(h_total: float, bins: Sequence[DdakBin]) -> np.ndarray:
@@ -220,38 +319,28 @@ def _targets(h_total: float, bins: Sequence[DdakBin]) -> np.ndarray:
     return t / t.sum() * h_total
 
 
-def _result(
+def _codes(
     n: int,
     order: np.ndarray,
     seg_start: np.ndarray,
     seg_len: np.ndarray,
     seg_bin: np.ndarray,
     seg_row: np.ndarray,
-    traffic: np.ndarray,
-    target: np.ndarray,
-    *,
-    own_order: bool = False,
-) -> DdakResult:
-    """Per-item outputs from segments of the sorted order.
+    m: int,
+) -> tuple[np.ndarray, int, np.ndarray]:
+    """Each item's ``row << bits | bin`` in id order (int64, ``(n,)``), ``bits``, and the items per bin.
 
     Segment ``k`` puts sorted positions ``seg_start[k] .. + seg_len[k]`` in bin
     ``seg_bin[k]`` from row ``seg_row[k]``. Going from sorted positions to item
-    ids is an inverse permutation. A scatter (``out[order] = v``) costs a cache
-    miss per item (4-5 s for 10⁸ items here); sorting ``id << s | row << b |
-    bin`` by id is a sequential SIMD sort and faster (about 3 s), so that is
-    done whenever the three fit in 64 bits (up to about 2³⁰ items), in place
-    over ``order`` when ``own_order`` (the caller's array is not needed after).
+    ids is an inverse permutation, written as a scatter (``packed[order] = code``)
+    a block of sorted positions at a time: a random write per item, yet 3-4x
+    cheaper here than sorting ``id | row | bin`` keys by id, which the previous
+    version did (20 against 75 ns per item at 4·10⁷ items: numpy's uint64 sort
+    is a comparison sort), and with a uint32 ``order`` no more memory (12n bytes).
     """
-    m = target.shape[0]
     items = np.bincount(seg_bin, weights=seg_len, minlength=m).astype(np.int64)
     bits = max(1, int(m - 1).bit_length())
-    row_bits = max(1, int(items.max(initial=1)).bit_length())
-    id_bits = max(1, int(n - 1).bit_length())
-    by_sort = id_bits + row_bits + bits <= 64
-    if by_sort:
-        key = order.view(np.uint64) if own_order else np.empty(n, dtype=np.uint64)
-    else:
-        packed = np.empty(n, dtype=np.int64)
+    packed = np.empty(n, dtype=np.int64)
     ends = seg_start + seg_len
     # sorted position p of segment k holds row seg_row[k] + p - seg_start[k], i.e.
     # (row << bits | bin) = code[k] + (p << bits)
@@ -264,28 +353,19 @@ def _result(
         ln = np.minimum(ends[i0:i1], b) - np.maximum(seg_start[i0:i1], a)
         v = np.repeat(code[i0:i1], ln)
         v += np.arange(a << bits, b << bits, 1 << bits, dtype=np.int64)
-        if by_sort:
-            k = key[a:b]
-            if own_order:
-                k <<= np.uint64(row_bits + bits)
-            else:
-                np.left_shift(order[a:b], row_bits + bits, out=k, casting="unsafe")
-            k |= v.view(np.uint64)
-        else:
-            packed[order[a:b]] = v
-    if by_sort:
-        key.sort()  # position i now holds item i: the ids are 0..n-1
-        packed = key.view(np.int64)
-    bin_of = np.empty(n, dtype=np.int32)
-    payload = (1 << (row_bits + bits)) - 1
-    step = 1 << 17  # 1 MB of keys: the three passes over a chunk stay in the cache
-    for a in range(0, n, step):
+        packed[order[a:b]] = v
+    return packed, bits, items
+
+
+def _split_codes(packed: np.ndarray, bits: int) -> np.ndarray:
+    """``bin_of`` (int32) out of :func:`_codes`' codes; ``packed`` becomes ``row_of`` in place."""
+    bin_of = np.empty(packed.shape[0], dtype=np.int32)
+    step = 1 << 17  # 1 MB of codes: both passes over a chunk stay in the cache
+    for a in range(0, packed.shape[0], step):
         v = packed[a : a + step]
-        if by_sort:
-            v &= payload
         np.bitwise_and(v, (1 << bits) - 1, out=bin_of[a : a + step], casting="unsafe")
         v >>= bits
-    return DdakResult(bin_of, packed, traffic, target, items, _deviation(traffic, target))
+    return bin_of
 
 
 def _deviation(traffic: np.ndarray, target: np.ndarray) -> float:
@@ -331,21 +411,10 @@ def ddak(
         raise PlannerError(f"pool: {pool} items; must be ≥ 1")
     n = h.shape[0]
     m = len(bins)
-    own_order = order is None
     report(progress, "ddak", 0, 3)
-    if order is None:
-        order, hs = _hot_order(h)
-    else:
-        if order.shape != (n,):
-            raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
-        hs = h[order]
-    # pool sums in float64, a block of pools at a time (a whole float64 copy of
-    # the hotness would be another 8n bytes)
-    pool_sum: list[float] = []
-    step = max(1, _CHUNK_ITEMS // pool) * pool
-    for a in range(0, n, step):
-        blk = hs[a : a + step].astype(np.float64)
-        pool_sum += np.add.reduceat(blk, np.arange(0, blk.shape[0], pool)).tolist()
+    if order is not None and order.shape != (n,):
+        raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
+    order, pool_sum = _hot_ids(h, pool, order)
     h_total = float(sum(pool_sum))
     report(progress, "ddak", 1, 3)
     target = _targets(h_total, bins)
@@ -410,7 +479,7 @@ def ddak(
         u = used[j]
         pool_end = min((k + 1) * pool, n)
         take = min(pool_end - p, cap[j] - u)
-        got = float(hs[p : p + take].sum(dtype=np.float64))
+        got = float(h[order[p : p + take]].sum(dtype=np.float64))
         odd.append((len(seg_bin), take))
         append(j)
         p += take
@@ -425,7 +494,7 @@ def ddak(
         else:
             heappop(heap)
 
-    del hs, pool_sum  # ~0.4 GB at 10⁸ items, not needed for the outputs
+    del pool_sum  # 32 bytes a pool (Python floats), not needed for the outputs
     report(progress, "ddak", 2, 3)
     sb = np.array(seg_bin, dtype=np.int32)
     del seg_bin
@@ -439,11 +508,11 @@ def ddak(
         ln = seg_len[mine]
         seg_row[mine] = np.cumsum(ln) - ln
     traffic = np.array(acc, dtype=np.float64)
-    out = _result(
-        n, order, seg_start, seg_len, sb, seg_row, traffic, target, own_order=own_order
-    )
+    packed, bits, items = _codes(n, order, seg_start, seg_len, sb, seg_row, m)
+    del order  # before bin_of is allocated: the peak stays at 12n bytes
+    bin_of = _split_codes(packed, bits)
     report(progress, "ddak", 3, 3)
-    return out
+    return DdakResult(bin_of, packed, traffic, target, items, _deviation(traffic, target))
 
 
 def _traffic(h: np.ndarray, bin_of: np.ndarray, m: int) -> np.ndarray:
@@ -533,17 +602,12 @@ def hot_first_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakRes
     for j, v in zip(seg_bin.tolist(), hs_sums, strict=True):
         traffic[j] = v
     target = _targets(float(traffic.sum()), bins)
-    return _result(
-        n,
-        order,
-        starts[keep],
-        take[keep],
-        seg_bin,
-        np.zeros(int(keep.sum()), np.int64),
-        traffic,
-        target,
-        own_order=True,
-    )
+    del hs
+    packed, bits, items = _codes(n, order, starts[keep], take[keep], seg_bin,
+                                 np.zeros(int(keep.sum()), np.int64), m)
+    del order
+    bin_of = _split_codes(packed, bits)
+    return DdakResult(bin_of, packed, traffic, target, items, _deviation(traffic, target))
 
 
 def random_placement(hotness: np.ndarray, bins: Sequence[DdakBin], seed: int = 0) -> DdakResult:
