@@ -569,7 +569,8 @@ def hash_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakResult:
             over.append(ids[bad])
     if over:
         ov = np.concatenate(over)
-        natural = np.minimum(np.bincount(np.arange(n) % m, minlength=m), cap)
+        # items of residue j: n // m, one more for the first n % m residues (np.arange(n) % m would be 16n bytes)
+        natural = np.minimum(n // m + (np.arange(m) < n % m), cap)
         spare = cap - natural
         bin_of[ov] = np.repeat(np.arange(m, dtype=np.int32), spare)[: ov.shape[0]]
     return _from_bins(h, bins, bin_of)
