@@ -73,6 +73,10 @@ def register(subparsers) -> None:
                         help="store the rows in the bins as float32, float16, bfloat16 or int8 (a scale and zero "
                              "point per column, float features only); smaller rows: fewer SSD bytes, more rows per "
                              "cache; the gather decodes to float32 (default: the features' own type)")
+    caches.add_argument("--in-place", action="store_true",
+                        help="one SSD: its bin is the dataset's own features.npy, read where it is (no copy, no "
+                             "extra disk space; datasets written by this version qualify); the caches still get "
+                             "DDAK's rows")
     caches.add_argument("--out", required=True, metavar="DIR", help="where the placement is written")
     caches.add_argument("--force", action="store_true", help="replace an existing placement and bin files")
     hot = p.add_argument_group("hotness")
@@ -203,6 +207,14 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     if args.feature_dtype is not None and args.nodes > 1:
         raise PlannerError("--feature-dtype with --nodes > 1: a sharded placement holds the features' own type; "
                            "leave out --feature-dtype")
+    in_place_shift = None
+    if args.in_place:  # before any long work: is the dataset's file usable as a bin as it is?
+        from iostack.bins import in_place_shift as shift_of
+
+        if args.nodes > 1 or args.feature_dtype is not None:
+            raise PlannerError("--in-place with " + ("--nodes > 1" if args.nodes > 1 else "--feature-dtype")
+                               + ": the dataset's file holds every row in its own type; leave out one of them")
+        in_place_shift = shift_of(Path(ds.path) / "features.npy")
     with Bars(quiet=args.json) as bars:
         codec, row_bytes = None, ds.row_bytes
         if args.feature_dtype is not None:
@@ -229,13 +241,18 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
             res = place(hot.values, bins, targets, row_bytes=row_bytes, strategy=args.strategy, pool=args.pool,
                         seed=args.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None,
                         codec=codec, progress=bars)
+            if in_place_shift is not None:
+                from training.placing import in_place
+
+                res = in_place(res, in_place_shift)
             ssd_files = [bin_path(out, b) for b in res.placement.bins if b.kind == "ssd"]
             clash = [str(f) for f in ssd_files if f.exists()]
             if clash and not args.force:
                 raise PlannerError(f"bin file {clash[0]} exists already"
                                    + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
                                    + "; choose other --ssd directories or pass --force to replace them")
-            check_free_space(res.placement, row_bytes, out)
+            if in_place_shift is None:
+                check_free_space(res.placement, row_bytes, out)
             held = None
             if spec.method == "presample":  # what the run will read, from a sample DDAK was not fitted to
                 bars.note("an independent pre-sample (the expected shares that training's prediction uses)")
@@ -246,7 +263,13 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
                 for stale in (out / MANIFEST, out / "place.json"):
                     stale.unlink(missing_ok=True)
             try:
-                write_bins(ds.features, res.placement, out, progress=bars)
+                if in_place_shift is not None:
+                    from iostack.bins import adopt_bin
+
+                    ssd = next(b for b in res.placement.bins if b.kind == "ssd")
+                    adopt_bin(Path(ds.path) / "features.npy", ssd, out, progress=bars)
+                else:
+                    write_bins(ds.features, res.placement, out, progress=bars)
             except OSError as exc:
                 raise PlannerError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
                                    "check the --ssd directories") from None

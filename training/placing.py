@@ -520,6 +520,31 @@ def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *,
     return PlaceResult(placement, tuple(bins), rep, base, tuple(notes))
 
 
+def in_place(result: PlaceResult, shift: int) -> PlaceResult:
+    """``result`` with its one SSD bin being the dataset's feature file itself (``moment place --in-place``).
+
+    The SSD bin then holds every row at ``vertex + shift`` (``shift``: the rows the file's
+    header takes, :func:`iostack.bins.in_place_shift`); the vertices DDAK put there keep
+    their bin, only their row changes, and the cached vertices' rows in the file go
+    unread. Nothing is copied: what DDAK decides is which rows the caches hold. Raises
+    :class:`PlacingError` unless there is exactly one SSD bin and no feature codec.
+    """
+    p = result.placement
+    ssd = [b for b in p.bins if b.kind == "ssd"]
+    if len(ssd) != 1:
+        raise PlacingError(f"--in-place: the plan has {len(ssd)} SSDs; the dataset's feature file can stand in "
+                           "for one SSD bin only (plan for one SSD, or leave out --in-place)")
+    if p.codec is not None:
+        raise PlacingError("--in-place with --feature-dtype: the bin would hold another type than the dataset's "
+                           "file; leave out one of them")
+    s = ssd[0]
+    row_of = np.array(p.row_of, dtype=np.int64)
+    mine = p.bin_of == s.id
+    row_of[mine] = np.flatnonzero(mine) + shift
+    bins = tuple(replace(b, capacity_rows=shift + p.num_vertices) if b.id == s.id else b for b in p.bins)
+    return replace(result, placement=Placement(bins, p.bin_of, row_of, codec=None))
+
+
 def expected_shares(bin_of: np.ndarray, hotness: np.ndarray, num_bins: int) -> list[float]:
     """Each bin's share of the reads under ``hotness`` (``[num_rows]``), for rows placed by ``bin_of``.
 
@@ -577,6 +602,7 @@ __all__ = [
     "cache_shares",
     "check_free_space",
     "expected_shares",
+    "in_place",
     "devices_of",
     "nvlink_pairs_of",
     "place",
