@@ -214,6 +214,10 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
         if args.nodes > 1 or args.feature_dtype is not None:
             raise PlannerError("--in-place with " + ("--nodes > 1" if args.nodes > 1 else "--feature-dtype")
                                + ": the dataset's file holds every row in its own type; leave out one of them")
+        n_ssd = len(handoff.targets.of_kind("ssd"))
+        if n_ssd != 1:
+            raise PlannerError(f"--in-place: the plan has {n_ssd} SSDs; the dataset's feature file can stand in "
+                               "for one SSD bin only (plan for one SSD, or leave out --in-place)")
         in_place_shift = shift_of(Path(ds.path) / "features.npy")
     with Bars(quiet=args.json) as bars:
         codec, row_bytes = None, ds.row_bytes
