@@ -138,3 +138,22 @@ def test_in_place_needs_one_ssd_and_no_codec(graph, tmp_path, capsys):
     assert len(err) == 1 and "8 SSDs" in err[0] and "--in-place" in err[0]
     assert _place(graph, tmp_path / "o2", "--feature-dtype", "float16") == 2
     assert "--feature-dtype" in capsys.readouterr().err
+
+
+def test_bench_outofcore_smoke(tmp_path):
+    # the benchmark's default (tiny) size end to end: every phase runs, every figure is written
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    out = tmp_path / "ooc.json"
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "bench_outofcore.py"), "--dir", str(tmp_path / "w"),
+                           "--steps", "4", "--replay-batches", "2", "--profile-seconds", "0.5", "--json", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = {f["figure"].split(": ", 1)[1]: f for f in json.loads(out.read_text())["figures"]}
+    assert figures["train peak RSS"]["ours"] > 0 and figures["generate time"]["ours"] > 0
+    assert figures["SSD read rate, training's stream vs moment profile"]["reference"] > 0
+    assert "written once" in proc.stdout and not (tmp_path / "w" / "g").exists()  # removed without --keep
