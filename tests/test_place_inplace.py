@@ -19,25 +19,19 @@ from moment.cli import main
 from training.data import open_dataset, open_paged_npy
 from training.synth import SynthSpec, synthesize
 
-ONE_SSD = """\
-schema: moment.machine
-version: 1
-name: one-ssd
-defaults: {pcie_gen: 4}
-sockets:
-  - id: 0
-    threads: 2
-    ports:
-      - slot: bay0
-        form_factor: u.2
-        lanes: 4
-        device: {kind: nvme, model: NVMe SSD, id: ssd0}
-      - slot: g0
-        form_factor: cem
-        lanes: 16
-        double_width: true
-        device: {kind: gpu, model: A100, id: gpu0}
-"""
+
+def _one_ssd_spec() -> str:
+    """The one-NVMe machine spec the out-of-core benchmark places for (tools/bench_outofcore.py)."""
+    import importlib.util
+    import sys
+
+    from tests.conftest import REPO
+
+    sys.path.insert(0, str(REPO / "tools"))  # for its sibling import of _results
+    spec = importlib.util.spec_from_file_location("bench_outofcore", REPO / "tools" / "bench_outofcore.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ONE_SSD
 
 
 @settings(max_examples=30, deadline=None)
@@ -73,7 +67,7 @@ def graph(request, tmp_path_factory):
     d = tmp_path_factory.mktemp("g")
     synthesize(d / "g", SynthSpec(num_nodes=3000, num_edges=30000, generator="chung-lu",
                                   feature_dim=request.param, train_share=0.1, seed=2))
-    (d / "one-ssd.yaml").write_text(ONE_SSD)
+    (d / "one-ssd.yaml").write_text(_one_ssd_spec())
     return d
 
 
