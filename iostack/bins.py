@@ -264,3 +264,92 @@ def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str
         if crc != info.crc32:
             raise StoreError(f"{path}: bin {b.id} is corrupt (CRC-32 {crc:#010x}, manifest says {info.crc32:#010x}); {fix}")
     return info
+
+
+# --- a feature file as a bin, in place -------------------------------------------------------
+
+
+def in_place_shift(path: str | os.PathLike[str]) -> int:
+    """Rows the ``.npy`` header of the feature file at ``path`` takes when the file serves as an SSD bin
+    as it is: vertex ``v`` is then bin row ``v + shift``.
+
+    Possible when the rows sit where a bin file would put them: data starting on a page
+    boundary (:func:`training.data.open_paged_npy` writes such files), rows of a whole
+    number of pages or packed a whole number to a page, the file a whole number of pages
+    long. Raises :class:`StoreError` saying which condition fails and what to do.
+    """
+    path = Path(path)
+    fix = "re-import or re-generate the dataset with this version (its features.npy is then page-aligned), " \
+          "or place without --in-place (the rows are copied into bin files)"
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(f)
+            start = f.tell()
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: cannot read it as a .npy feature file ({exc}); {fix}") from None
+    if len(shape) != 2 or fortran:
+        raise StoreError(f"{path}: holds a {'Fortran-order ' if fortran else ''}array of shape {shape}, "
+                         f"not C-order rows; {fix}")
+    row_bytes = int(shape[1]) * np.dtype(dtype).itemsize
+    stride, rpp = layout(row_bytes)
+    if rpp > 1 and PAGE % row_bytes:
+        raise StoreError(f"{path}: rows of {row_bytes} bytes do not divide a page, a bin would pad them; {fix}")
+    if rpp == 1 and stride != row_bytes:
+        raise StoreError(f"{path}: rows of {row_bytes} bytes are not whole pages, a bin would pad them; {fix}")
+    if start % PAGE or start % row_bytes:
+        raise StoreError(f"{path}: its rows start at byte {start}, not on a page and row boundary; {fix}")
+    shift = start // row_bytes
+    size = path.stat().st_size
+    if size != file_bytes_for(shift + int(shape[0]), row_bytes):
+        raise StoreError(f"{path}: {size} bytes, not a whole number of pages of rows; {fix}")
+    return shift
+
+
+def adopt_bin(features_path: str | os.PathLike[str], b: Bin, directory: str | os.PathLike[str], *,
+              progress: Progress | None = None) -> BinFile:
+    """Make the ``.npy`` feature file at ``features_path`` bin ``b``'s file without copying a row.
+
+    ``bin_path(directory, b)`` becomes a symbolic link to the (absolute) feature file and
+    its manifest describes the file as a bin of ``shift + V`` rows (:func:`in_place_shift`;
+    the first ``shift`` rows are the header and belong to no vertex), so readers,
+    :func:`open_bin` and its checks work unchanged. The CRC-32 of the whole file is taken
+    by one sequential read (``progress`` hears ``("checking features", bytes, total)``).
+    Removing the placement removes the link only; changing the dataset's features makes
+    :func:`open_bin` refuse the bin (size or first-block CRC) — the placement refers to
+    the dataset's file, so keep the dataset while the placement is used.
+    """
+    src = Path(features_path).resolve()
+    shift = in_place_shift(src)
+    arr = np.load(src, mmap_mode="r")
+    dtype, dim = arr.dtype, int(arr.shape[1])
+    rows = shift + int(arr.shape[0])
+    del arr
+    row_bytes = dim * dtype.itemsize
+    stride, rpp = layout(row_bytes)
+    size = src.stat().st_size
+    crc = 0
+    try:
+        with open(src, "rb") as f:
+            for a in range(0, size, BLOCK_BYTES):
+                crc = zlib.crc32(f.read(BLOCK_BYTES), crc)
+                if progress is not None:
+                    progress("checking features", min(size, a + BLOCK_BYTES), size)
+        path = bin_path(directory, b)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        info = BinFile(path=str(path), bin_id=b.id, dtype=dtype.str, dim=dim, row_bytes=row_bytes,
+                       row_stride_bytes=stride, rows_per_page=rpp, rows=rows, file_bytes=size, crc32=crc,
+                       crc32_first_block=crc32_of(src, 0, BLOCK_BYTES))
+        tmp = path.with_name(path.name + ".tmp")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        os.symlink(src, tmp)
+        mtmp = _manifest_path(tmp)
+        mtmp.write_text(json.dumps({"format": "moment-bin", "version": 1, **asdict(info),
+                                    "in_place_of": str(src)}, indent=1) + "\n")
+        os.replace(tmp, path)
+        os.replace(mtmp, _manifest_path(path))
+    except OSError as exc:
+        raise StoreError(f"{features_path}: cannot make it bin {b.id} in place: {exc.strerror or exc}") from None
+    return info

@@ -71,6 +71,10 @@ def register(subparsers) -> None:
                         help="store the rows in the bins as float32, float16, bfloat16 or int8 (a scale and zero "
                              "point per column, float features only); smaller rows: fewer SSD bytes, more rows per "
                              "cache; the gather decodes to float32 (default: the features' own type)")
+    caches.add_argument("--in-place", action="store_true",
+                        help="one SSD: its bin is the dataset's own features.npy, read where it is (no copy, no "
+                             "extra disk space; datasets written by this version qualify); the caches still get "
+                             "DDAK's rows")
     caches.add_argument("--out", required=True, metavar="DIR", help="where the placement is written")
     caches.add_argument("--force", action="store_true", help="replace an existing placement and bin files")
     hot = p.add_argument_group("hotness")
@@ -177,7 +181,7 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
                                hotness=spec, hotness_dir=args.hotness_dir, recompute_hotness=args.recompute_hotness,
                                strategy=args.strategy, pool=args.pool, seed=args.seed, nodes=args.nodes,
                                replicas=args.replicas, hot_rows=args.hot_rows, force=args.force,
-                               plan_notes=plan_notes, progress=bars, warn=_warn)
+                               in_place=args.in_place, plan_notes=plan_notes, progress=bars, warn=_warn)
     if placed.sharded is not None:
         return print_nodes(args, placed.sharded, placed.dataset, placed.hotness, placed.targets)
     if args.json:

@@ -17,9 +17,10 @@ from planner.placement import (
     DdakBin,
     DdakResult,
     _check,
+    _codes,
     _deviation,
     _hot_order,
-    _result,
+    _split_codes,
     _targets,
 )
 
@@ -80,7 +81,8 @@ def hash_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakResult:
             over.append(ids[bad])
     if over:
         ov = np.concatenate(over)
-        natural = np.minimum(np.bincount(np.arange(n) % m, minlength=m), cap)
+        # items of residue j: n // m, one more for the first n % m residues (np.arange(n) % m would be 16n bytes)
+        natural = np.minimum(n // m + (np.arange(m) < n % m), cap)
         spare = cap - natural
         bin_of[ov] = np.repeat(np.arange(m, dtype=np.int32), spare)[: ov.shape[0]]
     return _from_bins(h, bins, bin_of)
@@ -113,8 +115,12 @@ def hot_first_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakRes
     for j, v in zip(seg_bin.tolist(), hs_sums, strict=True):
         traffic[j] = v
     target = _targets(float(traffic.sum()), bins)
-    return _result(n, order, starts[keep], take[keep], seg_bin, np.zeros(int(keep.sum()), np.int64),
-                   traffic, target, own_order=True)
+    del hs
+    packed, bits, items = _codes(n, order, starts[keep], take[keep], seg_bin,
+                                 np.zeros(int(keep.sum()), np.int64), m)
+    del order
+    bin_of = _split_codes(packed, bits)
+    return DdakResult(bin_of, packed, traffic, target, items, _deviation(traffic, target))
 
 
 def random_placement(hotness: np.ndarray, bins: Sequence[DdakBin], seed: int = 0) -> DdakResult:

@@ -85,17 +85,27 @@ for ``m`` bins. With binding capacities no such bound holds for any
 hot-first greedy (a target that wants the second-hottest item but not the
 hottest cannot be met by handing out the hottest first).
 
-Speed: the sort is a single ``np.sort`` of packed 64-bit keys for float32
-hotness (``argsort`` otherwise); the pool loop is plain Python over a heap of
-at most ``m`` bins, once per pool, with a tight path for whole pools that
-records only each pool's bin (rows and offsets are rebuilt with numpy after);
-the per-item outputs go from sorted order to id order by a second sort of
-``id | row | bin`` keys rather than a scatter (a random write per item costs
-more than a sequential SIMD sort). 10⁸ items, 10 bins (``tools/bench_ddak.py``):
-7.6 s of CPU time on one thread (sort ~2.5 s, pool loop ~1.5 s, outputs ~3 s)
-and 1.4 GB beyond the input; 10.9 s of wall time on a 2-core machine busy
-with a load average of 6 (the earlier version with a scatter and a slower
-loop: 10.3 s CPU, 16.4 s wall, 2.2 GB, measured alongside).
+Speed and memory: the sort is a ``np.sort`` of packed 64-bit keys for
+float32 hotness (``argsort`` otherwise), split over the cores by hotness
+ranges, a thread each (:func:`planner.placement._hot_keys`); the ids come out of the keys as
+uint32 and the pool sums a block at a time, so the sorted hotness is never
+held. The pool loop is plain Python over a heap of at most ``m`` bins, once
+per pool, with a tight path for whole pools that records only each pool's
+bin (rows and offsets are rebuilt with numpy after); the per-item outputs go
+from sorted order to id order by a blocked scatter of ``row | bin`` codes
+(:func:`planner.placement._codes`). Peak memory beyond the input is about 12 bytes an item
+(the uint32 order and the int64 codes, then the codes and ``bin_of``: the
+outputs themselves are 12 bytes an item). 10⁸ items, 10 bins
+(``tools/bench_ddak.py``, 2 cores shared with other work, load 3-4): 12.9 s
+of CPU time and 1.31 GB beyond the input against 18.1 s and 1.37 GB for the
+previous version (a sort of ``id | row | bin`` keys for the outputs, the
+sorted hotness held), with identical outputs; the sort is 75-80% of it
+(numpy's uint64 sort is a comparison sort, about 75 ns an item here).
+10⁹ items (``--items 1e9``, load 3.5-5.2): 174 s of CPU time, 401 s of wall
+time, 12.6 GB beyond the input (hash placement: 67 s, 93 s, 13.9 GB); the
+sort's CPU time grows as ``n log n`` and a second core helps only when it is
+idle. Reaching tens of seconds needs a sort several times faster than
+numpy's (a compiled parallel radix sort), not a change to the algorithm.
 
 >>> import numpy as np
 >>> bins = [DdakBin("gpu0", "gpu", 2, 6.0), DdakBin("ssd0", "ssd", 10, 4.0)]
@@ -127,9 +137,12 @@ from planner.placement import (  # noqa: F401  (re-exported: the names every pla
     DdakBin,
     DdakResult,
     _check,
+    _codes,
     _deviation,
+    _hot_keys,
     _hot_order,
-    _result,
+    _key_hotness,
+    _split_codes,
     _targets,
 )
 from planner.progress import Progress, report
@@ -174,40 +187,54 @@ def ddak(
     if pool < 1:
         raise PlannerError(f"pool: {pool} items; must be ≥ 1")
     n = h.shape[0]
-    own_order = order is None
     report(progress, "ddak", 0, 3)
-    if order is None:
-        order, hs = _hot_order(h)
-    else:
-        if order.shape != (n,):
-            raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
-        hs = h[order]
-    pool_sum = _pool_sums(hs, pool)
+    if order is not None and order.shape != (n,):
+        raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
+    order, pool_sum = _hot_ids(h, pool, order)
     report(progress, "ddak", 1, 3)
     target = _targets(float(sum(pool_sum)), bins)
-    seg_bin, odd, acc = _fill_bins(hs, pool_sum, pool, _Bins(bins, target, pool_sum, pool))
-    del hs, pool_sum  # ~0.4 GB at 10⁸ items, not needed for the outputs
+    seg_bin, odd, acc = _fill_bins(h, order, pool_sum, pool, _Bins(bins, target, pool_sum, pool))
+    del pool_sum  # 32 bytes a pool (Python floats), not needed for the outputs
     report(progress, "ddak", 2, 3)
     sb, seg_start, seg_len, seg_row = _segments(seg_bin, odd, pool, len(bins))
     del seg_bin
     traffic = np.array(acc, dtype=np.float64)
-    out = _result(n, order, seg_start, seg_len, sb, seg_row, traffic, target, own_order=own_order)
+    packed, bits, items = _codes(n, order, seg_start, seg_len, sb, seg_row, len(bins))
+    del order  # before bin_of is allocated: the peak stays at 12n bytes
+    bin_of = _split_codes(packed, bits)
     report(progress, "ddak", 3, 3)
-    return out
+    return DdakResult(bin_of, packed, traffic, target, items, _deviation(traffic, target))
 
 
 def _pool_sums(hs: np.ndarray, pool: int) -> list[float]:
-    """Each pool's total hotness (items in hot-first order ``hs``, ``pool`` at a time).
+    """Sums (float64) of consecutive pools of ``pool`` items of ``hs`` (the last may be short)."""
+    return np.add.reduceat(hs.astype(np.float64), np.arange(0, hs.shape[0], pool)).tolist()
 
-    Summed in float64 a block of pools at a time (a whole float64 copy of the
-    hotness would be another 8n bytes).
+
+def _hot_ids(h: np.ndarray, pool: int, order: np.ndarray | None) -> tuple[np.ndarray, list[float]]:
+    """The hot-first order of the ids (``order`` if given; uint32 on the fast path) and its pool sums.
+
+    The sorted hotness is never held whole (4n bytes at 10⁹ items): the
+    pool sums come out of the sorted keys, or out of ``h[order]``, a block of
+    whole pools at a time, and the keys' ids go to a uint32 array (the keys'
+    8n bytes are freed after).
     """
-    pool_sum: list[float] = []
+    n = h.shape[0]
     step = max(1, _CHUNK_ITEMS // pool) * pool
-    for a in range(0, hs.shape[0], step):
-        blk = hs[a : a + step].astype(np.float64)
-        pool_sum += np.add.reduceat(blk, np.arange(0, blk.shape[0], pool)).tolist()
-    return pool_sum
+    sums: list[float] = []
+    if order is None and h.dtype == np.float32 and n < (1 << 32):
+        key = _hot_keys(h)
+        order = np.empty(n, dtype=np.uint32)
+        for a in range(0, n, step):
+            kc = key[a : a + step]
+            sums += _pool_sums(_key_hotness(kc), pool)
+            np.bitwise_and(kc, np.uint64(0xFFFFFFFF), out=order[a : a + step], casting="unsafe")
+        return order, sums
+    if order is None:
+        order = np.argsort(-h.astype(np.float64), kind="stable")
+    for a in range(0, n, step):
+        sums += _pool_sums(h[order[a : a + step]], pool)
+    return order, sums
 
 
 class _Bins:
@@ -243,15 +270,15 @@ class _Bins:
         return hp, lead
 
 
-def _fill_bins(hs: np.ndarray, pool_sum: list[float], pool: int,
+def _fill_bins(h: np.ndarray, order: np.ndarray, pool_sum: list[float], pool: int,
                state: _Bins) -> tuple[list[int], list[tuple[int, int]], list[float]]:
     """The pools, hottest first, each to the least-filled open bin: the greedy itself.
 
     Returns one entry per segment (a run of sorted positions given to one
     bin): its bin; only where it is not a whole pool, (segment number,
-    length); and each bin's traffic.
+    length); and each bin's traffic. ``h[order]`` is the hotness in hot-first order.
     """
-    n = hs.shape[0]
+    n = h.shape[0]
     acc, used, cap, tgt, inv_t, inv_c = (state.acc, state.used, state.cap, state.tgt,
                                          state.inv_t, state.inv_c)
     seg_bin: list[int] = []
@@ -295,11 +322,11 @@ def _fill_bins(hs: np.ndarray, pool_sum: list[float], pool: int,
             p = k * pool
             if p >= n or not heap:
                 continue
-        p, k = _split_pool(hs, p, k, pool, heap, solo, gated, state, seg_bin, odd)
+        p, k = _split_pool(h, order, p, k, pool, heap, solo, gated, state, seg_bin, odd)
     return seg_bin, odd, acc
 
 
-def _split_pool(hs: np.ndarray, p: int, k: int, pool: int, heap: list[tuple[float, int, int]],
+def _split_pool(h: np.ndarray, order: np.ndarray, p: int, k: int, pool: int, heap: list[tuple[float, int, int]],
                 solo: int, gated: bool, state: _Bins, seg_bin: list[int],
                 odd: list[tuple[int, int]]) -> tuple[int, int]:
     """Part of pool ``k`` from position ``p`` to the heap's first bin: one with less room than a
@@ -307,11 +334,11 @@ def _split_pool(hs: np.ndarray, p: int, k: int, pool: int, heap: list[tuple[floa
     acc, used, cap, tgt = state.acc, state.used, state.cap, state.tgt
     _, r, j = heap[0]
     u = used[j]
-    pool_end = min((k + 1) * pool, hs.shape[0])
+    pool_end = min((k + 1) * pool, h.shape[0])
     take = min(pool_end - p, cap[j] - u)
     if j == solo:  # the lone bin takes the items that bring it nearest its target
-        take = _nearest_take(hs[p : p + take], tgt[j] - acc[j])
-    got = float(hs[p : p + take].sum(dtype=np.float64))
+        take = _nearest_take(h[order[p : p + take]], tgt[j] - acc[j])
+    got = float(h[order[p : p + take]].sum(dtype=np.float64))
     odd.append((len(seg_bin), take))
     seg_bin.append(j)
     p += take

@@ -243,6 +243,12 @@ def many_blocks(tmp_path_factory):
     return path
 
 
+# features.npy of many_blocks: rows from byte 4096 (a page-aligned header), the file padded to whole pages
+HEADER, DATA = 4096, 5000 * 8 * 4
+SIZE = -(-(HEADER + DATA) // 4096) * 4096
+BLOCKS = SIZE // 256
+
+
 def _corrupt_copy(src, dst, offset):
     shutil.copytree(src, dst)
     with open(dst / "features.npy", "r+b") as f:
@@ -256,9 +262,10 @@ def _corrupt_copy(src, dst, offset):
 def test_a_plain_open_checks_first_last_and_a_sample(many_blocks):
     meta = json.loads((many_blocks / "meta.json").read_text())
     sums = BlockSums.from_json(meta["checksums"]["files"]["features"])
-    assert sums.block_bytes == 256 and sums.blocks == 626
+    assert np.load(many_blocks / "features.npy", mmap_mode="r").offset == HEADER
+    assert sums.block_bytes == 256 and sums.blocks == BLOCKS
     total = sum(BlockSums.from_json(e).blocks for e in meta["checksums"]["files"].values())
-    assert total == 626 + 157 + 79  # features, indptr, indices
+    assert total == BLOCKS + 157 + 79  # features, indptr, indices
     ds = open_dataset(many_blocks)
     assert ds.integrity.startswith(f"CRC-32 verified: {3 * 8} of {total} blocks of 3 file(s)")
     assert "moment data info --verify" in ds.integrity
@@ -268,19 +275,21 @@ def test_a_plain_open_checks_first_last_and_a_sample(many_blocks):
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_the_first_and_last_blocks_are_always_checked(many_blocks, tmp_path, where):
     size = (many_blocks / "features.npy").stat().st_size
-    bad = _corrupt_copy(many_blocks, tmp_path / "g", 200 if where == "first" else size - 1)  # after the header
-    with pytest.raises(DatasetError, match=rf"features\.npy: block {0 if where == 'first' else 625} of 626"):
+    # block 0 is all header (padded to a page): a flipped byte there is refused by the header's parse
+    bad = _corrupt_copy(many_blocks, tmp_path / "g", 200 if where == "first" else size - 1)
+    with pytest.raises(DatasetError, match=r"features\.npy: not a readable \.npy file" if where == "first"
+                       else rf"features\.npy: block {BLOCKS - 1} of {BLOCKS}"):
         open_dataset(bad)
 
 
 @settings(max_examples=25, deadline=None)
-@given(offset=st.integers(128, 5000 * 8 * 4 + 127))  # the data (a bad header is numpy's to refuse)
+@given(offset=st.integers(HEADER, HEADER + DATA - 1))  # the data (a bad header is numpy's to refuse)
 def test_full_verification_names_the_block_of_any_flipped_byte(many_blocks, tmp_path_factory, offset):
     bad = _corrupt_copy(many_blocks, tmp_path_factory.mktemp("flip") / "g", offset)
     with pytest.raises(DatasetError) as info:
         open_dataset(bad, verify="full")
     a = offset // 256 * 256
-    assert f"block {offset // 256} of 626 (bytes {a:,} to {min(a + 256, 5000 * 32 + 128):,})" in str(info.value)
+    assert f"block {offset // 256} of {BLOCKS} (bytes {a:,} to {min(a + 256, SIZE):,})" in str(info.value)
     open_dataset(bad, verify="none", validate=False)  # nothing checked, nothing refused
     shutil.rmtree(bad.parent)
 

@@ -144,8 +144,13 @@ def test_a_cut_or_grown_file_is_named(cora_copy, capsys):
     assert main(["data", "info", str(cora_copy)]) == 2
     err = capsys.readouterr().err
     assert f"{path}: {size + 16:,} bytes, but meta.json recorded {size:,}" in err, err
-    with open(path, "r+b") as f:
+    with open(path, "r+b") as f:  # one byte off: only the page padding after the rows is cut
         f.truncate(size - 1)
+    assert main(["data", "info", str(cora_copy)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: {size - 1:,} bytes, but meta.json recorded {size:,}" in err, err
+    with open(path, "r+b") as f:  # two pages off: into the rows
+        f.truncate(size - 8192)
     assert main(["data", "info", str(cora_copy)]) == 2
     err = capsys.readouterr().err
     assert f"{path}: shorter than its .npy header says (cut short)" in err, err

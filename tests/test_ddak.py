@@ -340,3 +340,68 @@ def test_a_tight_cache_bin_takes_the_hottest_items():
     # the caches hold the hottest 4,000 rows: the SSDs serve the least they can
     ssd = r.traffic_per_bin[2:].sum() / r.traffic_per_bin.sum()
     assert ssd == pytest.approx(rest / hs.sum(), rel=1e-6)
+# --- the sort split across threads, and the outputs by scatter (issue 16: 10^9 items) ---------------
+
+HOTNESS_F32 = st.lists(
+    st.one_of(st.sampled_from([0.0, 1.0, 2.0, 0.5]), st.floats(0, 1e6, width=32)), min_size=0, max_size=300
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(HOTNESS_F32, st.integers(1, 6))
+def test_hot_keys_split_across_threads_is_the_stable_hot_first_order(values, threads):
+    import planner.placement as D
+
+    h = np.array(values, dtype=np.float32)
+    old = D._PARALLEL_MIN_ITEMS
+    D._PARALLEL_MIN_ITEMS = 0  # split even tiny inputs into ranges, one per thread
+    try:
+        key = D._hot_keys(h, threads=threads)
+    finally:
+        D._PARALLEL_MIN_ITEMS = old
+    ids = (key & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    np.testing.assert_array_equal(ids, np.argsort(-h.astype(np.float64), kind="stable"))
+    np.testing.assert_array_equal(D._key_hotness(key), h[ids])
+
+
+@settings(max_examples=40, deadline=None)
+@given(HOTNESS_F32.filter(len), st.integers(1, 5), st.integers(1, 4), st.integers(0, 2**32 - 1))
+def test_ddak_split_sort_and_given_order_agree_with_one_thread(values, pool, m, seed):
+    import planner.placement as D
+
+    h = np.array(values, dtype=np.float32)
+    n = h.shape[0]
+    rng = np.random.default_rng(seed)
+    bins = [DdakBin(f"b{j}", ("gpu", "cpu", "ssd")[j % 3], int(rng.integers(1, n + 1)), float(rng.integers(1, 9)))
+            for j in range(m)]
+    bins.append(DdakBin("ssd-all", "ssd", n, 1.0))
+    one = ddak(h, bins, pool=pool)
+    old = D._PARALLEL_MIN_ITEMS
+    D._PARALLEL_MIN_ITEMS = 0
+    try:
+        split = ddak(h, bins, pool=pool)
+    finally:
+        D._PARALLEL_MIN_ITEMS = old
+    given_order = ddak(h, bins, pool=pool, order=np.argsort(-h.astype(np.float64), kind="stable"))
+    for r in (split, given_order):
+        np.testing.assert_array_equal(r.bin_of, one.bin_of)
+        np.testing.assert_array_equal(r.row_of, one.row_of)
+        np.testing.assert_array_equal(r.traffic_per_bin, one.traffic_per_bin)
+    assert_valid(one, h, bins)
+    # rows of a bin are hottest first, ties by id
+    for j in range(len(bins)):
+        mine = np.flatnonzero(one.bin_of == j)
+        by_row = mine[np.argsort(one.row_of[mine])]
+        np.testing.assert_array_equal(by_row, mine[np.argsort(-h[mine].astype(np.float64), kind="stable")])
+
+
+def test_ddak_uses_a_uint32_order_and_no_sorted_hotness_copy():
+    # the fast path holds the ids as uint32 (4n bytes) and the pool sums, never the sorted hotness
+    import planner.ddak as D
+
+    h = zipf(10_000)
+    order, sums = D._hot_ids(h, 100, None)
+    assert order.dtype == np.uint32 and len(sums) == 100
+    np.testing.assert_array_equal(order, np.argsort(-h.astype(np.float64), kind="stable"))
+    hs = h[order].astype(np.float64)
+    np.testing.assert_allclose(sums, hs.reshape(100, 100).sum(axis=1), rtol=1e-12)

@@ -51,6 +51,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "startup": ("bench_startup.py", ["--repeats", "15"], ["--repeats", "5"]),
     # the step alone, flat all-reduce and DDP interleaved (the whole run against an old tree: --reference)
     "ddp": ("bench_ddp.py", ["--exchange", "--steps", "150"], ["--exchange", "--steps", "40"]),
+    # the size needs ~50 GB free on --ooc-dir (the features are written once)
+    "outofcore": ("bench_outofcore.py", ["--features-gib", "48"], []),
 }
 
 
@@ -131,6 +133,7 @@ def main() -> int:
                     help="Markdown table (a .json beside it gets the raw figures)")
     ap.add_argument("--dgl-venv", help="DGL reference environment for the sampler benchmark")
     ap.add_argument("--io-dir", default="/var/tmp/moment-io", help="directory on the SSD for the I/O benchmark")
+    ap.add_argument("--ooc-dir", default="/var/tmp/moment-ooc", help="directory on the SSD for the out-of-core one")
     ap.add_argument("--timeout", type=float, default=3600, help="per benchmark, seconds")
     ap.add_argument("--use", action="append", default=[], metavar="NAME=FILE",
                     help="take benchmark NAME's figures from FILE (its --json of a run already made) instead of "
@@ -148,7 +151,7 @@ def main() -> int:
     if unknown:
         print(f"--only: unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHES)}", file=sys.stderr)
         return 2
-    extra = {"io": ["--dir", args.io_dir]}
+    extra = {"io": ["--dir", args.io_dir], "outofcore": ["--dir", args.ooc_dir]}
     if args.dgl_venv:
         extra["sample"] = ["--dgl-venv", args.dgl_venv]
         extra["train_dgl"] = ["--dgl-venv", args.dgl_venv]

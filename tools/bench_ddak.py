@@ -1,7 +1,11 @@
 """DDAK against the hash baseline: time and memory at scale, target match, reads on a skewed graph (not a test).
 
-    PYTHONPATH=. python tools/bench_ddak.py [--items 100000000] [--zipf 0.9] [--pool 100]
-        [--graph-nodes 200000] [--graph-edges 2000000] [--skip-scale]
+    PYTHONPATH=. python tools/bench_ddak.py [--items 1e8] [--zipf 0.9] [--pool 100]
+        [--graph-nodes 200000] [--graph-edges 2000000] [--skip-scale | --scale-only] [--json F]
+
+    PYTHONPATH=. python tools/bench_ddak.py --items 1e9 --scale-only --json ddak-1e9.json
+        # the paper's size (0.79 B vertices); needs about 4 GB for the hotness, plus 12-13 GB
+        # in the placer's own child; check `free -g` first
 
 One run prints three figures.
 
@@ -12,7 +16,9 @@ One run prints three figures.
    own forked child, so its peak memory (``resource.getrusage`` ru_maxrss
    minus the child's resident size at the start, the hotness included in
    neither) is its own; wall time is measured around the call, and so is
-   CPU time (user + system), which a busy machine changes far less.
+   CPU time (user + system), which a busy machine changes far less. The
+   goals: 10⁸ items in 10 s and 3 GB; 10⁹ items (issue 16) in 40 s on
+   2 cores and 16 GB beyond the input.
 2. **Target match.** The same 10 bins on 10⁶ items for several Zipf
    exponents and pools of 100 and 1: max relative deviation of bin traffic
    from target, DDAK and hash. Targets count as feasible when the GPU (and
@@ -47,7 +53,16 @@ from planner.ddak import DdakBin, ddak, hash_placement
 
 
 def zipf_hotness(n: int, a: float, seed: int = 0) -> np.ndarray:
-    rank = np.random.default_rng(seed).permutation(n).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    if n <= 1 << 28:
+        rank = rng.permutation(n).astype(np.float32)
+    else:  # 4n bytes, not permutation's 8n + 4n (12 GB at 10^9): shuffle uint32 ranks, convert in place
+        ids = np.arange(n, dtype=np.uint32)
+        rng.shuffle(ids)
+        rank = ids.view(np.float32)
+        for a0 in range(0, n, 1 << 24):
+            rank[a0 : a0 + (1 << 24)] = ids[a0 : a0 + (1 << 24)]  # numpy buffers the overlapping copy
+        del ids
     rank += 1.0
     np.power(rank, -a, out=rank)
     return rank
@@ -104,11 +119,19 @@ def figure_scale(items: int, a: float, pool: int) -> list[Figure]:
     print(f"{'max relative deviation':32}{d[2]:12.4f}{b[2]:12.4f}{d[2] / b[2]:12.4f}")
     print(f"items per bin, DDAK: {d[3]}")
     print(f"items per bin, hash: {b[3]}")
+    big = items >= 500_000_000
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return [Figure("ddak", f"{items:.0e} items, 10 bins: time", "s", d[0], b[0], "hash placement",
-                   higher_is_better=False, target="ours <= 10 s",
-                   note=f"CPU time {d[4]:.1f} s; load average {os.getloadavg()[0]:.1f}"),
+                   higher_is_better=False, target="ours <= 40 s on 2 cores" if big else "ours <= 10 s",
+                   note=f"CPU time {d[4]:.1f} s vs {b[4]:.1f} s; load average {load}"),
+            Figure("ddak", f"{items:.0e} items, 10 bins: CPU time", "s", d[4], b[4], "hash placement",
+                   higher_is_better=False, note=f"load average {load}"),
             Figure("ddak", f"{items:.0e} items, 10 bins: memory beyond input", "GB", d[1] / 1e9, b[1] / 1e9,
-                   "hash placement", higher_is_better=False, target="ours <= 3 GB")]
+                   "hash placement", higher_is_better=False, target="ours <= 16 GB" if big else "ours <= 3 GB",
+                   note=f"hotness {h.nbytes / 1e9:.1f} GB not counted; the outputs (bin_of + row_of) are "
+                        f"{items * 12 / 1e9:.1f} GB of it"),
+            Figure("ddak", f"{items:.0e} items, 10 bins: max relative deviation", "", d[2], b[2],
+                   "hash placement", higher_is_better=False, target="ours <= 0.05")]
 
 
 def capacity_feasible(h: np.ndarray, bins: list[DdakBin]) -> bool:
@@ -205,19 +228,22 @@ def figure_graph(nodes: int, edges: int, pool: int | None) -> list[Figure]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--items", type=int, default=100_000_000)
+    ap.add_argument("--items", type=lambda v: int(float(v)), default=100_000_000,
+                    help="items of figure 1 (default 1e8; the paper's size is 1e9)")
     ap.add_argument("--zipf", type=float, default=0.9)
     ap.add_argument("--pool", type=int, default=100, help="DDAK pool (figure 3: default as moment place)")
     ap.add_argument("--graph-nodes", type=int, default=200_000)
     ap.add_argument("--graph-edges", type=int, default=2_000_000)
     ap.add_argument("--skip-scale", action="store_true", help="skip figure 1 (the 10⁸-item run)")
+    ap.add_argument("--scale-only", action="store_true", help="run figure 1 only")
     ap.add_argument("--json", help="also write the figures here (for tools/bench_all.py)")
     args = ap.parse_args()
     figures = []
     if not args.skip_scale:
         figures += figure_scale(args.items, args.zipf, args.pool)
-    figures += figure_targets()
-    figures += figure_graph(args.graph_nodes, args.graph_edges, None)
+    if not args.scale_only:
+        figures += figure_targets()
+        figures += figure_graph(args.graph_nodes, args.graph_edges, None)
     write(args.json, "bench_ddak", figures, " ".join(sys.argv))
 
 

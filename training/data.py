@@ -377,6 +377,41 @@ def open_dataset(path: str | os.PathLike, *, validate: bool = True, verify: str 
     return ds
 
 
+#: where a feature file's rows start, and what its length is rounded up to (O_DIRECT's alignment)
+FEATURE_PAGE = 4096
+
+
+def paged_header_bytes(row_bytes: int) -> int:
+    """The ``.npy`` header size of a features file with rows of ``row_bytes``: one page, or one row when
+    rows are whole pages of up to 8 KiB (np.load refuses headers above 10000 bytes)."""
+    return row_bytes if row_bytes % FEATURE_PAGE == 0 and row_bytes <= 2 * FEATURE_PAGE else FEATURE_PAGE
+
+
+def open_paged_npy(path: str | os.PathLike[str], dtype: np.dtype, shape: tuple[int, int]) -> np.memmap:
+    """A new ``.npy`` file of ``shape`` opened as a writable memmap, its data starting on a page boundary
+    and its length a whole number of pages (zeros after the data).
+
+    An ordinary ``.npy`` (``np.load`` reads it), laid out so that the file can serve as an SSD bin
+    as it is (``moment place --in-place``): O_DIRECT reads need page-aligned offsets. The header
+    is padded with spaces, as the format allows, to :func:`paged_header_bytes`.
+    """
+    import struct
+
+    dt = np.dtype(dtype)
+    header = repr({"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False,
+                   "shape": tuple(int(x) for x in shape)}).encode("latin1")
+    total = paged_header_bytes(int(shape[1]) * dt.itemsize if len(shape) > 1 else dt.itemsize)
+    lead = len(np.lib.format.magic(1, 0)) + 2  # magic, version, uint16 header length
+    if lead + len(header) + 1 > total:
+        total = -(-(lead + len(header) + 1) // FEATURE_PAGE) * FEATURE_PAGE
+    header += b" " * (total - lead - len(header) - 1) + b"\n"
+    data = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    with open(path, "wb") as f:
+        f.write(np.lib.format.magic(1, 0) + struct.pack("<H", len(header)) + header)
+        f.truncate(total + -(-data // FEATURE_PAGE) * FEATURE_PAGE)
+    return np.memmap(path, dtype=dt, mode="r+", offset=total, shape=tuple(shape))
+
+
 # ----------------------------------------------------------------------------------------------
 # summary
 

@@ -27,7 +27,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from iostack.placement import MANIFEST
+import numpy as np
+
+from iostack.placement import MANIFEST, Placement
 from planner.handoff import PlanHandoff, PlanTargets
 from planner.progress import Progress, report
 from training.data import Dataset, fingerprint, open_dataset
@@ -125,7 +127,7 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
                   hotness: HotnessSpec | None = None, hotness_dir: str | os.PathLike[str] | None = None,
                   recompute_hotness: bool = False, strategy: str = "ddak", pool: int | None = None, seed: int = 0,
                   nodes: int = 1, replicas: int = 1, hot_rows: float = 0.05, force: bool = False,
-                  plan_notes: Sequence[str] = (), progress: Progress | None = None,
+                  in_place: bool = False, plan_notes: Sequence[str] = (), progress: Progress | None = None,
                   warn: Callable[[str], None] | None = None) -> PlacedDataset:
     """Place ``dataset``'s feature rows for ``handoff``'s plan and write the placement to ``out``.
 
@@ -152,6 +154,8 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
         ``ddak`` or a baseline (``hash``, ``hot-first``, ``random``), DDAK's pool (rows), the seed.
     nodes, replicas, hot_rows
         Split the rows over ``nodes`` nodes, the ``hot_rows`` share (hottest first) on ``replicas`` of them.
+    in_place : bool
+        A one-SSD plan's bin is the dataset's own ``features.npy``, read where it is (no copy).
     plan_notes : sequence of str
         Notes of the caller about the plan, kept in the report.
     progress : Progress, optional
@@ -180,6 +184,7 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
     out = Path(out)
     check_out(out, ssd_dirs, force=force)
     ds, codec, row_bytes = _open(dataset, feature_dtype, nodes, progress)
+    shift = _in_place_shift(ds, handoff, nodes, feature_dtype) if in_place else None  # before any long work
     for d in (out, *ssd_dirs):
         Path(d).mkdir(parents=True, exist_ok=True)
     spec = hotness if hotness is not None else HotnessSpec()
@@ -188,7 +193,7 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
                                            cpu_rows=cpu_cache_bytes // row_bytes, gpu_mode=gpu_mode)
     job = _Job(ds, hot, targets, out, list(ssd_dirs), gpu_cache_bytes, cpu_cache_bytes, gpu_mode, strategy, pool,
                seed, progress, warn if warn is not None else log.warning,
-               plan_notes=(*plan_notes, *([resolved] if resolved else [])))
+               plan_notes=(*plan_notes, *([resolved] if resolved else [])), in_place_shift=shift)
     if nodes > 1:
         return _place_nodes(job, nodes, replicas, hot_rows)
     return _place_one(job, row_bytes, codec, force)
@@ -211,6 +216,20 @@ def _open(dataset: str | os.PathLike[str] | Dataset, feature_dtype: str | None, 
     return ds, codec, codec.row_bytes
 
 
+def _in_place_shift(ds: Dataset, handoff: PlanHandoff, nodes: int, feature_dtype: str | None) -> int:
+    """Whether the dataset's feature file can be a one-SSD plan's bin as it is: the rows its header takes."""
+    from iostack.bins import in_place_shift
+
+    if nodes > 1 or feature_dtype is not None:
+        raise PlacingError("--in-place with " + ("--nodes > 1" if nodes > 1 else "--feature-dtype")
+                           + ": the dataset's file holds every row in its own type; leave out one of them")
+    n_ssd = len(handoff.targets.of_kind("ssd"))
+    if n_ssd != 1:
+        raise PlacingError(f"--in-place: the plan has {n_ssd} SSDs; the dataset's feature file can stand in "
+                           "for one SSD bin only (plan for one SSD, or leave out --in-place)")
+    return in_place_shift(Path(ds.path) / "features.npy")
+
+
 @dataclass
 class _Job:
     """What both the one-machine and the several-node placements need."""
@@ -230,6 +249,8 @@ class _Job:
     warn: Callable[[str], None]
     plan_notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    #: rows the feature file's header takes when it is the SSD bin itself (``in_place``), else None
+    in_place_shift: int | None = None
 
     def warn_ssd(self) -> None:
         self.warnings = tuple(ssd_warnings(self.ssd_dirs))
@@ -250,7 +271,7 @@ def _report_head(job: _Job) -> dict[str, Any]:
 
 def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedDataset:
     """One machine: bins, the placement, its SSD files, the report, and last the placement's index."""
-    from iostack.bins import bin_path, write_bins
+    from iostack.bins import adopt_bin, bin_path, write_bins
 
     ds, hot = job.ds, job.hot
     bins = build_bins(job.targets, num_rows=ds.num_nodes, row_bytes=row_bytes, gpu_cache_bytes=job.gpu_bytes,
@@ -261,12 +282,15 @@ def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedData
     res = place(hot.values, bins, job.targets, row_bytes=row_bytes, strategy=job.strategy, pool=job.pool,
                 seed=job.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None, codec=codec,
                 progress=job.progress)
+    if job.in_place_shift is not None:
+        res = _as_in_place(res, job.in_place_shift)
     clash = [str(f) for f in (bin_path(job.out, b) for b in res.placement.bins if b.kind == "ssd") if f.exists()]
     if clash and not force:
         raise PlacingError(f"bin file {clash[0]} exists already"
                            + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
                            + "; choose other --ssd directories or pass --force to replace them")
-    check_free_space(res.placement, row_bytes, job.out)
+    if job.in_place_shift is None:
+        check_free_space(res.placement, row_bytes, job.out)
     held = None
     if hot.spec.method == "presample":  # what the run will read, from a sample DDAK was not fitted to
         report(job.progress, "an independent pre-sample (the expected shares that training's prediction uses)")
@@ -277,7 +301,11 @@ def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedData
         for stale in (job.out / MANIFEST, job.out / "place.json"):
             stale.unlink(missing_ok=True)
     try:
-        write_bins(ds.features, res.placement, job.out, progress=job.progress)
+        if job.in_place_shift is not None:
+            ssd = next(b for b in res.placement.bins if b.kind == "ssd")
+            adopt_bin(Path(ds.path) / "features.npy", ssd, job.out, progress=job.progress)
+        else:
+            write_bins(ds.features, res.placement, job.out, progress=job.progress)
     except OSError as exc:
         raise PlacingError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
                            "check the --ssd directories") from None
@@ -293,6 +321,31 @@ def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedData
     res.placement.save(job.out, dataset_fingerprint=head["dataset_fingerprint"])  # last: exists once its bins do
     return PlacedDataset(job.out, ds, hot, job.targets, rep, row_bytes, result=res, plan_notes=job.plan_notes,
                          warnings=job.warnings)
+
+
+def _as_in_place(result: PlaceResult, shift: int) -> PlaceResult:
+    """``result`` with its one SSD bin being the dataset's feature file itself (``moment place --in-place``).
+
+    The SSD bin then holds every row at ``vertex + shift`` (``shift``: the rows the file's
+    header takes, :func:`iostack.bins.in_place_shift`); the vertices DDAK put there keep
+    their bin, only their row changes, and the cached vertices' rows in the file go
+    unread. Nothing is copied: what DDAK decides is which rows the caches hold. Raises
+    :class:`PlacingError` unless there is exactly one SSD bin and no feature codec.
+    """
+    p = result.placement
+    ssd = [b for b in p.bins if b.kind == "ssd"]
+    if len(ssd) != 1:
+        raise PlacingError(f"--in-place: the plan has {len(ssd)} SSDs; the dataset's feature file can stand in "
+                           "for one SSD bin only (plan for one SSD, or leave out --in-place)")
+    if p.codec is not None:
+        raise PlacingError("--in-place with --feature-dtype: the bin would hold another type than the dataset's "
+                           "file; leave out one of them")
+    s = ssd[0]
+    row_of = np.array(p.row_of, dtype=np.int64)
+    mine = p.bin_of == s.id
+    row_of[mine] = np.flatnonzero(mine) + shift
+    bins = tuple(replace(b, capacity_rows=shift + p.num_vertices) if b.id == s.id else b for b in p.bins)
+    return replace(result, placement=Placement(bins, p.bin_of, row_of, codec=None))
 
 
 def _place_nodes(job: _Job, nodes: int, replicas: int, hot_rows: float) -> PlacedDataset:

@@ -481,10 +481,10 @@ def synthesize(
         if spec.feature_dim > 0:
             row_bytes = spec.feature_dim * np.dtype(spec.feature_dtype).itemsize
             rows = max(1, feature_chunk_bytes // max(1, row_bytes))
-            feats = w.open_features(spec.feature_dim, spec.feature_dtype)
-            for lo in range(0, n, rows):
+            w.open_features(spec.feature_dim, spec.feature_dtype)
+            for lo in range(0, n, rows):  # written, not assigned into the memmap: RSS stays one block
                 hi = min(n, lo + rows)
-                feats[lo:hi] = feature_rows(spec, model, lo, hi)
+                w.write_feature_rows(lo, feature_rows(spec, model, lo, hi))
                 report("writing features", hi, n)
         w.write_labels(model.labels, num_classes=spec.num_classes)
         w.write_splits(**split_indices(spec))

@@ -37,6 +37,7 @@ from training.data import (
     DatasetError,
     index_dtype,
     open_dataset,
+    open_paged_npy,
 )
 
 
@@ -222,12 +223,33 @@ class DatasetWriter:
         dt = np.dtype(dtype)
         if dt.name not in FEATURE_DTYPES:
             raise DatasetError(f"feature dtype {dt.name} is not one of {', '.join(FEATURE_DTYPES)}")
-        self._features = np.lib.format.open_memmap(
-            self.tmp_dir / "features.npy", mode="w+", dtype=dt, shape=(self.num_nodes, int(feature_dim))
-        )
+        self._features = open_paged_npy(self.tmp_dir / "features.npy", dt, (self.num_nodes, int(feature_dim)))
         self.feature_dim, self.feature_dtype = int(feature_dim), dt.name
         self._record("features", self._features)
         return self._features
+
+    def write_feature_rows(self, start: int, rows: np.ndarray) -> None:
+        """Write rows ``start : start + len(rows)`` of the features :meth:`open_features` made, with ``pwrite``.
+
+        Unlike assigning into the memmap, written pages never count in this process's RSS,
+        so features larger than memory are written in bounded memory (the kernel writes the
+        page cache back at its own pace).
+        """
+        f = self._features
+        if f is None:
+            raise DatasetError("write_feature_rows: call open_features first")
+        rows = np.ascontiguousarray(rows, dtype=f.dtype)
+        if rows.ndim != 2 or rows.shape[1] != f.shape[1] or not 0 <= start <= f.shape[0] - rows.shape[0]:
+            raise DatasetError(f"feature rows of shape {rows.shape} at row {start} do not fit [{f.shape[0]}, {f.shape[1]}]")
+        data = memoryview(rows).cast("B")
+        at = f.offset + start * f.shape[1] * f.dtype.itemsize
+        fd = os.open(f.filename, os.O_WRONLY)
+        try:
+            done = 0
+            while done < len(data):
+                done += os.pwrite(fd, data[done:], at + done)
+        finally:
+            os.close(fd)
 
     def write_features(self, features, *, dtype: str | np.dtype | None = None) -> None:
         """Write features from a [num_nodes, F] array or an iterable of row blocks (in row order)."""
