@@ -129,20 +129,25 @@ def make_stream(spec: StreamSpec, num_rows: int) -> Stream:
     return Stream(ids, np.arange(0, n + 1, spec.rows_per_step, dtype=np.int64))
 
 
-def metrics_times(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Per-step (compute + all-reduce, sampling) seconds of the first epoch in a ``moment train`` metrics file."""
-    rows = []
+def _metrics_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The JSON records of a ``moment train`` metrics file (lines that are not JSON skipped)."""
     try:
         lines = Path(path).read_text().splitlines()
     except OSError as exc:
         raise WorkloadError(f"compute.from_metrics {path}: {exc.strerror or exc}") from None
+    out = []
     for line in lines:
         try:
-            r = json.loads(line)
+            out.append(json.loads(line))
         except ValueError:
             continue
-        if r.get("kind") == "step":
-            rows.append((r.get("epoch", 0), r["step"], r["compute_s"] + r.get("allreduce_s", 0.0), r["sample_s"]))
+    return out
+
+
+def metrics_times(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step (compute + all-reduce, sampling) seconds of the first epoch in a ``moment train`` metrics file."""
+    rows = [(r.get("epoch", 0), r["step"], r["compute_s"] + r.get("allreduce_s", 0.0), r["sample_s"])
+            for r in _metrics_records(path) if r.get("kind") == "step"]
     if not rows:
         raise WorkloadError(f"compute.from_metrics {path}: no step records; pass the --metrics file of moment train")
     first = min(e for e, *_ in rows)
@@ -152,18 +157,8 @@ def metrics_times(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]
 
 def metrics_device(path: str | os.PathLike[str]) -> str | None:
     """The training device (``cpu``, ``cuda:0``) of a ``moment train`` metrics file's start record, if any."""
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise WorkloadError(f"compute.from_metrics {path}: {exc.strerror or exc}") from None
-    for line in lines:
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        if r.get("kind") == "start" and r.get("device"):
-            return str(r["device"])
-    return None
+    return next((str(r["device"]) for r in _metrics_records(path) if r.get("kind") == "start" and r.get("device")),
+                None)
 
 
 def compute_on(spec: ComputeSpec) -> str:

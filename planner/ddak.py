@@ -251,7 +251,15 @@ class _Bins:
         self.acc = [0.0] * self.m
         self.used = [0] * self.m
         self.pool = pool
-        self.pool_pref = np.concatenate([[0.0], np.cumsum(pool_sum)])  # hotness before each pool
+        self.pool_sum = pool_sum
+        self._pool_pref: np.ndarray | None = None
+
+    @property
+    def pool_pref(self) -> np.ndarray:
+        """Hotness before each pool; made the first time a cache tier has two bins to choose from."""
+        if self._pool_pref is None:
+            self._pool_pref = np.concatenate([[0.0], np.cumsum(self.pool_sum)])
+        return self._pool_pref
 
     def heap_for(self, phase: int, at: int) -> tuple[list[tuple[float, int, int]], int]:
         """The eligible bins as a heap, and the one cache bin that must fill alone (or -1)."""
@@ -260,7 +268,7 @@ class _Bins:
             js = [j for j in range(self.m)
                   if rank[j] == phase and used[j] < cap[j] and acc[j] < tgt[j]]
             lead = _tight_bin(js, tgt, acc, cap, used, self.pool_pref, at, self.pool) \
-                if TIERS[phase] != "ssd" else -1
+                if TIERS[phase] != "ssd" and len(js) > 1 else -1
             if lead >= 0:
                 js = [lead]
         else:

@@ -16,12 +16,12 @@ import training.data
 from training.data import (
     SCHEMA,
     DatasetError,
-    DatasetWriter,
     dataset_info,
     index_dtype,
     open_dataset,
     skew,
 )
+from training.writer import DatasetWriter
 
 
 def test_docstring_examples():

@@ -170,7 +170,7 @@ def test_server_samples_exactly_what_local_sampling_does(graph):
 
 
 def test_server_refuses_bad_inputs(graph, tmp_path):
-    from training.data import DatasetWriter
+    from training.writer import DatasetWriter
 
     with DatasetWriter(tmp_path / "nosplit", num_nodes=3) as w:
         w.write_csr(np.array([0, 1, 2, 2]), np.array([1, 0], dtype=np.int32))

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from _results import Figure, write
 
-from training.data import DatasetWriter, open_dataset
+from training.data import open_dataset
 from training.synth import SynthSpec, synthesize
+from training.writer import DatasetWriter
 
 
 def _median_range(xs: list[float]) -> tuple[float, float, float]:

@@ -15,8 +15,7 @@ in-neighbours (an edge ``u -> v`` is stored in row ``v``); undirected graphs hol
 both directions. Everything is opened with ``np.load(mmap_mode="r")`` so a graph
 larger than memory costs only the pages that are touched.
 
-Writing goes through :class:`training.writer.DatasetWriter` (importable from
-here too), which builds the directory in a
+Writing goes through :class:`training.writer.DatasetWriter`, which builds the directory in a
 temporary sibling and renames it into place only when every file is complete,
 and which turns edge lists into CSR in chunks with memory bounded by the chunk
 size (plus two ``int64`` arrays of ``num_nodes``)::
@@ -527,11 +526,3 @@ def fingerprint(ds: Dataset, sample_bytes: int = 1 << 16) -> dict[str, Any]:
         out["features_crc32"] = zlib.crc32(flat[-k:].tobytes(), zlib.crc32(flat[:k].tobytes()))
     return out
 
-
-def __getattr__(name: str) -> Any:
-    """``DatasetWriter`` lives in :mod:`training.writer` (which imports this module); importable here too."""
-    if name == "DatasetWriter":
-        from training.writer import DatasetWriter
-
-        return DatasetWriter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -329,18 +329,11 @@ def _as_in_place(result: PlaceResult, shift: int) -> PlaceResult:
     The SSD bin then holds every row at ``vertex + shift`` (``shift``: the rows the file's
     header takes, :func:`iostack.bins.in_place_shift`); the vertices DDAK put there keep
     their bin, only their row changes, and the cached vertices' rows in the file go
-    unread. Nothing is copied: what DDAK decides is which rows the caches hold. Raises
-    :class:`PlacingError` unless there is exactly one SSD bin and no feature codec.
+    unread. Nothing is copied: what DDAK decides is which rows the caches hold. The
+    placement has one SSD bin and no codec (:func:`_in_place_shift` refused the rest).
     """
     p = result.placement
-    ssd = [b for b in p.bins if b.kind == "ssd"]
-    if len(ssd) != 1:
-        raise PlacingError(f"--in-place: the plan has {len(ssd)} SSDs; the dataset's feature file can stand in "
-                           "for one SSD bin only (plan for one SSD, or leave out --in-place)")
-    if p.codec is not None:
-        raise PlacingError("--in-place with --feature-dtype: the bin would hold another type than the dataset's "
-                           "file; leave out one of them")
-    s = ssd[0]
+    s = next(b for b in p.bins if b.kind == "ssd")
     row_of = np.array(p.row_of, dtype=np.int64)
     mine = p.bin_of == s.id
     row_of[mine] = np.flatnonzero(mine) + shift

@@ -69,7 +69,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from training.data import DatasetWriter, Progress, index_dtype
+from training.data import Progress, index_dtype
 from training.draws import RMAT_LEVELS_PER_DRAW, rmat_probabilities
 from training.draws import guide as _guide
 from training.draws import locate as _locate
@@ -77,6 +77,7 @@ from training.draws import popcount as _popcount  # noqa: F401  (tests reach it 
 from training.draws import rmat_destination_weights as _rmat_destination_weights
 from training.draws import rmat_table as _rmat_table
 from training.errors import TrainingError
+from training.writer import DatasetWriter
 
 #: edges per random stream; fixed so that results do not depend on chunk sizes
 EDGE_BLOCK = 1 << 16
@@ -428,7 +429,7 @@ def synthesize(
     """Generate ``spec`` and write it as a dataset directory at ``path``.
 
     Streams: edges in chunks of ``chunk_edges`` through
-    :class:`training.data.DatasetWriter`'s chunked CSR builder (which drops
+    :class:`training.writer.DatasetWriter`'s chunked CSR builder (which drops
     self-loops and duplicates and sorts rows), features in row blocks of about
     ``feature_chunk_bytes``. Memory grows with ``num_nodes`` (the model, and
     the writer's per-node arrays) and ``chunk_edges`` (~150 bytes per chunk

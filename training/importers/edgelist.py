@@ -24,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DEFAULT_CHUNK_EDGES, DatasetError, DatasetWriter, Progress
+from training.data import DEFAULT_CHUNK_EDGES, DatasetError, Progress
 from training.importers._text import DEFAULT_CHUNK_BYTES, iter_rows, open_binary
+from training.writer import DatasetWriter
 
 FEATURE_BLOCK_ROWS = 1 << 16
 

@@ -49,7 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from training.data import DEFAULT_CHUNK_EDGES, DatasetError, DatasetWriter, Progress
+from training.data import DEFAULT_CHUNK_EDGES, DatasetError, Progress
+from training.writer import DatasetWriter
 
 #: the default dataset path of every key
 DEFAULT_KEYS: dict[str, str] = {

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DEFAULT_CHUNK_EDGES, DatasetError, DatasetWriter, Progress
+from training.data import DEFAULT_CHUNK_EDGES, DatasetError, Progress
+from training.writer import DatasetWriter
 
 FEATURE_BLOCK_ROWS = 1 << 15
 IGB_FEATURE_DIM = 1024

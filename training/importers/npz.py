@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from training.data import DatasetError, DatasetWriter, Progress
+from training.data import DatasetError, Progress
 from training.importers._safepickle import list_npz_keys, npz_member
+from training.writer import DatasetWriter
 
 #: rows of the feature matrix densified at a time
 FEATURE_BLOCK_ROWS = 1 << 14

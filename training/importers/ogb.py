@@ -23,8 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DatasetError, DatasetWriter, Progress
+from training.data import DatasetError, Progress
 from training.importers._text import DEFAULT_CHUNK_BYTES, iter_rows
+from training.writer import DatasetWriter
 
 #: ogbn datasets whose raw edge list holds one direction per pair (OGB master.csv, add_inverse_edge)
 INVERSE_EDGE_DATASETS = ("ogbn_products", "ogbn_proteins")

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DatasetError, DatasetWriter, Progress
+from training.data import DatasetError, Progress
 from training.importers._safepickle import safe_load
+from training.writer import DatasetWriter
 
 PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 NUM_VALID = 500
