@@ -125,6 +125,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from planner import compiled
 from planner.baselines import (  # noqa: F401  (re-exported: the baselines were defined here)
     hash_placement,
     hot_first_placement,
@@ -144,6 +145,7 @@ from planner.placement import (  # noqa: F401  (re-exported: the names every pla
     _key_hotness,
     _split_codes,
     _targets,
+    _use_compiled,
 )
 from planner.progress import Progress, report
 
@@ -192,9 +194,10 @@ def ddak(
         raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
     order, pool_sum = _hot_ids(h, pool, order)
     report(progress, "ddak", 1, 3)
-    target = _targets(float(sum(pool_sum)), bins)
+    # a sequential sum (cumsum, as Python's sum of a list): the same total for a list or an array
+    target = _targets(float(np.cumsum(pool_sum)[-1]) if len(pool_sum) else 0.0, bins)
     seg_bin, odd, acc = _fill_bins(h, order, pool_sum, pool, _Bins(bins, target, pool_sum, pool))
-    del pool_sum  # 32 bytes a pool (Python floats), not needed for the outputs
+    del pool_sum  # 32 bytes a pool as Python floats (8 as an array), not needed for the outputs
     report(progress, "ddak", 2, 3)
     sb, seg_start, seg_len, seg_row = _segments(seg_bin, odd, pool, len(bins))
     del seg_bin
@@ -206,42 +209,49 @@ def ddak(
     return DdakResult(bin_of, packed, traffic, target, items, _deviation(traffic, target))
 
 
-def _pool_sums(hs: np.ndarray, pool: int) -> list[float]:
+def _pool_sums(hs: np.ndarray, pool: int) -> np.ndarray:
     """Sums (float64) of consecutive pools of ``pool`` items of ``hs`` (the last may be short)."""
-    return np.add.reduceat(hs.astype(np.float64), np.arange(0, hs.shape[0], pool)).tolist()
+    return np.add.reduceat(hs.astype(np.float64), np.arange(0, hs.shape[0], pool))
 
 
-def _hot_ids(h: np.ndarray, pool: int, order: np.ndarray | None) -> tuple[np.ndarray, list[float]]:
+def _hot_ids(h: np.ndarray, pool: int,
+             order: np.ndarray | None) -> tuple[np.ndarray, list[float] | np.ndarray]:
     """The hot-first order of the ids (``order`` if given; uint32 on the fast path) and its pool sums.
 
-    The sorted hotness is never held whole (4n bytes at 10⁹ items): the
-    pool sums come out of the sorted keys, or out of ``h[order]``, a block of
-    whole pools at a time, and the keys' ids go to a uint32 array (the keys'
-    8n bytes are freed after).
+    The pool sums are a list for the Python greedy and an array (8 bytes a
+    pool, not 32) where the greedy runs compiled (:func:`_use_compiled`).
+    The sorted hotness is held whole only by the compiled sort (4n bytes,
+    freed here); otherwise the pool sums come out of the sorted keys, or out
+    of ``h[order]``, a block of whole pools at a time, and the keys' ids go
+    to a uint32 array (the keys' 8n bytes are freed after).
     """
     n = h.shape[0]
     step = max(1, _CHUNK_ITEMS // pool) * pool
-    sums: list[float] = []
-    if order is None and h.dtype == np.float32 and n < (1 << 32):
+    sums: list[np.ndarray] = []
+    if order is None and h.dtype == np.float32 and n < (1 << 32) and _use_compiled(n):
+        order, hs = compiled.hot_order(h)
+        sums = [_pool_sums(hs[a : a + step], pool) for a in range(0, n, step)]
+        del hs
+    elif order is None and h.dtype == np.float32 and n < (1 << 32):
         key = _hot_keys(h)
         order = np.empty(n, dtype=np.uint32)
         for a in range(0, n, step):
             kc = key[a : a + step]
-            sums += _pool_sums(_key_hotness(kc), pool)
+            sums.append(_pool_sums(_key_hotness(kc), pool))
             np.bitwise_and(kc, np.uint64(0xFFFFFFFF), out=order[a : a + step], casting="unsafe")
-        return order, sums
-    if order is None:
-        order = np.argsort(-h.astype(np.float64), kind="stable")
-    for a in range(0, n, step):
-        sums += _pool_sums(h[order[a : a + step]], pool)
-    return order, sums
+    else:
+        if order is None:
+            order = np.argsort(-h.astype(np.float64), kind="stable")
+        sums = [_pool_sums(h[order[a : a + step]], pool) for a in range(0, n, step)]
+    pool_sum = np.concatenate(sums) if sums else np.zeros(0)
+    return order, pool_sum if _use_compiled(n) else pool_sum.tolist()
 
 
 class _Bins:
     """The greedy's running state per bin: traffic so far (``acc``), items so far (``used``)."""
 
-    def __init__(self, bins: Sequence[DdakBin], target: np.ndarray, pool_sum: list[float],
-                 pool: int) -> None:
+    def __init__(self, bins: Sequence[DdakBin], target: np.ndarray,
+                 pool_sum: list[float] | np.ndarray, pool: int) -> None:
         self.m = len(bins)
         self.tgt = target.tolist()
         self.inv_t = [1.0 / t if t > 0 else 0.0 for t in self.tgt]
@@ -273,29 +283,62 @@ class _Bins:
                 js = [lead]
         else:
             js, lead = [j for j in range(self.m) if used[j] < cap[j]], -1
-        hp = [(acc[j] * self.inv_t[j] + used[j] * self.inv_c[j], rank[j], j) for j in js]
+        return self.heap_of(js), lead
+
+    def heap_of(self, js: list[int]) -> list[tuple[float, int, int]]:
+        """Bins ``js`` as a heap of ``(score, tier rank, index)``."""
+        hp = [(self.acc[j] * self.inv_t[j] + self.used[j] * self.inv_c[j], self.rank[j], j)
+              for j in js]
         heapq.heapify(hp)
-        return hp, lead
+        return hp
 
 
-def _fill_bins(h: np.ndarray, order: np.ndarray, pool_sum: list[float], pool: int,
-               state: _Bins) -> tuple[list[int], list[tuple[int, int]], list[float]]:
+class _Segs:
+    """Each segment's bin, in order: a list the Python loop appends to, numpy chunks from the compiled one."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray] = []
+        self.done = 0
+        self.tail: list[int] = []
+        self.append = self.tail.append
+
+    def __len__(self) -> int:
+        return self.done + len(self.tail)
+
+    def extend(self, bins: np.ndarray) -> None:
+        if self.tail:
+            self.parts.append(np.array(self.tail, dtype=np.int32))
+            self.done += len(self.tail)
+            self.tail.clear()
+        self.parts.append(bins)
+        self.done += bins.shape[0]
+
+    def array(self) -> np.ndarray:
+        return np.concatenate([*self.parts, np.array(self.tail, dtype=np.int32)])
+
+
+def _fill_bins(h: np.ndarray, order: np.ndarray, pool_sum: list[float] | np.ndarray, pool: int,
+               state: _Bins) -> tuple[_Segs, list[tuple[int, int]], list[float]]:
     """The pools, hottest first, each to the least-filled open bin: the greedy itself.
 
     Returns one entry per segment (a run of sorted positions given to one
     bin): its bin; only where it is not a whole pool, (segment number,
-    length); and each bin's traffic. ``h[order]`` is the hotness in hot-first order.
+    length); and each bin's traffic. ``h[order]`` is the hotness in hot-first
+    order. With ``pool_sum`` a numpy array (large placements) the run of
+    whole pools goes through :func:`planner.compiled.whole_pools`, the same
+    choices without a Python step per pool.
     """
     n = h.shape[0]
     acc, used, cap, tgt, inv_t, inv_c = (state.acc, state.used, state.cap, state.tgt,
                                          state.inv_t, state.inv_c)
-    seg_bin: list[int] = []
+    seg_bin = _Segs()
     odd: list[tuple[int, int]] = []
     n_tiers = len(TIERS)
     phase = 0
     heap, solo = state.heap_for(phase, 0)
     heappop, heapreplace = heapq.heappop, heapq.heapreplace
     append = seg_bin.append
+    fast = isinstance(pool_sum, np.ndarray)
     p = 0  # next sorted position
     k = 0  # next pool
     n_full = n // pool  # pools of exactly `pool` items
@@ -306,7 +349,16 @@ def _fill_bins(h: np.ndarray, order: np.ndarray, pool_sum: list[float], pool: in
                 phase += 1
                 heap, solo = state.heap_for(phase, p)
         gated = phase < n_tiers
-        if p == k * pool:
+        if p == k * pool and fast:
+            k, given, still = compiled.whole_pools(
+                pool_sum, k, n_full, pool, acc, used, cap, tgt, inv_t, inv_c, state.rank,
+                [j for _, _, j in heap], solo, gated)
+            seg_bin.extend(given)
+            heap = state.heap_of(still)
+            p = k * pool
+            if p >= n or not heap:
+                continue
+        elif p == k * pool:
             # the common case, kept tight (10⁶ pools at 10⁸ items): whole pools
             # to bins with room for a whole pool
             while k < n_full:
@@ -335,7 +387,7 @@ def _fill_bins(h: np.ndarray, order: np.ndarray, pool_sum: list[float], pool: in
 
 
 def _split_pool(h: np.ndarray, order: np.ndarray, p: int, k: int, pool: int, heap: list[tuple[float, int, int]],
-                solo: int, gated: bool, state: _Bins, seg_bin: list[int],
+                solo: int, gated: bool, state: _Bins, seg_bin: _Segs,
                 odd: list[tuple[int, int]]) -> tuple[int, int]:
     """Part of pool ``k`` from position ``p`` to the heap's first bin: one with less room than a
     pool, the lone bin of a tier (the items nearest its target), or the short last pool."""
@@ -363,10 +415,10 @@ def _split_pool(h: np.ndarray, order: np.ndarray, p: int, k: int, pool: int, hea
     return p, k
 
 
-def _segments(seg_bin: list[int], odd: list[tuple[int, int]], pool: int,
+def _segments(seg_bin: _Segs, odd: list[tuple[int, int]], pool: int,
               m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(bin, first sorted position, length, first row in its bin) of every segment."""
-    sb = np.array(seg_bin, dtype=np.int32)
+    sb = seg_bin.array()
     seg_len = np.full(sb.shape[0], pool, dtype=np.int64)
     for i, take in odd:
         seg_len[i] = take

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner import compiled
 from planner.errors import PlannerError
 
 __all__ = ["TIERS", "DdakBin", "DdakResult"]
@@ -27,6 +28,13 @@ TIERS: tuple[str, ...] = ("gpu", "cpu", "ssd")
 _CHUNK_ITEMS = 1 << 23
 # below this many items the hot-first sort runs on one thread (the split costs more than it saves)
 _PARALLEL_MIN_ITEMS = 1 << 22
+# from this many items on, the sort and the output scatter run compiled (planner.compiled) when numba
+# is importable: below it numpy takes well under a second and a first compilation would cost more
+_COMPILED_MIN_ITEMS = 1 << 22
+
+
+def _use_compiled(n: int) -> bool:
+    return n >= _COMPILED_MIN_ITEMS and compiled.available()
 
 
 
@@ -126,12 +134,11 @@ def _hot_keys(h: np.ndarray, threads: int | None = None) -> np.ndarray:
     range is sorted in place by its own thread (``np.sort`` releases the GIL).
     """
     n = h.shape[0]
-    inv = np.uint32(0xFFFFFFFF)
     bits = h.view(np.uint32)
     k = (threads or _sort_threads()) if n >= max(1, _PARALLEL_MIN_ITEMS) else 1
     split = np.empty(0, dtype=np.uint32)
     if k > 1:
-        sample = np.sort(inv - bits[:: max(1, n // (1 << 16))])
+        sample = np.sort(_key32(bits[:: max(1, n // (1 << 16))]))
         split = np.unique(sample[(np.arange(1, k) * sample.size) // k])
 
     def ranges(x: np.ndarray) -> np.ndarray:  # the range of each ~bits: splitters at or below it
@@ -143,14 +150,14 @@ def _hot_keys(h: np.ndarray, threads: int | None = None) -> np.ndarray:
     count = np.zeros(split.size + 1, dtype=np.int64)
     if split.size:
         for a in range(0, n, _CHUNK_ITEMS):
-            count += np.bincount(ranges(inv - bits[a : a + _CHUNK_ITEMS]), minlength=split.size + 1)
+            count += np.bincount(ranges(_key32(bits[a : a + _CHUNK_ITEMS])), minlength=split.size + 1)
     else:
         count[0] = n
     start = np.concatenate(([0], np.cumsum(count)))
     at = start[:-1].copy()
     key = np.empty(n, dtype=np.uint64)
     for a in range(0, n, _CHUNK_ITEMS):  # chunked: a full arange would be another 8n bytes
-        kc = np.subtract(inv, bits[a : a + _CHUNK_ITEMS]).astype(np.uint64)
+        kc = _key32(bits[a : a + _CHUNK_ITEMS]).astype(np.uint64)
         kc <<= np.uint64(32)
         kc |= np.arange(a, a + kc.shape[0], dtype=np.uint64)
         if not split.size:
@@ -170,6 +177,14 @@ def _hot_keys(h: np.ndarray, threads: int | None = None) -> np.ndarray:
     return key
 
 
+def _key32(bits: np.ndarray) -> np.ndarray:
+    """Sort keys (uint32, a new array) of float32 ``bits``: hotter is smaller, -0.0 counts as 0.0
+    (it passes the check for negative hotness, and its bits would sort it among the cold)."""
+    k = np.subtract(np.uint32(0xFFFFFFFF), bits)
+    k[bits == np.uint32(0x80000000)] = np.uint32(0xFFFFFFFF)
+    return k
+
+
 def _key_hotness(key: np.ndarray) -> np.ndarray:
     """The float32 hotness inside keys of :func:`_hot_keys` (a new array)."""
     hs = np.empty(key.shape[0], dtype=np.uint32)
@@ -182,6 +197,8 @@ def _hot_order(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Item ids by hotness descending, ties by id (== ``np.argsort(-h, kind="stable")``),
     and the hotness in that order."""
     if h.dtype == np.float32 and h.shape[0] < (1 << 32):
+        if _use_compiled(h.shape[0]):
+            return compiled.hot_order(h)
         key = _hot_keys(h)
         hs = _key_hotness(key)
         key &= np.uint64(0xFFFFFFFF)
@@ -209,11 +226,13 @@ def _codes(n: int, order: np.ndarray, seg_start: np.ndarray, seg_len: np.ndarray
     """
     items = np.bincount(seg_bin, weights=seg_len, minlength=m).astype(np.int64)
     bits = max(1, int(m - 1).bit_length())
-    packed = np.empty(n, dtype=np.int64)
-    ends = seg_start + seg_len
     # sorted position p of segment k holds row seg_row[k] + p - seg_start[k], i.e.
     # (row << bits | bin) = code[k] + (p << bits)
     code = ((seg_row - seg_start) << bits) + seg_bin.astype(np.int64)
+    if _use_compiled(n):
+        return compiled.scatter_codes(order, seg_start, seg_len, code, bits), bits, items
+    packed = np.empty(n, dtype=np.int64)
+    ends = seg_start + seg_len
     step = 1 << 18  # small chunks: the passes over one stay in the cache
     for a in range(0, n, step):
         b = min(n, a + step)
@@ -228,6 +247,8 @@ def _codes(n: int, order: np.ndarray, seg_start: np.ndarray, seg_len: np.ndarray
 
 def _split_codes(packed: np.ndarray, bits: int) -> np.ndarray:
     """``bin_of`` (int32) out of :func:`_codes`' codes; ``packed`` becomes ``row_of`` in place."""
+    if _use_compiled(packed.shape[0]):
+        return compiled.split_codes(packed, bits)
     bin_of = np.empty(packed.shape[0], dtype=np.int32)
     step = 1 << 17  # 1 MB of codes: both passes over a chunk stay in the cache
     for a in range(0, packed.shape[0], step):

@@ -1,0 +1,151 @@
+"""Compiled kernels for placements at 10⁸-10⁹ items: the hot-first radix sort and the output scatter.
+
+A placement needs every item's rank in hotness order (hottest first, ties by
+id) and then each item's ``row << bits | bin`` code written back in id
+order. numpy has no fast way to do either at this scale: its uint64 sort is
+a single-threaded comparison sort (75-100 ns an item at 10⁹ items here,
+three quarters of the whole placement), the radix sort behind
+``argsort(kind="stable")`` on 16-bit keys returns int64 positions (8 bytes an
+item, twice the uint32 order) and runs on one core, and a fancy-index
+scatter runs on one core too. So these few loops are compiled with numba
+(the field's JIT compiler for numpy code; imported only when a placement is
+large enough to use it, see :func:`available`) and run over all cores.
+
+The sort is a most-significant-digit radix sort on the 32-bit key
+``0xFFFFFFFF - bits(h)`` (non-negative float32 bits order like the values,
+so a smaller key is a hotter item):
+
+1. the ids are counted and scattered by the key's top 16 bits, each thread
+   its own contiguous range of ids in a stable order (per-thread histograms,
+   so equal digits keep id order), together with the key's low 16 bits;
+2. each of the 65,536 buckets is then sorted by the low 16 bits with a
+   stable two-pass counting sort (insertion sort below 32 items, nothing
+   when the bucket holds one key), the buckets split over the threads in
+   groups of about equal size.
+
+Both passes are stable, so ties keep id order: the result is exactly
+``np.argsort(-h, kind="stable")``. Memory: the uint32 order, the uint16
+low digits and the uint32 sorted keys, 10 bytes an item, plus each group's
+scratch for its largest bucket.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+__all__ = ["available", "hot_order", "scatter_codes", "split_codes"]
+
+# numba's pip wheels run parallel loops on its "workqueue" layer, which aborts the process when two
+# threads launch parallel kernels at once: callers on several threads take turns instead
+_LOCK = threading.Lock()
+
+
+@functools.cache
+def _kernels():
+    """The compiled kernels, or None when numba cannot be imported (the numpy path runs then)."""
+    try:
+        from planner import _kernels
+    except ImportError as e:  # a platform without numba wheels: slower, same results
+        log.info("numba is not importable (%s); large placements use numpy's sort", e)
+        return None
+    return _kernels
+
+
+def available() -> bool:
+    """Whether the compiled kernels can run here (numba importable)."""
+    return _kernels() is not None
+
+
+def _threads() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(64, cores or 1))
+
+
+def hot_order(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Ids hottest first, ties by id (uint32, ``(n,)``), and the float32 hotness in that order.
+
+    ``h`` is float32, non-negative, ``n < 2**32``; the result equals
+    ``np.argsort(-h, kind="stable")`` and ``h[that]``. Needs :func:`available`.
+
+    >>> import numpy as np
+    >>> if available():
+    ...     order, hs = hot_order(np.array([1, 3, 3, 0, 2], dtype=np.float32))
+    ...     print(order.tolist(), hs.tolist())
+    ... else:
+    ...     print([1, 2, 4, 0, 3], [3.0, 3.0, 2.0, 1.0, 0.0])
+    [1, 2, 4, 0, 3] [3.0, 3.0, 2.0, 1.0, 0.0]
+    """
+    k = _kernels()
+    bits = np.ascontiguousarray(h, dtype=np.float32).view(np.uint32)
+    t = _threads()
+    with _LOCK:
+        order, low, start = k.top_scatter(bits, t)
+        keys = np.empty(bits.shape[0], dtype=np.uint32)
+        k.sort_buckets(order, low, start, _groups(start, 4 * t), keys)
+    del low
+    np.subtract(np.uint32(0xFFFFFFFF), keys, out=keys)
+    return order, keys.view(np.float32)
+
+
+def _groups(start: np.ndarray, parts: int) -> np.ndarray:
+    """Bucket boundaries (int64) splitting the buckets into ``parts`` runs of about equal items."""
+    n = int(start[-1])
+    cuts = np.searchsorted(start, (np.arange(1, parts) * n) // parts)
+    return np.unique(np.concatenate(([0], cuts, [start.shape[0] - 1]))).astype(np.int64)
+
+
+def scatter_codes(order: np.ndarray, seg_start: np.ndarray, seg_len: np.ndarray,
+                  code: np.ndarray, bits: int) -> np.ndarray:
+    """``packed[order[p]] = code[k] + (p << bits)`` for each position ``p`` of segment ``k`` (int64, ``(n,)``).
+
+    Segments are consecutive runs of sorted positions (``seg_start`` ascending,
+    ``seg_len`` ≥ 0, covering ``0 .. n - 1``); needs :func:`available`.
+    """
+    n = order.shape[0]
+    packed = np.empty(n, dtype=np.int64)
+    with _LOCK:
+        _kernels().scatter(order, seg_start.astype(np.int64), seg_len.astype(np.int64),
+                           code.astype(np.int64), np.int64(bits), packed)
+    return packed
+
+
+def split_codes(packed: np.ndarray, bits: int) -> np.ndarray:
+    """``bin_of`` (int32) out of ``packed`` codes; ``packed`` becomes ``row_of`` in place."""
+    bin_of = np.empty(packed.shape[0], dtype=np.int32)
+    with _LOCK:
+        _kernels().split(packed, np.int64(bits), bin_of)
+    return bin_of
+
+
+def whole_pools(pool_sum: np.ndarray, k: int, n_full: int, pool: int, acc: list[float], used: list[int],
+                cap: list[int], tgt: list[float], inv_t: list[float], inv_c: list[float],
+                rank: list[int], open_bins: list[int], solo: int,
+                gated: bool) -> tuple[int, np.ndarray, list[int]]:
+    """DDAK's whole-pool loop, compiled: pools ``k, k+1, ...`` (sums ``pool_sum``, float64) each to the
+    open bin of least ``(acc/tgt + used/cap, rank, index)``, while that bin has room for a whole
+    pool (and, for the ``solo`` bin, the pool does not overshoot its target).
+
+    Pools ``k .. n_full - 1`` are whole (``pool`` items). ``acc`` and ``used`` are updated in
+    place (Python lists of the caller's state); returns the next pool, the bins given (int32, one
+    per pool) and the bins still open (ascending). Same choices as the Python loop in
+    :func:`planner.ddak._fill_bins`: the heap there and the scan here pick the same least tuple.
+    """
+    acc_a = np.array(acc, dtype=np.float64)
+    used_a = np.array(used, dtype=np.int64)
+    is_open = np.zeros(len(acc), dtype=np.uint8)
+    is_open[list(open_bins)] = 1
+    out = np.empty(max(0, n_full - k), dtype=np.int32)
+    k2, nseg = _kernels().whole_pools(
+        pool_sum, k, n_full, pool, acc_a, used_a, np.array(cap, dtype=np.int64),
+        np.array(tgt, dtype=np.float64), np.array(inv_t, dtype=np.float64),
+        np.array(inv_c, dtype=np.float64), np.array(rank, dtype=np.int64), is_open, solo, gated, out)
+    acc[:] = acc_a.tolist()
+    used[:] = used_a.tolist()
+    return int(k2), out[:nseg], np.flatnonzero(is_open).tolist()
