@@ -23,8 +23,10 @@ def _key(b):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, cache=True)
-def top_scatter(bits, threads):  # pragma: no cover - compiled
-    """Stable counting sort of ids by the key's top 16 bits; returns (order, low 16 bits, bucket starts)."""
+def top_scatter(bits, threads, order, low):  # pragma: no cover - compiled
+    """Stable counting sort of ids by the key's top 16 bits into ``order``, the key's low 16 bits
+    into ``low`` (both allocated by the caller: numpy asks for huge pages, which the scatter's
+    65,536 write streams need); returns the bucket starts."""
     n = bits.shape[0]
     chunk = (n + threads - 1) // threads
     hist = np.zeros((threads, _TOP), np.int64)
@@ -43,8 +45,6 @@ def top_scatter(bits, threads):  # pragma: no cover - compiled
             off[t, d] = s
             s += hist[t, d]
     start[_TOP] = s
-    order = np.empty(n, np.uint32)
-    low = np.empty(n, np.uint16)
     for t in prange(threads):
         a = t * chunk
         b = min(n, a + chunk)
@@ -55,7 +55,7 @@ def top_scatter(bits, threads):  # pragma: no cover - compiled
             order[p] = i
             low[p] = k & 0xFFFF
             off[t, d] = p + 1
-    return order, low, start
+    return start
 
 
 @njit(cache=True)
@@ -106,8 +106,9 @@ def _sort_bucket(order, low, s, e, tmp_id, tmp_low, count):  # pragma: no cover 
 
 
 @njit(parallel=True, cache=True)
-def sort_buckets(order, low, start, groups, keys):  # pragma: no cover - compiled
-    """Sort every bucket by its low 16 bits and write the sorted keys (uint32); groups of buckets in parallel."""
+def sort_buckets(order, low, start, groups):  # pragma: no cover - compiled
+    """Sort every bucket by its low 16 bits, then turn ``low`` into the whole sorted keys (uint32);
+    groups of buckets in parallel."""
     for g in prange(groups.shape[0] - 1):
         b0 = groups[g]
         b1 = groups[g + 1]
@@ -115,7 +116,7 @@ def sort_buckets(order, low, start, groups, keys):  # pragma: no cover - compile
         for d in range(b0, b1):
             big = max(big, start[d + 1] - start[d])
         tmp_id = np.empty(big, np.uint32)
-        tmp_low = np.empty(big, np.uint16)
+        tmp_low = np.empty(big, np.uint32)
         count = np.empty(256, np.int64)
         for d in range(b0, b1):
             s = start[d]
@@ -124,7 +125,7 @@ def sort_buckets(order, low, start, groups, keys):  # pragma: no cover - compile
                 _sort_bucket(order, low, s, e, tmp_id, tmp_low, count)
             top = np.uint32(d << 16)
             for j in range(s, e):
-                keys[j] = top | np.uint32(low[j])
+                low[j] = top | low[j]
 
 
 @njit(parallel=True, cache=True)

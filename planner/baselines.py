@@ -118,8 +118,8 @@ def hot_first_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakRes
     del hs
     packed, bits, items = _codes(n, order, starts[keep], take[keep], seg_bin,
                                  np.zeros(int(keep.sum()), np.int64), m)
+    bin_of = _split_codes(packed, bits, order)
     del order
-    bin_of = _split_codes(packed, bits)
     return DdakResult(bin_of, packed, traffic, target, items, _deviation(traffic, target))
 
 

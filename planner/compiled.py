@@ -85,11 +85,11 @@ def hot_order(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     k = _kernels()
     bits = np.ascontiguousarray(h, dtype=np.float32).view(np.uint32)
     t = _threads()
+    order = np.empty(bits.shape[0], dtype=np.uint32)
+    keys = np.empty(bits.shape[0], dtype=np.uint32)  # the key's low 16 bits, then the whole key
     with _LOCK:
-        order, low, start = k.top_scatter(bits, t)
-        keys = np.empty(bits.shape[0], dtype=np.uint32)
-        k.sort_buckets(order, low, start, _groups(start, 4 * t), keys)
-    del low
+        start = k.top_scatter(bits, t, order, keys)
+        k.sort_buckets(order, keys, start, _groups(start, 4 * t))
     np.subtract(np.uint32(0xFFFFFFFF), keys, out=keys)
     return order, keys.view(np.float32)
 
@@ -116,9 +116,10 @@ def scatter_codes(order: np.ndarray, seg_start: np.ndarray, seg_len: np.ndarray,
     return packed
 
 
-def split_codes(packed: np.ndarray, bits: int) -> np.ndarray:
-    """``bin_of`` (int32) out of ``packed`` codes; ``packed`` becomes ``row_of`` in place."""
-    bin_of = np.empty(packed.shape[0], dtype=np.int32)
+def split_codes(packed: np.ndarray, bits: int, out: np.ndarray | None = None) -> np.ndarray:
+    """``bin_of`` (int32, into ``out`` if given) out of ``packed`` codes; ``packed`` becomes ``row_of``
+    in place."""
+    bin_of = np.empty(packed.shape[0], dtype=np.int32) if out is None else out
     with _LOCK:
         _kernels().split(packed, np.int64(bits), bin_of)
     return bin_of

@@ -192,6 +192,7 @@ def ddak(
     report(progress, "ddak", 0, 3)
     if order is not None and order.shape != (n,):
         raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
+    own_order = order is None
     order, pool_sum = _hot_ids(h, pool, order)
     report(progress, "ddak", 1, 3)
     # a sequential sum (cumsum, as Python's sum of a list): the same total for a list or an array
@@ -203,8 +204,9 @@ def ddak(
     del seg_bin
     traffic = np.array(acc, dtype=np.float64)
     packed, bits, items = _codes(n, order, seg_start, seg_len, sb, seg_row, len(bins))
-    del order  # before bin_of is allocated: the peak stays at 12n bytes
-    bin_of = _split_codes(packed, bits)
+    # bin_of takes over the order's memory (ours, not a caller's): the peak stays at 12n bytes
+    bin_of = _split_codes(packed, bits, order if own_order else None)
+    del order
     report(progress, "ddak", 3, 3)
     return DdakResult(bin_of, packed, traffic, target, items, _deviation(traffic, target))
 

@@ -156,3 +156,17 @@ def test_compiled_kernels_take_turns_across_threads(always_compiled):
     for t in threads:
         t.join()
     assert not errors
+
+
+@pytest.mark.parametrize("threshold", [0, 1 << 40])
+def test_bin_of_never_takes_over_a_callers_order(monkeypatch, threshold):
+    # bin_of reuses the placement's own order buffer; an order the caller passed stays as it was
+    monkeypatch.setattr(P, "_COMPILED_MIN_ITEMS", threshold)
+    h = np.random.default_rng(4).random(5_000).astype(np.float32)
+    bins = [DdakBin("g", "gpu", 500, 1.0), DdakBin("s", "ssd", 5_000, 1.0)]
+    mine = reference_order(h).astype(np.uint32)
+    kept = mine.copy()
+    r = ddak(h, bins, pool=10, order=mine)
+    np.testing.assert_array_equal(mine, kept)
+    assert not np.shares_memory(r.bin_of, mine)
+    _same(r, ddak(h, bins, pool=10))
