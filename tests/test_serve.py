@@ -408,7 +408,7 @@ def test_worker_answers_into_the_ring_or_a_memfd_when_a_batch_is_too_big(graph):
         trainer = _Trainer({"name": "t", "rank": 0, "world_size": 1, "shuffle": True, "slot_bytes": slot_bytes,
                             "slots": 2}, os.dup(fd))
         slot = ring.take()
-        _answer(worker_end, trainer, maker, Request(seq=1, slot=slot, epoch=0, step=1))
+        assert _answer(maker, [(worker_end, trainer, Request(seq=1, slot=slot, epoch=0, step=1))]) == []
         msg, fds, _, _ = socket.recv_fds(trainer_end, 1 << 16, 1)
         reply = Reply.decode(msg, layers=2)
         assert reply.kind == kind and reply.seq == 1
@@ -422,7 +422,7 @@ def test_worker_answers_into_the_ring_or_a_memfd_when_a_batch_is_too_big(graph):
         trainer.ring.close()
         ring.close()
     # a step outside the epoch comes back as an error reply, not a dead worker
-    _answer(worker_end, trainer, maker, Request(seq=2, slot=0, epoch=0, step=999))
+    _answer(maker, [(worker_end, trainer, Request(seq=2, slot=0, epoch=0, step=999))])
     reply = Reply.decode(trainer_end.recv(1 << 16), layers=2)
     assert reply.message.startswith("step 999 is outside")
     worker_end.close()
