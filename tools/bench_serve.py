@@ -132,7 +132,8 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "moment", "serve", "--dataset", str(args.dataset_dir), "--port", "0",
          "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--seed", "1",
-         "--no-validate"] + (["--workers", str(args.workers)] if args.workers is not None else []),
+         "--no-validate", "--lanes", str(args.lanes)]
+        + (["--workers", str(args.workers)] if args.workers is not None else []),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=REPO)
     for line in proc.stdout:
         m = re.search(r"--server (\S+)", line)
@@ -150,6 +151,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=300, help="batches per trainer per round (default 300)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--workers", type=int, help="the server's sampler worker processes (default: one per CPU)")
+    p.add_argument("--lanes", type=int, default=4,
+                   help="requests a server worker samples in one pass at most (default 4; 1: one at a time)")
     p.add_argument("--transport", choices=("auto", "shm", "rpc"), default="auto",
                    help="how served batches travel (default auto: shared memory on one host)")
     p.add_argument("--workdir", default="/tmp/moment-bench-serve")
@@ -192,7 +195,7 @@ def main() -> int:
         server.wait(timeout=30)
     load1 = _load()
     print(f"\nfan-out {args.fanouts}, global batch {args.batch_size}, {args.steps} batches per trainer, "
-          f"server workers {args.workers or os.cpu_count()}, transport {args.transport}, {os.cpu_count()} CPUs, "
+          f"server workers {args.workers or os.cpu_count()}, lanes {args.lanes}, transport {args.transport}, {os.cpu_count()} CPUs, "
           f"median of {args.rounds} rounds; {load0} before, {load1} after")
     print(f"{'trainers':>8} {'local b/s':>10} {'local MB/s':>11} {'served b/s':>11} {'served MB/s':>12} "
           f"{'served/local':>13} {'range':>12} {'CPU ms/batch local, served':>27}")

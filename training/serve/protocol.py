@@ -130,6 +130,11 @@ class Request:
     def decode(cls, data: bytes) -> Request:
         return cls(*_REQUEST.unpack(data))
 
+    @classmethod
+    def decode_many(cls, data: bytes) -> list[Request]:
+        """The requests of one message (a trainer sends those a worker is to sample in one pass together)."""
+        return [cls(*fields) for fields in _REQUEST.iter_unpack(data)]
+
 
 @dataclass(frozen=True)
 class Reply:

@@ -327,7 +327,7 @@ def _take_in(conn: socket.socket, conns: dict, token: str, drop, queue: collecti
             if not msg:  # the trainer left or died: its ring goes with its connection
                 drop(conn)
             elif kind == REQUEST and trainer is not None:
-                queue.append((conn, trainer, Request.decode(body)))
+                queue.extend((conn, trainer, req) for req in Request.decode_many(body))
             elif kind == SEGMENT and trainer is not None and fds:
                 trainer.ring.add_segment(int(json.loads(body)["seg"]), fds.pop())
             elif kind == HELLO and trainer is None and fds:
