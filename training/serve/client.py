@@ -181,15 +181,15 @@ class _Feed:
                     raise self._lost(f"sampler worker {w}: {exc.strerror or exc}") from None
                 if not msg:
                     raise self._lost(f"sampler worker {w} closed its socket: the server stopped or was killed")
-                reply = Reply.decode(msg, self.layers)
-                self.outstanding[w] -= 1
-                if reply.seq in self.abandoned:  # an epoch left early: free its slot
-                    self.abandoned.discard(reply.seq)
-                    self.ring.give_back(self.sent.pop(reply.seq)[1])
-                    for fd in fds:
-                        os.close(fd)
-                else:
-                    self.replies[reply.seq] = (reply, fds)
+                for reply in Reply.decode_many(msg, self.layers):
+                    self.outstanding[w] -= 1
+                    if reply.seq in self.abandoned:  # an epoch left early: free its slot
+                        self.abandoned.discard(reply.seq)
+                        self.ring.give_back(self.sent.pop(reply.seq)[1])
+                        for fd in fds:
+                            os.close(fd)
+                    else:
+                        self.replies[reply.seq] = (reply, fds)
 
     def poll(self) -> None:
         """Take in what has arrived without waiting: raises if the server is gone."""

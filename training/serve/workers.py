@@ -219,6 +219,7 @@ def _answer(maker: BatchMaker, group: list[tuple[socket.socket, _Trainer, Reques
             _send(conn, Reply(ERROR, req.seq, message=f"internal error on the server: {type(exc).__name__}: "
                                                        f"{exc}").encode(), lost)
         return lost
+    done: dict[socket.socket, list[bytes]] = {}  # batches in their slots: one message per trainer
     for i, ((conn, _, req), batch) in enumerate(zip(ok, batches, strict=True)):
         counts = (*batch.num_sampled_nodes, *batch.num_sampled_edges)
         shape = dict(num_nodes=batch.num_nodes, num_edges=batch.num_edges, batch_size=batch.batch_size,
@@ -228,13 +229,15 @@ def _answer(maker: BatchMaker, group: list[tuple[socket.socket, _Trainer, Reques
 
             _send(conn, Reply(DEVICE, req.seq, req.slot, payload=pack_device_batch(batch), **shape).encode(), lost)
         elif i in in_slot:
-            _send(conn, Reply(OK, req.seq, req.slot, **shape).encode(), lost)
+            done.setdefault(conn, []).append(Reply(OK, req.seq, req.slot, **shape).encode())
         else:  # too big for a slot: its own memfd, sent with the reply
             fd = batch_to_memfd(batch)
             try:
                 _send(conn, Reply(OVERSIZE, req.seq, req.slot, **shape).encode(), lost, (fd,))
             finally:
                 os.close(fd)
+    for conn, replies in done.items():
+        _send(conn, b"".join(replies), lost)
     return lost
 
 
