@@ -110,7 +110,7 @@ class FusedSampler:
         for g, r in zip(gens, rng_seeds, strict=True):
             g.manual_seed(int(r))
         if self._map is None or self._map.numel() < lanes * n or self._stamp >= _MAX_STAMP:
-            self._map = torch.zeros(self.max_lanes * n, dtype=torch.int64, device=dev)
+            self._map = torch.zeros(lanes * n, dtype=torch.int64, device=dev)  # grows with the widest pass
             self._stamp = 0
         self._stamp += 1
         base, node_map = self._stamp << 32, self._map
