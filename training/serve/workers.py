@@ -88,7 +88,7 @@ class BatchMaker:
         self.train_idx = torch.as_tensor(np.asarray(train_idx, dtype=np.int64))
         self.params, self.device = params, device
         # fused passes on CPU only: on a GPU the single-batch sampler's fewer host synchronisations win
-        self.lanes = max(1, int(lanes)) if torch.device(device).type == "cpu" else 1
+        self.lanes = max(1, int(lanes)) if device == "cpu" else 1
         # one throwaway sampler validates fan-outs and the CSR now, not in a worker
         probe = NeighborSampler(self.indptr, self.indices, params.fanouts, seed=0)
         if check:  # once here instead of for every batch
@@ -135,9 +135,9 @@ class BatchMaker:
         if fused is None:
             sampler = NeighborSampler(self.indptr, self.indices, self.params.fanouts, seed=0, num_threads=1)
             fused = self._local.fused = FusedSampler(sampler, self.lanes)
-        if self.lanes > 1:
+        if self.device == "cpu":
             return fused.sample(seeds, rng, out=out)
-        batches = []  # the single-batch sampler, as the trainer's own would run it
+        batches = []  # on a GPU the single-batch sampler, as the trainer's own would run it (``out`` unused)
         for x, r in zip(seeds, rng, strict=True):
             fused.sampler.reseed(r)
             batches.append(fused.sampler.sample(x, check=False))
