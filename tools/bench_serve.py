@@ -1,13 +1,16 @@
 """Batches/s and MB/s of trainers fed by ``moment serve`` vs trainers that sample locally (not a test).
 
-    python tools/bench_serve.py [--nodes 200000 --edges 2000000] [--steps 300 --rounds 5] [--json PATH]
+    python tools/bench_serve.py [--nodes 200000 --edges 2000000] [--steps 300 --rounds 5] [--lanes 4] [--json PATH]
 
 Generates (once, cached in ``--workdir``) a synthetic power-law graph, then for 1 and 2
 trainer processes measures the same batches (same seed, epoch, ranks and steps) two
 ways: each trainer samples itself (``LocalBatchSource``, one intra-op thread, as the
 server's samplers use), or a ``moment serve`` process with ``--workers`` sampler
 processes sends them (``RemoteBatchSource``, prefetch 4, through the trainers' shared-memory
-rings; ``--transport rpc`` for the copy through rpc instead). Trainers only consume
+rings; ``--transport rpc`` for the copy through rpc instead), each worker sampling up to
+``--lanes`` waiting requests in one pass (``--lanes 1``: one at a time). Both sides run one
+torch thread per process (a trainer sets it, the sampler and the workers too): neither is
+oversubscribed on a small machine, and neither has more threads than the other. Trainers only consume
 batches (no model), so this is the sampling path's ceiling: batches/s and MB/s (the batch
 tensors' bytes) summed over trainers, and served/local as the ratio. Every figure is the
 median of ``--rounds`` rounds (with the range of the ratio over rounds), local and served
@@ -18,7 +21,8 @@ group) is outside the timed loop.
 On a machine with few cores the server's workers compete with the trainers for the same
 cores: with one trainer the workers sample on every core while local sampling has one;
 with as many trainers as cores, local sampling already fills them, and a ratio below 1 is
-the cost of the hand-over (requests, a copy into the slot). So the CPU time per batch of
+the cost of the hand-over (requests, replies, wake-ups) less what a worker's pass over
+several requests saves. So the CPU time per batch of
 every process involved (trainers, server, workers) is printed too: unlike batches/s it
 hardly depends on what else runs on the machine.
 """
@@ -206,7 +210,8 @@ def main() -> int:
         figures.append(Figure("serve", f"{n} trainer(s), fan-out {args.fanouts}, batch {args.batch_size}",
                               "batches/s", sb, lb, "local sampling in the trainer", target="ratio >= 1.0",
                               note=f"served {sm:.1f} MB/s vs local {lm:.1f} MB/s; CPU per batch (all processes) "
-                                   f"served {cpu[1]:.2f} ms vs local {cpu[0]:.2f} ms; paired ratios "
+                                   f"served {cpu[1]:.2f} ms vs local {cpu[0]:.2f} ms; server workers "
+                                   f"{args.workers or os.cpu_count()}, lanes {args.lanes}; paired ratios "
                                    f"{ratios[0]:.2f}..{ratios[-1]:.2f} over {args.rounds} rounds; {load0} before, "
                                    f"{load1} after"))
     write(args.json, "bench_serve", figures, shlex.join(sys.argv))
