@@ -64,7 +64,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         stop.set()
 
     params = SamplingParams(batch_size=args.batch_size, fanouts=args.fanouts, seed=args.seed)
-    server = SamplingServer(args.dataset, params, host=args.host, port=args.port, workers=args.workers,
+    server = SamplingServer(args.dataset, params, host=args.host, port=args.port, workers=args.workers, lanes=args.lanes,
                             threads=args.threads, device=args.device, timeout_s=args.timeout,
                             trainer_timeout_s=args.trainer_timeout, on_event=lambda e: say(_describe(e)),
                             validate=not args.no_validate)
@@ -119,6 +119,9 @@ def register(subparsers) -> None:
     run.add_argument("--workers", type=_non_negative_int, default=None, metavar="N",
                      help="sampler worker processes for trainers on this host (default: one per CPU); "
                           "their batches go through shared memory")
+    run.add_argument("--lanes", type=_positive(int), default=4, metavar="N",
+                     help="requests a worker samples in one pass at most (default 4; 1 = one at a time); "
+                          "each lane costs the worker 8 bytes per vertex")
     run.add_argument("--threads", type=_positive(int), default=1,
                      help="sampling threads in the server for trainers on other hosts (default 1)")
     run.add_argument("--device", choices=("cpu", "cuda"), default="cpu",

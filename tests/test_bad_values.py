@@ -18,6 +18,7 @@ def _run(argv: list[str]) -> int:
     (["serve", "--dataset", "d", "--port", "99999"], "argument --port: 99999: expected a port from 1 to 65535"),
     (["serve", "--dataset", "d", "--port", "-1"], "argument --port: -1: expected a port from 1 to 65535"),
     (["serve", "--dataset", "d", "--timeout", "nan"], "argument --timeout: 'nan': expected a positive number"),
+    (["serve", "--dataset", "d", "--lanes", "0"], "argument --lanes: '0': expected a positive number"),
     (["plan", "--machine", "moment-b", "--unknown-link-gbps", "-3"],
      "argument --unknown-link-gbps: -3: expected a positive number"),
     (["plan", "--machine", "moment-b", "--unknown-link-gbps", "inf"],

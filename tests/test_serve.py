@@ -281,8 +281,9 @@ def test_a_trainer_gets_its_local_batches_from_the_server_and_mismatches_are_ref
 
 
 @pytest.mark.heavy  # a server and two trainer processes (~15 s)
-def test_two_trainers_at_once_get_their_local_batches(graph):
-    server = Server(graph, "--max-trainers", "2")
+@pytest.mark.parametrize("lanes", ["4", "1"])  # requests sampled together in one pass, or one at a time
+def test_two_trainers_at_once_get_their_local_batches(graph, lanes):
+    server = Server(graph, "--max-trainers", "2", "--lanes", lanes)
     try:
         # the parameter check runs before joining: this one never counts as a trainer (first:
         # once the two real trainers have come and gone the server exits, by --max-trainers)
@@ -408,7 +409,7 @@ def test_worker_answers_into_the_ring_or_a_memfd_when_a_batch_is_too_big(graph):
         trainer = _Trainer({"name": "t", "rank": 0, "world_size": 1, "shuffle": True, "slot_bytes": slot_bytes,
                             "slots": 2}, os.dup(fd))
         slot = ring.take()
-        _answer(worker_end, trainer, maker, Request(seq=1, slot=slot, epoch=0, step=1))
+        assert _answer(maker, [(worker_end, trainer, Request(seq=1, slot=slot, epoch=0, step=1))]) == []
         msg, fds, _, _ = socket.recv_fds(trainer_end, 1 << 16, 1)
         reply = Reply.decode(msg, layers=2)
         assert reply.kind == kind and reply.seq == 1
@@ -422,11 +423,58 @@ def test_worker_answers_into_the_ring_or_a_memfd_when_a_batch_is_too_big(graph):
         trainer.ring.close()
         ring.close()
     # a step outside the epoch comes back as an error reply, not a dead worker
-    _answer(worker_end, trainer, maker, Request(seq=2, slot=0, epoch=0, step=999))
+    _answer(maker, [(worker_end, trainer, Request(seq=2, slot=0, epoch=0, step=999))])
     reply = Reply.decode(trainer_end.recv(1 << 16), layers=2)
     assert reply.message.startswith("step 999 is outside")
     worker_end.close()
     trainer_end.close()
+
+
+@pytest.mark.parametrize("lanes", [3, 1])
+def test_worker_samples_two_trainers_requests_in_one_pass_into_their_rings(graph, lanes):
+    """One pass over requests of two trainers (one message each, as a trainer sends a chunk): every
+    batch lands in the slot asked for and equals the trainer's local batch; a bad request in the pass
+    gets its own error reply and spares the others."""
+    from training.data import open_dataset
+    from training.serve.protocol import ERROR, OK, Reply, Request
+    from training.serve.ring import BatchRing
+    from training.serve.workers import BatchMaker, _answer, _Trainer
+
+    ds = open_dataset(graph)
+    maker = BatchMaker(ds.indptr, ds.indices, ds.train_idx, SamplingParams(256, (10, 5), 3), lanes=lanes)
+    assert maker.lanes == lanes
+    chunk = Request.decode_many(Request(1, 0, 0, 2).encode() + Request(2, 1, 0, 3).encode())
+    assert chunk == [Request(1, 0, 0, 2), Request(2, 1, 0, 3)]
+    group, ends, rings = [], [], []
+    for rank in range(2):
+        worker_end, trainer_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ring = BatchRing(64 << 20, 3)
+        _, fd = ring.add_segment()
+        trainer = _Trainer({"name": f"t{rank}", "rank": rank, "world_size": 2, "shuffle": True,
+                            "slot_bytes": 64 << 20, "slots": 3}, os.dup(fd))
+        group += [(worker_end, trainer, Request(10 * rank + i, slot=ring.take(), epoch=1, step=i)) for i in range(2)]
+        ends.append((worker_end, trainer_end, trainer))
+        rings.append(ring)
+    group.append((ends[0][0], ends[0][2], Request(99, slot=ring.take(), epoch=1, step=10**6)))  # out of range
+    assert _answer(maker, group) == []
+    for rank, (worker_end, trainer_end, trainer) in enumerate(ends):
+        local = list(LocalBatchSource(NeighborSampler(ds.indptr, ds.indices, (10, 5)), ds.train_idx, 256,
+                                      rank=rank, world_size=2, seed=3).batches(1))
+        if rank == 0:  # the bad request is answered first, before the pass samples
+            error = Reply.decode(trainer_end.recv(1 << 16), layers=2)
+            assert error.kind == ERROR and error.seq == 99 and "step 1000000 is outside" in error.message
+        replies = Reply.decode_many(trainer_end.recv(1 << 16), layers=2)  # the pass's batches: one message
+        for i, reply in enumerate(replies):
+            assert reply.kind == OK and reply.seq == 10 * rank + i
+            got = rings[rank].batch(reply.slot, num_nodes=reply.num_nodes, num_edges=reply.num_edges,
+                                    batch_size=reply.batch_size, counts=reply.counts)
+            assert torch.equal(got.n_id, local[i].n_id) and torch.equal(got.edge_index, local[i].edge_index)
+            del got
+        trainer.ring.close()
+        worker_end.close()
+        trainer_end.close()
+    for ring in rings:
+        ring.close()
 
 
 def test_slot_bound_holds_every_batch(graph):

@@ -1,13 +1,16 @@
 """Batches/s and MB/s of trainers fed by ``moment serve`` vs trainers that sample locally (not a test).
 
-    python tools/bench_serve.py [--nodes 200000 --edges 2000000] [--steps 300 --rounds 5] [--json PATH]
+    python tools/bench_serve.py [--nodes 200000 --edges 2000000] [--steps 300 --rounds 5] [--lanes 4] [--json PATH]
 
 Generates (once, cached in ``--workdir``) a synthetic power-law graph, then for 1 and 2
 trainer processes measures the same batches (same seed, epoch, ranks and steps) two
 ways: each trainer samples itself (``LocalBatchSource``, one intra-op thread, as the
 server's samplers use), or a ``moment serve`` process with ``--workers`` sampler
 processes sends them (``RemoteBatchSource``, prefetch 4, through the trainers' shared-memory
-rings; ``--transport rpc`` for the copy through rpc instead). Trainers only consume
+rings; ``--transport rpc`` for the copy through rpc instead), each worker sampling up to
+``--lanes`` waiting requests in one pass (``--lanes 1``: one at a time). Both sides run one
+torch thread per process (a trainer sets it, the sampler and the workers too): neither is
+oversubscribed on a small machine, and neither has more threads than the other. Trainers only consume
 batches (no model), so this is the sampling path's ceiling: batches/s and MB/s (the batch
 tensors' bytes) summed over trainers, and served/local as the ratio. Every figure is the
 median of ``--rounds`` rounds (with the range of the ratio over rounds), local and served
@@ -18,7 +21,8 @@ group) is outside the timed loop.
 On a machine with few cores the server's workers compete with the trainers for the same
 cores: with one trainer the workers sample on every core while local sampling has one;
 with as many trainers as cores, local sampling already fills them, and a ratio below 1 is
-the cost of the hand-over (requests, a copy into the slot). So the CPU time per batch of
+the cost of the hand-over (requests, replies, wake-ups) less what a worker's pass over
+several requests saves. So the CPU time per batch of
 every process involved (trainers, server, workers) is printed too: unlike batches/s it
 hardly depends on what else runs on the machine.
 """
@@ -132,7 +136,8 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "moment", "serve", "--dataset", str(args.dataset_dir), "--port", "0",
          "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--seed", "1",
-         "--no-validate"] + (["--workers", str(args.workers)] if args.workers is not None else []),
+         "--no-validate", "--lanes", str(args.lanes)]
+        + (["--workers", str(args.workers)] if args.workers is not None else []),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=REPO)
     for line in proc.stdout:
         m = re.search(r"--server (\S+)", line)
@@ -150,6 +155,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=300, help="batches per trainer per round (default 300)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--workers", type=int, help="the server's sampler worker processes (default: one per CPU)")
+    p.add_argument("--lanes", type=int, default=4,
+                   help="requests a server worker samples in one pass at most (default 4; 1: one at a time)")
     p.add_argument("--transport", choices=("auto", "shm", "rpc"), default="auto",
                    help="how served batches travel (default auto: shared memory on one host)")
     p.add_argument("--workdir", default="/tmp/moment-bench-serve")
@@ -192,7 +199,7 @@ def main() -> int:
         server.wait(timeout=30)
     load1 = _load()
     print(f"\nfan-out {args.fanouts}, global batch {args.batch_size}, {args.steps} batches per trainer, "
-          f"server workers {args.workers or os.cpu_count()}, transport {args.transport}, {os.cpu_count()} CPUs, "
+          f"server workers {args.workers or os.cpu_count()}, lanes {args.lanes}, transport {args.transport}, {os.cpu_count()} CPUs, "
           f"median of {args.rounds} rounds; {load0} before, {load1} after")
     print(f"{'trainers':>8} {'local b/s':>10} {'local MB/s':>11} {'served b/s':>11} {'served MB/s':>12} "
           f"{'served/local':>13} {'range':>12} {'CPU ms/batch local, served':>27}")
@@ -203,7 +210,8 @@ def main() -> int:
         figures.append(Figure("serve", f"{n} trainer(s), fan-out {args.fanouts}, batch {args.batch_size}",
                               "batches/s", sb, lb, "local sampling in the trainer", target="ratio >= 1.0",
                               note=f"served {sm:.1f} MB/s vs local {lm:.1f} MB/s; CPU per batch (all processes) "
-                                   f"served {cpu[1]:.2f} ms vs local {cpu[0]:.2f} ms; paired ratios "
+                                   f"served {cpu[1]:.2f} ms vs local {cpu[0]:.2f} ms; server workers "
+                                   f"{args.workers or os.cpu_count()}, lanes {args.lanes}; paired ratios "
                                    f"{ratios[0]:.2f}..{ratios[-1]:.2f} over {args.rounds} rounds; {load0} before, "
                                    f"{load1} after"))
     write(args.json, "bench_serve", figures, shlex.join(sys.argv))

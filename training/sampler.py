@@ -240,10 +240,15 @@ def _subset_floyd(deg: Tensor, k: int, generator: torch.Generator | None) -> Ten
     batch of tensor operations over all rows; membership is a comparison against the
     ``i`` columns chosen so far (``O(k²)`` per row, cheap for fan-outs of tens).
     """
+    u = torch.rand((k, deg.numel()), generator=generator, dtype=torch.float64, device=deg.device)
+    return _floyd(deg, k, u)
+
+
+def _floyd(deg: Tensor, k: int, u: Tensor) -> Tensor:
+    """:func:`_subset_floyd` with its uniforms given: float64 ``[k, len(deg)]``, consumed (written over)."""
     rows = deg.numel()
     # step-major layout: every step reads and writes contiguous rows of length ``rows``
     out = torch.empty((k, rows), dtype=torch.int64, device=deg.device)
-    u = torch.rand((k, rows), generator=generator, dtype=torch.float64, device=deg.device)
     hit = torch.empty(rows if rows >= _FLOYD_COLUMNWISE_ROWS else 0, dtype=torch.bool, device=deg.device)
     j = deg - k
     for i in range(k):

@@ -19,9 +19,13 @@ distinct rank (one job per server).
 of the server: threads of one interpreter share its GIL. Control — registration,
 pings, membership — goes over ``torch.distributed.rpc``; data does not. A trainer on
 the server's host lends each worker its ring of preallocated batch slots in shared
-memory and sends requests of 33 bytes over a Unix socket; the worker samples into the
-slot and replies with the batch's shape; the trainer's tensors are views of the slot
-(no copy, no pickling), and the slot is reused once they are freed. On CUDA the paper
+memory and sends its requests over a Unix socket, a chunk of them in one message of 33
+bytes per request; a worker samples the requests waiting for it (every trainer's) in one
+pass (:class:`training.fused.FusedSampler`: the per-operation overhead of a batch paid
+once per pass, each batch still bit-identical) straight into the slots they name, and
+replies with the batches' shapes, one message per trainer and pass; the trainer's
+tensors are views of the slot (no copy, no pickling), and the slot is reused once they
+are freed. On CUDA the paper
 hands device tensors over by CUDA IPC; so does :mod:`training.serve.device` (not run
 here: no GPU). A trainer on another host gets its batches copied through rpc.
 

@@ -83,6 +83,9 @@ class _Feed:
     def __init__(self, plan: dict, *, name: str, rank: int, world_size: int, shuffle: bool, layers: int,
                  prefetch: int, timeout_s: float, where: str) -> None:
         self.layers, self.timeout_s, self.where = layers, timeout_s, where
+        # requests sent together, for a worker to sample in one pass: up to its lanes, but no more
+        # than half of prefetch, so that every worker has work while the trainer consumes
+        self.chunk = max(1, min(int(plan.get("lanes", 1)), prefetch // 2))
         self.ring = BatchRing(int(plan["slot_bytes"]), prefetch + 2)
         self.socks: list[socket.socket] = []
         self.sel = selectors.DefaultSelector()
@@ -137,22 +140,29 @@ class _Feed:
             except OSError as exc:
                 raise self._lost(f"cannot send ({exc.strerror or exc})") from None
 
-    def request(self, epoch: int, step: int, *, must: bool = False) -> int | None:
-        """Ask for ``step`` of ``epoch``; its sequence number, or None when no slot is free right now
-        and requests of the caller are still to be consumed (``must``: there are none; grow instead)."""
-        slot = self.ring.take()
-        if slot is None:
-            if not must:
-                return None  # a slot frees when the trainer lets go of a batch
-            self._grow()
+    def request(self, epoch: int, steps: Sequence[int], *, must: bool = False) -> list[int]:
+        """Ask one worker for ``steps`` of ``epoch`` in one message (it samples them in one pass); their
+        sequence numbers, fewer (none) when fewer (no) slots are free right now and requests of the
+        caller are still to be consumed (``must``: there are none; grow instead)."""
+        slots: list[int] = []
+        for _ in steps:
             slot = self.ring.take()
-            assert slot is not None
+            if slot is None and must and not slots:
+                self._grow()
+                slot = self.ring.take()
+            if slot is None:
+                break  # a slot frees when the trainer lets go of a batch
+            slots.append(slot)
+        if not slots:
+            return []
         w = min(range(len(self.socks)), key=self.outstanding.__getitem__)
-        self.seq += 1
-        self._send(self.socks[w], REQUEST + Request(self.seq, slot, epoch, step).encode())
-        self.outstanding[w] += 1
-        self.sent[self.seq] = (w, slot)
-        return self.seq
+        seqs = list(range(self.seq + 1, self.seq + 1 + len(slots)))
+        self.seq += len(slots)
+        self._send(self.socks[w], REQUEST + b"".join(Request(q, slot, epoch, step).encode()
+                                                     for q, slot, step in zip(seqs, slots, steps[:len(slots)], strict=True)))
+        self.outstanding[w] += len(seqs)
+        self.sent.update((q, (w, slot)) for q, slot in zip(seqs, slots, strict=True))
+        return seqs
 
     def _lost(self, why: str) -> ServerError:
         return ServerError(f"sampling server {self.where}: connection lost ({why}); "
@@ -171,15 +181,15 @@ class _Feed:
                     raise self._lost(f"sampler worker {w}: {exc.strerror or exc}") from None
                 if not msg:
                     raise self._lost(f"sampler worker {w} closed its socket: the server stopped or was killed")
-                reply = Reply.decode(msg, self.layers)
-                self.outstanding[w] -= 1
-                if reply.seq in self.abandoned:  # an epoch left early: free its slot
-                    self.abandoned.discard(reply.seq)
-                    self.ring.give_back(self.sent.pop(reply.seq)[1])
-                    for fd in fds:
-                        os.close(fd)
-                else:
-                    self.replies[reply.seq] = (reply, fds)
+                for reply in Reply.decode_many(msg, self.layers):
+                    self.outstanding[w] -= 1
+                    if reply.seq in self.abandoned:  # an epoch left early: free its slot
+                        self.abandoned.discard(reply.seq)
+                        self.ring.give_back(self.sent.pop(reply.seq)[1])
+                        for fd in fds:
+                            os.close(fd)
+                    else:
+                        self.replies[reply.seq] = (reply, fds)
 
     def poll(self) -> None:
         """Take in what has arrived without waiting: raises if the server is gone."""
@@ -357,12 +367,15 @@ class RemoteBatchSource:
         def fill() -> None:
             nonlocal nxt
             while nxt < steps and len(pending) < self.prefetch:
+                k = min(feed.chunk, self.prefetch - len(pending), steps - nxt)
+                if k < feed.chunk and k < steps - nxt and pending:
+                    return  # ask for a whole chunk once there is room: the worker samples it in one pass
                 # with nothing of ours in flight the ring must grow: the trainer holds every slot
-                seq = feed.request(epoch, nxt, must=not pending)
-                if seq is None:
+                seqs = feed.request(epoch, range(nxt, nxt + k), must=not pending)
+                if not seqs:
                     return
-                pending.append(seq)
-                nxt += 1
+                pending.extend(seqs)
+                nxt += len(seqs)
 
         try:
             fill()

@@ -11,6 +11,9 @@ This module holds the formats of both and the helpers that open them.
 >>> Reply.decode(Reply(OK, seq=7, slot=2, num_nodes=5, num_edges=4, batch_size=2,
 ...                    counts=(2, 3, 4)).encode(), layers=1).counts
 (2, 3, 4)
+>>> [r.seq for r in Reply.decode_many(Reply(OK, 1, counts=(1, 1, 1)).encode()
+...                                   + Reply(OK, 2, counts=(1, 2, 2)).encode(), layers=1)]
+[1, 2]
 """
 
 from __future__ import annotations
@@ -130,6 +133,11 @@ class Request:
     def decode(cls, data: bytes) -> Request:
         return cls(*_REQUEST.unpack(data))
 
+    @classmethod
+    def decode_many(cls, data: bytes) -> list[Request]:
+        """The requests of one message (a trainer sends those a worker is to sample in one pass together)."""
+        return [cls(*fields) for fields in _REQUEST.iter_unpack(data)]
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -160,6 +168,16 @@ class Reply:
         n = 2 * layers + 1
         counts = tuple(np.frombuffer(data, np.int64, n, _REPLY.size).tolist())
         return cls(kind, seq, slot, nodes, edges, bsz, counts, payload=data[_REPLY.size + 8 * n:])
+
+    @classmethod
+    def decode_many(cls, data: bytes, layers: int) -> list[Reply]:
+        """The replies of one message: :data:`OK` replies (no payload: all of one size) travel together,
+        one message for the batches of one pass (one wake-up of the trainer, not one per batch); any
+        other kind alone."""
+        size = _REPLY.size + 8 * (2 * layers + 1)
+        if data[:1] == bytes([OK]) and len(data) > size:
+            return [cls.decode(data[at:at + size], layers) for at in range(0, len(data), size)]
+        return [cls.decode(data, layers)]
 
 
 def slot_bytes_bound(params: SamplingParams, world_size: int, num_nodes: int, num_edges: int,

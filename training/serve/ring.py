@@ -184,19 +184,27 @@ class RingWriter:
             os.close(fd)
         self._segments[seg] = (mm, np.frombuffer(mm, np.int64))
 
-    def fits(self, batch: SampledBatch) -> bool:
-        return batch_nbytes(batch) <= self.slot_bytes
+    def has(self, slot: int) -> bool:
+        """Whether ``slot`` lies in a segment this worker was sent."""
+        return slot >= 0 and int(slot) // self.slots in self._segments
+
+    def dest(self, slot: int, words: int) -> torch.Tensor | None:
+        """int64 ``[words]`` viewing the start of ``slot``, for a batch to be laid in (the
+        sampler writes there directly); None if ``words`` do not fit in a slot."""
+        if 8 * words > self.slot_bytes:
+            return None
+        if not self.has(slot):
+            raise ValueError(f"slot {slot} is in no segment this worker was sent")
+        seg, i = divmod(int(slot), self.slots)
+        per = self.slot_bytes // 8
+        return torch.from_numpy(self._segments[seg][1][i * per:i * per + words])
 
     def write(self, slot: int, batch: SampledBatch) -> bool:
-        """Lay ``batch`` into ``slot``; False if it does not fit (send it another way)."""
-        if not self.fits(batch):
+        """Lay ``batch`` into ``slot`` (a copy); False if it does not fit (send it another way)."""
+        dest = self.dest(slot, batch_nbytes(batch) // 8)
+        if dest is None:
             return False
-        seg, i = divmod(int(slot), self.slots)
-        if seg not in self._segments or slot < 0:
-            raise ValueError(f"slot {slot} is in no segment this worker was sent")
-        words = self._segments[seg][1]
-        per = self.slot_bytes // 8
-        write_batch(words[i * per:(i + 1) * per], batch)
+        write_batch(dest.numpy(), batch)
         return True
 
     def close(self) -> None:

@@ -51,7 +51,7 @@ from training.serve.protocol import (
     slot_bytes_bound,
     worker_socket_name,
 )
-from training.serve.workers import BatchMaker, WorkerPool
+from training.serve.workers import DEFAULT_LANES, BatchMaker, WorkerPool
 
 #: the one server of this process (rpc handlers are module functions, looked up by name)
 _SERVER: SamplingServer | None = None
@@ -89,6 +89,9 @@ class SamplingServer:
         ping_interval_s: how often every member is pinged.
         on_event: called with a :class:`ServerEvent` on every connect / disconnect (from a
             server thread; keep it short).
+        validate: check the dataset's files when opening it (:func:`training.data.open_dataset`).
+        lanes: requests a worker samples in one pass at most (:class:`training.fused.FusedSampler`;
+            a trainer sends up to this many together, at most half its prefetch).
 
     Use :meth:`start` / :meth:`close` or ``with``. One server per process.
     """
@@ -96,15 +99,17 @@ class SamplingServer:
     def __init__(self, dataset, params: SamplingParams, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  workers: int | None = None, threads: int = 1, device: str = "cpu", timeout_s: float = 30.0,
                  trainer_timeout_s: float = 10.0, ping_interval_s: float = 1.0,
-                 on_event: Callable[[ServerEvent], None] | None = None, validate: bool = True) -> None:
+                 on_event: Callable[[ServerEvent], None] | None = None, validate: bool = True,
+                 lanes: int = DEFAULT_LANES) -> None:
         from training.data import open_dataset
         from training.serve.device import device_handover_available
 
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.workers = cpus if workers is None else int(workers)
-        if self.workers < 0 or threads < 1:
+        if self.workers < 0 or threads < 1 or lanes < 1:
             raise ServerError(f"workers: expected 0 or more, got {workers}; threads: expected 1 or more, "
-                              f"got {threads}")
+                              f"got {threads}; lanes: expected 1 or more, got {lanes}")
+        self.lanes = int(lanes)
         if device != "cpu" and (why := device_handover_available(device)):
             raise ServerError(f"device {device}: {why}")
         self.dataset = open_dataset(dataset, validate=validate)
@@ -164,7 +169,7 @@ class SamplingServer:
             self._workers = WorkerPool(
                 {"dataset": str(self.dataset.path), "batch_size": self.params.batch_size,
                  "fanouts": list(self.params.fanouts), "seed": self.params.seed, "token": self._token,
-                 "device": self.device},
+                 "device": self.device, "lanes": self.lanes},
                 [worker_socket_name(os.getpid(), self.port, i) for i in range(self.workers)])
             try:
                 self._workers.start(timeout_s=max(60.0, self.timeout_s))
@@ -276,7 +281,7 @@ class SamplingServer:
                  "params": asdict(self.params)}
         if self._workers is not None:
             reply["shm"] = {"sockets": self._workers.sockets, "token": self._token, "boot_id": boot_id(),
-                            "slot_bytes": self._slot_bytes(world), "device": self.device}
+                            "slot_bytes": self._slot_bytes(world), "device": self.device, "lanes": self.lanes}
         return reply
 
     def _refusal(self, theirs: SamplingParams, rank: int, world: int) -> str | None:
