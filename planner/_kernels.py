@@ -59,9 +59,31 @@ def top_scatter(bits, threads, order, low):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _sort_bucket(order, low, s, e, tmp_id, tmp_low, count):  # pragma: no cover - compiled
-    """Stable sort of ``order[s:e]`` by ``low[s:e]`` (both reordered in place)."""
-    size = e - s
+def _counting_pass(src_id, src_low, dst_id, dst_low, s, e, d, shift, base, count, top):  # pragma: no cover
+    """One stable counting-sort pass of ``src[s:e]`` into ``dst[d:]`` by the byte of ``low - base`` at
+    ``shift``; ``top`` is OR-ed into the low digits written (0, or the bucket's top 16 bits on the last
+    pass, which makes them whole keys)."""
+    count[:] = 0
+    for j in range(s, e):
+        count[((np.int64(src_low[j]) - base) >> shift) & 0xFF] += 1
+    acc = d
+    for c in range(256):
+        v = count[c]
+        count[c] = acc
+        acc += v
+    for j in range(s, e):
+        c = ((np.int64(src_low[j]) - base) >> shift) & 0xFF
+        p = count[c]
+        dst_id[p] = src_id[j]
+        dst_low[p] = src_low[j] | top
+        count[c] = p + 1
+
+
+@njit(cache=True)
+def _sort_bucket(order, low, s, e, top, tmp_id, tmp_low, count):  # pragma: no cover - compiled
+    """Stable sort of ``order[s:e]`` by ``low[s:e]``, both in place, and ``low`` made whole keys
+    (``top | low``): one counting pass when the low digits span less than 256, else two (into the
+    scratch and back)."""
     lo = low[s]
     hi = low[s]
     for j in range(s + 1, e):
@@ -70,9 +92,7 @@ def _sort_bucket(order, low, s, e, tmp_id, tmp_low, count):  # pragma: no cover 
             lo = v
         elif v > hi:
             hi = v
-    if lo == hi:
-        return
-    if size <= _SMALL:
+    if lo != hi and e - s <= _SMALL:
         for j in range(s + 1, e):
             v = low[j]
             o = order[j]
@@ -83,26 +103,17 @@ def _sort_bucket(order, low, s, e, tmp_id, tmp_low, count):  # pragma: no cover 
                 i -= 1
             low[i + 1] = v
             order[i + 1] = o
+    elif lo != hi and np.int64(hi) - np.int64(lo) < 256:
+        _counting_pass(order, low, tmp_id, tmp_low, s, e, 0, 0, np.int64(lo), count, top)
+        order[s:e] = tmp_id[: e - s]
+        low[s:e] = tmp_low[: e - s]
         return
-    # two stable passes of 8 bits: low byte into the scratch, high byte back
-    for shift in (0, 8):
-        count[:] = 0
-        for j in range(s, e):
-            count[(np.int64(low[j]) >> shift) & 0xFF] += 1
-        acc = 0
-        for c in range(256):
-            v = count[c]
-            count[c] = acc
-            acc += v
-        for j in range(s, e):
-            c = (np.int64(low[j]) >> shift) & 0xFF
-            p = count[c]
-            tmp_id[p] = order[j]
-            tmp_low[p] = low[j]
-            count[c] = p + 1
-        for j in range(size):
-            order[s + j] = tmp_id[j]
-            low[s + j] = tmp_low[j]
+    elif lo != hi:
+        _counting_pass(order, low, tmp_id, tmp_low, s, e, 0, 0, 0, count, 0)
+        _counting_pass(tmp_id, tmp_low, order, low, 0, e - s, s, 8, 0, count, top)
+        return
+    for j in range(s, e):
+        low[j] |= top
 
 
 @njit(parallel=True, cache=True)
@@ -121,11 +132,8 @@ def sort_buckets(order, low, start, groups):  # pragma: no cover - compiled
         for d in range(b0, b1):
             s = start[d]
             e = start[d + 1]
-            if e - s > 1:
-                _sort_bucket(order, low, s, e, tmp_id, tmp_low, count)
-            top = np.uint32(d << 16)
-            for j in range(s, e):
-                low[j] = top | low[j]
+            if e > s:
+                _sort_bucket(order, low, s, e, np.uint32(d << 16), tmp_id, tmp_low, count)
 
 
 @njit(parallel=True, cache=True)
