@@ -400,7 +400,7 @@ class _Run:
         """Train steps ``first..`` of ``epoch``, evaluate when due, checkpoint; the epoch record (emitted)."""
         config, every = self.config, self.config.checkpoint_every_steps
         prior_s = sums.v["prior_s"]
-        t_epoch = time.perf_counter()
+        t_epoch, cpu_epoch = time.perf_counter(), time.process_time()
         moved = self.features.transfer.counts()
         if self.predictor is not None:
             self.predictor.start()
@@ -417,6 +417,9 @@ class _Run:
         finally:
             pre.close()
         rec = epoch_record(epoch, self.steps, sums, prior_s + time.perf_counter() - t_epoch)
+        # CPU seconds of every thread of this process over this run's steps of the epoch: the work a
+        # step costs, which a loaded machine's time slicing stretches less than the wall clock
+        rec["cpu_s"] = time.process_time() - cpu_epoch
         rec["prefetch"] = config.prefetch
         if self.predictor is not None:
             rec["prediction"] = self.predictor.finish(epoch, self.steps - first).to_dict()
