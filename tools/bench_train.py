@@ -100,6 +100,46 @@ def prepare(args, base: Path, nodes: int, row: int) -> Path:
     return g
 
 
+def disk_work(args, g: Path, placement: Path, epoch: int = 1) -> dict[int, tuple[int, int]]:
+    """World size -> (distinct SSD pages, read requests) per epoch, summed over the ranks; no timing.
+
+    Samples every rank's batches of ``epoch`` exactly as ``moment train`` does (the same seeds,
+    the same per-rank sampler streams) and counts what the posix backend reads for each rank's
+    gather: the distinct 4 KiB pages of its SSD rows, and one request per run of consecutive
+    pages (the backend's coalescing; its cap of ``max_read_bytes`` per read is not applied).
+    Two ranks read the pages their halves share twice, and each half's sparser pages break
+    into more runs: on a disk that one rank already keeps busy this is the ceiling of 2 / 1.
+    """
+    sys.path.insert(0, str(REPO))
+    import numpy as np
+
+    from iostack.bins import PAGE
+    from iostack.placement import load_placement
+    from training.batches import LocalBatchSource
+    from training.data import open_dataset
+    from training.sampler import NeighborSampler
+
+    ds, pl = open_dataset(str(g), validate=False), load_placement(str(placement))
+    bin_of, row_of = np.asarray(pl.bin_of), np.asarray(pl.row_of)
+    ssd = [b.id for b in pl.bins if b.kind == "ssd"]
+    per_page = max(1, PAGE // (args.feature_dim * 4))
+    out = {}
+    for world in (1, 2):
+        pages = requests = 0
+        for rank in range(world):
+            src = LocalBatchSource(NeighborSampler(ds.indptr, ds.indices, (25, 10), seed=0),
+                                   np.asarray(ds.train_idx, np.int64), args.batch_size, rank=rank,
+                                   world_size=world, seed=0)
+            for b in src.batches(epoch):
+                ids = b.n_id.numpy()
+                for k in ssd:
+                    p = np.unique(row_of[ids[bin_of[ids] == k]] // per_page)
+                    pages += p.size
+                    requests += int(p.size > 0) + int((np.diff(p) > 1).sum())
+        out[world] = (pages, requests)
+    return out
+
+
 def train(args, base: Path, g: Path, placement: str | None, ranks: int, tag: str) -> dict:
     m = base / f"metrics-{tag}.jsonl"
     m.unlink(missing_ok=True)
@@ -146,6 +186,7 @@ def main() -> int:
             print(f"round {r + 1}: 1 trainer {one['seeds_per_s']:.0f} seeds/s ({split_text(one)} ms/step); "
                   f"2 trainers {two['seeds_per_s']:.0f} ({split_text(two)}); "
                   f"{two['seeds_per_s'] / one['seeds_per_s']:.2f}x; load {os.getloadavg()[0]:.2f}", flush=True)
+        work = disk_work(args, g, base / "place-ddak", args.epochs - 1)
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
@@ -161,6 +202,10 @@ def main() -> int:
     load = f"load {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after"
     print(f"\nper-step split, ms (rank 0; {', '.join(SPLIT)}):\n  1 trainer:  {split_text(one)}\n"
           f"  2 trainers: {split_text(two)}")
+    (p1, r1), (p2, r2) = work[1], work[2]
+    ceiling = (f"disk work of the measured epoch, both ranks together / 1 rank: {p2:,} / {p1:,} SSD pages "
+               f"({p2 / p1:.2f}x), {r2:,} / {r1:,} read requests ({r2 / r1:.2f}x)")
+    print(ceiling)
     print(f"2 trainers / 1: median {statistics.median(ratios):.2f}x, range {min(ratios):.2f}-{max(ratios):.2f} "
           f"over {len(pairs)} pairs (2 ranks on {os.cpu_count()} cores); {load}")
     what = f"GraphSAGE 25,10, {nodes:.0e} nodes, {args.feature_dim}-wide rows"
@@ -181,7 +226,8 @@ def main() -> int:
         "train", f"{what}: 2 trainers vs 1 (DDAK)", "seeds/s", two["seeds_per_s"], one["seeds_per_s"],
         "1 trainer", target=">= 1.0x",
         note=f"pair of the median ratio of {len(pairs)} (range {min(ratios):.2f}-{max(ratios):.2f}); 2 ranks on "
-             f"{os.cpu_count()} cores; per-step ms 1 rank: {split_text(one)}; 2 ranks: {split_text(two)}; {load}"))
+             f"{os.cpu_count()} cores; per-step ms 1 rank: {split_text(one)}; 2 ranks: {split_text(two)}; {ceiling}; "
+             f"{load}"))
     write(args.json, "bench_train", figs, " ".join(sys.argv))
     return 0
 

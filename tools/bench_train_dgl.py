@@ -278,7 +278,7 @@ def main() -> int:
                 "(DGL: np.memmap; ours: moment place bins)")
     print(f"{mode}; GraphSAGE {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, "
           f"{args.threads} threads, {args.rounds} rounds", flush=True)
-    metrics = args.workdir / "metrics.jsonl"
+    metrics = args.workdir / f"metrics-{os.getpid()}.jsonl"  # two runs sharing the work directory stay apart
     workers = [int(w) for w in args.dgl_workers.split(",")]
     # one cgroup per process: each side gets the whole budget, none is charged for another's memory
     groups = {k: Cgroup(cgroup) for k in ["ours", *workers]} if cgroup else {}
@@ -318,7 +318,7 @@ def main() -> int:
           + ", ".join(f"{k[:-2]} {v:.1f}" for k, v in split.items()))
 
     def cpu(k: str) -> float:  # CPU seconds per 1000 seeds: the work, which load stretches less than the wall
-        return statistics.median(1000 * x["cpu_s"] / x["seeds"] for x in res[k])
+        return statistics.median(1e6 * x["cpu_s"] / x["seeds"] for x in res[k])
 
     print(f"CPU ms per 1000 seeds (median): ours {cpu('ours'):.0f}, DGL num_workers={best} {cpu(f'dgl{best}'):.0f} "
           f"(the DGL side's worker process not counted); ours / DGL {cpu(f'dgl{best}') / cpu('ours'):.2f}x")
