@@ -187,6 +187,24 @@ def test_subsets_are_uniform(degree, rows_per_call):
     assert chisquare(observed).pvalue > 1e-3
 
 
+@pytest.mark.parametrize("rows", [300, 5000])  # the matrix and the column-wise repeat checks
+def test_floyd_subsets_are_floyds_own_picks(rows):
+    """The batched draws pick exactly what Floyd's algorithm, row by row, picks from the same uniforms."""
+    from training.sampler import _subset_floyd
+
+    k = 10
+    deg = torch.randint(k + 1, 40, (rows,), generator=torch.Generator().manual_seed(3))
+    got = _subset_floyd(deg, k, torch.Generator().manual_seed(9))
+    u = torch.rand((k, rows), generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    for r in range(rows):
+        chosen: list[int] = []
+        for i in range(k):
+            j = int(deg[r]) - k + i
+            t = int(float(u[i, r]) * (j + 1))
+            chosen.append(j if t in chosen else t)
+        assert got[r].tolist() == chosen
+
+
 def test_pyg_convs_on_full_fanout_equal_the_full_graph():
     from torch_geometric.nn import GCNConv, SAGEConv
     from torch_geometric.utils import trim_to_layer

@@ -1,6 +1,7 @@
 """Training throughput: DDAK placement vs hash placement vs all features in memory, and 2 trainers vs 1.
 
     python tools/bench_train.py [--nodes 1000000 --edges 10000000 --feature-dim 256] [--quick]
+    python tools/bench_train.py --ranks-only --rounds 5 --dir /var/tmp/bench-train --json out.json
 
 Makes a skewed Chung-Lu graph whose features are 4x the CPU cache (float32 rows of
 ``--feature-dim``), pre-samples its hotness once, places it on the bundled Machine B plan
@@ -16,6 +17,15 @@ On this 2-core machine without a GPU, compute (GraphSAGE on the CPU) takes most 
 a step and the next batches' gathers overlap it, so placement shows mostly in the
 I/O wait share and the SSD rows; on a GPU server the compute shrinks by orders of
 magnitude and the I/O share is what limits throughput (the paper's setting).
+
+2 trainers vs 1: ``--rounds`` pairs of runs, one rank then two, on the same DDAK
+placement (the ratio of each pair, median and range; load moves between pairs, not
+within one), each for ``--epochs`` epochs of which the last is measured (the first
+fills the pipeline and the host cache's pages). Each run's per-step split — compute,
+gather (sampling included), I/O wait, all-reduce of the loss — is printed: it says
+where the ceiling is (the disk when I/O wait dominates; the cores when compute does).
+``--ranks-only`` runs just those pairs; with ``--dir`` an earlier run's graph and
+placements are reused (delete the directory to make them again).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,7 +59,95 @@ def moment(*args: str, torchrun: int = 0) -> None:
 
 def last_epoch(metrics: Path) -> dict:
     rec = [json.loads(line) for line in metrics.read_text().splitlines()]
-    return [r for r in rec if r.get("kind") == "epoch"][-1]
+    ep = [r for r in rec if r.get("kind") == "epoch"][-1]
+    steps = [r for r in rec if r.get("kind") == "step" and r.get("epoch") == ep["epoch"]]
+    # per-step means of rank 0's split (ms): where a step's time goes
+    ep["split_ms"] = {k: 1000 * statistics.fmean(r[k + "_s"] for r in steps) for k in SPLIT} if steps else {}
+    return ep
+
+
+#: the per-step stages of the split: compute (forward, backward with the gradients' all-reduce, update),
+#: gather (the prefetch thread's: sampling and feature rows, overlapped), I/O wait (the trainer blocked on
+#: the prefetch queue), all-reduce (the loss and hits), the whole step
+SPLIT = ("compute", "gather", "io_wait", "allreduce", "step")
+
+
+def split_text(ep: dict) -> str:
+    return ", ".join(f"{k} {v:.0f}" for k, v in ep["split_ms"].items())
+
+
+def prepare(args, base: Path, nodes: int, row: int) -> Path:
+    """The graph and its DDAK and hash placements under ``base`` (reused when an earlier run made them)."""
+    cpu_cache = nodes * row // 4 // 2  # features = 4 x the CPU cache (2 NUMA nodes on Machine B)
+    gpu_cache = nodes * row // 50
+    g = base / "graph"
+    print(f"graph: Chung-Lu, {nodes:,} nodes, {int(float(args.edges)):,} edges, {args.feature_dim} float32 "
+          f"features ({nodes * row / 2**20:.0f} MiB: 4x the CPU cache of {2 * cpu_cache / 2**20:.0f} MiB)",
+          flush=True)
+    if not (g / "meta.json").exists():
+        moment("data", "synth", str(g), "--nodes", args.nodes, "--edges", args.edges, "--generator", "chung-lu",
+               "--undirected", "--feature-dim", str(args.feature_dim), "--train-share", args.train_share,
+               "--seed", "3", "--quiet")
+    for strategy in ("ddak", "hash"):
+        if (base / f"place-{strategy}" / "placement.json").exists():
+            continue
+        ssd = [a for i in range(8) for a in ("--ssd", str(base / f"ssd-{strategy}{i}"))]
+        for i in range(8):
+            (base / f"ssd-{strategy}{i}").mkdir(exist_ok=True)
+        moment("place", "--dataset", str(g), "--machine", "moment-b", "--gpu-cache", str(gpu_cache),
+               "--cpu-cache", str(cpu_cache), *ssd, "--strategy", strategy, "--fanouts", "25,10",
+               "--batch-size", str(args.batch_size), "--out", str(base / f"place-{strategy}"), "--force")
+    return g
+
+
+def disk_work(args, g: Path, placement: Path, epoch: int = 1) -> dict[int, tuple[int, int]]:
+    """World size -> (distinct SSD pages, read requests) per epoch, summed over the ranks; no timing.
+
+    Samples every rank's batches of ``epoch`` exactly as ``moment train`` does (the same seeds,
+    the same per-rank sampler streams) and counts what the posix backend reads for each rank's
+    gather: the distinct 4 KiB pages of its SSD rows, and one request per run of consecutive
+    pages (the backend's coalescing; its cap of ``max_read_bytes`` per read is not applied).
+    Two ranks read the pages their halves share twice, and each half's sparser pages break
+    into more runs: on a disk that one rank already keeps busy this is the ceiling of 2 / 1.
+    """
+    sys.path.insert(0, str(REPO))
+    import numpy as np
+
+    from iostack.bins import PAGE
+    from iostack.placement import load_placement
+    from training.batches import LocalBatchSource
+    from training.data import open_dataset
+    from training.sampler import NeighborSampler
+
+    ds, pl = open_dataset(str(g), validate=False), load_placement(str(placement))
+    bin_of, row_of = np.asarray(pl.bin_of), np.asarray(pl.row_of)
+    ssd = [b.id for b in pl.bins if b.kind == "ssd"]
+    per_page = max(1, PAGE // (args.feature_dim * 4))
+    out = {}
+    for world in (1, 2):
+        pages = requests = 0
+        for rank in range(world):
+            src = LocalBatchSource(NeighborSampler(ds.indptr, ds.indices, (25, 10), seed=0),
+                                   np.asarray(ds.train_idx, np.int64), args.batch_size, rank=rank,
+                                   world_size=world, seed=0)
+            for b in src.batches(epoch):
+                ids = b.n_id.numpy()
+                for k in ssd:
+                    p = np.unique(row_of[ids[bin_of[ids] == k]] // per_page)
+                    pages += p.size
+                    requests += int(p.size > 0) + int((np.diff(p) > 1).sum())
+        out[world] = (pages, requests)
+    return out
+
+
+def train(args, base: Path, g: Path, placement: str | None, ranks: int, tag: str) -> dict:
+    m = base / f"metrics-{tag}.jsonl"
+    m.unlink(missing_ok=True)
+    extra = ["--placement", str(base / placement)] if placement else []
+    moment("train", "--dataset", str(g), *extra, "--model", "sage", "--fanouts", "25,10", "--batch-size",
+           str(args.batch_size), "--epochs", str(args.epochs), "--eval-every", "0", "--metrics", str(m),
+           torchrun=ranks)
+    return last_epoch(m)
 
 
 def main() -> int:
@@ -58,8 +157,10 @@ def main() -> int:
     ap.add_argument("--feature-dim", type=int, default=256, help="float32 features per row (default 256: 1 KiB)")
     ap.add_argument("--batch-size", type=int, default=1000)
     ap.add_argument("--train-share", default="0.01", help="training vertices, share of all (default 0.01, as the paper)")
-    ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--dir", help="work directory on the SSD (default: a temporary one under /var/tmp)")
+    ap.add_argument("--epochs", type=int, default=2, help="epochs per run; the last is measured (default 2)")
+    ap.add_argument("--rounds", type=int, default=3, help="pairs of 1-rank and 2-rank runs (default 3)")
+    ap.add_argument("--ranks-only", action="store_true", help="only the 2-trainers-vs-1 pairs")
+    ap.add_argument("--dir", help="work directory on the SSD, kept and reused (default: a temporary one)")
     ap.add_argument("--quick", action="store_true", help="a small graph (20000 nodes, 256-wide rows)")
     ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
     args = ap.parse_args()
@@ -67,61 +168,67 @@ def main() -> int:
         args.nodes, args.edges, args.feature_dim, args.train_share = "20000", "200000", 256, "0.1"
     nodes = int(float(args.nodes))
     row = args.feature_dim * 4
-    cpu_cache = nodes * row // 4 // 2  # features = 4 x the CPU cache (2 NUMA nodes on Machine B)
-    gpu_cache = nodes * row // 50
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="moment-bench-train-", dir="/var/tmp"))
     base.mkdir(parents=True, exist_ok=True)
+    res, pairs = {}, []
+    load_before = os.getloadavg()
     try:
-        g = base / "graph"
-        print(f"graph: Chung-Lu, {nodes:,} nodes, {int(float(args.edges)):,} edges, {args.feature_dim} float32 "
-              f"features ({nodes * row / 2**20:.0f} MiB: 4x the CPU cache of {2 * cpu_cache / 2**20:.0f} MiB)",
-              flush=True)
-        moment("data", "synth", str(g), "--nodes", args.nodes, "--edges", args.edges, "--generator", "chung-lu",
-               "--undirected", "--feature-dim", str(args.feature_dim), "--train-share", args.train_share,
-               "--seed", "3", "--quiet")
-        for strategy in ("ddak", "hash"):
-            ssd = [a for i in range(8) for a in ("--ssd", str(base / f"ssd-{strategy}{i}"))]
-            for i in range(8):
-                (base / f"ssd-{strategy}{i}").mkdir(exist_ok=True)
-            moment("place", "--dataset", str(g), "--machine", "moment-b", "--gpu-cache", str(gpu_cache),
-                   "--cpu-cache", str(cpu_cache), *ssd, "--strategy", strategy, "--fanouts", "25,10",
-                   "--batch-size", str(args.batch_size), "--out", str(base / f"place-{strategy}"))
-        runs = {"DDAK placement": ("place-ddak", 0), "hash placement": ("place-hash", 0),
-                "all in memory": (None, 0), "DDAK placement, 2 trainers": ("place-ddak", 2)}
-        res = {}
-        for name, (placement, ranks) in runs.items():
-            m = base / f"metrics-{len(res)}.jsonl"
-            extra = ["--placement", str(base / placement)] if placement else []
-            print(f"training: {name} ...", flush=True)
-            moment("train", "--dataset", str(g), *extra, "--model", "sage", "--fanouts", "25,10", "--batch-size",
-                   str(args.batch_size), "--epochs", str(args.epochs), "--eval-every", "0",
-                   "--metrics", str(m), torchrun=ranks)
-            res[name] = last_epoch(m)
+        g = prepare(args, base, nodes, row)
+        if not args.ranks_only:
+            for name, placement in (("DDAK placement", "place-ddak"), ("hash placement", "place-hash"),
+                                    ("all in memory", None)):
+                print(f"training: {name} ...", flush=True)
+                res[name] = train(args, base, g, placement, 0, name.split()[0])
+        for r in range(args.rounds):  # one rank, then two, back to back: a pair sees the same load
+            one = train(args, base, g, "place-ddak", 0, "one")
+            two = train(args, base, g, "place-ddak", 2, "two")
+            pairs.append((one, two))
+            print(f"round {r + 1}: 1 trainer {one['seeds_per_s']:.0f} seeds/s ({split_text(one)} ms/step); "
+                  f"2 trainers {two['seeds_per_s']:.0f} ({split_text(two)}); "
+                  f"{two['seeds_per_s'] / one['seeds_per_s']:.2f}x; load {os.getloadavg()[0]:.2f}", flush=True)
+        work = disk_work(args, g, base / "place-ddak", args.epochs - 1)
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
-
-    print(f"\n{'':30}{'seeds/s':>10}{'I/O wait':>10}{'epoch s':>9}{'SSD rows':>11}{'CPU rows':>11}{'GPU rows':>11}")
+    ratios = [t["seeds_per_s"] / o["seeds_per_s"] for o, t in pairs]
+    mid = sorted(range(len(pairs)), key=lambda i: ratios[i])[len(pairs) // 2]  # the pair of the median ratio
+    one, two = pairs[mid]
+    res["DDAK placement, 1 trainer (pair)"], res["DDAK placement, 2 trainers"] = one, two
+    print(f"\n{'':34}{'seeds/s':>10}{'I/O wait':>10}{'epoch s':>9}{'SSD rows':>11}{'CPU rows':>11}{'GPU rows':>11}")
     for name, r in res.items():
         t = r.get("tiers", {})
-        print(f"{name:30}{r['seeds_per_s']:>10.0f}{r['io_wait_share']:>10.1%}{r['epoch_s']:>9.1f}"
+        print(f"{name:34}{r['seeds_per_s']:>10.0f}{r['io_wait_share']:>10.1%}{r['epoch_s']:>9.1f}"
               + "".join(f"{t.get(k, {}).get('rows', 0):>11,}" for k in ("ssd", "cpu", "gpu")))
-    d, h, mem, two = (res[k] for k in runs)
-    print(f"\nDDAK / hash seeds/s {d['seeds_per_s'] / h['seeds_per_s']:.2f}x; DDAK / in-memory "
-          f"{d['seeds_per_s'] / mem['seeds_per_s']:.2f}x; 2 trainers / 1 {two['seeds_per_s'] / d['seeds_per_s']:.2f}x "
-          f"(2 ranks on {os.cpu_count()} cores). SSD rows per epoch, DDAK / hash: "
-          f"{d['tiers']['ssd']['rows'] / max(1, h['tiers']['ssd']['rows']):.2f} (rank 0's counters)")
+    load = f"load {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after"
+    print(f"\nper-step split, ms (rank 0; {', '.join(SPLIT)}):\n  1 trainer:  {split_text(one)}\n"
+          f"  2 trainers: {split_text(two)}")
+    (p1, r1), (p2, r2) = work[1], work[2]
+    ceiling = (f"disk work of the measured epoch, both ranks together / 1 rank: {p2:,} / {p1:,} SSD pages "
+               f"({p2 / p1:.2f}x), {r2:,} / {r1:,} read requests ({r2 / r1:.2f}x)")
+    print(ceiling)
+    print(f"2 trainers / 1: median {statistics.median(ratios):.2f}x, range {min(ratios):.2f}-{max(ratios):.2f} "
+          f"over {len(pairs)} pairs (2 ranks on {os.cpu_count()} cores); {load}")
     what = f"GraphSAGE 25,10, {nodes:.0e} nodes, {args.feature_dim}-wide rows"
-    write(args.json, "bench_train", [
-        Figure("train", f"{what}: DDAK vs hash placement", "seeds/s", d["seeds_per_s"], h["seeds_per_s"],
-               "hash placement", note=f"I/O wait {d['io_wait_share']:.0%} vs {h['io_wait_share']:.0%}"),
-        Figure("train", f"{what}: DDAK placement vs all in memory", "seeds/s", d["seeds_per_s"],
-               mem["seeds_per_s"], "features in memory (upper bound)"),
-        Figure("train", f"{what}: SSD rows per epoch", "rows", d["tiers"]["ssd"]["rows"],
-               h["tiers"]["ssd"]["rows"], "hash placement", higher_is_better=False),
-        Figure("train", f"{what}: 2 trainers vs 1 (DDAK)", "seeds/s", two["seeds_per_s"], d["seeds_per_s"],
-               "1 trainer", note=f"2 ranks on {os.cpu_count()} cores"),
-    ], " ".join(sys.argv))
+    figs = []
+    if not args.ranks_only:
+        d, h, mem = (res[k] for k in ("DDAK placement", "hash placement", "all in memory"))
+        print(f"DDAK / hash seeds/s {d['seeds_per_s'] / h['seeds_per_s']:.2f}x; DDAK / in-memory "
+              f"{d['seeds_per_s'] / mem['seeds_per_s']:.2f}x; SSD rows per epoch, DDAK / hash: "
+              f"{d['tiers']['ssd']['rows'] / max(1, h['tiers']['ssd']['rows']):.2f} (rank 0's counters)")
+        figs += [
+            Figure("train", f"{what}: DDAK vs hash placement", "seeds/s", d["seeds_per_s"], h["seeds_per_s"],
+                   "hash placement", note=f"I/O wait {d['io_wait_share']:.0%} vs {h['io_wait_share']:.0%}"),
+            Figure("train", f"{what}: DDAK placement vs all in memory", "seeds/s", d["seeds_per_s"],
+                   mem["seeds_per_s"], "features in memory (upper bound)"),
+            Figure("train", f"{what}: SSD rows per epoch", "rows", d["tiers"]["ssd"]["rows"],
+                   h["tiers"]["ssd"]["rows"], "hash placement", higher_is_better=False)]
+    figs.append(Figure(
+        "train", f"{what}: 2 trainers vs 1 (DDAK)", "seeds/s", two["seeds_per_s"], one["seeds_per_s"],
+        "1 trainer", target=">= 1.0x",
+        note=f"pair of the median ratio of {len(pairs)} (range {min(ratios):.2f}-{max(ratios):.2f}); 2 ranks on "
+             f"{os.cpu_count()} cores; per-step ms 1 rank: {split_text(one)}; 2 ranks: {split_text(two)}; {ceiling}; "
+             f"{load}"))
+    write(args.json, "bench_train", figs, " ".join(sys.argv))
     return 0
 
 

@@ -201,8 +201,9 @@ def sample_neighbors(
     row = torch.repeat_interleave(torch.arange(num_rows, device=device), count, output_size=total)
     first = torch.cumsum(count, 0) - count  # where each row's edges begin in the output
     # CSR position of each output edge: start, start + 1, ... for now, which is already
-    # right for every row that takes its whole neighbourhood (one gather, one add)
-    pos = (start - first).index_select(0, row).add_(torch.arange(total, device=device))
+    # right for every row that takes its whole neighbourhood (a repeat and an add; a
+    # repeat of the per-row offsets is one pass, a gather through ``row`` two)
+    pos = torch.repeat_interleave(start - first, count, output_size=total).add_(torch.arange(total, device=device))
     if fanout >= 0 and total > 0:
         if replace:
             picked = (deg > 0).nonzero().squeeze(1)
@@ -247,23 +248,24 @@ def _subset_floyd(deg: Tensor, k: int, generator: torch.Generator | None) -> Ten
 def _floyd(deg: Tensor, k: int, u: Tensor) -> Tensor:
     """:func:`_subset_floyd` with its uniforms given: float64 ``[k, len(deg)]``, consumed (written over)."""
     rows = deg.numel()
-    # step-major layout: every step reads and writes contiguous rows of length ``rows``
-    out = torch.empty((k, rows), dtype=torch.int64, device=deg.device)
+    # step-major layout: every step reads and writes contiguous rows of length ``rows``.
+    # Every step's draw at once: step i scales its uniforms by j_i + 1 = deg - k + i + 1 (the
+    # same float64 products as one step at a time); only the repeat check is sequential.
+    out = u.mul_((deg - (k - 1)).unsqueeze(0) + torch.arange(k, device=deg.device).unsqueeze(1)).to(torch.int64)
     hit = torch.empty(rows if rows >= _FLOYD_COLUMNWISE_ROWS else 0, dtype=torch.bool, device=deg.device)
     j = deg - k
-    for i in range(k):
-        t = u[i].mul_(j + 1).to(torch.int64)
-        if i and rows >= _FLOYD_COLUMNWISE_ROWS:
+    for i in range(1, k):
+        j += 1
+        t = out[i]
+        if rows >= _FLOYD_COLUMNWISE_ROWS:
             # many rows: compare column by column into one reused mask (no [i, rows] temporary)
             torch.eq(out[0], t, out=hit)
             for c in range(1, i):
                 hit |= out[c] == t
-            t = torch.where(hit, j, t)
-        elif i:
+        else:
             # few rows: one [i, rows] comparison beats i small operations' overhead
-            t = torch.where((out[:i] == t).any(0), j, t)
-        out[i] = t
-        j += 1
+            hit = (out[:i] == t).any(0)
+        torch.where(hit, j, t, out=t)  # a repeat takes j itself (Floyd), in place
     return out.t()
 
 
@@ -438,9 +440,11 @@ class NeighborSampler:
                 first_at = node_map.index_select(0, cand)
                 is_new = first_at == at
                 new = cand.masked_select(is_new)
-                # local id of a new vertex: num_nodes + its rank among the new ones
+                # local id of a new vertex: num_nodes + its rank among the new ones (so the new
+                # ones, in order, take num_nodes, num_nodes + 1, ...: no second masked select)
                 new_id = torch.cumsum(is_new, 0).sub_(1 - num_nodes)
-                node_map.scatter_(0, new, new_id.masked_select(is_new).add_(base))
+                node_map.scatter_(0, new, torch.arange(base + num_nodes, base + num_nodes + new.numel(),
+                                                       device=self.device))
                 local.scatter_(0, unseen, new_id.index_select(0, first_at))
             else:
                 new = cand

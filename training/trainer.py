@@ -96,6 +96,7 @@ from training.features import (
     open_store,
     share_key_of,
 )
+from training.hostmem import keep_freed_host_memory
 from training.metrics import JsonlWriter, Predictor, Sums, add_step, epoch_record, moved_since
 from training.models import build_model
 from training.pipeline import Prefetcher, Prepared, csr_on, open_source, preparer, sampling
@@ -298,7 +299,10 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
                    preparer(features, lookups, config.normalize_features), source, source.steps(0),
                    int(train_idx.shape[0]), ckpt_path, emit, predictor,
                    NeighborSampler(*csr, config.eval_fanouts or config.fanouts, seed=config.seed))
-        emit(run.start_record(resumed, "server" if config.server else str(sample_dev), sample_why))
+        start = run.start_record(resumed, "server" if config.server else str(sample_dev), sample_why)
+        # batches free and reallocate the same large host tensors every step (training.hostmem)
+        start["host_malloc"] = keep_freed_host_memory()
+        emit(start)
         world.barrier()  # everyone set up: the steps' short timeouts start from here
         records = []
         for epoch in range(resumed.epoch if resumed else 0, config.epochs):
@@ -400,7 +404,7 @@ class _Run:
         """Train steps ``first..`` of ``epoch``, evaluate when due, checkpoint; the epoch record (emitted)."""
         config, every = self.config, self.config.checkpoint_every_steps
         prior_s = sums.v["prior_s"]
-        t_epoch = time.perf_counter()
+        t_epoch, cpu_epoch = time.perf_counter(), time.process_time()
         moved = self.features.transfer.counts()
         if self.predictor is not None:
             self.predictor.start()
@@ -417,6 +421,9 @@ class _Run:
         finally:
             pre.close()
         rec = epoch_record(epoch, self.steps, sums, prior_s + time.perf_counter() - t_epoch)
+        # CPU seconds of every thread of this process over this run's steps of the epoch: the work a
+        # step costs, which a loaded machine's time slicing stretches less than the wall clock
+        rec["cpu_s"] = time.process_time() - cpu_epoch
         rec["prefetch"] = config.prefetch
         if self.predictor is not None:
             rec["prediction"] = self.predictor.finish(epoch, self.steps - first).to_dict()
