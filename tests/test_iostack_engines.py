@@ -308,3 +308,17 @@ def test_auto_takes_the_engine_recorded_for_the_device(tmp_path, monkeypatch):
     assert choice.recorded_engine(tmp_path) is None
     with pytest.raises(ValueError, match="engine 'spdk'"):
         choice.record_engine(tmp_path, "spdk", {})
+
+
+@pytest.mark.parametrize("size,high", [(0, 5), (1, 5), (50, 3), (5000, 100_000), (5000, 10**12)])
+def test_sorted_extents_equal_unique_and_argsort(size, high):
+    """One stable argsort gives what np.unique(return_inverse) and an argsort of the inverse gave."""
+    from iostack.backends.base import sorted_extents
+
+    key = np.random.default_rng(size).integers(0, high, size)
+    ex = sorted_extents(key)
+    uniq, inv = np.unique(key, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    assert np.array_equal(ex.uniq, uniq) and np.array_equal(ex.order, order)
+    assert np.array_equal(ex.sinv, inv[order])
+    assert np.array_equal(ex.first, np.searchsorted(inv[order], np.arange(uniq.size)))
