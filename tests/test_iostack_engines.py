@@ -146,6 +146,45 @@ def test_engine_read_past_end_is_an_error(disk_file, name):
         ring.close()
 
 
+@pytest.mark.parametrize("depth", [4, 64])
+def test_uring_continues_short_reads_among_staged_reads(disk_file, depth):
+    """Completions cut short mid-run (every 7th read reports 512 bytes, the rest of its bytes wiped):
+    the continuations go out before the reads already staged in the ring, and every byte lands."""
+    path, data = disk_file
+    ring = _ring("uring", depth)
+    fd = os.open(path, os.O_RDONLY)  # buffered: a continuation starts at an unaligned offset
+    rng = np.random.default_rng(11)
+    off, nb, dst, total = _plan(rng, data.size // PAGE, 400)
+    buf = mmap.mmap(-1, total)
+    view = np.frombuffer(buf, np.uint8)
+    reap, cut = ring._reap, set()
+
+    def short_reap():
+        got = reap()
+        if got is None:
+            return None
+        idx, res = got[0], got[1].copy()
+        for j in np.flatnonzero((idx % 7 == 0) & (res > 512)).tolist():
+            i = int(idx[j])
+            if i not in cut and res[j] == nb[i]:
+                cut.add(i)
+                res[j] = 512
+                view[dst[i] + 512:dst[i] + nb[i]] = 0  # as if those bytes had not been read
+        return idx, res
+
+    ring._reap = short_reap
+    try:
+        ring.run(fd, off, nb, np.uint64(view.ctypes.data) + dst.astype(np.uint64))
+        assert len(cut) == np.count_nonzero(np.arange(400) % 7 == 0)
+        for o, n, d in zip(off.tolist(), nb.tolist(), dst.tolist(), strict=True):
+            assert np.array_equal(view[d:d + n], data[o:o + n])
+    finally:
+        del view
+        buf.close()
+        os.close(fd)
+        ring.close()
+
+
 def test_uring_continues_short_reads():
     """A pipe gives a short read (3 of 8 bytes); the engine reads the rest once it arrives."""
     ring = _ring("uring", 2)

@@ -2,6 +2,7 @@
 
     python tools/bench_io.py --dir /var/tmp/moment-io [--runs 6 --seconds 5 --engine all]
     python tools/bench_io.py --dir /var/tmp/moment-io --skip-gather
+    python tools/bench_io.py --skip-raw --skip-gather --binding --runs 6 --seconds 3  # after pip install liburing
 
 ``raw``: random 4 KiB row reads of one 4 GiB bin file (written once with random bytes and
 reused), O_DIRECT, queue depth 64: fio's io_uring engine and each of our engines
@@ -13,7 +14,17 @@ the same round, each engine's median and range, and the load averages; with seve
 bench io raw`` does by default.
 The issue asks for io_uring / fio >= 0.95. On this machine's throttled virtual disk the tool
 that runs second in a pair lost ~12% after a 1 s pause (medians by order printed), so each
-tool waits ``--pause`` seconds (3) first and every engine goes first in half the rounds. ``gather``: Zipf-skewed ids through a FeatureStore
+tool waits ``--pause`` seconds (3) first and every engine goes first in half the rounds.
+
+Same settings on both sides: fio's io_uring engine runs with its defaults
+(:func:`planner.fio.fio_command`: one job, ``--iodepth`` = our queue depth, no ``fixedbufs``,
+``registerfiles``, ``hipri`` or ``sqthread_poll``; fio 3.33 sets its ring up with
+COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN, seen with strace, and submits about one read
+per ``io_uring_enter``). Ours: no SQPOLL, no polled completions, no registered buffers, the
+file registered (the issue asks for it; fio with ``--registerfiles --fixedbufs`` read 81.5 vs
+78.1 k/s without, medians of 4 alternating 3 s runs at load 2.7: within this disk's noise).
+
+``gather``: Zipf-skewed ids through a FeatureStore
 with CPU and SSD tiers (``iostack.bench.bench_gather``): rows/s, GB/s, tier shares, latency,
 and the store's memory (its tiers and read buffers) with the process's peak RSS.
 """
@@ -246,6 +257,7 @@ def main() -> int:
     ap.add_argument("--vertices", type=int, default=300_000, help="gather: vertices (default 300000, 1.2 GB)")
     ap.add_argument("--alpha", type=float, default=0.8, help="gather: Zipf exponent (default 0.8)")
     ap.add_argument("--skip-gather", action="store_true")
+    ap.add_argument("--skip-raw", action="store_true", help="skip ours-vs-fio (e.g. to run --binding alone)")
     ap.add_argument("--binding", action="store_true",
                     help="also: buffered reads, our io_uring engine vs the PyPI liburing binding (if installed)")
     ap.add_argument("--hot-mib", type=int, default=256,
@@ -253,7 +265,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
     args = ap.parse_args()
     Path(args.dir).mkdir(parents=True, exist_ok=True)
-    figures = raw(args)
+    figures = [] if args.skip_raw else raw(args)
     if args.binding:
         figures += binding(args)
     if not args.skip_gather:
