@@ -147,9 +147,9 @@ def test_engine_read_past_end_is_an_error(disk_file, name):
 
 
 @pytest.mark.parametrize("depth", [4, 64])
-def test_uring_continues_short_reads_among_staged_reads(disk_file, depth):
+def test_uring_continues_short_reads_mid_run(disk_file, depth):
     """Completions cut short mid-run (every 7th read reports 512 bytes, the rest of its bytes wiped):
-    the continuations go out before the reads already staged in the ring, and every byte lands."""
+    the continuations go out among the new reads of the same turns, and every byte lands."""
     path, data = disk_file
     ring = _ring("uring", depth)
     fd = os.open(path, os.O_RDONLY)  # buffered: a continuation starts at an unaligned offset

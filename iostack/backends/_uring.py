@@ -214,13 +214,10 @@ class Uring:
         ``every`` more, and at the end), short reads are continued, errors and
         reads past the end of the file raise OSError.
 
-        The next reads wait in the submission ring's free slots, written but not published
-        (*staged*), while the device works. A turn reads the completion ring's tail, publishes
-        as many staged entries as completions freed room for (one store), submits them in
-        back-to-back ``io_uring_enter`` calls of ``submit_batch`` (the last one waits for a
-        completion when none is ready), and only then reaps the burst with a few numpy slices,
-        stages the next entries and settles the reaped ones: between a completion and its
-        replacement there is no Python work over arrays.
+        Each turn refills the ring, submits it in back-to-back ``io_uring_enter`` calls of
+        ``submit_batch`` entries (the last one waits for a completion), settles the
+        completions of the turn before while the device works, and reaps new ones straight
+        from the mapped ring: a whole burst with a few numpy slices, no call per entry.
         """
         m = int(np.size(offsets))
         if m == 0:
@@ -231,67 +228,55 @@ class Uring:
         pre = self._prepare(fd, reads)
         cap = min(self.depth, self.entries)
         tracker = CompletedPrefix(m, progress, every)
-        cq32, (cq_head, cq_tail) = self._cq32, self._cq
+        nxt = inflight = completed = 0  # inflight: written to the ring, not yet reaped
         retry = np.zeros(0, np.intp)
+        got: tuple[np.ndarray, np.ndarray] | None = None  # reaped, not yet settled
         tail = int(self._sq32[self._sq[1]])
-        staged, nxt = self._stage(pre, tail, 0, 0)  # staged: written after the tail, not yet published
-        inflight = completed = 0  # inflight: published, not yet reaped
         while completed < m:
-            # 1. publish: as many staged entries as there is room for, counting completions not yet reaped
-            ready = (int(cq32[cq_tail]) - int(cq32[cq_head])) & 0xFFFFFFFF
-            room = cap - inflight + ready
-            if retry.size and room > 0:  # continued short reads go first (rare): unstage, write them
-                nxt, staged = nxt - staged, 0
-                staged, retry = self._write_retry(pre, reads, retry, tail, room)  # published next
-            k = min(room, staged)
+            # 1. refill the ring: continued short reads first (rare), then new reads in order
+            k, retry, nxt = self._refill(pre, reads, retry, nxt, tail, cap - inflight)
             if k:
                 tail = (tail + k) & 0xFFFFFFFF
-                self._sq32[self._sq[1]] = tail  # a system call follows: the kernel sees it
-                staged -= k
+                self._sq32[self._sq[1]] = tail  # publish (a system call follows: the kernel sees it)
                 inflight += k
-            # 2. submit; wait for a completion unless some are ready
-            self._submit(tail, 1 if not ready and inflight else 0)
-            # 3. reap from the mapped completion ring, no system call
-            got = self._reap()
-            if got is not None:
-                inflight -= got[0].size
-            # 4. stage the next reads into the free slots while the device works
-            if nxt < m and not retry.size:
-                staged, nxt = self._stage(pre, tail, staged, nxt)
-            # 5. settle what was reaped
+            # 2. submit; wait for a completion unless reaped ones are waiting to be settled
+            self._submit(tail, 1 if got is None and inflight else 0)
+            # 3. settle what the last turn reaped, while the device works on the new reads
             if got is not None:
                 done, again = reads.settle(*got)
+                got = None
                 if again.size:
                     retry = np.concatenate([retry, again])
                 completed += done.size
                 tracker.completed(done)
+            # 4. reap from the mapped completion ring, no system call
+            got = self._reap()
+            if got is not None:
+                inflight -= got[0].size
         tracker.finish()
 
-    def _stage(self, pre: np.ndarray, tail: int, staged: int, nxt: int) -> tuple[int, int]:
-        """Write the next new reads after the ``staged`` ones beyond ``tail``, into every free slot.
+    def _refill(self, pre: np.ndarray, reads: Reads, retry: np.ndarray, nxt: int, tail: int, room: int
+                ) -> tuple[int, np.ndarray, int]:
+        """Write up to ``room`` entries into the submission ring at ``tail``: continued reads, else the next new ones.
 
-        Returns the entries now staged and the next new read. A slot is free once the kernel
-        has consumed its entry (the ring's head passed it), whether or not its read is done.
+        Returns how many were written, the continued reads still waiting, the next new read.
         """
-        used = (tail - int(self._sq32[self._sq[0]])) & 0xFFFFFFFF  # published, not yet consumed
-        k = min(self.entries - used - staged, len(pre) - nxt)
-        if k <= 0:
-            return staged, nxt
-        s = (tail + staged) & self._sq_mask
+        sqes, smask = self.sqes, self._sq_mask
+        if room > 0 and retry.size:
+            take, retry = retry[:room], retry[room:]
+            pre["off"][take], pre["addr"][take], pre["len"][take] = reads.off[take], reads.addr[take], reads.left[take]
+            sqes[(tail + np.arange(take.size)) & smask] = pre[take]
+            return take.size, retry, nxt
+        m = len(reads)
+        if room <= 0 or nxt >= m:
+            return 0, retry, nxt
+        k = min(room, m - nxt)
+        s = tail & smask
         a = min(k, self.entries - s)
-        self.sqes[s:s + a] = pre[nxt:nxt + a]
+        sqes[s:s + a] = pre[nxt:nxt + a]
         if a < k:
-            self.sqes[:k - a] = pre[nxt + a:nxt + k]
-        return staged + k, nxt + k
-
-    def _write_retry(self, pre: np.ndarray, reads: Reads, retry: np.ndarray, tail: int, room: int
-                     ) -> tuple[int, np.ndarray]:
-        """Write up to ``room`` continued short reads at ``tail``; how many, and those still waiting."""
-        used = (tail - int(self._sq32[self._sq[0]])) & 0xFFFFFFFF
-        take, retry = retry[:min(room, self.entries - used)], retry[min(room, self.entries - used):]
-        pre["off"][take], pre["addr"][take], pre["len"][take] = reads.off[take], reads.addr[take], reads.left[take]
-        self.sqes[(tail + np.arange(take.size)) & self._sq_mask] = pre[take]
-        return take.size, retry
+            sqes[:k - a] = pre[nxt + a:nxt + k]
+        return k, retry, nxt + k
 
     def _submit(self, tail: int, wait: int) -> None:
         """Submit the ring's unsubmitted entries in back-to-back ``io_uring_enter`` calls of ``submit_batch``.
