@@ -179,7 +179,7 @@ def test_uring_continues_short_reads_mid_run(disk_file, depth):
         for o, n, d in zip(off.tolist(), nb.tolist(), dst.tolist(), strict=True):
             assert np.array_equal(view[d:d + n], data[o:o + n])
     finally:
-        del view
+        view = None  # the closure shares this name: release the mapping's export for close()
         buf.close()
         os.close(fd)
         ring.close()
