@@ -146,6 +146,45 @@ def test_engine_read_past_end_is_an_error(disk_file, name):
         ring.close()
 
 
+@pytest.mark.parametrize("depth", [4, 64])
+def test_uring_continues_short_reads_mid_run(disk_file, depth):
+    """Completions cut short mid-run (every 7th read reports 512 bytes, the rest of its bytes wiped):
+    the continuations go out among the new reads of the same turns, and every byte lands."""
+    path, data = disk_file
+    ring = _ring("uring", depth)
+    fd = os.open(path, os.O_RDONLY)  # buffered: a continuation starts at an unaligned offset
+    rng = np.random.default_rng(11)
+    off, nb, dst, total = _plan(rng, data.size // PAGE, 400)
+    buf = mmap.mmap(-1, total)
+    view = np.frombuffer(buf, np.uint8)
+    reap, cut = ring._reap, set()
+
+    def short_reap():
+        got = reap()
+        if got is None:
+            return None
+        idx, res = got[0], got[1].copy()
+        for j in np.flatnonzero((idx % 7 == 0) & (res > 512)).tolist():
+            i = int(idx[j])
+            if i not in cut and res[j] == nb[i]:
+                cut.add(i)
+                res[j] = 512
+                view[dst[i] + 512:dst[i] + nb[i]] = 0  # as if those bytes had not been read
+        return idx, res
+
+    ring._reap = short_reap
+    try:
+        ring.run(fd, off, nb, np.uint64(view.ctypes.data) + dst.astype(np.uint64))
+        assert len(cut) == np.count_nonzero(np.arange(400) % 7 == 0)
+        for o, n, d in zip(off.tolist(), nb.tolist(), dst.tolist(), strict=True):
+            assert np.array_equal(view[d:d + n], data[o:o + n])
+    finally:
+        view = None  # the closure shares this name: release the mapping's export for close()
+        buf.close()
+        os.close(fd)
+        ring.close()
+
+
 def test_uring_continues_short_reads():
     """A pipe gives a short read (3 of 8 bytes); the engine reads the rest once it arrives."""
     ring = _ring("uring", 2)
@@ -308,3 +347,17 @@ def test_auto_takes_the_engine_recorded_for_the_device(tmp_path, monkeypatch):
     assert choice.recorded_engine(tmp_path) is None
     with pytest.raises(ValueError, match="engine 'spdk'"):
         choice.record_engine(tmp_path, "spdk", {})
+
+
+@pytest.mark.parametrize("size,high", [(0, 5), (1, 5), (50, 3), (5000, 100_000), (5000, 10**12)])
+def test_sorted_extents_equal_unique_and_argsort(size, high):
+    """One stable argsort gives what np.unique(return_inverse) and an argsort of the inverse gave."""
+    from iostack.backends.base import sorted_extents
+
+    key = np.random.default_rng(size).integers(0, high, size)
+    ex = sorted_extents(key)
+    uniq, inv = np.unique(key, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    assert np.array_equal(ex.uniq, uniq) and np.array_equal(ex.order, order)
+    assert np.array_equal(ex.sinv, inv[order])
+    assert np.array_equal(ex.first, np.searchsorted(inv[order], np.arange(uniq.size)))

@@ -2,6 +2,7 @@
 
     python tools/bench_io.py --dir /var/tmp/moment-io [--runs 6 --seconds 5 --engine all]
     python tools/bench_io.py --dir /var/tmp/moment-io --skip-gather
+    python tools/bench_io.py --skip-raw --skip-gather --binding --runs 6 --seconds 3  # after pip install liburing
 
 ``raw``: random 4 KiB row reads of one 4 GiB bin file (written once with random bytes and
 reused), O_DIRECT, queue depth 64: fio's io_uring engine and each of our engines
@@ -13,7 +14,17 @@ the same round, each engine's median and range, and the load averages; with seve
 bench io raw`` does by default.
 The issue asks for io_uring / fio >= 0.95. On this machine's throttled virtual disk the tool
 that runs second in a pair lost ~12% after a 1 s pause (medians by order printed), so each
-tool waits ``--pause`` seconds (3) first and every engine goes first in half the rounds. ``gather``: Zipf-skewed ids through a FeatureStore
+tool waits ``--pause`` seconds (3) first and every engine goes first in half the rounds.
+
+Same settings on both sides: fio's io_uring engine runs with its defaults
+(:func:`planner.fio.fio_command`: one job, ``--iodepth`` = our queue depth, no ``fixedbufs``,
+``registerfiles``, ``hipri`` or ``sqthread_poll``; fio 3.33 sets its ring up with
+COOP_TASKRUN | SINGLE_ISSUER | DEFER_TASKRUN, seen with strace, and submits about one read
+per ``io_uring_enter``). Ours: no SQPOLL, no polled completions, no registered buffers, the
+file registered (the issue asks for it; fio with ``--registerfiles --fixedbufs`` read 81.5 vs
+78.1 k/s without, medians of 4 alternating 3 s runs at load 2.7: within this disk's noise).
+
+``gather``: Zipf-skewed ids through a FeatureStore
 with CPU and SSD tiers (``iostack.bench.bench_gather``): rows/s, GB/s, tier shares, latency,
 and the store's memory (its tiers and read buffers) with the process's peak RSS.
 """
@@ -136,7 +147,13 @@ class _BindingRing:
 
 
 def binding(args: argparse.Namespace) -> list[Figure]:
-    """Buffered random reads (the binding cannot do O_DIRECT): the PyPI liburing binding vs our io_uring engine."""
+    """Buffered random reads (the binding cannot do O_DIRECT): the PyPI liburing binding vs our io_uring engine.
+
+    Two cases, each in alternating runs: ``cold`` (the page cache dropped before each run:
+    the device's rate) and ``hot`` (reads within the first ``--hot-mib`` of the file, read
+    once beforehand so every read hits the page cache: no device, only each engine's own
+    cost per read, which is where a binding that makes Python calls per entry would lose).
+    """
     from iostack.backends import _uring
     from iostack.backends.base import aligned_empty
     from iostack.bench import bench_file
@@ -148,37 +165,52 @@ def binding(args: argparse.Namespace) -> list[Figure]:
         return []
     path, _ = bench_file(args.dir, args.file_gib << 30)
     fd = os.open(path, os.O_RDONLY)
-    rows_n, batch = (args.file_gib << 30) // 4096, 16384
+    batch = 16384
     out = aligned_empty(batch, 4096)
     addrs = np.uint64(out.ctypes.data) + np.arange(batch, dtype=np.uint64) * np.uint64(4096)
     engines = {"liburing (PyPI)": _BindingRing(args.queue_depth, 4096), "ours": _uring.Uring(args.queue_depth)}
-    iops: dict[str, list[float]] = {k: [] for k in engines}
     rng = np.random.default_rng()
-    load0 = _load()
+    figures = []
     try:
-        for r in range(args.runs):
-            for name in (list(engines) if r % 2 == 0 else list(engines)[::-1]):
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # a cold page cache for each
-                time.sleep(args.pause)
-                n, t0 = 0, time.perf_counter()
-                while time.perf_counter() - t0 < args.seconds:
-                    offs = np.sort(rng.integers(0, rows_n, batch)) * 4096
-                    if name == "ours":
-                        engines[name].run(fd, offs, np.full(batch, 4096), addrs)
-                    else:
-                        engines[name].run(fd, offs, out)
-                    n += batch
-                iops[name].append(n / (time.perf_counter() - t0))
+        for case, rows_n in (("cold", (args.file_gib << 30) // 4096), ("hot", args.hot_mib << 8)):
+            if case == "hot":  # bring the hot part into the page cache once
+                os.posix_fadvise(fd, 0, rows_n * 4096, os.POSIX_FADV_WILLNEED)
+                for a in range(0, rows_n * 4096, 1 << 24):
+                    os.pread(fd, 1 << 24, a)
+            iops: dict[str, list[float]] = {k: [] for k in engines}
+            load0 = _load()
+            for r in range(args.runs):
+                for name in (list(engines) if r % 2 == 0 else list(engines)[::-1]):
+                    if case == "cold":
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # a cold page cache for each
+                    time.sleep(args.pause)
+                    n, t0 = 0, time.perf_counter()
+                    while time.perf_counter() - t0 < args.seconds:
+                        offs = np.sort(rng.integers(0, rows_n, batch)) * 4096
+                        if name == "ours":
+                            engines[name].run(fd, offs, np.full(batch, 4096), addrs)
+                        else:
+                            engines[name].run(fd, offs, out)
+                        n += batch
+                    iops[name].append(n / (time.perf_counter() - t0))
+            med = {k: statistics.median(v) for k, v in iops.items()}
+            ratios = sorted(a / b for a, b in zip(iops["ours"], iops["liburing (PyPI)"], strict=True))
+            print(f"binding, {case}: buffered random 4 KiB reads, QD {args.queue_depth}, {args.runs} alternating "
+                  f"runs; {load0}: " + ", ".join(f"{k} {med[k] / 1e3:.1f} k IOPS ({min(v) / 1e3:.1f}..{max(v) / 1e3:.1f})"
+                                                  for k, v in iops.items())
+                  + f"; ours/binding {statistics.median(ratios):.2f} ({ratios[0]:.2f}..{ratios[-1]:.2f})")
+            what = ("page cache dropped before each run" if case == "cold"
+                    else f"all reads within {args.hot_mib} MiB already in the page cache: engine cost only")
+            figures.append(Figure("io", f"buffered random 4096 B reads, {case}, QD {args.queue_depth}: our io_uring "
+                                        "engine vs the PyPI liburing binding", "k IOPS", med["ours"] / 1e3,
+                                  med["liburing (PyPI)"] / 1e3, "liburing (PyPI)",
+                                  note=f"median of {args.runs}, paired ratios {ratios[0]:.2f}..{ratios[-1]:.2f}; "
+                                       f"{what}; the binding cannot read O_DIRECT; {load0}"))
     finally:
         for e in engines.values():
             e.close()
         os.close(fd)
-    med = {k: statistics.median(v) for k, v in iops.items()}
-    print(f"binding: buffered random 4 KiB reads, QD {args.queue_depth}, {args.runs} alternating runs; {load0}: "
-          + ", ".join(f"{k} {med[k] / 1e3:.1f} k IOPS ({min(v) / 1e3:.1f}..{max(v) / 1e3:.1f})" for k, v in iops.items()))
-    return [Figure("io", f"buffered random 4096 B reads, QD {args.queue_depth}: our io_uring engine vs the "
-                         "PyPI liburing binding", "k IOPS", med["ours"] / 1e3, med["liburing (PyPI)"] / 1e3,
-                   "liburing (PyPI)", note=f"median of {args.runs}; the binding cannot read O_DIRECT; {load0}")]
+    return figures
 
 
 def gather(args: argparse.Namespace) -> list[Figure]:
@@ -225,12 +257,15 @@ def main() -> int:
     ap.add_argument("--vertices", type=int, default=300_000, help="gather: vertices (default 300000, 1.2 GB)")
     ap.add_argument("--alpha", type=float, default=0.8, help="gather: Zipf exponent (default 0.8)")
     ap.add_argument("--skip-gather", action="store_true")
+    ap.add_argument("--skip-raw", action="store_true", help="skip ours-vs-fio (e.g. to run --binding alone)")
     ap.add_argument("--binding", action="store_true",
                     help="also: buffered reads, our io_uring engine vs the PyPI liburing binding (if installed)")
+    ap.add_argument("--hot-mib", type=int, default=256,
+                    help="--binding: the page-cache-hot case reads within this many MiB of the file (default 256)")
     ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
     args = ap.parse_args()
     Path(args.dir).mkdir(parents=True, exist_ok=True)
-    figures = raw(args)
+    figures = [] if args.skip_raw else raw(args)
     if args.binding:
         figures += binding(args)
     if not args.skip_gather:

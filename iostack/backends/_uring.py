@@ -9,11 +9,17 @@ project's machines it reads as fast as the AIO engine, both within noise of fio
 (kernel 5.6+); :func:`available` says why not when the kernel lacks it or
 forbids io_uring (``kernel.io_uring_disabled``, seccomp in containers).
 
-Why no maintained binding: the PyPI ``liburing`` package (2026.3.30, a prebuilt
-wheel) installs here, but its ``io_uring_prep_read`` takes a ``bytearray`` only,
-whose memory is not block-aligned, so O_DIRECT reads fail with EINVAL, and it
-costs Python calls per entry where this module handles a whole burst in a few
-numpy operations.
+Why no maintained binding: the PyPI ``liburing`` package (2026.3.30, a prebuilt wheel)
+installs here, but its ``io_uring_prep_read`` takes a ``bytearray`` only (an ``mmap``,
+``memoryview`` or numpy array is refused with TypeError, and an SQE's ``addr`` cannot be set),
+whose memory is not block-aligned: O_DIRECT reads, this engine's only use, cannot be expressed.
+Where it works (buffered reads, each into a ``bytearray`` of a pool, then copied out) it costs
+Python calls per entry where this module handles a whole burst in a few numpy operations.
+Measured in the same runs, 6 alternating each (``tools/bench_io.py --skip-raw --skip-gather
+--binding --runs 6 --seconds 3``, load 4.8-5.8 on 2 cores, 2026-11-25): page cache dropped
+(the device's rate) ours 66.4 k, binding 60.6 k reads/s, paired ours/binding 1.10
+(0.61..1.21); every read a page-cache hit (engine cost only) ours 424 k, binding 248 k,
+1.67 (1.49..1.95). So the binding is no optional fast path here.
 """
 
 from __future__ import annotations

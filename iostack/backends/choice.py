@@ -30,8 +30,12 @@ from pathlib import Path
 
 #: ``auto`` without a record: the first of these that works here. Measured here, 42 runs each
 #: paired with fio io_uring over four sessions: native AIO 0.92, io_uring 0.90 (pooled medians;
-#: the same CPU time). Native AIO stays first: it measured no slower, it was the default, and it
-#: works where io_uring is switched off (``kernel.io_uring_disabled``, container seccomp profiles)
+#: the same CPU time). Again on 2026-11-25 with the cheaper per-call sort, each engine and fio in
+#: the same rounds (load 3-7, shared machine): ``tools/bench_io.py --runs 10 --seconds 5`` three
+#: times, AIO 0.88, 0.92 and 1.02, io_uring 0.88, 0.81 and 0.88; 16 interleaved 2 s rounds three
+#: times, AIO 1.00, 1.03 and 1.04, io_uring 0.91, 0.98 and 0.95. Native AIO stays first: it measured no slower in
+#: any of them, and it works where io_uring is switched off (``kernel.io_uring_disabled``,
+#: container seccomp profiles). A device measured otherwise gets its own record.
 DEFAULT_ORDER = ("aio", "uring")
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from iostack.backends.base import BinHandle, ReadBackend, coalesced_runs
+from iostack.backends.base import BinHandle, ReadBackend, coalesced_runs, sorted_extents
 from iostack.bins import PAGE, BinFile
 from iostack.errors import StoreError
 
@@ -214,9 +214,8 @@ class KvikioBackend(ReadBackend):
         packed = info.rows_per_page > 1
         ext = PAGE if packed else info.row_stride_bytes
         key = rows // info.rows_per_page if packed else rows
-        uniq, inv = np.unique(key, return_inverse=True)
-        order = np.argsort(inv, kind="stable")
-        sinv = inv[order]
+        ex = sorted_extents(key)
+        uniq, order, sinv = ex.uniq, ex.order, ex.sinv
         per_round = max(1, self.staging_bytes // ext)
         dev = out.device
         requests = 0

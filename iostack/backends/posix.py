@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from iostack.backends import _aio, _engine, _uring, choice
-from iostack.backends.base import BinHandle, ReadBackend, aligned_empty
+from iostack.backends.base import BinHandle, Extents, ReadBackend, aligned_empty, sorted_extents
 from iostack.backends.base import coalesced_runs as _runs
 from iostack.bins import PAGE, BinFile
 from iostack.errors import StoreError
@@ -294,13 +294,12 @@ class PosixBackend(ReadBackend):
         packed = info.rows_per_page > 1
         ext = PAGE if packed else info.row_stride_bytes  # bytes of one extent: a page or a whole row
         key = rows // info.rows_per_page if packed else rows  # extent index in the file
-        uniq, inv = np.unique(key, return_inverse=True)  # sorted, de-duplicated
-        order = np.argsort(inv, kind="stable")
-        sinv = inv[order]  # extent index of each row, in extent order
+        ex = sorted_extents(key)  # sorted, de-duplicated
+        uniq, order, sinv = ex.uniq, ex.order, ex.sinv  # sinv: extent index of each row, in extent order
         fd = self._aio_fds.get(handle.fid)
         if (fd is not None and not packed and info.row_bytes == ext and out.flags.c_contiguous
                 and out.ctypes.data % PAGE == 0):
-            return self._read_into(handle, fd, uniq, inv, order, sinv, out, positions)
+            return self._read_into(handle, fd, ex, out, positions)
         per_round = max(1, self.staging_bytes // ext)
         requests = 0
         with self._lock:
@@ -317,8 +316,8 @@ class PosixBackend(ReadBackend):
                 copy_out(u.size)
         return requests
 
-    def _read_into(self, handle: BinHandle, fd: int, uniq: np.ndarray, inv: np.ndarray, order: np.ndarray,
-                   sinv: np.ndarray, out: np.ndarray, positions: np.ndarray | None) -> int:
+    def _read_into(self, handle: BinHandle, fd: int, ex: Extents, out: np.ndarray,
+                   positions: np.ndarray | None) -> int:
         """Whole, page-sized rows with a page-aligned ``out``: O_DIRECT reads land in ``out`` itself.
 
         No staging buffer and no copy: each distinct row is read to the first
@@ -326,7 +325,8 @@ class PosixBackend(ReadBackend):
         and those positions are consecutive), then duplicates are copied.
         """
         ext = out.shape[1]
-        first = order[np.searchsorted(sinv, np.arange(uniq.size))]  # the first request of each distinct row
+        uniq = ex.uniq
+        first = ex.order[ex.first]  # the first request of each distinct row
         if positions is not None:
             first = positions[first]  # ... and the out row it goes to
         brk = np.flatnonzero((np.diff(uniq) != 1) | (np.diff(first) != 1)) + 1
@@ -340,11 +340,11 @@ class PosixBackend(ReadBackend):
                               np.uint64(out.ctypes.data) + (first[starts] * ext).astype(np.uint64))
             except OSError as exc:
                 raise StoreError(f"{handle.info.path}: {exc.strerror or exc}") from None
-        if uniq.size < inv.size:  # duplicates: copy from the row that was read
-            dup = np.ones(inv.size, np.bool_)
-            dup[order[np.searchsorted(sinv, np.arange(uniq.size))]] = False
-            d = np.flatnonzero(dup)
-            out[d if positions is None else positions[d]] = out[first[inv[d]]]
+        if uniq.size < ex.order.size:  # duplicates: copy from the row that was read
+            dup = np.ones(ex.order.size, np.bool_)
+            dup[ex.first] = False  # positions in extent order
+            d = ex.order[dup]
+            out[d if positions is None else positions[d]] = out[first[ex.sinv[dup]]]
         return int(starts.size)
 
     def _read_round(self, handle: BinHandle, u: np.ndarray, ext: int,
