@@ -25,8 +25,8 @@ def _key(b):  # pragma: no cover - compiled
 @njit(parallel=True, cache=True)
 def top_scatter(bits, threads, order, low):  # pragma: no cover - compiled
     """Stable counting sort of ids by the key's top 16 bits into ``order``, the key's low 16 bits
-    into ``low`` (both allocated by the caller: numpy asks for huge pages, which the scatter's
-    65,536 write streams need); returns the bucket starts."""
+    (uint16) into ``low`` (both allocated by the caller: numpy asks for huge pages, which the
+    scatter's 65,536 write streams need); returns the bucket starts."""
     n = bits.shape[0]
     chunk = (n + threads - 1) // threads
     hist = np.zeros((threads, _TOP), np.int64)
@@ -59,10 +59,9 @@ def top_scatter(bits, threads, order, low):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _counting_pass(src_id, src_low, dst_id, dst_low, s, e, d, shift, base, count, top):  # pragma: no cover
-    """One stable counting-sort pass of ``src[s:e]`` into ``dst[d:]`` by the byte of ``low - base`` at
-    ``shift``; ``top`` is OR-ed into the low digits written (0, or the bucket's top 16 bits on the last
-    pass, which makes them whole keys)."""
+def _counting_pass(src_id, src_low, dst_id, dst_low, s, e, d, shift, base, count):  # pragma: no cover
+    """One stable counting-sort pass of ``src[s:e]`` into ``dst[d:]`` by the byte of ``low - base``
+    at ``shift``."""
     count[:] = 0
     for j in range(s, e):
         count[((np.int64(src_low[j]) - base) >> shift) & 0xFF] += 1
@@ -75,15 +74,15 @@ def _counting_pass(src_id, src_low, dst_id, dst_low, s, e, d, shift, base, count
         c = ((np.int64(src_low[j]) - base) >> shift) & 0xFF
         p = count[c]
         dst_id[p] = src_id[j]
-        dst_low[p] = src_low[j] | top
+        dst_low[p] = src_low[j]
         count[c] = p + 1
 
 
 @njit(cache=True)
-def _sort_bucket(order, low, s, e, top, tmp_id, tmp_low, count):  # pragma: no cover - compiled
-    """Stable sort of ``order[s:e]`` by ``low[s:e]``, both in place, and ``low`` made whole keys
-    (``top | low``): one counting pass when the low digits span less than 256, else two (into the
-    scratch and back)."""
+def _sort_bucket(order, low, s, e, tmp_id, tmp_low, count):  # pragma: no cover - compiled
+    """Stable sort of ``order[s:e]`` by ``low[s:e]``, both in place: insertion sort for a few
+    items, one counting pass when the low digits span less than 256, else two (into the scratch
+    and back)."""
     lo = low[s]
     hi = low[s]
     for j in range(s + 1, e):
@@ -92,7 +91,9 @@ def _sort_bucket(order, low, s, e, top, tmp_id, tmp_low, count):  # pragma: no c
             lo = v
         elif v > hi:
             hi = v
-    if lo != hi and e - s <= _SMALL:
+    if lo == hi:
+        return
+    if e - s <= _SMALL:
         for j in range(s + 1, e):
             v = low[j]
             o = order[j]
@@ -103,23 +104,18 @@ def _sort_bucket(order, low, s, e, top, tmp_id, tmp_low, count):  # pragma: no c
                 i -= 1
             low[i + 1] = v
             order[i + 1] = o
-    elif lo != hi and np.int64(hi) - np.int64(lo) < 256:
-        _counting_pass(order, low, tmp_id, tmp_low, s, e, 0, 0, np.int64(lo), count, top)
+    elif np.int64(hi) - np.int64(lo) < 256:
+        _counting_pass(order, low, tmp_id, tmp_low, s, e, 0, 0, np.int64(lo), count)
         order[s:e] = tmp_id[: e - s]
         low[s:e] = tmp_low[: e - s]
-        return
-    elif lo != hi:
-        _counting_pass(order, low, tmp_id, tmp_low, s, e, 0, 0, 0, count, 0)
-        _counting_pass(tmp_id, tmp_low, order, low, 0, e - s, s, 8, 0, count, top)
-        return
-    for j in range(s, e):
-        low[j] |= top
+    else:
+        _counting_pass(order, low, tmp_id, tmp_low, s, e, 0, 0, 0, count)
+        _counting_pass(tmp_id, tmp_low, order, low, 0, e - s, s, 8, 0, count)
 
 
 @njit(parallel=True, cache=True)
 def sort_buckets(order, low, start, groups):  # pragma: no cover - compiled
-    """Sort every bucket by its low 16 bits, then turn ``low`` into the whole sorted keys (uint32);
-    groups of buckets in parallel."""
+    """Sort every bucket by its low 16 bits; groups of buckets in parallel."""
     for g in prange(groups.shape[0] - 1):
         b0 = groups[g]
         b1 = groups[g + 1]
@@ -127,13 +123,56 @@ def sort_buckets(order, low, start, groups):  # pragma: no cover - compiled
         for d in range(b0, b1):
             big = max(big, start[d + 1] - start[d])
         tmp_id = np.empty(big, np.uint32)
-        tmp_low = np.empty(big, np.uint32)
+        tmp_low = np.empty(big, np.uint16)
         count = np.empty(256, np.int64)
         for d in range(b0, b1):
             s = start[d]
             e = start[d + 1]
-            if e > s:
-                _sort_bucket(order, low, s, e, np.uint32(d << 16), tmp_id, tmp_low, count)
+            if e - s > 1:
+                _sort_bucket(order, low, s, e, tmp_id, tmp_low, count)
+
+
+@njit(cache=True)
+def _sorted_bits(start, low, a, b, out):  # pragma: no cover - compiled
+    """The float32 bits of the sorted hotness at positions ``a .. b - 1`` into ``out[: b - a]``."""
+    d = np.searchsorted(start, a, side="right") - 1
+    for p in range(a, b):
+        while start[d + 1] <= p:
+            d += 1
+        out[p - a] = np.uint32(0xFFFFFFFF) - ((np.uint32(d) << np.uint32(16)) | np.uint32(low[p]))
+
+
+@njit(parallel=True, cache=True)
+def pool_sums(start, low, pool, threads):  # pragma: no cover - compiled
+    """Each pool's hotness, summed left to right in float64 (as ``cumsum`` does), pools in parallel."""
+    n = low.shape[0]
+    pools = (n + pool - 1) // pool
+    out = np.empty(pools, np.float64)
+    per = (pools + threads - 1) // threads
+    for t in prange(threads):
+        bits = np.empty(pool, np.uint32)
+        f = bits.view(np.float32)
+        for k in range(t * per, min(pools, (t + 1) * per)):
+            a = k * pool
+            b = min(n, a + pool)
+            _sorted_bits(start, low, a, b, bits)
+            acc = 0.0
+            for i in range(b - a):
+                acc += np.float64(f[i])
+            out[k] = acc
+    return out
+
+
+@njit(parallel=True, cache=True)
+def sorted_bits(start, low, out, threads):  # pragma: no cover - compiled
+    """The float32 bits of the whole sorted hotness into ``out`` (uint32, ``n``), blocks in parallel."""
+    n = low.shape[0]
+    per = (n + threads - 1) // threads
+    for t in prange(threads):
+        a = t * per
+        b = min(n, a + per)
+        if a < b:
+            _sorted_bits(start, low, a, b, out[a:b])
 
 
 @njit(parallel=True, cache=True)

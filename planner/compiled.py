@@ -35,12 +35,13 @@ import functools
 import logging
 import os
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
 log = logging.getLogger(__name__)
 
-__all__ = ["available", "hot_order", "scatter_codes", "split_codes"]
+__all__ = ["HotSort", "available", "hot_sort", "scatter_codes", "split_codes", "whole_pools"]
 
 # numba's pip wheels run parallel loops on its "workqueue" layer, which aborts the process when two
 # threads launch parallel kernels at once: callers on several threads take turns instead
@@ -68,30 +69,54 @@ def _threads() -> int:
     return max(1, min(64, cores or 1))
 
 
-def hot_order(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Ids hottest first, ties by id (uint32, ``(n,)``), and the float32 hotness in that order.
+@dataclass(frozen=True)
+class HotSort:
+    """Items sorted hottest first, ties by id: ``order`` (uint32, ``(n,)``) the ids; the sorted
+    keys are held as the bucket starts ``start`` (int64, ``(65537,)``: positions where each value of
+    the key's top 16 bits begins) and the low 16 bits ``low`` (uint16, ``(n,)``), 6 bytes an item
+    where the float32 hotness would take 4 more."""
 
-    ``h`` is float32, non-negative, ``n < 2**32``; the result equals
-    ``np.argsort(-h, kind="stable")`` and ``h[that]``. Needs :func:`available`.
+    order: np.ndarray
+    start: np.ndarray
+    low: np.ndarray
+
+    def pool_sums(self, pool: int) -> np.ndarray:
+        """Hotness of each run of ``pool`` sorted items (float64, the last may be short), summed
+        left to right: the same numbers as :func:`planner.ddak._pool_sums` on the sorted hotness."""
+        with _LOCK:
+            return _kernels().pool_sums(self.start, self.low, pool, _threads())
+
+    def hotness(self) -> np.ndarray:
+        """The float32 hotness in sorted order (a new array, 4 bytes an item)."""
+        out = np.empty(self.low.shape[0], dtype=np.uint32)
+        with _LOCK:
+            _kernels().sorted_bits(self.start, self.low, out, _threads())
+        return out.view(np.float32)
+
+
+def hot_sort(h: np.ndarray) -> HotSort:
+    """Sort float32 hotness ``h`` (non-negative, ``n < 2**32``) hottest first, ties by id.
+
+    ``hot_sort(h).order`` equals ``np.argsort(-h, kind="stable")`` and
+    ``.hotness()`` equals ``h[that]``. Needs :func:`available`.
 
     >>> import numpy as np
     >>> if available():
-    ...     order, hs = hot_order(np.array([1, 3, 3, 0, 2], dtype=np.float32))
-    ...     print(order.tolist(), hs.tolist())
+    ...     s = hot_sort(np.array([1, 3, 3, 0, 2], dtype=np.float32))
+    ...     print(s.order.tolist(), s.hotness().tolist(), s.pool_sums(2).tolist())
     ... else:
-    ...     print([1, 2, 4, 0, 3], [3.0, 3.0, 2.0, 1.0, 0.0])
-    [1, 2, 4, 0, 3] [3.0, 3.0, 2.0, 1.0, 0.0]
+    ...     print([1, 2, 4, 0, 3], [3.0, 3.0, 2.0, 1.0, 0.0], [6.0, 3.0, 0.0])
+    [1, 2, 4, 0, 3] [3.0, 3.0, 2.0, 1.0, 0.0] [6.0, 3.0, 0.0]
     """
     k = _kernels()
     bits = np.ascontiguousarray(h, dtype=np.float32).view(np.uint32)
     t = _threads()
     order = np.empty(bits.shape[0], dtype=np.uint32)
-    keys = np.empty(bits.shape[0], dtype=np.uint32)  # the key's low 16 bits, then the whole key
+    low = np.empty(bits.shape[0], dtype=np.uint16)
     with _LOCK:
-        start = k.top_scatter(bits, t, order, keys)
-        k.sort_buckets(order, keys, start, _groups(start, 4 * t))
-    np.subtract(np.uint32(0xFFFFFFFF), keys, out=keys)
-    return order, keys.view(np.float32)
+        start = k.top_scatter(bits, t, order, low)
+        k.sort_buckets(order, low, start, _groups(start, 4 * t))
+    return HotSort(order, start, low)
 
 
 def _groups(start: np.ndarray, parts: int) -> np.ndarray:

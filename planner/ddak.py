@@ -212,8 +212,18 @@ def ddak(
 
 
 def _pool_sums(hs: np.ndarray, pool: int) -> np.ndarray:
-    """Sums (float64) of consecutive pools of ``pool`` items of ``hs`` (the last may be short)."""
-    return np.add.reduceat(hs.astype(np.float64), np.arange(0, hs.shape[0], pool))
+    """Sums (float64) of consecutive pools of ``pool`` items of ``hs`` (the last may be short).
+
+    Each summed left to right (``cumsum`` along a pool is sequential; ``add.reduceat`` is not),
+    so the compiled path (:meth:`planner.compiled.HotSort.pool_sums`) gets the same numbers.
+    """
+    full = hs.shape[0] // pool * pool
+    parts = []
+    if full:
+        parts.append(np.cumsum(hs[:full].astype(np.float64).reshape(-1, pool), axis=1)[:, -1])
+    if full < hs.shape[0]:
+        parts.append(np.cumsum(hs[full:].astype(np.float64))[-1:])
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def _hot_ids(h: np.ndarray, pool: int,
@@ -231,9 +241,9 @@ def _hot_ids(h: np.ndarray, pool: int,
     step = max(1, _CHUNK_ITEMS // pool) * pool
     sums: list[np.ndarray] = []
     if order is None and h.dtype == np.float32 and n < (1 << 32) and _use_compiled(n):
-        order, hs = compiled.hot_order(h)
-        sums = [_pool_sums(hs[a : a + step], pool) for a in range(0, n, step)]
-        del hs
+        srt = compiled.hot_sort(h)
+        order, sums = srt.order, [srt.pool_sums(pool)]
+        del srt
     elif order is None and h.dtype == np.float32 and n < (1 << 32):
         key = _hot_keys(h)
         order = np.empty(n, dtype=np.uint32)

@@ -198,7 +198,8 @@ def _hot_order(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     and the hotness in that order."""
     if h.dtype == np.float32 and h.shape[0] < (1 << 32):
         if _use_compiled(h.shape[0]):
-            return compiled.hot_order(h)
+            srt = compiled.hot_sort(h)
+            return srt.order, srt.hotness()
         key = _hot_keys(h)
         hs = _key_hotness(key)
         key &= np.uint64(0xFFFFFFFF)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("numba")
 
+import planner.ddak as D  # noqa: E402
 import planner.placement as P  # noqa: E402
 from planner import compiled  # noqa: E402
 from planner.ddak import DdakBin, ddak, hash_placement, hot_first_placement  # noqa: E402
@@ -40,11 +41,14 @@ def reference_order(h: np.ndarray) -> np.ndarray:
 @given(HOTNESS)
 def test_hot_order_is_the_stable_hot_first_order(values):
     h = np.array(values, dtype=np.float32)
-    order, hs = compiled.hot_order(h)
+    srt = compiled.hot_sort(h)
+    order, hs = srt.order, srt.hotness()
     assert order.dtype == np.uint32 and hs.dtype == np.float32
     ref = reference_order(h)
     np.testing.assert_array_equal(order, ref)
     np.testing.assert_array_equal(hs, np.abs(h[ref]))
+    for pool in (1, 3, 100):  # the pool sums of the numpy path, to the last bit
+        np.testing.assert_array_equal(srt.pool_sums(pool), D._pool_sums(np.abs(h[ref]), pool))
 
 
 @pytest.mark.parametrize("spread", [2.0**-7, 2.0**-20, 0.0])
@@ -52,17 +56,17 @@ def test_hot_order_one_crowded_bucket(spread):
     # all values share the key's top 16 bits: the bucket's counting sort (or, with one value, none)
     rng = np.random.default_rng(3)
     h = (1.0 + rng.random(50_000) * spread).astype(np.float32)
-    order, hs = compiled.hot_order(h)
-    np.testing.assert_array_equal(order, reference_order(h))
-    np.testing.assert_array_equal(hs, h[order])
+    srt = compiled.hot_sort(h)
+    np.testing.assert_array_equal(srt.order, reference_order(h))
+    np.testing.assert_array_equal(srt.hotness(), h[srt.order])
+    np.testing.assert_array_equal(srt.pool_sums(77), D._pool_sums(h[srt.order], 77))
 
 
 def test_hot_order_zipf_many_buckets():
     rng = np.random.default_rng(0)
     h = (1.0 / (rng.permutation(200_000) + 1.0) ** 0.9).astype(np.float32)
     h[::13] = 0.0
-    order, _ = compiled.hot_order(h)
-    np.testing.assert_array_equal(order, reference_order(h))
+    np.testing.assert_array_equal(compiled.hot_sort(h).order, reference_order(h))
 
 
 def scatter_reference(order, seg_start, seg_len, code, bits):
@@ -146,7 +150,7 @@ def test_compiled_kernels_take_turns_across_threads(always_compiled):
     def work() -> None:
         try:
             for _ in range(3):
-                np.testing.assert_array_equal(compiled.hot_order(h)[0], ref)
+                np.testing.assert_array_equal(compiled.hot_sort(h).order, ref)
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
