@@ -1,4 +1,4 @@
-"""Compiled kernels for placements at 10⁸-10⁹ items: the hot-first radix sort and the output scatter.
+"""Compiled kernels for placements at 10⁸-10⁹ items: the hot-first sort, DDAK's loop, the output scatter.
 
 A placement needs every item's rank in hotness order (hottest first, ties by
 id) and then each item's ``row << bits | bin`` code written back in id
@@ -11,22 +11,24 @@ scatter runs on one core too. So these few loops are compiled with numba
 (the field's JIT compiler for numpy code; imported only when a placement is
 large enough to use it, see :func:`available`) and run over all cores.
 
-The sort is a most-significant-digit radix sort on the 32-bit key
-``0xFFFFFFFF - bits(h)`` (non-negative float32 bits order like the values,
-so a smaller key is a hotter item):
+The sort (:func:`hot_sort`) is a most-significant-digit radix sort on the
+32-bit key ``0xFFFFFFFF - bits(h)`` (non-negative float32 bits order like
+the values, so a smaller key is a hotter item; -0.0 counts as 0.0):
 
 1. the ids are counted and scattered by the key's top 16 bits, each thread
-   its own contiguous range of ids in a stable order (per-thread histograms,
-   so equal digits keep id order), together with the key's low 16 bits;
+   its own contiguous range of ids (per-thread histograms, so equal digits
+   keep id order), together with the key's low 16 bits;
 2. each of the 65,536 buckets is then sorted by the low 16 bits with a
-   stable two-pass counting sort (insertion sort below 32 items, nothing
-   when the bucket holds one key), the buckets split over the threads in
-   groups of about equal size.
+   stable counting sort (two byte passes, one when the bucket's digits span
+   under 256, insertion sort below 32 items, nothing when the bucket holds
+   one key), the buckets split over the threads in groups of about equal size.
 
-Both passes are stable, so ties keep id order: the result is exactly
-``np.argsort(-h, kind="stable")``. Memory: the uint32 order, the uint16
-low digits and the uint32 sorted keys, 10 bytes an item, plus each group's
-scratch for its largest bucket.
+Both passes are stable, so ties keep id order: the order is exactly
+``np.argsort(-h, kind="stable")``. The sorted keys stay as the bucket starts
+and the low digits (:class:`HotSort`): with the uint32 order, 6 bytes an
+item, from which the pool sums and, when wanted, the sorted hotness are
+made in parallel. Arrays the kernels fill are allocated by numpy, which
+asks the kernel for huge pages (the scatters' random writes need them).
 """
 
 from __future__ import annotations
@@ -94,11 +96,13 @@ class HotSort:
         return out.view(np.float32)
 
 
-def hot_sort(h: np.ndarray) -> HotSort:
+def hot_sort(h: np.ndarray, low: np.ndarray | None = None) -> HotSort:
     """Sort float32 hotness ``h`` (non-negative, ``n < 2**32``) hottest first, ties by id.
 
     ``hot_sort(h).order`` equals ``np.argsort(-h, kind="stable")`` and
-    ``.hotness()`` equals ``h[that]``. Needs :func:`available`.
+    ``.hotness()`` equals ``h[that]``. ``low``: a uint16 ``(n,)`` array to hold the low digits
+    (e.g. a view of memory the caller fills later: fresh memory is dear, see
+    :func:`planner.ddak.ddak`). Needs :func:`available`.
 
     >>> import numpy as np
     >>> if available():
@@ -112,7 +116,8 @@ def hot_sort(h: np.ndarray) -> HotSort:
     bits = np.ascontiguousarray(h, dtype=np.float32).view(np.uint32)
     t = _threads()
     order = np.empty(bits.shape[0], dtype=np.uint32)
-    low = np.empty(bits.shape[0], dtype=np.uint16)
+    if low is None:
+        low = np.empty(bits.shape[0], dtype=np.uint16)
     with _LOCK:
         start = k.top_scatter(bits, t, order, low)
         k.sort_buckets(order, low, start, _groups(start, 4 * t))
@@ -127,14 +132,15 @@ def _groups(start: np.ndarray, parts: int) -> np.ndarray:
 
 
 def scatter_codes(order: np.ndarray, seg_start: np.ndarray, seg_len: np.ndarray,
-                  code: np.ndarray, bits: int) -> np.ndarray:
+                  code: np.ndarray, bits: int, out: np.ndarray | None = None) -> np.ndarray:
     """``packed[order[p]] = code[k] + (p << bits)`` for each position ``p`` of segment ``k`` (int64, ``(n,)``).
 
     Segments are consecutive runs of sorted positions (``seg_start`` ascending,
-    ``seg_len`` ≥ 0, covering ``0 .. n - 1``); needs :func:`available`.
+    ``seg_len`` ≥ 0, covering ``0 .. n - 1``); written into ``out`` (int64, ``(n,)``) if given.
+    Needs :func:`available`.
     """
     n = order.shape[0]
-    packed = np.empty(n, dtype=np.int64)
+    packed = np.empty(n, dtype=np.int64) if out is None else out
     with _LOCK:
         _kernels().scatter(order, seg_start.astype(np.int64), seg_len.astype(np.int64),
                            code.astype(np.int64), np.int64(bits), packed)

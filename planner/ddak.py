@@ -85,27 +85,28 @@ for ``m`` bins. With binding capacities no such bound holds for any
 hot-first greedy (a target that wants the second-hottest item but not the
 hottest cannot be met by handing out the hottest first).
 
-Speed and memory: the sort is a ``np.sort`` of packed 64-bit keys for
-float32 hotness (``argsort`` otherwise), split over the cores by hotness
-ranges, a thread each (:func:`planner.placement._hot_keys`); the ids come out of the keys as
-uint32 and the pool sums a block at a time, so the sorted hotness is never
-held. The pool loop is plain Python over a heap of at most ``m`` bins, once
-per pool, with a tight path for whole pools that records only each pool's
-bin (rows and offsets are rebuilt with numpy after); the per-item outputs go
-from sorted order to id order by a blocked scatter of ``row | bin`` codes
-(:func:`planner.placement._codes`). Peak memory beyond the input is about 12 bytes an item
-(the uint32 order and the int64 codes, then the codes and ``bin_of``: the
-outputs themselves are 12 bytes an item). 10⁸ items, 10 bins
-(``tools/bench_ddak.py``, 2 cores shared with other work, load 3-4): 12.9 s
-of CPU time and 1.31 GB beyond the input against 18.1 s and 1.37 GB for the
-previous version (a sort of ``id | row | bin`` keys for the outputs, the
-sorted hotness held), with identical outputs; the sort is 75-80% of it
-(numpy's uint64 sort is a comparison sort, about 75 ns an item here).
-10⁹ items (``--items 1e9``, load 3.5-5.2): 174 s of CPU time, 401 s of wall
-time, 12.6 GB beyond the input (hash placement: 67 s, 93 s, 13.9 GB); the
-sort's CPU time grows as ``n log n`` and a second core helps only when it is
-idle. Reaching tens of seconds needs a sort several times faster than
-numpy's (a compiled parallel radix sort), not a change to the algorithm.
+Speed and memory: the work is a sort, a loop over pools and a scatter.
+From 4M items on, with numba importable, all three run compiled
+(:mod:`planner.compiled`): an MSD radix sort of the float32 keys over every
+core (the ids as uint32, the sorted keys as bucket starts and uint16 low
+digits, so the sorted hotness is never held), the pool sums from those in
+parallel, the whole-pool loop below without a Python step per pool, and the
+scatter of ``row << bits | bin`` codes from sorted order to id order
+(:func:`planner.placement._codes`), again over every core; ``bin_of`` takes
+over the spent order's memory. Below 4M items, or without numba, numpy
+does the same work (a ``np.sort`` of packed 64-bit keys split over the
+cores by hotness ranges, :func:`planner.placement._hot_keys`; the pool
+loop in Python over a heap of at most ``m`` bins; a blocked scatter) with
+the same results to the last bit (``tests/test_compiled.py``). Peak
+memory beyond the input is about 12.7 bytes an item: the outputs
+themselves are 12 (``row_of`` int64, ``bin_of`` int32).
+
+Measured (``tools/bench_ddak.py``, 10 bins, Zipf 0.9; figures in
+docs/benchmarks.md with their load): 10⁹ items took 401 s (174 s of CPU)
+with numpy's sort, which is a single-threaded comparison sort here (75-100
+ns an item, three quarters of the time); compiled, FIGURES_1E9. Fresh
+memory is a large part of what remains: the first touch of a page costs
+about 1 s of CPU a GB on these VMs, and the outputs alone are 12 GB.
 
 >>> import numpy as np
 >>> bins = [DdakBin("gpu0", "gpu", 2, 6.0), DdakBin("ssd0", "ssd", 10, 4.0)]
@@ -193,7 +194,10 @@ def ddak(
     if order is not None and order.shape != (n,):
         raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
     own_order = order is None
-    order, pool_sum = _hot_ids(h, pool, order)
+    # the codes' array first: the compiled sort keeps its low digits in it (2n of its 8n bytes), so
+    # the placement touches no more fresh memory than its outputs (12n), a page fault per page
+    packed = np.empty(n, dtype=np.int64) if _use_compiled(n) else None
+    order, pool_sum = _hot_ids(h, pool, order, None if packed is None else packed.view(np.uint16)[:n])
     report(progress, "ddak", 1, 3)
     # a sequential sum (cumsum, as Python's sum of a list): the same total for a list or an array
     target = _targets(float(np.cumsum(pool_sum)[-1]) if len(pool_sum) else 0.0, bins)
@@ -203,7 +207,7 @@ def ddak(
     sb, seg_start, seg_len, seg_row = _segments(seg_bin, odd, pool, len(bins))
     del seg_bin
     traffic = np.array(acc, dtype=np.float64)
-    packed, bits, items = _codes(n, order, seg_start, seg_len, sb, seg_row, len(bins))
+    packed, bits, items = _codes(n, order, seg_start, seg_len, sb, seg_row, len(bins), packed)
     # bin_of takes over the order's memory (ours, not a caller's): the peak stays at 12n bytes
     bin_of = _split_codes(packed, bits, order if own_order else None)
     del order
@@ -226,8 +230,8 @@ def _pool_sums(hs: np.ndarray, pool: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def _hot_ids(h: np.ndarray, pool: int,
-             order: np.ndarray | None) -> tuple[np.ndarray, list[float] | np.ndarray]:
+def _hot_ids(h: np.ndarray, pool: int, order: np.ndarray | None,
+             scratch: np.ndarray | None = None) -> tuple[np.ndarray, list[float] | np.ndarray]:
     """The hot-first order of the ids (``order`` if given; uint32 on the fast path) and its pool sums.
 
     The pool sums are a list for the Python greedy and an array (8 bytes a
@@ -235,13 +239,14 @@ def _hot_ids(h: np.ndarray, pool: int,
     The sorted hotness is held whole only by the compiled sort (4n bytes,
     freed here); otherwise the pool sums come out of the sorted keys, or out
     of ``h[order]``, a block of whole pools at a time, and the keys' ids go
-    to a uint32 array (the keys' 8n bytes are freed after).
+    to a uint32 array (the keys' 8n bytes are freed after). ``scratch``: a
+    uint16 ``(n,)`` array the compiled sort may keep its low digits in.
     """
     n = h.shape[0]
     step = max(1, _CHUNK_ITEMS // pool) * pool
     sums: list[np.ndarray] = []
     if order is None and h.dtype == np.float32 and n < (1 << 32) and _use_compiled(n):
-        srt = compiled.hot_sort(h)
+        srt = compiled.hot_sort(h, scratch)
         order, sums = srt.order, [srt.pool_sums(pool)]
         del srt
     elif order is None and h.dtype == np.float32 and n < (1 << 32):
