@@ -308,3 +308,26 @@ def test_auto_takes_the_engine_recorded_for_the_device(tmp_path, monkeypatch):
     assert choice.recorded_engine(tmp_path) is None
     with pytest.raises(ValueError, match="engine 'spdk'"):
         choice.record_engine(tmp_path, "spdk", {})
+
+
+def test_default_queue_depths():
+    # an asynchronous engine keeps ASYNC_QUEUE_DEPTH reads in flight by default; buffered files get
+    # THREAD_QUEUE_DEPTH reader threads; a depth given is used by both
+    from iostack.backends.posix import ASYNC_QUEUE_DEPTH, THREAD_QUEUE_DEPTH
+
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    feats = np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024)
+    p = simple_placement(64, [("ssd", 64)])
+    with tempfile.TemporaryDirectory(dir=base, prefix="moment-test-") as d:
+        info = write_bins(feats, p, d)[0]
+        with PosixBackend(processes=0) as be:
+            assert be.queue_depth == THREAD_QUEUE_DEPTH and be.threads == THREAD_QUEUE_DEPTH
+            h = be.open(info)
+            if be.engine_of(h) != "threads":  # O_DIRECT here and an asynchronous engine works
+                assert be.queue_depth == ASYNC_QUEUE_DEPTH and be._aio.depth == ASYNC_QUEUE_DEPTH
+            out = aligned_empty(3, 4096)
+            be.read_rows(h, np.array([5, 63, 5]), out)
+            assert np.array_equal(out.view(np.float32), feats[[5, 63, 5]])
+        with PosixBackend(processes=0, queue_depth=8) as be:
+            h = be.open(info)
+            assert be.queue_depth == 8 and be.threads == 8
