@@ -16,13 +16,19 @@ reference. Figures: seeds per second of the epoch loop (start-up and graph loadi
 excluded on both sides), median and range over ``--rounds``.
 
 ``--out-of-core``: features larger than the memory the run may use. Each side runs
-in its own memory cgroup (``--memory-limit``, cgroup v1 or v2; the page cache of a
-memory-mapped file is charged to it, so the file cannot stay cached): DGL reads
-features through an ``np.memmap`` of ``features.npy`` (page faults, 4 KiB at a time,
-synchronous), ours through ``moment place`` bins (a host cache of ``--cpu-cache``
-and one SSD bin read with O_DIRECT). Without permission to make a cgroup the
-script says so and stops: a file the page cache holds would measure memory, not the
-disk.
+in its own memory cgroup of ``--memory-limit`` (cgroup v1 or v2): DGL reads features
+through an ``np.memmap`` of ``features.npy`` (page faults, synchronous; ``1r`` in
+``--dgl-workers``: with ``madvise(MADV_RANDOM)``, no read-around), ours through
+``moment place`` bins (a host cache of ``--cpu-cache`` in all, ``--strategy``, and
+SSD bins read with O_DIRECT). A page is charged to the cgroup that first read it, so
+a cgroup alone does not bound what DGL reads from memory: the file's pages left in
+the page cache by the generator are evicted first, and before each DGL round the
+page cache charged to every other side (our cache fill, the other DGL runs) is
+reclaimed; DGL keeps its own (an epoch after the first starts as warm as its limit
+lets it). Each round prints where each side's memory went (peak, page cache, anon,
+how much of ``features.npy`` is resident) and the share of our rows the host cache
+served. Without permission to make a cgroup the script says so and stops: a file
+the page cache holds would measure memory, not the disk.
 
 DGL cannot be a dependency (its newest wheel loads only with torch <= 2.2.1); build its
 venv once with ``python tools/bench_sample.py --build-dgl-venv DIR``.
