@@ -331,3 +331,6 @@ def test_default_queue_depths():
         with PosixBackend(processes=0, queue_depth=8) as be:
             h = be.open(info)
             assert be.queue_depth == 8 and be.threads == 8
+        with PosixBackend(processes=0, threads=4) as be:  # threads alone: that many in flight either way
+            h = be.open(info)
+            assert be.queue_depth == 4 and be.async_depth == 4

@@ -117,7 +117,8 @@ class PosixBackend(ReadBackend):
     """``os.preadv`` from ``processes`` × ``threads`` readers, or an asynchronous engine (``queue_depth`` in flight).
 
     ``queue_depth``: reads in flight (default :data:`ASYNC_QUEUE_DEPTH` for the
-    asynchronous engines, :data:`THREAD_QUEUE_DEPTH` threads for the thread engine).
+    asynchronous engines, :data:`THREAD_QUEUE_DEPTH` threads for the thread engine;
+    with ``threads`` given and no depth, ``processes * threads`` for both).
 
     ``direct``: ``"auto"`` (O_DIRECT where the file system allows it), True
     (required: :class:`StoreError` otherwise) or False. ``staging_bytes`` bounds
@@ -137,7 +138,9 @@ class PosixBackend(ReadBackend):
         n = max(1, self.processes)
         thread_depth = THREAD_QUEUE_DEPTH if queue_depth is None else int(queue_depth)
         self.threads = int(threads) if threads is not None else max(1, -(-thread_depth // n))
-        self.async_depth = ASYNC_QUEUE_DEPTH if queue_depth is None else max(1, int(queue_depth))
+        # threads given without a depth (hwprofile's measurement): that many reads in flight either way
+        self.async_depth = (max(1, int(queue_depth)) if queue_depth is not None
+                            else n * self.threads if threads is not None else ASYNC_QUEUE_DEPTH)
         self.direct_mode = direct
         self.direct = direct is not False
         self.max_read_bytes = max(PAGE, int(max_read_bytes) // PAGE * PAGE)
