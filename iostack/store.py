@@ -249,6 +249,10 @@ class FeatureStore:
             info = open_bin(bin_dir, b, dtype=dtype, dim=dim, full_check=full_check,
                             min_rows=int(used.max()) + 1 if used.size else 0)
             dtype, dim = np.dtype(info.dtype), info.dim
+            if not used.size:
+                # nothing to read (a hot-first placement leaves all but one SSD bin empty): no handle, so
+                # no buffered-read worker processes started for it in the memory the caches could use
+                continue
             h = self._handles[b.id] = self.backend.open(info)
             if self.backend.name == "kvikio" and h.direct:
                 self.notes.append(f"SSD bin {b.id}: KvikIO through cuFile (GPUDirect Storage where the driver "

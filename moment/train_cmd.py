@@ -216,7 +216,9 @@ def register(subparsers) -> None:
     r = p.add_argument_group("pipeline, evaluation, output")
     r.add_argument("--prefetch", type=int, default=2, metavar="K",
                    help="batches sampled and gathered ahead on a background thread (default 2; 0 = inline: "
-                        "on a machine of 2 cores with small rows in memory, inline can be faster)")
+                        "on a machine of 2 cores with small rows in memory, inline can be faster; each batch ahead "
+                        "holds its gathered features, e.g. 217 MB for 1024 seeds at 25,10 and 512 floats: with "
+                        "SSD-bound steps under a memory limit, 1 leaves that room to --cpu-cache)")
     r.add_argument("--backend", choices=("auto", "posix", "kvikio"), default="auto",
                    help="SSD read backend: kvikio reads into GPU memory (needs CUDA and KvikIO); auto (default) "
                         "takes kvikio only where --capacities measured it faster, else posix")

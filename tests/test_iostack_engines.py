@@ -361,3 +361,29 @@ def test_sorted_extents_equal_unique_and_argsort(size, high):
     assert np.array_equal(ex.uniq, uniq) and np.array_equal(ex.order, order)
     assert np.array_equal(ex.sinv, inv[order])
     assert np.array_equal(ex.first, np.searchsorted(inv[order], np.arange(uniq.size)))
+
+
+def test_default_queue_depths():
+    # an asynchronous engine keeps ASYNC_QUEUE_DEPTH reads in flight by default; buffered files get
+    # THREAD_QUEUE_DEPTH reader threads; a depth given is used by both
+    from iostack.backends.posix import ASYNC_QUEUE_DEPTH, THREAD_QUEUE_DEPTH
+
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    feats = np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024)
+    p = simple_placement(64, [("ssd", 64)])
+    with tempfile.TemporaryDirectory(dir=base, prefix="moment-test-") as d:
+        info = write_bins(feats, p, d)[0]
+        with PosixBackend(processes=0) as be:
+            assert be.queue_depth == THREAD_QUEUE_DEPTH and be.threads == THREAD_QUEUE_DEPTH
+            h = be.open(info)
+            if be.engine_of(h) != "threads":  # O_DIRECT here and an asynchronous engine works
+                assert be.queue_depth == ASYNC_QUEUE_DEPTH and be._aio.depth == ASYNC_QUEUE_DEPTH
+            out = aligned_empty(3, 4096)
+            be.read_rows(h, np.array([5, 63, 5]), out)
+            assert np.array_equal(out.view(np.float32), feats[[5, 63, 5]])
+        with PosixBackend(processes=0, queue_depth=8) as be:
+            h = be.open(info)
+            assert be.queue_depth == 8 and be.threads == 8
+        with PosixBackend(processes=0, threads=4) as be:  # threads alone: that many in flight either way
+            h = be.open(info)
+            assert be.queue_depth == 4 and be.async_depth == 4

@@ -258,3 +258,16 @@ def test_caches_filled_from_a_memmap_do_not_keep_the_file_mapped(tmp_path):
         got = s.gather(torch.tensor([0, 16, n - 16, 5]))[:, 0].tolist()
     assert got == [0.0, 16.0, n - 16.0, 5.0]
     assert grown < 8 << 20, f"the store left {grown / 2**20:.0f} MiB of the feature file mapped"
+
+
+def test_an_empty_ssd_bin_is_not_opened(disk_dir):
+    # a hot-first placement fills one SSD bin and leaves the others empty: an empty bin (no O_DIRECT
+    # to probe) used to get buffered-read worker processes, in the memory the caches could use
+    feats = np.arange(40, dtype=np.float32).reshape(10, 4)
+    p = simple_placement(10, [("cpu", 4), ("ssd", 6), ("ssd", 0)])
+    write_bins(feats, p, disk_dir)
+    with FeatureStore(p, disk_dir, features=feats, backend_options={"processes": 1}) as s:
+        assert set(s.direct_io()) == {1}
+        assert not s.backend._procs
+        ids = torch.tensor([9, 0, 5, 9])
+        assert torch.equal(s.gather(ids), torch.from_numpy(feats[ids.numpy()]))

@@ -80,6 +80,14 @@ _ASYNC = {"uring": _uring, "aio": _aio}
 __all__ = ["ENGINES", "PosixBackend", "aligned_empty", "probe_direct"]
 
 
+#: reads in flight by default with an asynchronous engine (O_DIRECT): one thread keeps them all, so a
+#: deep queue costs only ring entries. Measured here (virtio disk, 4 KiB random reads, ``moment train``
+#: out of core, docs/benchmarks.md): 64 in flight left the device idle between completions
+ASYNC_QUEUE_DEPTH = 256
+#: ... with the thread engine (buffered files): one thread per read in flight
+THREAD_QUEUE_DEPTH = 64
+
+
 class _CopyOut:
     """Copies rows from staging slots to their places in ``out``, in slot order, as the slots fill."""
 
@@ -106,7 +114,11 @@ class _CopyOut:
 
 
 class PosixBackend(ReadBackend):
-    """``os.preadv`` from ``processes`` × ``threads`` readers (``queue_depth`` in flight).
+    """``os.preadv`` from ``processes`` × ``threads`` readers, or an asynchronous engine (``queue_depth`` in flight).
+
+    ``queue_depth``: reads in flight (default :data:`ASYNC_QUEUE_DEPTH` for the
+    asynchronous engines, :data:`THREAD_QUEUE_DEPTH` threads for the thread engine;
+    with ``threads`` given and no depth, ``processes * threads`` for both).
 
     ``direct``: ``"auto"`` (O_DIRECT where the file system allows it), True
     (required: :class:`StoreError` otherwise) or False. ``staging_bytes`` bounds
@@ -116,7 +128,7 @@ class PosixBackend(ReadBackend):
 
     name = "posix"
 
-    def __init__(self, *, queue_depth: int = 64, processes: int | None = None,
+    def __init__(self, *, queue_depth: int | None = None, processes: int | None = None,
                  threads: int | None = None, direct: bool | str = "auto",
                  staging_bytes: int = 32 << 20, max_read_bytes: int = 128 << 10,
                  engine: str = "auto") -> None:
@@ -124,8 +136,11 @@ class PosixBackend(ReadBackend):
             raise StoreError(f"posix backend: engine {engine!r} is not one of {', '.join(ENGINES)}")
         self.processes = _cpus() if processes is None else int(processes)
         n = max(1, self.processes)
-        self.threads = int(threads) if threads is not None else max(1, -(-int(queue_depth) // n))
-        self.queue_depth = n * self.threads
+        thread_depth = THREAD_QUEUE_DEPTH if queue_depth is None else int(queue_depth)
+        self.threads = int(threads) if threads is not None else max(1, -(-thread_depth // n))
+        # threads given without a depth (hwprofile's measurement): that many reads in flight either way
+        self.async_depth = (max(1, int(queue_depth)) if queue_depth is not None
+                            else n * self.threads if threads is not None else ASYNC_QUEUE_DEPTH)
         self.direct_mode = direct
         self.direct = direct is not False
         self.max_read_bytes = max(PAGE, int(max_read_bytes) // PAGE * PAGE)
@@ -164,6 +179,11 @@ class PosixBackend(ReadBackend):
             self._ctl_mv = memoryview(self._ctl_map).cast("q")
             self._stg_mv = memoryview(self._stg_map)
             self._reader = _engine.ThreadReader(self.threads)
+
+    @property
+    def queue_depth(self) -> int:
+        """Reads in flight: the asynchronous engine's depth once a bin uses one, else the reader threads."""
+        return self.async_depth if self._aio is not None else max(1, self.processes) * self.threads
 
     def engine_of(self, handle: BinHandle) -> str:
         """``"uring"`` (io_uring) or ``"aio"`` (native AIO) for O_DIRECT files, else ``"threads"`` (preadv)."""
@@ -247,8 +267,8 @@ class PosixBackend(ReadBackend):
             if direct and self._aio_ok:
                 # the engines are asynchronous only with O_DIRECT; one ring / context serves every bin
                 if self._aio is None:
-                    self._aio = (_uring.Uring(self.queue_depth) if self._async == "uring"
-                                 else _aio.AioContext(self.queue_depth))
+                    self._aio = (_uring.Uring(self.async_depth) if self._async == "uring"
+                                 else _aio.AioContext(self.async_depth))
                 try:
                     self._aio_fds[fid] = _engine.open_for_read(path, True)
                 except OSError as exc:
