@@ -66,9 +66,14 @@ def available() -> bool:
     return _kernels() is not None
 
 
-def _threads() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one), at least 1."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(64, cores or 1))
+    return max(1, cores or 1)
+
+
+def _threads() -> int:
+    return min(64, usable_cores())
 
 
 @dataclass(frozen=True)

@@ -199,7 +199,7 @@ def ddak(
     own_order = order is None
     # the codes' array first: the compiled sort keeps its low digits in it (2n of its 8n bytes), so
     # the placement touches no more fresh memory than its outputs (12n), a page fault per page
-    packed = np.empty(n, dtype=np.int64) if _use_compiled(n) else None
+    packed = np.empty(n, dtype=np.int64) if _sorts_compiled(h, order) else None
     order, pool_sum = _hot_ids(h, pool, order, None if packed is None else packed.view(np.uint16)[:n])
     report(progress, "ddak", 1, 3)
     # a sequential sum (cumsum, as Python's sum of a list): the same total for a list or an array
@@ -233,6 +233,12 @@ def _pool_sums(hs: np.ndarray, pool: int) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
+def _sorts_compiled(h: np.ndarray, order: np.ndarray | None) -> bool:
+    """Whether :func:`_hot_ids` sorts with :func:`planner.compiled.hot_sort` (no order given, float32)."""
+    n = h.shape[0]
+    return order is None and h.dtype == np.float32 and n < (1 << 32) and _use_compiled(n)
+
+
 def _hot_ids(h: np.ndarray, pool: int, order: np.ndarray | None,
              scratch: np.ndarray | None = None) -> tuple[np.ndarray, list[float] | np.ndarray]:
     """The hot-first order of the ids (``order`` if given; uint32 on the fast path) and its pool sums.
@@ -248,7 +254,7 @@ def _hot_ids(h: np.ndarray, pool: int, order: np.ndarray | None,
     n = h.shape[0]
     step = max(1, _CHUNK_ITEMS // pool) * pool
     sums: list[np.ndarray] = []
-    if order is None and h.dtype == np.float32 and n < (1 << 32) and _use_compiled(n):
+    if _sorts_compiled(h, order):
         srt = compiled.hot_sort(h, scratch)
         order, sums = srt.order, [srt.pool_sums(pool)]
         del srt

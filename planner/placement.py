@@ -9,7 +9,6 @@ against its target.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -116,9 +115,8 @@ def _check(hotness: np.ndarray, bins: Sequence[DdakBin]) -> np.ndarray:
 
 
 def _sort_threads() -> int:
-    """Threads for the hot-first sort: the cores this process may run on, at most 8."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(8, cores or 1))
+    """Threads for numpy's hot-first sort: the cores this process may run on, at most 8."""
+    return min(8, compiled.usable_cores())
 
 
 def _hot_keys(h: np.ndarray, threads: int | None = None) -> np.ndarray:
