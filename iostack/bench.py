@@ -89,7 +89,12 @@ def bench_file(directory: str | os.PathLike[str], file_bytes: int, row_bytes: in
 
 def _ours(backend: PosixBackend, handle, rows: int, seconds: float, batch: int) -> float:
     rng = np.random.default_rng()
-    out = aligned_empty(batch, handle.info.row_bytes)  # what FeatureStore.gather passes too
+    out = aligned_empty(batch, handle.info.row_bytes)
+    # Fault the buffer in before the clock starts. FeatureStore.gather reads into a freed
+    # result's buffer (AlignedPool), already resident, and fio's buffers exist before its
+    # runtime counts; a fresh 256 MiB buffer instead page-faults inside the first reads
+    # (transparent huge pages compacting): that alone cost ours 20-40% of a 3-5 s run here.
+    out.fill(0)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         backend.read_rows(handle, rng.integers(0, rows, batch), out)

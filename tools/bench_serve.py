@@ -65,7 +65,7 @@ def trainer(args: argparse.Namespace) -> int:
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
     if args.server:
         src = RemoteBatchSource(args.server, rank=args.rank, world_size=args.world_size,
-                                batch_size=args.batch_size, fanouts=fanouts, seed=args.seed, prefetch=4,
+                                batch_size=args.batch_size, fanouts=fanouts, seed=args.seed, prefetch=args.prefetch,
                                 transport=args.transport)
     else:
         ds = open_dataset(args.dataset, validate=False)
@@ -114,7 +114,7 @@ def run_trainers(args, n: int, server: str | None, server_pid: int | None = None
         cmd = [sys.executable, __file__, "--as-trainer", "--dataset", str(args.dataset_dir), "--rank", str(rank),
                "--world-size", str(n), "--steps", str(args.steps), "--fanouts", args.fanouts,
                "--batch-size", str(args.batch_size), "--seed", "1",
-               "--transport", args.transport] + (["--server", server] if server else [])
+               "--transport", args.transport, "--prefetch", str(args.prefetch)] + (["--server", server] if server else [])
         procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV))
     for p in procs:
         line = p.stdout.readline()
@@ -155,6 +155,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=300, help="batches per trainer per round (default 300)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--workers", type=int, help="the server's sampler worker processes (default: one per CPU)")
+    p.add_argument("--prefetch", type=int, default=4,
+                   help="requests each served trainer keeps in flight (RemoteBatchSource's prefetch)")
     p.add_argument("--lanes", type=int, default=4,
                    help="requests a server worker samples in one pass at most (default 4; 1: one at a time)")
     p.add_argument("--transport", choices=("auto", "shm", "rpc"), default="auto",
@@ -199,7 +201,7 @@ def main() -> int:
         server.wait(timeout=30)
     load1 = _load()
     print(f"\nfan-out {args.fanouts}, global batch {args.batch_size}, {args.steps} batches per trainer, "
-          f"server workers {args.workers or os.cpu_count()}, lanes {args.lanes}, transport {args.transport}, {os.cpu_count()} CPUs, "
+          f"server workers {args.workers or os.cpu_count()}, lanes {args.lanes}, prefetch {args.prefetch}, transport {args.transport}, {os.cpu_count()} CPUs, "
           f"median of {args.rounds} rounds; {load0} before, {load1} after")
     print(f"{'trainers':>8} {'local b/s':>10} {'local MB/s':>11} {'served b/s':>11} {'served MB/s':>12} "
           f"{'served/local':>13} {'range':>12} {'CPU ms/batch local, served':>27}")
@@ -211,7 +213,7 @@ def main() -> int:
                               "batches/s", sb, lb, "local sampling in the trainer", target="ratio >= 1.0",
                               note=f"served {sm:.1f} MB/s vs local {lm:.1f} MB/s; CPU per batch (all processes) "
                                    f"served {cpu[1]:.2f} ms vs local {cpu[0]:.2f} ms; server workers "
-                                   f"{args.workers or os.cpu_count()}, lanes {args.lanes}; paired ratios "
+                                   f"{args.workers or os.cpu_count()}, lanes {args.lanes}, prefetch {args.prefetch}; paired ratios "
                                    f"{ratios[0]:.2f}..{ratios[-1]:.2f} over {args.rounds} rounds; {load0} before, "
                                    f"{load1} after"))
     write(args.json, "bench_serve", figures, shlex.join(sys.argv))
