@@ -6,7 +6,7 @@ Generates (once, cached in ``--workdir``) a synthetic power-law graph, then for 
 trainer processes measures the same batches (same seed, epoch, ranks and steps) two
 ways: each trainer samples itself (``LocalBatchSource``, one intra-op thread, as the
 server's samplers use), or a ``moment serve`` process with ``--workers`` sampler
-processes sends them (``RemoteBatchSource``, prefetch 4, through the trainers' shared-memory
+processes sends them (``RemoteBatchSource``, its default prefetch unless ``--prefetch``, through the trainers' shared-memory
 rings; ``--transport rpc`` for the copy through rpc instead), each worker sampling up to
 ``--lanes`` waiting requests in one pass (``--lanes 1``: one at a time). Both sides run one
 torch thread per process (a trainer sets it, the sampler and the workers too): neither is
@@ -65,7 +65,7 @@ def trainer(args: argparse.Namespace) -> int:
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
     if args.server:
         src = RemoteBatchSource(args.server, rank=args.rank, world_size=args.world_size,
-                                batch_size=args.batch_size, fanouts=fanouts, seed=args.seed, prefetch=args.prefetch,
+                                batch_size=args.batch_size, fanouts=fanouts, seed=args.seed, prefetch=args.prefetch or None,
                                 transport=args.transport)
     else:
         ds = open_dataset(args.dataset, validate=False)
@@ -155,8 +155,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=300, help="batches per trainer per round (default 300)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--workers", type=int, help="the server's sampler worker processes (default: one per CPU)")
-    p.add_argument("--prefetch", type=int, default=4,
-                   help="requests each served trainer keeps in flight (RemoteBatchSource's prefetch)")
+    p.add_argument("--prefetch", type=int, default=0,
+                   help="requests each served trainer keeps in flight (default 0: RemoteBatchSource's default)")
     p.add_argument("--lanes", type=int, default=4,
                    help="requests a server worker samples in one pass at most (default 4; 1: one at a time)")
     p.add_argument("--transport", choices=("auto", "shm", "rpc"), default="auto",
@@ -201,7 +201,7 @@ def main() -> int:
         server.wait(timeout=30)
     load1 = _load()
     print(f"\nfan-out {args.fanouts}, global batch {args.batch_size}, {args.steps} batches per trainer, "
-          f"server workers {args.workers or os.cpu_count()}, lanes {args.lanes}, prefetch {args.prefetch}, transport {args.transport}, {os.cpu_count()} CPUs, "
+          f"server workers {args.workers or os.cpu_count()}, lanes {args.lanes}, prefetch {args.prefetch or 'default'}, transport {args.transport}, {os.cpu_count()} CPUs, "
           f"median of {args.rounds} rounds; {load0} before, {load1} after")
     print(f"{'trainers':>8} {'local b/s':>10} {'local MB/s':>11} {'served b/s':>11} {'served MB/s':>12} "
           f"{'served/local':>13} {'range':>12} {'CPU ms/batch local, served':>27}")
@@ -213,7 +213,7 @@ def main() -> int:
                               "batches/s", sb, lb, "local sampling in the trainer", target="ratio >= 1.0",
                               note=f"served {sm:.1f} MB/s vs local {lm:.1f} MB/s; CPU per batch (all processes) "
                                    f"served {cpu[1]:.2f} ms vs local {cpu[0]:.2f} ms; server workers "
-                                   f"{args.workers or os.cpu_count()}, lanes {args.lanes}, prefetch {args.prefetch}; paired ratios "
+                                   f"{args.workers or os.cpu_count()}, lanes {args.lanes}, prefetch {args.prefetch or 'default'}; paired ratios "
                                    f"{ratios[0]:.2f}..{ratios[-1]:.2f} over {args.rounds} rounds; {load0} before, "
                                    f"{load1} after"))
     write(args.json, "bench_serve", figures, shlex.join(sys.argv))

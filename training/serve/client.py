@@ -54,6 +54,9 @@ from training.serve.protocol import (
 from training.serve.ring import BatchRing, batch_from_memfd
 from training.serve.workers import HELLO, REQUEST, SEGMENT
 
+#: requests a trainer keeps in flight over rpc, and at least as many through shared memory
+DEFAULT_PREFETCH = 4
+
 #: the one client of this process (torch allows one rpc agent per process)
 _CLIENT: RemoteBatchSource | None = None
 #: this process's worker id in the server's group, kept across clients
@@ -251,7 +254,8 @@ class RemoteBatchSource:
     Joins the server's rpc group, registers (the server checks ``batch_size``, ``fanouts``
     and ``seed`` against its own and refuses with a :class:`ServerError` naming the
     difference), and keeps at most ``prefetch`` requests outstanding while batches are
-    consumed. Every wait has a deadline of ``timeout_s``. One per process (torch runs one
+    consumed (default: twice the server's lanes through shared memory, so that each of a
+    worker's passes can sample a whole chunk of them; 4 over rpc). Every wait has a deadline of ``timeout_s``. One per process (torch runs one
     rpc agent per process); :meth:`close` (also run at exit) unregisters.
 
     Attributes after construction: ``name`` (this trainer's rpc name), ``num_train``
@@ -260,14 +264,16 @@ class RemoteBatchSource:
     """
 
     def __init__(self, address: str, *, rank: int, world_size: int, batch_size: int, fanouts: Sequence[int],
-                 seed: int, shuffle: bool = True, prefetch: int = 4, timeout_s: float = 30.0,
+                 seed: int, shuffle: bool = True, prefetch: int | None = None, timeout_s: float = 30.0,
                  transport: str = "auto") -> None:
         global _CLIENT, _WORKER_ID
         from torch.distributed import rpc
 
         self.address, self.rank, self.world_size = address, int(rank), int(world_size)
         self.batch_size, self.fanouts, self.seed = int(batch_size), tuple(int(f) for f in fanouts), int(seed)
-        self.shuffle, self.prefetch, self.timeout_s = bool(shuffle), int(prefetch), float(timeout_s)
+        self.shuffle, self.timeout_s = bool(shuffle), float(timeout_s)
+        self.prefetch = DEFAULT_PREFETCH if prefetch is None else int(prefetch)
+        self._prefetch_given = prefetch is not None
         if self.prefetch < 1:
             raise ServerError(f"prefetch: expected 1 or more, got {prefetch}")
         if transport not in ("auto", "shm", "rpc"):
@@ -337,6 +343,11 @@ class RemoteBatchSource:
         why = ("the server runs no sampler workers" if plan is None
                else "the server runs on another host" if plan["boot_id"] != boot_id() else None)
         if transport != "rpc" and why is None:
+            if not self._prefetch_given:
+                # two whole passes in flight: a worker's pass then samples `lanes` of this
+                # trainer's requests, and fuller passes cost less CPU a batch (design notes,
+                # "Sampling server")
+                self.prefetch = max(DEFAULT_PREFETCH, 2 * int(plan.get("lanes", 1)))
             try:
                 self._feed = _Feed(plan, name=self.name, rank=self.rank, world_size=self.world_size,
                                    shuffle=self.shuffle, layers=len(self.fanouts), prefetch=self.prefetch,
