@@ -36,13 +36,20 @@ class SsdReads:
         names this job's shared buffers (the same on the node's ranks, unique
         to the job). Returns None when enabled, else why not (nothing changes).
         """
+        blocked = self.node_shared_reads_blocked()
+        if blocked is not None:
+            return blocked
+        self._node_reads = NodeSharedReads(exchange, key, self.row_bytes,
+                                           {b: h.info.rows_per_page for b, h in self._handles.items()},
+                                           directory=directory)
+        return None
+
+    def node_shared_reads_blocked(self) -> str | None:
+        """Why this store cannot share its SSD reads with a node (None: it can)."""
         if not self._handles:
             return "no SSD bin to read"
         if self.backend.device_reads:
             return f"the {self.backend.name} backend reads into device memory, not a node-shared host buffer"
-        self._node_reads = NodeSharedReads(exchange, key, self.row_bytes,
-                                           {b: h.info.rows_per_page for b, h in self._handles.items()},
-                                           directory=directory)
         return None
 
     @property
