@@ -56,7 +56,9 @@ from iostack.bins import open_bin
 from iostack.binstats import RESERVOIR, BinStats, Counter
 from iostack.errors import StoreError
 from iostack.hostshare import SharedHostTensor, shared_host_tensor
+from iostack.nodeshare import NodeSharedReads
 from iostack.placement import Placement
+from iostack.ssdreads import SsdReads
 from iostack.transfer import Batch, DeviceMemory, Gathered, Transfer, memory_for
 
 #: device-timed latencies waiting for their events, per bin, before the oldest are resolved
@@ -98,7 +100,7 @@ def _scattered_reads(arr: np.ndarray | None):
         libc.madvise(addr, length, _MADV_NORMAL)
 
 
-class FeatureStore:
+class FeatureStore(SsdReads):
     """Feature rows of ``placement``'s vertices, served from its bins, gathered on ``device``.
 
     ``bin_dir``: where the SSD bin files are (relative bin paths resolve there).
@@ -151,6 +153,7 @@ class FeatureStore:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._results = AlignedPool()
+        self._node_reads: NodeSharedReads | None = None
         self.notes: list[str] = []
         dtype, dim = None, None
         if features is not None:
@@ -351,7 +354,8 @@ class FeatureStore:
         ``gpu`` and ``cpu`` are the bytes of each tier's bins wherever held.
         """
         out = {"gpu": 0, "cpu": 0, "device": 0, "host": 0,
-               "buffers": self.backend.buffer_bytes if self.backend else 0}
+               "buffers": (self.backend.buffer_bytes if self.backend else 0)
+               + (self._node_reads.buffer_bytes() if self._node_reads is not None else 0)}
         for i, t in self._tensors.items():
             n = t.numel() * t.element_size()
             out[self.placement.bins[i].kind] += n
@@ -369,24 +373,29 @@ class FeatureStore:
             seg.unlink()
 
     def gather(self, ids: torch.Tensor | np.ndarray, device: str | torch.device | None = None,
-               dtype: torch.dtype | None = None) -> torch.Tensor:
+               dtype: torch.dtype | None = None, *, node_shared: bool = False) -> torch.Tensor:
         """Rows of ``ids`` (1-D int, any order, duplicates fine), shape ``(len(ids), dim)``, on ``device``.
 
         ``out[i]`` is the feature row of vertex ``ids[i]``; ``device`` is the
         store's (default) or the host; ``dtype`` casts there after the copy.
         Safe to use on the calling thread's current stream when it returns.
         """
-        return self.gather_landing(ids, device, dtype).wait()
+        return self.gather_landing(ids, device, dtype, node_shared=node_shared).wait()
 
     def gather_landing(self, ids: torch.Tensor | np.ndarray, device: str | torch.device | None = None,
-                       dtype: torch.dtype | None = None) -> Gathered:
-        """:meth:`gather` without waiting: the consumer calls ``.wait()`` where it starts to use the rows."""
+                       dtype: torch.dtype | None = None, *, node_shared: bool = False) -> Gathered:
+        """:meth:`gather` without waiting: the consumer calls ``.wait()`` where it starts to use the rows.
+
+        ``node_shared``: a training step's gather, whose SSD rows are read
+        together with the node's other ranks when :meth:`enable_node_shared_reads`
+        was called (the same rows either way).
+        """
         dev = torch.device(device) if device is not None else self.device
         if dev != self.device and dev.type != "cpu":
             raise StoreError(f"this store gathers to {self.device} or the host, not {dev}")
         if dev != self.device or not self.memory.accelerated:
-            return Gathered(self._decoded(self._gather_host(self._host_ids(ids)), dtype), None)
-        return self._gather_device(ids, dtype)
+            return Gathered(self._decoded(self._gather_host(self._host_ids(ids), node_shared), dtype), None)
+        return self._gather_device(ids, dtype, node_shared)
 
     def _host_ids(self, ids: torch.Tensor | np.ndarray, batch: Batch | None = None) -> torch.Tensor:
         t = torch.as_tensor(ids).reshape(-1)
@@ -423,27 +432,29 @@ class FeatureStore:
             pos = order[a:e]
             yield int(sb[a]), torch.from_numpy(pos), torch.from_numpy(rows[pos])
 
-    def _gather_host(self, ids_t: torch.Tensor) -> torch.Tensor:
+    def _gather_host(self, ids_t: torch.Tensor, node_shared: bool = False) -> torch.Tensor:
         """Host result as stored, page-aligned, so that O_DIRECT reads of SSD rows land in it."""
         n = ids_t.numel()
         out_np = self._results.empty(n, self.row_bytes)  # a freed result's pages, already faulted in
         out = torch.from_numpy(out_np.view(self.dtype_np).reshape(n, self.dim)).view(self.storage_dtype)
-        for b, pos, r in self._groups(ids_t):
+        groups = list(self._groups(ids_t))
+        shared = self._shared_step(groups) if node_shared else None
+        for b, pos, r in groups:
             t0 = time.perf_counter()
             c = pos.numel()
             tensor = self._tensors.get(b)
-            if tensor is not None:
-                if tensor.device.type != "cpu":  # a GPU bin gathered to the host: one copy down
-                    out[pos] = tensor.index_select(0, r.to(tensor.device)).cpu()
-                else:
-                    out[pos] = tensor.index_select(0, r)
-                requests = 1
+            if tensor is None:
+                self._read_ssd(b, pos, r, out_np, shared)
+                continue
+            if tensor.device.type != "cpu":  # a GPU bin gathered to the host: one copy down
+                out[pos] = tensor.index_select(0, r.to(tensor.device)).cpu()
             else:
-                requests = self.backend.read_rows(self._handles[b], r, out_np, pos)
-            self._counters[b].add(c, c * self.row_bytes, requests, time.perf_counter() - t0)
+                out[pos] = tensor.index_select(0, r)
+            self._counters[b].add(c, c * self.row_bytes, 1, time.perf_counter() - t0)
         return out
 
-    def _gather_device(self, ids: torch.Tensor | np.ndarray, dtype: torch.dtype | None) -> Gathered:
+    def _gather_device(self, ids: torch.Tensor | np.ndarray, dtype: torch.dtype | None,
+                       node_shared: bool = False) -> Gathered:
         """Assemble on the device (see the module docstring): index metadata up once, host rows up once."""
         mem = self.memory
         with self.transfer.batch() as tb:
@@ -451,7 +462,9 @@ class FeatureStore:
             n = ids_t.numel()
             out = tb.empty((n, self.dim), self.storage_dtype)
             dev_g, host_g, file_host, file_dev = [], [], [], []
-            for b, pos, r in self._groups(ids_t):
+            groups = list(self._groups(ids_t))
+            shared = self._shared_step(groups) if node_shared else None
+            for b, pos, r in groups:
                 if b in self._tensors:
                     (dev_g if self._held[b] == "device" else host_g).append((b, pos, r))
                 elif self.backend.device_reads:
@@ -484,10 +497,9 @@ class FeatureStore:
                     t0 = time.perf_counter()
                     if b in self._tensors:  # into pinned memory: index_select alone would return pageable
                         torch.index_select(self._tensors[b], 0, r, out=hbuf[h:h + c])
-                        requests = 1
+                        self._counters[b].add(c, c * self.row_bytes, 1, time.perf_counter() - t0)
                     else:
-                        requests = self.backend.read_rows(self._handles[b], r, hbuf[h:h + c])
-                    self._counters[b].add(c, c * self.row_bytes, requests, time.perf_counter() - t0)
+                        self._read_ssd(b, None, r, hbuf[h:h + c], shared)
                     h += c
                 out.index_copy_(0, idx[at:at + n_host], tb.to_device(hbuf))
             for b, pos, r in file_dev:  # the backend reads into device memory and scatters there
@@ -519,9 +531,9 @@ class FeatureStore:
             c.resolve(self.memory)
             with c.lock:
                 lat = c.ring[:min(c.calls, RESERVOIR)].copy()
-                rows, nbytes, req, calls = c.rows, c.bytes, c.requests, c.calls
+                rows, nbytes, req, calls, pages, read = c.rows, c.bytes, c.requests, c.calls, c.pages, c.read_rows
             p50, p99 = (np.percentile(lat, [50, 99]).tolist() if lat.size else (0.0, 0.0))
-            out.append(BinStats(b.id, b.kind, rows, nbytes, req, calls, p50, p99, self._held[b.id]))
+            out.append(BinStats(b.id, b.kind, rows, nbytes, req, calls, p50, p99, self._held[b.id], pages, read))
         return out
 
     def tier_stats(self) -> dict[str, dict[str, float]]:
@@ -537,13 +549,13 @@ class FeatureStore:
             # no resolve() here: the trainer asks every batch, and resolving waits on the device;
             # GPU-tier seconds count once stats() resolved them
             with c.lock:
-                rows, nbytes, req, secs = c.rows, c.bytes, c.requests, c.seconds
+                got = {"rows": c.rows, "bytes": c.bytes, "requests": c.requests, "seconds": c.seconds,
+                       "pages": c.pages, "read_rows": c.read_rows}
             kind = "gpu-peer" if b.kind == "gpu" and self._held[b.id] == "host" else b.kind
-            t = out.setdefault(kind, {"rows": 0, "bytes": 0, "requests": 0, "seconds": 0.0, "share": 0.0})
-            t["rows"] += rows
-            t["bytes"] += nbytes
-            t["requests"] += req
-            t["seconds"] += secs
+            t = out.setdefault(kind, {k: 0 for k in got} | {"seconds": 0.0, "share": 0.0})
+            for k, v in got.items():
+                t[k] += v
+            rows = got["rows"]
             total += rows
         for t in out.values():
             t["share"] = t["rows"] / (total or 1)
@@ -553,6 +565,9 @@ class FeatureStore:
         self._counters = {b.id: Counter() for b in self.placement.bins}
 
     def close(self) -> None:
+        if self._node_reads is not None:
+            self._node_reads.close()
+            self._node_reads = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

@@ -29,7 +29,7 @@ def _config(args: argparse.Namespace):
         checkpoint_dir=args.checkpoint, checkpoint_every_steps=args.checkpoint_every, resume=args.resume,
         server=args.server, backend=args.backend, sample_on=args.sample_on, capacities=args.capacities,
         timeout_s=args.timeout, exchange=args.exchange, remote_cache=_size(args.remote_cache, "--remote-cache"),
-        remote_cache_dir=args.remote_cache_dir,
+        remote_cache_dir=args.remote_cache_dir, node_shared_reads=not args.no_node_shared_reads,
     )
 
 
@@ -237,6 +237,10 @@ def register(subparsers) -> None:
     r.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
                    help="also every STEPS steps (default 0: epoch ends only)")
     r.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
+    r.add_argument("--no-node-shared-reads", action="store_true",
+                   help="under torchrun, each rank reads its own SSD pages (default: the ranks of a node read each "
+                        "SSD page of a training step once, split between them, and take their rows from node-shared "
+                        "memory)")
     r.add_argument("--timeout", type=float, default=30.0, metavar="S",
                    help="seconds a rank waits on the others in a step (all-reduce, feature exchange) before it "
                         "stops with an error (default 30)")

@@ -219,6 +219,12 @@ def test_torchrun_two_ranks_ssd_tier_equal_one_process_and_resume(cora, cora_pla
     assert epochs[-1]["loss"] < epochs[0]["loss"]
     assert all(r["param_spread"] == 0.0 for r in epochs)  # the ranks' parameters are identical
     assert epochs[-1]["tiers"]["ssd"]["rows"] > 0
+    start = next(r for r in recs if r["kind"] == "start")
+    assert start["node_shared_reads"]["on"] and start["config"]["node_shared_reads"]  # on by default
+    shared = epochs[-1]["node_shared_reads"]
+    assert shared["on"] and shared["fell_back"] is None and shared["wait_s"] >= 0, shared
+    assert epochs[-1]["ssd_reads"]["pages"] > 0  # rank 0's part of the node's SSD pages
+    assert all("share_wait_s" in r for r in recs if r["kind"] == "step")
     cfg = dict(dataset=str(cora), placement=str(cora_placement), fanouts=(-1, -1), batch_size=35, hidden=16,
                dropout=0.0, seed=3, lr=0.01, eval_every_epochs=0, backend="posix")
     one = train(TrainConfig(epochs=3, **cfg))

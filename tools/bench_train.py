@@ -18,14 +18,19 @@ a step and the next batches' gathers overlap it, so placement shows mostly in th
 I/O wait share and the SSD rows; on a GPU server the compute shrinks by orders of
 magnitude and the I/O share is what limits throughput (the paper's setting).
 
-2 trainers vs 1: ``--rounds`` pairs of runs, one rank then two, on the same DDAK
-placement (the ratio of each pair, median and range; load moves between pairs, not
-within one), each for ``--epochs`` epochs of which the last is measured (the first
-fills the pipeline and the host cache's pages). Each run's per-step split — compute,
-gather (sampling included), I/O wait, all-reduce of the loss — is printed: it says
-where the ceiling is (the disk when I/O wait dominates; the cores when compute does).
-``--ranks-only`` runs just those pairs; with ``--dir`` an earlier run's graph and
-placements are reused (delete the directory to make them again).
+2 trainers vs 1: ``--rounds`` rounds of runs on the same DDAK placement, back to back:
+one rank, two ranks with node-shared SSD reads (the default: each SSD page of a step
+read once by the node, split between the ranks) and two ranks reading privately
+(``--no-node-shared-reads``); the ratio of each 2-rank run to its round's 1-rank run,
+median and range (load moves between rounds, not within one). Each run lasts
+``--epochs`` epochs of which the last is measured (the first fills the pipeline and
+the host cache's pages). Each run's per-step split — compute, gather (sampling
+included), I/O wait, all-reduce of the loss — is printed: it says where the ceiling
+is (the disk when I/O wait dominates; the cores when compute does). ``disk_work``
+counts, without timing, the SSD pages and read requests of the measured epoch for
+one rank and for both 2-rank modes. ``--ranks-only`` runs just those rounds; with
+``--dir`` an earlier run's graph and placements are reused (delete the directory to
+make them again).
 """
 
 from __future__ import annotations
@@ -100,20 +105,27 @@ def prepare(args, base: Path, nodes: int, row: int) -> Path:
     return g
 
 
-def disk_work(args, g: Path, placement: Path, epoch: int = 1) -> dict[int, tuple[int, int]]:
-    """World size -> (distinct SSD pages, read requests) per epoch, summed over the ranks; no timing.
+#: the runs of a round: (name, ranks, extra ``moment train`` arguments)
+MODES = (("1 rank", 0, ()), ("2 ranks shared", 2, ()), ("2 ranks private", 2, ("--no-node-shared-reads",)))
+
+
+def disk_work(args, g: Path, placement: Path, epoch: int = 1) -> dict[str, tuple[int, int]]:
+    """Mode (:data:`MODES`' names) -> (SSD pages, read requests) per epoch, summed over the ranks; no timing.
 
     Samples every rank's batches of ``epoch`` exactly as ``moment train`` does (the same seeds,
-    the same per-rank sampler streams) and counts what the posix backend reads for each rank's
-    gather: the distinct 4 KiB pages of its SSD rows, and one request per run of consecutive
-    pages (the backend's coalescing; its cap of ``max_read_bytes`` per read is not applied).
-    Two ranks read the pages their halves share twice, and each half's sparser pages break
-    into more runs: on a disk that one rank already keeps busy this is the ceiling of 2 / 1.
+    the same per-rank sampler streams) and counts what the posix backend reads: the distinct
+    4 KiB pages of the SSD rows read, and one request per run of consecutive pages (the
+    backend's coalescing; its cap of ``max_read_bytes`` per read is not applied). Read
+    privately, two ranks read the pages their halves share twice, and each half's sparser
+    pages break into more runs. Shared, each step's union of both halves is split by page
+    between the ranks as the store splits it (:func:`iostack.nodeshare.plan_share`): each page
+    once, each rank's part a contiguous stretch of the union's pages.
     """
     sys.path.insert(0, str(REPO))
     import numpy as np
 
     from iostack.bins import PAGE
+    from iostack.nodeshare import encode_keys, plan_share
     from iostack.placement import load_placement
     from training.batches import LocalBatchSource
     from training.data import open_dataset
@@ -123,29 +135,46 @@ def disk_work(args, g: Path, placement: Path, epoch: int = 1) -> dict[int, tuple
     bin_of, row_of = np.asarray(pl.bin_of), np.asarray(pl.row_of)
     ssd = [b.id for b in pl.bins if b.kind == "ssd"]
     per_page = max(1, PAGE // (args.feature_dim * 4))
-    out = {}
-    for world in (1, 2):
-        pages = requests = 0
-        for rank in range(world):
-            src = LocalBatchSource(NeighborSampler(ds.indptr, ds.indices, (25, 10), seed=0),
-                                   np.asarray(ds.train_idx, np.int64), args.batch_size, rank=rank,
-                                   world_size=world, seed=0)
-            for b in src.batches(epoch):
-                ids = b.n_id.numpy()
-                for k in ssd:
-                    p = np.unique(row_of[ids[bin_of[ids] == k]] // per_page)
-                    pages += p.size
-                    requests += int(p.size > 0) + int((np.diff(p) > 1).sum())
-        out[world] = (pages, requests)
-    return out
+
+    def count(p: np.ndarray) -> tuple[int, int]:  # pages, and requests: runs of consecutive pages
+        return p.size, int(p.size > 0) + int((np.diff(p) > 1).sum())
+
+    def batches(world: int):
+        srcs = [LocalBatchSource(NeighborSampler(ds.indptr, ds.indices, (25, 10), seed=0),
+                                 np.asarray(ds.train_idx, np.int64), args.batch_size, rank=rank,
+                                 world_size=world, seed=0) for rank in range(world)]
+        return zip(*(s.batches(epoch) for s in srcs), strict=True)  # every rank's batch of each step
+
+    out = {name: [0, 0] for name, _, _ in MODES}
+    for (b,) in batches(1):
+        ids = b.n_id.numpy()
+        for k in ssd:
+            out["1 rank"] = [x + y for x, y in zip(out["1 rank"], count(np.unique(row_of[ids[bin_of[ids] == k]]
+                                                                                  // per_page)), strict=True)]
+    for step in batches(2):
+        groups = []
+        for b in step:
+            ids = b.n_id.numpy()
+            mine = [(k, row_of[ids[bin_of[ids] == k]]) for k in ssd]
+            groups.append(encode_keys(mine))
+            for _, rows in mine:
+                c = count(np.unique(rows // per_page))
+                out["2 ranks private"] = [x + y for x, y in zip(out["2 ranks private"], c, strict=True)]
+        for rank in range(2):
+            plan = plan_share(groups, rank, 2, {k: per_page for k in ssd})
+            for _, lo, hi in plan.mine:
+                c = count(np.unique(plan.rows[lo:hi] // per_page))
+                out["2 ranks shared"] = [x + y for x, y in zip(out["2 ranks shared"], c, strict=True)]
+    return {k: (int(p), int(r)) for k, (p, r) in out.items()}
 
 
-def train(args, base: Path, g: Path, placement: str | None, ranks: int, tag: str) -> dict:
+def train(args, base: Path, g: Path, placement: str | None, ranks: int, tag: str, more: tuple[str, ...] = ()
+          ) -> dict:
     m = base / f"metrics-{tag}.jsonl"
     m.unlink(missing_ok=True)
     extra = ["--placement", str(base / placement)] if placement else []
     moment("train", "--dataset", str(g), *extra, "--model", "sage", "--fanouts", "25,10", "--batch-size",
-           str(args.batch_size), "--epochs", str(args.epochs), "--eval-every", "0", "--metrics", str(m),
+           str(args.batch_size), "--epochs", str(args.epochs), "--eval-every", "0", "--metrics", str(m), *more,
            torchrun=ranks)
     return last_epoch(m)
 
@@ -158,8 +187,9 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=1000)
     ap.add_argument("--train-share", default="0.01", help="training vertices, share of all (default 0.01, as the paper)")
     ap.add_argument("--epochs", type=int, default=2, help="epochs per run; the last is measured (default 2)")
-    ap.add_argument("--rounds", type=int, default=3, help="pairs of 1-rank and 2-rank runs (default 3)")
-    ap.add_argument("--ranks-only", action="store_true", help="only the 2-trainers-vs-1 pairs")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of 1-rank, 2-rank shared and 2-rank private runs (default 3)")
+    ap.add_argument("--ranks-only", action="store_true", help="only the 2-trainers-vs-1 rounds")
     ap.add_argument("--dir", help="work directory on the SSD, kept and reused (default: a temporary one)")
     ap.add_argument("--quick", action="store_true", help="a small graph (20000 nodes, 256-wide rows)")
     ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
@@ -170,7 +200,7 @@ def main() -> int:
     row = args.feature_dim * 4
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="moment-bench-train-", dir="/var/tmp"))
     base.mkdir(parents=True, exist_ok=True)
-    res, pairs = {}, []
+    res, rounds = {}, []
     load_before = os.getloadavg()
     try:
         g = prepare(args, base, nodes, row)
@@ -179,35 +209,42 @@ def main() -> int:
                                     ("all in memory", None)):
                 print(f"training: {name} ...", flush=True)
                 res[name] = train(args, base, g, placement, 0, name.split()[0])
-        for r in range(args.rounds):  # one rank, then two, back to back: a pair sees the same load
-            one = train(args, base, g, "place-ddak", 0, "one")
-            two = train(args, base, g, "place-ddak", 2, "two")
-            pairs.append((one, two))
-            print(f"round {r + 1}: 1 trainer {one['seeds_per_s']:.0f} seeds/s ({split_text(one)} ms/step); "
-                  f"2 trainers {two['seeds_per_s']:.0f} ({split_text(two)}); "
-                  f"{two['seeds_per_s'] / one['seeds_per_s']:.2f}x; load {os.getloadavg()[0]:.2f}", flush=True)
+        for r in range(args.rounds):  # the modes back to back: a round sees the same load
+            runs = {name: train(args, base, g, "place-ddak", ranks, name.replace(" ", "-"), more)
+                    for name, ranks, more in MODES}
+            rounds.append(runs)
+            one = runs["1 rank"]
+            print(f"round {r + 1}: " + "; ".join(
+                f"{name} {x['seeds_per_s']:.0f} seeds/s ({split_text(x)} ms/step"
+                + (f", waited for the other rank {x.get('share_wait_s', 0.0):.2f} s" if "shared" in name else "")
+                + ")" + (f" {x['seeds_per_s'] / one['seeds_per_s']:.2f}x" if name != "1 rank" else "")
+                for name, x in runs.items()) + f"; load {os.getloadavg()[0]:.2f}", flush=True)
         work = disk_work(args, g, base / "place-ddak", args.epochs - 1)
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
-    ratios = [t["seeds_per_s"] / o["seeds_per_s"] for o, t in pairs]
-    mid = sorted(range(len(pairs)), key=lambda i: ratios[i])[len(pairs) // 2]  # the pair of the median ratio
-    one, two = pairs[mid]
-    res["DDAK placement, 1 trainer (pair)"], res["DDAK placement, 2 trainers"] = one, two
+    ratios = {name: [x[name]["seeds_per_s"] / x["1 rank"]["seeds_per_s"] for x in rounds] for name, _, _ in MODES[1:]}
+    # the round of the median ratio of the default (shared) mode
+    mid = sorted(range(len(rounds)), key=lambda i: ratios["2 ranks shared"][i])[len(rounds) // 2]
+    chosen = rounds[mid]
+    for name, _, _ in MODES:
+        res[f"DDAK, {name} (round {mid + 1})"] = chosen[name]
     print(f"\n{'':34}{'seeds/s':>10}{'I/O wait':>10}{'epoch s':>9}{'SSD rows':>11}{'CPU rows':>11}{'GPU rows':>11}")
     for name, r in res.items():
         t = r.get("tiers", {})
         print(f"{name:34}{r['seeds_per_s']:>10.0f}{r['io_wait_share']:>10.1%}{r['epoch_s']:>9.1f}"
               + "".join(f"{t.get(k, {}).get('rows', 0):>11,}" for k in ("ssd", "cpu", "gpu")))
     load = f"load {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after"
-    print(f"\nper-step split, ms (rank 0; {', '.join(SPLIT)}):\n  1 trainer:  {split_text(one)}\n"
-          f"  2 trainers: {split_text(two)}")
-    (p1, r1), (p2, r2) = work[1], work[2]
-    ceiling = (f"disk work of the measured epoch, both ranks together / 1 rank: {p2:,} / {p1:,} SSD pages "
-               f"({p2 / p1:.2f}x), {r2:,} / {r1:,} read requests ({r2 / r1:.2f}x)")
+    print(f"\nper-step split, ms (rank 0; {', '.join(SPLIT)}):\n"
+          + "\n".join(f"  {name + ':':17}{split_text(chosen[name])}" for name, _, _ in MODES))
+    p1, r1 = work["1 rank"]
+    ceiling = "disk work of the measured epoch, both ranks together / 1 rank: " + "; ".join(
+        f"{name} {p:,} / {p1:,} SSD pages ({p / p1:.2f}x), {r:,} / {r1:,} read requests ({r / r1:.2f}x)"
+        for name, (p, r) in work.items() if name != "1 rank")
     print(ceiling)
-    print(f"2 trainers / 1: median {statistics.median(ratios):.2f}x, range {min(ratios):.2f}-{max(ratios):.2f} "
-          f"over {len(pairs)} pairs (2 ranks on {os.cpu_count()} cores); {load}")
+    for name, rs in ratios.items():
+        print(f"{name} / 1 rank: median {statistics.median(rs):.2f}x, range {min(rs):.2f}-{max(rs):.2f} over "
+              f"{len(rs)} rounds (2 ranks on {os.cpu_count()} cores); {load}")
     what = f"GraphSAGE 25,10, {nodes:.0e} nodes, {args.feature_dim}-wide rows"
     figs = []
     if not args.ranks_only:
@@ -222,12 +259,15 @@ def main() -> int:
                    mem["seeds_per_s"], "features in memory (upper bound)"),
             Figure("train", f"{what}: SSD rows per epoch", "rows", d["tiers"]["ssd"]["rows"],
                    h["tiers"]["ssd"]["rows"], "hash placement", higher_is_better=False)]
-    figs.append(Figure(
-        "train", f"{what}: 2 trainers vs 1 (DDAK)", "seeds/s", two["seeds_per_s"], one["seeds_per_s"],
-        "1 trainer", target=">= 1.0x",
-        note=f"pair of the median ratio of {len(pairs)} (range {min(ratios):.2f}-{max(ratios):.2f}); 2 ranks on "
-             f"{os.cpu_count()} cores; per-step ms 1 rank: {split_text(one)}; 2 ranks: {split_text(two)}; {ceiling}; "
-             f"{load}"))
+    one = chosen["1 rank"]
+    for name, rs in ratios.items():
+        two = chosen[name]
+        figs.append(Figure(
+            "train", f"{what}: 2 trainers vs 1 (DDAK, {name.removeprefix('2 ranks ')} SSD reads)", "seeds/s",
+            two["seeds_per_s"], one["seeds_per_s"], "1 trainer", target=">= 1.0x",
+            note=f"round of the shared mode's median ratio of {len(rs)} (range {min(rs):.2f}-{max(rs):.2f}); 2 ranks "
+                 f"on {os.cpu_count()} cores; per-step ms 1 rank: {split_text(one)}; 2 ranks: {split_text(two)}; "
+                 f"{ceiling}; {load}"))
     write(args.json, "bench_train", figs, " ".join(sys.argv))
     return 0
 

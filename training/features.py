@@ -99,8 +99,9 @@ class StoreFeatures:
     def gather(self, ids: Tensor) -> Tensor:
         return self.store.gather(ids)
 
-    def gather_landing(self, ids: Tensor, dtype: torch.dtype | None = None) -> Gathered:
-        return self.store.gather_landing(ids, dtype=dtype)
+    def gather_landing(self, ids: Tensor, dtype: torch.dtype | None = None, *, node_shared: bool = False
+                       ) -> Gathered:
+        return self.store.gather_landing(ids, dtype=dtype, node_shared=node_shared)
 
     def totals(self) -> dict[str, tuple[int, int]]:
         return {k: (int(v["rows"]), int(v["bytes"])) for k, v in self.store.tier_stats().items()}

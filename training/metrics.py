@@ -61,7 +61,7 @@ class Sums:
     """Running sums of an epoch (saved in mid-epoch checkpoints)."""
 
     KEYS = ("seeds", "loss_sum", "correct", "sample_s", "gather_s", "compute_s", "allreduce_s", "io_wait_s",
-            "step_s", "prior_s")  # prior_s: time the epoch ran before the checkpoint it resumed from
+            "step_s", "prior_s", "share_wait_s")  # prior_s: time the epoch ran before the checkpoint it resumed from
 
     def __init__(self, state: dict | None = None) -> None:
         self.v: dict[str, float] = {k: 0.0 for k in self.KEYS}
@@ -80,8 +80,8 @@ def add_step(sums: Sums, rec: dict, tiers: dict[str, tuple[int, int]], loss_tota
     v["seeds"] += rec["seeds"]
     v["loss_sum"] += loss_total
     v["correct"] += hits
-    for k in ("sample_s", "gather_s", "compute_s", "allreduce_s", "io_wait_s", "step_s"):
-        v[k] += rec[k]
+    for k in ("sample_s", "gather_s", "compute_s", "allreduce_s", "io_wait_s", "step_s", "share_wait_s"):
+        v[k] += rec.get(k, 0.0)
     for k, (r, n) in tiers.items():
         acc = sums.tiers.setdefault(k, [0, 0])
         acc[0] += r
@@ -148,7 +148,8 @@ def epoch_record(epoch: int, steps: int, sums: Sums, epoch_s: float) -> dict:
     return {"kind": "epoch", "epoch": epoch, "steps": steps, "seeds": int(v["seeds"]), "epoch_s": epoch_s,
             "seeds_per_s": v["seeds"] / epoch_s if epoch_s > 0 else 0.0, "loss": v["loss_sum"] / seeds,
             "train_acc": v["correct"] / seeds, "io_wait_share": v["io_wait_s"] / epoch_s if epoch_s > 0 else 0.0,
-            **{k: v[k] for k in ("sample_s", "gather_s", "compute_s", "allreduce_s", "io_wait_s")},
+            **{k: v.get(k, 0.0) for k in ("sample_s", "gather_s", "compute_s", "allreduce_s", "io_wait_s",
+                                          "share_wait_s")},
             "tiers": {k: {"rows": r, "bytes": n} for k, (r, n) in sums.tiers.items()}}
 
 

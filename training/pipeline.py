@@ -50,6 +50,8 @@ class Prepared:
     gather_s: float
     tiers: dict[str, tuple[int, int]]
     landings: tuple[Landing | None, ...] = ()
+    #: seconds the gather waited for the node's other ranks to read their share of its SSD pages
+    share_wait_s: float = 0.0
 
     def wait(self) -> Prepared:
         for landing in self.landings:
@@ -155,17 +157,26 @@ class Lookups:
     indptr_dev: Tensor | None = None
 
 
-def preparer(features: FeatureSource, lookups: Lookups, normalize: bool
+def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *, node_shared: bool = False
              ) -> Callable[[SampledBatch, float], Prepared]:
-    """A batch's preparation: its rows gathered (float32, on the device), labels and degrees looked up."""
+    """A batch's preparation: its rows gathered (float32, on the device), labels and degrees looked up.
+
+    ``node_shared``: the training steps' preparation, whose SSD reads the
+    store shares with the node's other ranks (:mod:`training.nodereads`);
+    every rank of the node must then prepare the same number of batches.
+    """
     transfer = features.transfer
+    shared = getattr(getattr(features, "store", None), "node_shared_reads", None) if node_shared else None
+    extra = {"node_shared": True} if shared is not None else {}
 
     def prepare(b: SampledBatch, sample_s: float) -> Prepared:
         t0 = time.perf_counter()
         before = features.totals()
-        gathered = features.gather_landing(b.n_id, dtype=torch.float32)  # cast on the device, after the copy
+        waited = shared.wait_s if shared is not None else 0.0
+        gathered = features.gather_landing(b.n_id, dtype=torch.float32, **extra)  # cast on the device, after the copy
         after = features.totals()
         gather_s = time.perf_counter() - t0
+        waited = shared.wait_s - waited if shared is not None else 0.0
         with transfer.batch() as tb:
             x = tb.keep(gathered.rows)
             if normalize:  # row-normalised features (Kipf & Welling's preprocessing), per gathered row
@@ -184,7 +195,7 @@ def preparer(features: FeatureSource, lookups: Lookups, normalize: bool
             edge_index = _up(tb, b.edge_index, "edges")
         tiers = {k: (r - before.get(k, (0, 0))[0], n - before.get(k, (0, 0))[1]) for k, (r, n) in after.items()}
         batch = SampledBatch(b.n_id, b.batch_size, edge_index, b.num_sampled_nodes, b.num_sampled_edges)
-        return Prepared(batch, x, y, deg, sample_s, gather_s, tiers, (gathered.landing, tb.landing))
+        return Prepared(batch, x, y, deg, sample_s, gather_s, tiers, (gathered.landing, tb.landing), waited)
 
     return prepare
 

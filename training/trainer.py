@@ -99,6 +99,7 @@ from training.features import (
 from training.hostmem import keep_freed_host_memory
 from training.metrics import JsonlWriter, Predictor, Sums, add_step, epoch_record, moved_since
 from training.models import build_model
+from training.nodereads import setup_node_shared_reads, ssd_reads
 from training.pipeline import Prefetcher, Prepared, csr_on, open_source, preparer, sampling
 from training.sampler import NeighborSampler, SampledBatch
 
@@ -126,6 +127,8 @@ class TrainConfig:
     stops with an error. ``exchange``, ``remote_cache`` (bytes; 0 = none),
     ``remote_cache_dir`` (an SSD directory for it instead of host memory): a
     placement sharded across nodes (see :mod:`training.sharded`).
+    ``node_shared_reads``: the ranks of a node read each SSD page of a training
+    step once, for all of them (:mod:`training.nodereads`; where it applies).
     """
 
     dataset: str
@@ -161,6 +164,7 @@ class TrainConfig:
     exchange: str = "alltoall"
     remote_cache: int = 0
     remote_cache_dir: str | None = None
+    node_shared_reads: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
@@ -287,6 +291,8 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
         sample_dev, sample_why, lookups = sampling(config, ds, labels, memory)
         csr = csr_on(ds, sample_dev)
         source = open_source(config, train_idx, world, csr)
+        shared = setup_node_shared_reads(config.node_shared_reads, world, features, source.steps(0),
+                                         config.timeout_s)
         model, params, optimizer = _model(config, features.dim, ds.num_classes, world.device)
         ckpt_path = checkpoint_path(config.checkpoint_dir, config.resume)
         resumed = None
@@ -296,10 +302,12 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
                 metrics_file.rewind(resumed.epoch, resumed.step)
         ddp = data_parallel(model, world)  # after a resume: DDP starts every rank from rank 0's state
         run = _Run(config, ds, world, features, model, ddp, params, optimizer,
-                   preparer(features, lookups, config.normalize_features), source, source.steps(0),
-                   int(train_idx.shape[0]), ckpt_path, emit, predictor,
-                   NeighborSampler(*csr, config.eval_fanouts or config.fanouts, seed=config.seed))
+                   preparer(features, lookups, config.normalize_features, node_shared=shared.on), source,
+                   source.steps(0), int(train_idx.shape[0]), ckpt_path, emit, predictor,
+                   NeighborSampler(*csr, config.eval_fanouts or config.fanouts, seed=config.seed),
+                   preparer(features, lookups, config.normalize_features))  # evaluation reads privately
         start = run.start_record(resumed, "server" if config.server else str(sample_dev), sample_why)
+        start["node_shared_reads"] = shared.to_dict()
         # batches free and reallocate the same large host tensors every step (training.hostmem)
         start["host_malloc"] = keep_freed_host_memory()
         emit(start)
@@ -374,6 +382,7 @@ class _Run:
     emit: Callable[[dict], None]
     predictor: Predictor | None
     eval_sampler: NeighborSampler
+    eval_prepare: Callable[[SampledBatch, float], Prepared]
 
     def start_record(self, resumed: Resumed | None, sampled_on: str, why: str) -> dict:
         features, store = self.features, getattr(self.features, "store", None)
@@ -406,6 +415,7 @@ class _Run:
         prior_s = sums.v["prior_s"]
         t_epoch, cpu_epoch = time.perf_counter(), time.process_time()
         moved = self.features.transfer.counts()
+        disk = ssd_reads(self.features)
         if self.predictor is not None:
             self.predictor.start()
         pre = Prefetcher(self.source.batches(epoch, first), self.prepare, config.prefetch, self.features.transfer)
@@ -428,6 +438,7 @@ class _Run:
         if self.predictor is not None:
             rec["prediction"] = self.predictor.finish(epoch, self.steps - first).to_dict()
         rec["transfers"] = moved_since(moved, self.features.transfer.counts())
+        rec.update(ssd_reads(self.features, disk))
         self.epoch_end(epoch, rec)
         self.checkpoint(epoch + 1, 0, None)
         self.emit(rec)
@@ -442,7 +453,7 @@ class _Run:
                 idx = getattr(self.ds, f"{split}_idx")
                 if idx is not None and len(idx):
                     rec[f"{split}_acc"] = _evaluate(self.model, np.asarray(idx, np.int64), self.eval_sampler,
-                                                    self.prepare, world, config, self.features.transfer)
+                                                    self.eval_prepare, world, config, self.features.transfer)
             rec["eval_s"] = time.perf_counter() - t_eval
         if world.size > 1:
             rec["param_spread"] = param_spread(self.params, world, epoch)
@@ -497,7 +508,7 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
     # compute_s holds the gradients' all-reduce too (overlapped with backward); allreduce_s the loss and hits
     rec = {"seeds": global_bs, "loss": loss_total / global_bs, "train_acc": hits / global_bs,
            "sample_s": item.sample_s, "gather_s": item.gather_s, "compute_s": (t2 - t1) + (t4 - t3),
-           "allreduce_s": t3 - t2, "io_wait_s": waited, "step_s": t4 - t0,
+           "allreduce_s": t3 - t2, "io_wait_s": waited, "step_s": t4 - t0, "share_wait_s": item.share_wait_s,
            "tiers": {k: {"rows": r, "bytes": n} for k, (r, n) in item.tiers.items()}}
     rec["seeds_per_s"] = global_bs / rec["step_s"] if rec["step_s"] > 0 else 0.0
     add_step(sums, rec, item.tiers, loss_total, hits)
