@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from moment.cli import main
 from tests.conftest import graph_fixture
 from training.data import open_dataset
 from training.importers.planetoid import import_planetoid
-from training.prediction import TierRate, pages_per_row, predict_epoch, rates_from_capacities
+from training.prediction import (
+    TierRate,
+    pages_per_row,
+    predict_epoch,
+    rates_from_capacities,
+    ssd_requests,
+)
 
 
 def test_prediction_per_tier_from_shares_rates_and_the_epochs_demand():
@@ -31,6 +39,40 @@ def test_prediction_per_tier_from_shares_rates_and_the_epochs_demand():
     r = predict_epoch(0, {"ssd": 1.0}, {"ssd": measured["ssd"]}, row_bytes=512, rates={})
     assert r.predicted_io_s is None and r.io_error is None and r.to_dict()["tiers"][0]["error"] is None
     assert [pages_per_row(b) for b in (4, 2048, 2049, 4096, 4097)] == [1, 1, 1, 1, 2]
+
+
+def _ssd_s(rows: int, row_bytes: int, bins, readers: int, shared: bool, steps: int = 4) -> float:
+    m = {"ssd": {"rows": rows, "bytes": rows * row_bytes, "requests": 0, "seconds": 1.0}}
+    rates = {"ssd": TierRate(iops=50_000.0, bytes_per_s=None, source="fio")}
+    return predict_epoch(0, {"ssd": 1.0}, m, row_bytes=row_bytes, rates=rates, steps=steps, ssd_bins=bins,
+                         readers=readers, shared=shared).predicted_io_s
+
+
+def test_ranks_of_a_node_share_the_ssds_time():
+    # 1 KiB rows, 4 to a page: the figures of tools/bench_train.py's graph, one epoch of one rank
+    bins = [(0.125, 400_000)] * 8
+    one = _ssd_s(250_000, 1024, bins, 1, False, steps=10)
+    assert one == pytest.approx(ssd_requests(250_000, 10, bins, 1024) / 50_000)
+    # private reads: the disk serves both ranks' requests while this one's run
+    assert _ssd_s(250_000, 1024, bins, 2, False, steps=10) == pytest.approx(2 * one)
+    # shared: the union of both ranks' rows, read once: more than one rank's, less than both
+    both = _ssd_s(250_000, 1024, bins, 2, True, steps=10)
+    assert one < both < 2 * one
+    assert both == pytest.approx(ssd_requests(500_000, 10, bins, 1024) / 50_000)
+    # sharing alone with nobody changes nothing
+    assert _ssd_s(250_000, 1024, bins, 1, True, steps=10) == pytest.approx(one)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.integers(1, 200_000), bin_rows=st.integers(1, 2_000_000), readers=st.integers(1, 8),
+       row_bytes=st.sampled_from([256, 1024, 4096, 6000, 8192]))
+def test_shared_reads_never_predict_more_than_private_ones(rows, bin_rows, readers, row_bytes):
+    bins = [(1.0, bin_rows)]
+    private = _ssd_s(rows, row_bytes, bins, readers, False)
+    shared = _ssd_s(rows, row_bytes, bins, readers, True)
+    # (not bounded below by one rank's: the union's pages may join into fewer, longer reads)
+    assert shared <= private * (1 + 1e-9)
+    assert private == pytest.approx(readers * _ssd_s(rows, row_bytes, bins, 1, False))
 
 
 def test_rates_from_a_capacities_file(tmp_path):

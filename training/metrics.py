@@ -105,7 +105,13 @@ class Predictor:
                  ssd_bins: list[tuple[float, int]]) -> None:
         self.store, self.shares, self.row_bytes, self.rates = store, shares, row_bytes, rates
         self.ssd_bins = ssd_bins
+        self.readers, self.shared = 1, False
         self._before: dict[str, dict[str, float]] = {}
+
+    def node(self, readers: int, shared: bool) -> None:
+        """The ranks of this node reading the same SSDs at the same time, and whether they share pages
+        (:func:`training.prediction.predict_epoch`)."""
+        self.readers, self.shared = max(1, int(readers)), bool(shared)
 
     @classmethod
     def for_run(cls, config: Any, features: Any, ds: Any) -> Predictor | None:
@@ -139,7 +145,7 @@ class Predictor:
         keys = ("rows", "bytes", "requests", "seconds")
         measured = {t: {k: v[k] - self._before.get(t, {}).get(k, 0) for k in keys} for t, v in now.items()}
         return predict_epoch(epoch, self.shares, measured, row_bytes=self.row_bytes, rates=self.rates,
-                             steps=steps, ssd_bins=self.ssd_bins)
+                             steps=steps, ssd_bins=self.ssd_bins, readers=self.readers, shared=self.shared)
 
 
 def epoch_record(epoch: int, steps: int, sums: Sums, epoch_s: float) -> dict:

@@ -212,7 +212,8 @@ def ssd_requests(rows_per_epoch: float, steps: int, bins: Sequence[tuple[float, 
 
 def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str, Mapping[str, float]], *,
                   row_bytes: int, rates: Mapping[str, TierRate], steps: int | None = None,
-                  ssd_bins: Sequence[tuple[float, int]] = ()) -> EpochPrediction:
+                  ssd_bins: Sequence[tuple[float, int]] = (), readers: int = 1,
+                  shared: bool = False) -> EpochPrediction:
     """Predicted against measured figures of one epoch.
 
     ``shares``: expected share of the reads per tier; ``measured``: per tier
@@ -220,6 +221,20 @@ def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str
     over the epoch); ``rates``: what each tier delivers. The demand is the
     bytes the epoch read over all tiers. ``steps`` and ``ssd_bins`` (``(share, rows)`` per SSD bin)
     give the SSD's requests (:func:`ssd_requests`); without them every row costs its pages.
+
+    ``readers``: the ranks of this node that read the same SSDs as this one, each
+    its own batches of the same size, at the same time (data-parallel steps run in
+    lock-step). The SSDs serve all of them while this rank's reads run, so the SSD
+    time predicted is the node's requests over the rate: ``readers`` times this
+    rank's, or, with ``shared`` (node-shared reads: each page of a step read once
+    for the node, split between the ranks), the requests of the union of their rows.
+
+    >>> bins = [(1.0, 100_000)]
+    >>> m = {"ssd": {"rows": 2000, "bytes": 2000 * 1024, "requests": 0, "seconds": 1.0}}
+    >>> r = {"ssd": TierRate(iops=1000.0, bytes_per_s=None, source="fio")}
+    >>> [round(predict_epoch(0, {"ssd": 1.0}, m, row_bytes=1024, rates=r, steps=1, ssd_bins=bins,
+    ...                      readers=k, shared=sh).predicted_io_s, 3) for k, sh in ((1, False), (2, False), (2, True))]
+    [1.774, 3.549, 3.15]
     """
     total = sum(float(m.get("bytes", 0.0)) for m in measured.values())
     total_rows = sum(float(m.get("rows", 0.0)) for m in measured.values())
@@ -231,10 +246,13 @@ def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str
         rate = rates.get(tier)
         pred_s = None
         if rate is not None:
+            k = max(1, int(readers))
             if tier == "ssd" and rate.iops and steps and ssd_bins:
-                pred_s = ssd_requests(total_rows, steps, ssd_bins, row_bytes) / rate.iops
-            elif tier == "ssd" and rate.iops:
-                pred_s = nbytes / row_bytes * pages_per_row(row_bytes) / rate.iops
+                node = (ssd_requests(k * total_rows, steps, ssd_bins, row_bytes) if shared and k > 1
+                        else k * ssd_requests(total_rows, steps, ssd_bins, row_bytes))
+                pred_s = node / rate.iops
+            elif tier == "ssd" and rate.iops:  # without the bins, shared reads save nothing that is known
+                pred_s = k * nbytes / row_bytes * pages_per_row(row_bytes) / rate.iops
             elif rate.bytes_per_s:
                 pred_s = nbytes / rate.bytes_per_s
         secs = m.get("seconds")

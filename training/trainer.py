@@ -293,6 +293,8 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
         source = open_source(config, train_idx, world, csr)
         shared = setup_node_shared_reads(config.node_shared_reads, world, features, source.steps(0),
                                          config.timeout_s)
+        if predictor is not None:  # the node's other ranks read the same SSDs in the same steps
+            predictor.node(shared.ranks if shared.on else world.local_size, shared.on)
         model, params, optimizer = _model(config, features.dim, ds.num_classes, world.device)
         ckpt_path = checkpoint_path(config.checkpoint_dir, config.resume)
         resumed = None
