@@ -92,7 +92,8 @@ def raw(args: argparse.Namespace) -> list[Figure]:
                                     f"median of {len(runs)} runs", "k IOPS", mid.ours_iops / 1e3,
                               mid.fio_iops / 1e3, mid.fio_engine, target="ratio >= 0.95" if engine == "uring"
                               else "ratio >= 0.90",
-                              note=f"ratios {ratios[0]:.2f}..{ratios[-1]:.2f} ({order_note}); {load0} before, {load1} after; "
+                              note=f"median of the ratios {med:.2f} (the row: the run nearest to it); ratios "
+                                   f"{ratios[0]:.2f}..{ratios[-1]:.2f} ({order_note}); {load0} before, {load1} after; "
                                    f"read buffers {_mib(res.buffer_bytes)}"))
     print(f"{load0} before, {load1} after; read buffers {_mib(res.buffer_bytes)}, "
           f"peak RSS {_mib(res.peak_rss_bytes)}")

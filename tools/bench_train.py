@@ -81,6 +81,15 @@ def split_text(ep: dict) -> str:
     return ", ".join(f"{k} {v:.0f}" for k, v in ep["split_ms"].items())
 
 
+def prediction_text(ep: dict) -> str:
+    """Rank 0's SSD read time of the epoch, the plan's prediction against what it measured ("" without one)."""
+    p = ep.get("prediction") or {}
+    if p.get("predicted_io_s") is None or not p.get("measured_io_s"):
+        return ""
+    return (f"SSD reads predicted {p['predicted_io_s']:.2f} s, measured {p['measured_io_s']:.2f} s "
+            f"({p['io_error']:+.0%})")
+
+
 def prepare(args, base: Path, nodes: int, row: int) -> Path:
     """The graph and its DDAK and hash placements under ``base`` (reused when an earlier run made them)."""
     cpu_cache = nodes * row // 4 // 2  # features = 4 x the CPU cache (2 NUMA nodes on Machine B)
@@ -173,6 +182,8 @@ def train(args, base: Path, g: Path, placement: str | None, ranks: int, tag: str
     m = base / f"metrics-{tag}.jsonl"
     m.unlink(missing_ok=True)
     extra = ["--placement", str(base / placement)] if placement else []
+    if args.capacities:
+        extra += ["--capacities", str(args.capacities)]
     moment("train", "--dataset", str(g), *extra, "--model", "sage", "--fanouts", "25,10", "--batch-size",
            str(args.batch_size), "--epochs", str(args.epochs), "--eval-every", "0", "--metrics", str(m), *more,
            torchrun=ranks)
@@ -192,6 +203,8 @@ def main() -> int:
     ap.add_argument("--ranks-only", action="store_true", help="only the 2-trainers-vs-1 rounds")
     ap.add_argument("--dir", help="work directory on the SSD, kept and reused (default: a temporary one)")
     ap.add_argument("--quick", action="store_true", help="a small graph (20000 nodes, 256-wide rows)")
+    ap.add_argument("--capacities", type=Path,
+                    help="a `moment profile` file of this disk: each run's SSD read time, predicted against measured")
     ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
     args = ap.parse_args()
     if args.quick:  # a smoke run: at this size a batch's neighbourhood covers most of the graph
@@ -217,7 +230,7 @@ def main() -> int:
             print(f"round {r + 1}: " + "; ".join(
                 f"{name} {x['seeds_per_s']:.0f} seeds/s ({split_text(x)} ms/step"
                 + (f", waited for the other rank {x.get('share_wait_s', 0.0):.2f} s" if "shared" in name else "")
-                + ")" + (f" {x['seeds_per_s'] / one['seeds_per_s']:.2f}x" if name != "1 rank" else "")
+                + (f"; {prediction_text(x)}" if prediction_text(x) else "") + ")" + (f" {x['seeds_per_s'] / one['seeds_per_s']:.2f}x" if name != "1 rank" else "")
                 for name, x in runs.items()) + f"; load {os.getloadavg()[0]:.2f}", flush=True)
         work = disk_work(args, g, base / "place-ddak", args.epochs - 1)
     finally:
@@ -237,6 +250,11 @@ def main() -> int:
     load = f"load {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after"
     print(f"\nper-step split, ms (rank 0; {', '.join(SPLIT)}):\n"
           + "\n".join(f"  {name + ':':17}{split_text(chosen[name])}" for name, _, _ in MODES))
+    for name, _, _ in MODES:
+        errs = [x[name]["prediction"]["io_error"] for x in rounds if prediction_text(x[name])]
+        if errs:
+            print(f"{name}: the plan's SSD read time / measured - 1, rank 0, per round: "
+                  + ", ".join(f"{e:+.0%}" for e in errs))
     p1, r1 = work["1 rank"]
     ceiling = "disk work of the measured epoch, both ranks together / 1 rank: " + "; ".join(
         f"{name} {p:,} / {p1:,} SSD pages ({p / p1:.2f}x), {r:,} / {r1:,} read requests ({r / r1:.2f}x)"
@@ -267,7 +285,8 @@ def main() -> int:
             two["seeds_per_s"], one["seeds_per_s"], "1 trainer", target=">= 1.0x",
             note=f"round of the shared mode's median ratio of {len(rs)} (range {min(rs):.2f}-{max(rs):.2f}); 2 ranks "
                  f"on {os.cpu_count()} cores; per-step ms 1 rank: {split_text(one)}; 2 ranks: {split_text(two)}; "
-                 f"{ceiling}; {load}"))
+                 + (f"1 rank {prediction_text(one)}; 2 ranks {prediction_text(two)}; " if prediction_text(two) else "")
+                 + f"{ceiling}; {load}"))
     write(args.json, "bench_train", figs, " ".join(sys.argv))
     return 0
 
