@@ -60,13 +60,9 @@ def register(subparsers) -> None:
     caches.add_argument("--gpu-cache", required=True, metavar="SIZE",
                         help="feature cache per GPU, e.g. 8GiB (0: none)")
     caches.add_argument("--cpu-cache", required=True, metavar="SIZE",
-                        help="feature cache per host memory (NUMA node), e.g. 64GiB (0: none), or auto: the "
-                             "memory this job may use (cgroup limit or MemAvailable, or --memory-limit) less "
-                             "what training needs for this dataset, --batch-size and --fanouts, split over the "
-                             "plan's NUMA nodes")
-    caches.add_argument("--memory-limit", metavar="SIZE",
-                        help="with --cpu-cache auto: the memory training may use, e.g. 64GiB, instead of this "
-                             "machine's (to place on one machine for another)")
+                        help="feature cache per host memory (NUMA node), e.g. 64GiB (0: none), or auto: the job's "
+                             "memory (cgroup limit, MemAvailable) less what training needs, over the NUMA nodes")
+    caches.add_argument("--memory-limit", metavar="SIZE", help="--cpu-cache auto: size for this memory instead")
     caches.add_argument("--gpu-cache-mode", choices=("replicate", "partition"), default="replicate",
                         help="replicate the hottest rows on every GPU (default), or partition the GPU "
                              "caches across GPUs joined by NVLink")

@@ -165,8 +165,7 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
     warn : callable, optional
         Called with each warning as it arises (default: this module's logger).
     cpu_cache_sizing : CacheSizing, optional
-        How ``cpu_cache_bytes`` was chosen (``moment place --cpu-cache auto``,
-        :func:`training.memplan.size_cpu_cache`); recorded in ``place.json``.
+        How ``cpu_cache_bytes`` was chosen (:func:`training.memplan.size_cpu_cache`), for ``place.json``.
 
     Returns
     -------
