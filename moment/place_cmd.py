@@ -60,7 +60,9 @@ def register(subparsers) -> None:
     caches.add_argument("--gpu-cache", required=True, metavar="SIZE",
                         help="feature cache per GPU, e.g. 8GiB (0: none)")
     caches.add_argument("--cpu-cache", required=True, metavar="SIZE",
-                        help="feature cache per host memory (NUMA node), e.g. 64GiB (0: none)")
+                        help="feature cache per host memory (NUMA node), e.g. 64GiB (0: none), or auto: the job's "
+                             "memory (cgroup limit, MemAvailable) less what training needs, over the NUMA nodes")
+    caches.add_argument("--memory-limit", metavar="SIZE", help="--cpu-cache auto: size for this memory instead")
     caches.add_argument("--gpu-cache-mode", choices=("replicate", "partition"), default="replicate",
                         help="replicate the hottest rows on every GPU (default), or partition the GPU "
                              "caches across GPUs joined by NVLink")
@@ -163,7 +165,12 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
 
     check_node_args(args)
     gpu_bytes = _size(args.gpu_cache, "--gpu-cache")
-    cpu_bytes = _size(args.cpu_cache, "--cpu-cache")
+    auto = args.cpu_cache.strip().lower() == "auto"
+    cpu_bytes = 0 if auto else _size(args.cpu_cache, "--cpu-cache")
+    memory_limit = _size(args.memory_limit, "--memory-limit") if args.memory_limit is not None else None
+    if memory_limit is not None and not auto:
+        raise PlannerError(f"--memory-limit {args.memory_limit}: sizes --cpu-cache auto only; pass --cpu-cache auto "
+                           "or drop --memory-limit")
     if args.pool is not None and args.pool < 1:
         raise PlannerError(f"--pool {args.pool}: expected at least 1")
     if args.batch_size < 1:
@@ -175,13 +182,19 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     spec = HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                        epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed)
     handoff, plan_notes = _handoff(args)  # a bad plan or machine fails before any work
+    sizing = _auto_cpu_cache(args, handoff, memory_limit) if auto else None
+    if sizing is not None:
+        cpu_bytes = sizing.per_node_bytes
+        if not args.json:
+            _print_sizing(sizing)
     with Bars(quiet=args.json) as bars:
         placed = place_dataset(args.dataset, handoff, out, gpu_cache_bytes=gpu_bytes, cpu_cache_bytes=cpu_bytes,
                                ssd_dirs=args.ssd, gpu_mode=args.gpu_cache_mode, feature_dtype=args.feature_dtype,
                                hotness=spec, hotness_dir=args.hotness_dir, recompute_hotness=args.recompute_hotness,
                                strategy=args.strategy, pool=args.pool, seed=args.seed, nodes=args.nodes,
                                replicas=args.replicas, hot_rows=args.hot_rows, force=args.force,
-                               in_place=args.in_place, plan_notes=plan_notes, progress=bars, warn=_warn)
+                               in_place=args.in_place, plan_notes=plan_notes, progress=bars, warn=_warn,
+                               cpu_cache_sizing=sizing)
     if placed.sharded is not None:
         return print_nodes(args, placed.sharded, placed.dataset, placed.hotness, placed.targets)
     if args.json:
@@ -192,6 +205,45 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     for note in placed.plan_notes:
         console.print(f"[yellow]plan:[/yellow] {note}", markup=True)
     return 0
+
+
+def _auto_cpu_cache(args: argparse.Namespace, handoff, memory_limit: int | None):
+    """``--cpu-cache auto``: the memory this job may use, less training's reserve, per NUMA node of the plan."""
+    from iostack.codec import stored_row_bytes
+    from training.data import open_dataset
+    from training.memplan import GraphSizes, available_memory, size_cpu_cache, training_reserve
+
+    ds = open_dataset(args.dataset)
+    if ds.features is None:
+        raise PlannerError(f"--dataset {args.dataset}: has no features to place; import it with features")
+    dim = int(ds.features.shape[1])
+    row = stored_row_bytes(args.feature_dtype, dim) if args.feature_dtype else ds.row_bytes
+    g = GraphSizes.of(ds, stored_row_bytes=row)
+    reserve = training_reserve(g, batch_size=args.batch_size, fanouts=parse_fanouts(args.fanouts))
+    numa = max(1, len(handoff.targets.of_kind("cpu")))
+    return size_cpu_cache(available_memory(memory_limit), reserve, numa_nodes=numa, row_bytes=row,
+                          feature_bytes=g.feature_bytes)
+
+
+def _print_sizing(sizing) -> None:
+    """The sizing of ``--cpu-cache auto`` as a small table, before the placement's own."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from planner.capacities import format_size
+
+    t = Table(title="--cpu-cache auto", title_justify="left", show_header=False)
+    t.add_column("what")
+    t.add_column("bytes", justify="right")
+    t.add_row(f"memory limit ({sizing.limit.source})", format_size(sizing.limit.bytes))
+    for name, nbytes in sizing.reserve.items():
+        t.add_row(f"  - {name.replace('_', ' ')}", format_size(nbytes))
+    t.add_row("left for the cache", format_size(max(0, sizing.limit.bytes - sizing.reserve.total_bytes)))
+    t.add_row(f"cache per NUMA node (× {sizing.numa_nodes})"
+              + (", capped at the features" if sizing.capped else ""),
+              f"{format_size(sizing.per_node_bytes)} ({sizing.per_node_bytes // sizing.row_bytes:,} rows)")
+    console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+    console.print(t)
 
 
 def _warn(note: str) -> None:

@@ -34,6 +34,7 @@ from planner.handoff import PlanHandoff, PlanTargets
 from planner.progress import Progress, report
 from training.data import Dataset, fingerprint, open_dataset
 from training.hotness import Hotness, HotnessSpec, get_hotness
+from training.memplan import CacheSizing
 from training.placing import (
     PlaceResult,
     PlacingError,
@@ -128,7 +129,8 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
                   recompute_hotness: bool = False, strategy: str = "ddak", pool: int | None = None, seed: int = 0,
                   nodes: int = 1, replicas: int = 1, hot_rows: float = 0.05, force: bool = False,
                   in_place: bool = False, plan_notes: Sequence[str] = (), progress: Progress | None = None,
-                  warn: Callable[[str], None] | None = None) -> PlacedDataset:
+                  warn: Callable[[str], None] | None = None, cpu_cache_sizing: CacheSizing | None = None
+                  ) -> PlacedDataset:
     """Place ``dataset``'s feature rows for ``handoff``'s plan and write the placement to ``out``.
 
     Parameters
@@ -162,6 +164,8 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
         Called as the hotness, DDAK and the bin files advance (:mod:`planner.progress`).
     warn : callable, optional
         Called with each warning as it arises (default: this module's logger).
+    cpu_cache_sizing : CacheSizing, optional
+        How ``cpu_cache_bytes`` was chosen (:func:`training.memplan.size_cpu_cache`), for ``place.json``.
 
     Returns
     -------
@@ -193,7 +197,8 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
                                            cpu_rows=cpu_cache_bytes // row_bytes, gpu_mode=gpu_mode)
     job = _Job(ds, hot, targets, out, list(ssd_dirs), gpu_cache_bytes, cpu_cache_bytes, gpu_mode, strategy, pool,
                seed, progress, warn if warn is not None else log.warning,
-               plan_notes=(*plan_notes, *([resolved] if resolved else [])), in_place_shift=shift)
+               plan_notes=(*plan_notes, *([resolved] if resolved else [])), in_place_shift=shift,
+               cpu_cache_sizing=cpu_cache_sizing)
     if nodes > 1:
         return _place_nodes(job, nodes, replicas, hot_rows)
     return _place_one(job, row_bytes, codec, force)
@@ -251,6 +256,7 @@ class _Job:
     warnings: tuple[str, ...] = ()
     #: rows the feature file's header takes when it is the SSD bin itself (``in_place``), else None
     in_place_shift: int | None = None
+    cpu_cache_sizing: CacheSizing | None = None
 
     def warn_ssd(self) -> None:
         self.warnings = tuple(ssd_warnings(self.ssd_dirs))
@@ -266,7 +272,9 @@ def _report_head(job: _Job) -> dict[str, Any]:
             "plan": targets.source, "machine": targets.machine,
             "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
                         "epochs_covered": hot.epochs_covered},
-            "gpu_cache_bytes": gpu_bytes, "cpu_cache_bytes": cpu_bytes, "gpu_cache_mode": gpu_mode}
+            "gpu_cache_bytes": gpu_bytes, "cpu_cache_bytes": cpu_bytes, "gpu_cache_mode": gpu_mode,
+            # how --cpu-cache auto chose cpu_cache_bytes (None: given as a size)
+            "cpu_cache_sizing": job.cpu_cache_sizing.to_dict() if job.cpu_cache_sizing is not None else None}
 
 
 def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedDataset:

@@ -91,6 +91,7 @@ from training.features import (
     FeatureSource,
     MemoryFeatures,
     StoreFeatures,
+    check_host_memory,
     feature_dtype_of,
     open_features,
     open_store,
@@ -286,6 +287,9 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
     features: FeatureSource | None = None
     source: BatchSource | None = None
     try:
+        # before the caches fill: will they and training fit in the memory there is? (a warning, never a refusal)
+        memory_note = check_host_memory(config, ds, gpu_bins_on_host=world.device.type == "cpu",
+                                        ranks=world.local_size) if world.rank == 0 else None
         features = _open_run_features(config, ds, world, memory)
         predictor = Predictor.for_run(config, features, ds)
         sample_dev, sample_why, lookups = sampling(config, ds, labels, memory)
@@ -310,6 +314,7 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
                    preparer(features, lookups, config.normalize_features))  # evaluation reads privately
         start = run.start_record(resumed, "server" if config.server else str(sample_dev), sample_why)
         start["node_shared_reads"] = shared.to_dict()
+        start["memory_check"] = memory_note
         # batches free and reallocate the same large host tensors every step (training.hostmem)
         start["host_malloc"] = keep_freed_host_memory()
         emit(start)
