@@ -293,10 +293,17 @@ class NodeSharedReads:
             self._segs[i] = None
 
 
-def page_units(rows: np.ndarray, rows_per_page: int) -> int:
-    """Distinct page extents of ``rows`` (pages of packed rows; rows themselves when a row is a page or more)."""
-    r = np.asarray(rows, np.int64)
-    return int(np.unique(r // max(1, rows_per_page)).size) if r.size else 0
+def page_units(distinct_rows: np.ndarray, rows_per_page: int) -> int:
+    """Distinct page extents of sorted, distinct ``distinct_rows`` (pages of packed rows; rows themselves
+    when a row is a page or more). Sorted input: counted without a second sort.
+
+    >>> page_units(np.array([0, 1, 5, 8, 9]), 4), page_units(np.array([0, 1, 5]), 1)
+    (3, 3)
+    """
+    r = np.asarray(distinct_rows, np.int64)
+    if r.size == 0 or rows_per_page <= 1:
+        return int(r.size)
+    return int(np.count_nonzero(np.diff(r // rows_per_page))) + 1
 
 
 def pages_per_unit(row_bytes: int, rows_per_page: int) -> int:

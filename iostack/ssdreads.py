@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from iostack.nodeshare import NodeExchange, NodeSharedReads, SharedStep, pages_per_unit
+from iostack.nodeshare import NodeExchange, NodeSharedReads, SharedStep, page_units, pages_per_unit
 
 
 class SsdReads:
@@ -82,9 +82,9 @@ class SsdReads:
         requests = self.backend.read_rows(self._handles[b], r, out, pos)
         info = self._handles[b].info
         distinct = np.unique(rows)
-        units = distinct.size if info.rows_per_page == 1 else np.unique(distinct // info.rows_per_page).size
         self._counters[b].add(c, c * self.row_bytes, requests, time.perf_counter() - t0, read_rows=int(distinct.size),
-                              pages=int(units) * pages_per_unit(info.row_bytes, info.rows_per_page))
+                              pages=page_units(distinct, info.rows_per_page)
+                              * pages_per_unit(info.row_bytes, info.rows_per_page))
 
 
 __all__ = ["SsdReads"]

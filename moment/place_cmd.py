@@ -182,7 +182,14 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     spec = HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                        epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed)
     handoff, plan_notes = _handoff(args)  # a bad plan or machine fails before any work
-    sizing = _auto_cpu_cache(args, handoff, memory_limit) if auto else None
+    sizing = None
+    if auto:
+        from training.data import open_dataset
+        from training.memplan import cpu_cache_for
+
+        sizing = cpu_cache_for(open_dataset(args.dataset), len(handoff.targets.of_kind("cpu")),
+                               batch_size=args.batch_size, fanouts=parse_fanouts(args.fanouts),
+                               feature_dtype=args.feature_dtype, memory_limit=memory_limit)
     if sizing is not None:
         cpu_bytes = sizing.per_node_bytes
         if not args.json:
@@ -205,24 +212,6 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     for note in placed.plan_notes:
         console.print(f"[yellow]plan:[/yellow] {note}", markup=True)
     return 0
-
-
-def _auto_cpu_cache(args: argparse.Namespace, handoff, memory_limit: int | None):
-    """``--cpu-cache auto``: the memory this job may use, less training's reserve, per NUMA node of the plan."""
-    from iostack.codec import stored_row_bytes
-    from training.data import open_dataset
-    from training.memplan import GraphSizes, available_memory, size_cpu_cache, training_reserve
-
-    ds = open_dataset(args.dataset)
-    if ds.features is None:
-        raise PlannerError(f"--dataset {args.dataset}: has no features to place; import it with features")
-    dim = int(ds.features.shape[1])
-    row = stored_row_bytes(args.feature_dtype, dim) if args.feature_dtype else ds.row_bytes
-    g = GraphSizes.of(ds, stored_row_bytes=row)
-    reserve = training_reserve(g, batch_size=args.batch_size, fanouts=parse_fanouts(args.fanouts))
-    numa = max(1, len(handoff.targets.of_kind("cpu")))
-    return size_cpu_cache(available_memory(memory_limit), reserve, numa_nodes=numa, row_bytes=row,
-                          feature_bytes=g.feature_bytes)
 
 
 def _print_sizing(sizing) -> None:

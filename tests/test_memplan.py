@@ -146,15 +146,15 @@ def test_train_warns_when_the_cache_and_the_reserve_exceed_the_memory(graph, tmp
     train = ["train", "--dataset", str(graph), "--placement", str(tmp_path / "p"), "--fanouts", "5,5",
              "--hidden", "8", "--batch-size", "64", "--metrics", str(tmp_path / "m.jsonl")]
     monkeypatch.setenv(MEMORY_LIMIT_ENV, "200MiB")
-    with caplog.at_level(logging.WARNING, logger="training.features"):
+    with caplog.at_level(logging.WARNING, logger="training.memplan"):
         assert main(train) == 0  # never refused
-    warned = [r.getMessage() for r in caplog.records if r.name == "training.features"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "training.memplan"]
     assert len(warned) == 1 and "more than the 200 MiB available ($MOMENT_MEMORY_LIMIT)" in warned[0]
     assert "moment place --cpu-cache auto" in warned[0] and "the placement's CPU cache (" in warned[0]
     start = json.loads((tmp_path / "m.jsonl").read_text().splitlines()[0])
     assert start["kind"] == "start" and "200 MiB" in start["memory_check"]
     caplog.clear()
     monkeypatch.setenv(MEMORY_LIMIT_ENV, "1GiB")
-    with caplog.at_level(logging.WARNING, logger="training.features"):
+    with caplog.at_level(logging.WARNING, logger="training.memplan"):
         assert main(train) == 0
-    assert not [r for r in caplog.records if r.name == "training.features"]
+    assert not [r for r in caplog.records if r.name == "training.memplan"]

@@ -8,6 +8,7 @@ for the buffer, a failed read) taken by both ranks at once, never a wait.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -97,6 +98,24 @@ def _together(stores, ids_per_rank, node_shared=True):
     return res
 
 
+@contextlib.contextmanager
+def _two_ranks(d: Path, shm: Path, n: int, dim: int, memory=None):
+    """Two ranks' stores over one placement of ``n`` rows of ``dim`` float32: (features, stores); closed after."""
+    feats, p = _placed(d, n, dim)
+    stores = _stores(d, feats, p, shm, memory=memory)
+    try:
+        yield feats, stores
+    finally:
+        for s in stores:
+            s.close()
+
+
+def _assert_exact(stores, feats, ids) -> None:
+    """Both ranks' gathers of ``ids`` (one array per rank) are the rows themselves."""
+    for i, g in enumerate(_together(stores, ids)):
+        assert torch.equal(g, torch.from_numpy(feats[ids[i]]))
+
+
 def _ssd_of(p, which):
     return np.flatnonzero(np.isin(np.asarray(p.bin_of), which))
 
@@ -153,65 +172,41 @@ def test_each_page_is_read_once_by_the_node(disk_dir, tmp_path):
 
 
 def test_the_fake_accelerator_path_copies_from_the_shared_buffer(disk_dir, tmp_path):
-    feats, p = _placed(disk_dir, 2000, 1024)
     rng = np.random.default_rng(3)
     ids = [rng.integers(0, 2000, 400), rng.integers(0, 2000, 300)]
-    stores = _stores(disk_dir, feats, p, tmp_path, memory=FakeDeviceMemory)
-    try:
-        for i, g in enumerate(_together(stores, ids)):
-            assert torch.equal(g, torch.from_numpy(feats[ids[i]]))
+    with _two_ranks(disk_dir, tmp_path, 2000, 1024, memory=FakeDeviceMemory) as (feats, stores):
+        _assert_exact(stores, feats, ids)
         assert all(s.tier_stats()["ssd"]["pages"] > 0 for s in stores)
-    finally:
-        for s in stores:
-            s.close()
 
 
 def test_steps_out_of_line_fall_back_on_both_ranks(disk_dir, tmp_path):
-    feats, p = _placed(disk_dir, 1000, 64)
-    stores = _stores(disk_dir, feats, p, tmp_path)
     ids = [np.arange(0, 1000, 3), np.arange(0, 1000, 7)]
-    try:
+    with _two_ranks(disk_dir, tmp_path, 1000, 64) as (feats, stores):
         stores[0].node_shared_reads.steps = 5  # rank 0 thinks it is further on
         for _ in range(2):  # the second call makes no collective call at all (the exchange would hang)
-            for i, g in enumerate(_together(stores, ids)):
-                assert torch.equal(g, torch.from_numpy(feats[ids[i]]))
+            _assert_exact(stores, feats, ids)
         assert all("disagree" in s.node_shared_reads.off for s in stores)
-    finally:
-        for s in stores:
-            s.close()
 
 
 def test_no_room_for_the_buffer_on_one_rank_falls_back_on_both(disk_dir, tmp_path):
-    feats, p = _placed(disk_dir, 1000, 64)
-    stores = _stores(disk_dir, feats, p, tmp_path)
-    stores[1].node_shared_reads.directory = tmp_path / "missing"  # shared_host_tensor: None, as /dev/shm full
     ids = [np.arange(0, 1000, 2), np.arange(1, 1000, 2)]
-    try:
-        for i, g in enumerate(_together(stores, ids)):
-            assert torch.equal(g, torch.from_numpy(feats[ids[i]]))
+    with _two_ranks(disk_dir, tmp_path, 1000, 64) as (feats, stores):
+        stores[1].node_shared_reads.directory = tmp_path / "missing"  # shared_host_tensor: None, as /dev/shm full
+        _assert_exact(stores, feats, ids)
         assert all("no room" in s.node_shared_reads.off for s in stores)
-    finally:
-        for s in stores:
-            s.close()
 
 
 def test_a_failed_read_raises_there_and_the_other_rank_reads_alone(disk_dir, tmp_path):
-    feats, p = _placed(disk_dir, 1000, 64)
-    stores = _stores(disk_dir, feats, p, tmp_path)
-
     def broken(*a, **k):
         raise OSError("injected read error")
 
     ids = [np.arange(0, 1000, 2), np.arange(1, 1000, 2)]
-    try:
+    with _two_ranks(disk_dir, tmp_path, 1000, 64) as (feats, stores):
         stores[0].backend.read_rows = broken
         got = _together(stores, ids)
         assert isinstance(got[0], OSError)
         assert torch.equal(got[1], torch.from_numpy(feats[ids[1]]))
         assert all(s.node_shared_reads.off for s in stores)
-    finally:
-        for s in stores:
-            s.close()
 
 
 def test_plan_share_splits_by_page_into_contiguous_parts():

@@ -10,7 +10,6 @@ fingerprint, :func:`training.place_run.check_placement_is_for`).
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,8 +22,6 @@ from torch import Tensor
 from iostack.transfer import CudaMemory, DeviceMemory, Gathered, HostMemory, RowBuffers, Transfer
 from training.data import Dataset
 from training.errors import TrainError
-
-log = logging.getLogger(__name__)
 
 
 class FeatureSource(Protocol):
@@ -207,35 +204,5 @@ def share_key_of(ds: Dataset, placement_dir: str) -> str:
     return h.hexdigest()[:20]
 
 
-__all__ = ["FeatureSource", "MemoryFeatures", "StoreFeatures", "check_host_memory", "feature_dtype_of", "open_features", "open_store",
+__all__ = ["FeatureSource", "MemoryFeatures", "StoreFeatures", "feature_dtype_of", "open_features", "open_store",
            "share_key_of"]
-
-
-def check_host_memory(config: Any, ds: Dataset, *, gpu_bins_on_host: bool, ranks: int = 1) -> str | None:
-    """Warn (log, never refuse) when the placement's host caches plus training's reserve exceed the memory
-    available now (:mod:`training.memplan`); the warning, or None. Sharded and in-memory runs are not checked."""
-    from iostack.placement import load_placement
-    from training.memplan import (
-        GraphSizes,
-        available_now,
-        check_training_memory,
-        host_cache_bytes,
-        training_reserve,
-    )
-
-    if not config.placement or ds.features is None or not (Path(config.placement) / "placement.json").exists():
-        return None
-    available = available_now()
-    if available is None:
-        return None
-    placement = load_placement(config.placement)
-    row = placement.codec.row_bytes if placement.codec is not None else ds.row_bytes
-    reserve = training_reserve(GraphSizes.of(ds, stored_row_bytes=row), batch_size=config.batch_size,
-                               fanouts=config.fanouts, prefetch=config.prefetch, hidden=config.hidden or 256,
-                               eval_batch_size=config.eval_batch_size)
-    note = check_training_memory(host_cache_bytes(placement, row, gpu_bins_on_host=gpu_bins_on_host), reserve,
-                                 available, ranks=ranks)
-    if note is not None:
-        log.warning("memory: %s", note)
-    return note
-

@@ -33,10 +33,11 @@ log = logging.getLogger(__name__)
 
 MIB = 1 << 20
 #: RSS of an idle ``moment train`` process: the interpreter, torch, PyG and Moment's
-#: modules imported, one autograd step of a tiny layer run, no dataset opened.
-#: Measured with /tmp/idle_rss.py (imports moment.cli, training.trainer, torch_geometric.nn,
-#: then reads VmRSS from /proc/self/status), 3 runs: 388-389 MiB (torch 2.13.0+cpu,
-#: PyG 2.8.1, Python 3, 2026-11-26); rounded up. A CUDA build's context adds more.
+#: modules imported, one autograd step of a tiny layer run, no dataset opened. Measured
+#: (3 runs: 388-389 MiB; torch 2.13.0+cpu, PyG 2.8.1, Python 3.11) as VmRSS in
+#: /proc/self/status after ``import moment.cli, training.trainer, torch_geometric.nn`` and
+#: ``torch.nn.Linear(8, 8)(torch.ones(4, 8)).sum().backward()``; rounded up. A CUDA build's
+#: context adds more.
 RUNTIME_BYTES = 400 * MIB
 #: the posix backend's staging buffer (``iostack.backends.posix.PosixBackend(staging_bytes=)``)
 READ_STAGING_BYTES = 32 << 20
@@ -327,6 +328,49 @@ def host_cache_bytes(placement: Any, row_bytes: int, *, gpu_bins_on_host: bool) 
     return int(sum(int(counts[b.id]) for b in placement.bins if b.kind in kinds)) * int(row_bytes)
 
 
+def cpu_cache_for(ds: Any, numa_nodes: int, *, batch_size: int, fanouts: Sequence[int],
+                  feature_dtype: str | None = None, memory_limit: int | None = None) -> CacheSizing:
+    """``moment place --cpu-cache auto``: the cache per NUMA node for dataset ``ds`` (a
+    :class:`training.data.Dataset` with features) placed over ``numa_nodes`` host memories.
+
+    ``feature_dtype``: the rows' stored type when the placement converts them
+    (``moment place --feature-dtype``); ``memory_limit``: bytes to size for instead
+    of this machine's (:func:`available_memory`).
+    """
+    from iostack.codec import stored_row_bytes
+
+    if ds.features is None:
+        raise MemoryPlanError(f"dataset {ds.path}: has no features to place; import it with features")
+    row = stored_row_bytes(feature_dtype, int(ds.features.shape[1])) if feature_dtype else ds.row_bytes
+    g = GraphSizes.of(ds, stored_row_bytes=row)
+    reserve = training_reserve(g, batch_size=batch_size, fanouts=fanouts)
+    return size_cpu_cache(available_memory(memory_limit), reserve, numa_nodes=max(1, numa_nodes), row_bytes=row,
+                          feature_bytes=g.feature_bytes)
+
+
+def check_host_memory(config: Any, ds: Any, *, gpu_bins_on_host: bool, ranks: int = 1) -> str | None:
+    """Warn (log, never refuse) when a run's placement's host caches plus training's reserve exceed the
+    memory available now; the warning, or None. ``config``: a :class:`training.trainer.TrainConfig`;
+    sharded and in-memory runs are not checked."""
+    from iostack.placement import load_placement
+
+    if not config.placement or ds.features is None or not (Path(config.placement) / "placement.json").exists():
+        return None
+    available = available_now()
+    if available is None:
+        return None
+    placement = load_placement(config.placement)
+    row = placement.codec.row_bytes if placement.codec is not None else ds.row_bytes
+    reserve = training_reserve(GraphSizes.of(ds, stored_row_bytes=row), batch_size=config.batch_size,
+                               fanouts=config.fanouts, prefetch=config.prefetch, hidden=config.hidden or HIDDEN,
+                               eval_batch_size=config.eval_batch_size)
+    note = check_training_memory(host_cache_bytes(placement, row, gpu_bins_on_host=gpu_bins_on_host), reserve,
+                                 available, ranks=ranks)
+    if note is not None:
+        log.warning("memory: %s", note)
+    return note
+
+
 #: ``moment train`` takes the memory available from this variable when set (a size, e.g. 2GiB):
 #: for tests, and to check a placement against another machine's memory
 MEMORY_LIMIT_ENV = "MOMENT_MEMORY_LIMIT"
@@ -446,6 +490,6 @@ def available_memory(override: int | None = None, *, proc_cgroup: str | os.PathL
     return min(found, key=lambda m: m.bytes)
 
 
-__all__ = ["CacheSizing", "GraphSizes", "MemoryLimit", "MemoryPlanError", "RUNTIME_BYTES", "TrainingReserve",
+__all__ = ["CacheSizing", "check_host_memory", "cpu_cache_for", "GraphSizes", "MemoryLimit", "MemoryPlanError", "RUNTIME_BYTES", "TrainingReserve",
            "available_memory", "available_now", "batch_rows", "host_cache_bytes", "check_training_memory", "read_cgroup_limit", "read_mem_available",
            "size_cpu_cache", "training_reserve"]

@@ -172,11 +172,11 @@ def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *, node
     def prepare(b: SampledBatch, sample_s: float) -> Prepared:
         t0 = time.perf_counter()
         before = features.totals()
-        waited = shared.wait_s if shared is not None else 0.0
+        wait0 = shared.wait_s if shared is not None else 0.0
         gathered = features.gather_landing(b.n_id, dtype=torch.float32, **extra)  # cast on the device, after the copy
         after = features.totals()
         gather_s = time.perf_counter() - t0
-        waited = shared.wait_s - waited if shared is not None else 0.0
+        waited = shared.wait_s - wait0 if shared is not None else 0.0
         with transfer.batch() as tb:
             x = tb.keep(gathered.rows)
             if normalize:  # row-normalised features (Kipf & Welling's preprocessing), per gathered row

@@ -91,13 +91,13 @@ from training.features import (
     FeatureSource,
     MemoryFeatures,
     StoreFeatures,
-    check_host_memory,
     feature_dtype_of,
     open_features,
     open_store,
     share_key_of,
 )
 from training.hostmem import keep_freed_host_memory
+from training.memplan import check_host_memory
 from training.metrics import JsonlWriter, Predictor, Sums, add_step, epoch_record, moved_since
 from training.models import build_model
 from training.nodereads import setup_node_shared_reads, ssd_reads
