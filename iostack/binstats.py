@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from iostack.transfer import DeviceMemory
+
+if TYPE_CHECKING:
+    import torch
 
 #: latency samples kept per bin (a ring: the most recent gathers)
 RESERVOIR = 1024
@@ -90,4 +93,71 @@ class Counter:
                 self.seconds += s
 
 
-__all__ = ["RESERVOIR", "BinStats", "Counter"]
+class StoreStats:
+    """A :class:`~iostack.store.FeatureStore`'s figures (its base class, apart only to keep the store's module
+    short): per bin and per tier, from the ``Counter`` of each bin; uses the store's ``placement``,
+    ``_counters``, ``_held``, ``_bin_of``, ``memory`` and ``row_bytes``."""
+
+    placement: Any
+    memory: DeviceMemory
+    row_bytes: int
+    _counters: dict[int, Counter]
+    _held: dict[int, str]
+    _bin_of: np.ndarray
+
+    def stats(self) -> list[BinStats]:
+        """Counters per bin since the store opened (or :meth:`reset_stats`); waits for pending device timings."""
+        out = []
+        for b in self.placement.bins:
+            c = self._counters[b.id]
+            c.resolve(self.memory)
+            with c.lock:
+                lat = c.ring[:min(c.calls, RESERVOIR)].copy()
+                rows, nbytes, req, calls, pages, read = c.rows, c.bytes, c.requests, c.calls, c.pages, c.read_rows
+            p50, p99 = (np.percentile(lat, [50, 99]).tolist() if lat.size else (0.0, 0.0))
+            out.append(BinStats(b.id, b.kind, rows, nbytes, req, calls, p50, p99, self._held[b.id], pages, read))
+        return out
+
+    def tier_stats(self) -> dict[str, dict[str, float]]:
+        """Counters summed per tier (``gpu``, ``cpu``, ``ssd``): rows, bytes, requests, seconds of the
+        calls that read them, share of rows.
+
+        Rows of another GPU's partition served from host memory count as ``gpu-peer``.
+        """
+        out: dict[str, dict[str, float]] = {}
+        total = 0
+        for b in self.placement.bins:
+            c = self._counters[b.id]
+            # no resolve() here: the trainer asks every batch, and resolving waits on the device;
+            # GPU-tier seconds count once stats() resolved them
+            with c.lock:
+                got = {"rows": c.rows, "bytes": c.bytes, "requests": c.requests, "seconds": c.seconds,
+                       "pages": c.pages, "read_rows": c.read_rows}
+            kind = "gpu-peer" if b.kind == "gpu" and self._held[b.id] == "host" else b.kind
+            t = out.setdefault(kind, {k: 0 for k in got} | {"seconds": 0.0, "share": 0.0})
+            for k, v in got.items():
+                t[k] += v
+            rows = got["rows"]
+            total += rows
+        for t in out.values():
+            t["share"] = t["rows"] / (total or 1)
+        return out
+
+    def tier_rows(self, ids: torch.Tensor | np.ndarray) -> dict[str, tuple[int, int]]:
+        """Rows and bytes a gather of ``ids`` (host ids) adds to each tier of :meth:`tier_stats`, counted
+        from the placement alone: a batch's own figures while other threads gather too."""
+        per_bin = np.bincount(self._bin_of[np.asarray(ids, np.int64).reshape(-1)],
+                              minlength=max(b.id for b in self.placement.bins) + 1)
+        out: dict[str, tuple[int, int]] = {}
+        for b in self.placement.bins:
+            kind = "gpu-peer" if b.kind == "gpu" and self._held[b.id] == "host" else b.kind
+            r = out.get(kind, (0, 0))[0] + int(per_bin[b.id])
+            out[kind] = (r, r * self.row_bytes)
+        return out
+
+    def reset_stats(self) -> None:
+        """Start every bin's counts again from zero."""
+        self._counters = {b.id: Counter() for b in self.placement.bins}
+
+
+__all__ = ["RESERVOIR", "BinStats", "Counter", "StoreStats"]

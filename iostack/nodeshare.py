@@ -17,10 +17,15 @@ notes, "Two trainers on one disk"). With node-shared reads, per training step:
 4. :meth:`NodeExchange.barrier`;
 5. each rank copies the rows its gather needs from the buffer into its output.
 
-The buffers alternate by step parity. The exchange of step ``s + 1`` cannot
-complete before every rank has entered it, that is, before every rank has
-copied its rows of step ``s`` out, so one buffer would do; two keep that true
-should the exchange ever be issued ahead of the previous step's copy.
+The buffers alternate by step parity. A rank may gather on more than one
+thread (a pipelined prefetch: one batch's gather waits on the node while the
+next is sampled and assembled): steps then run one at a time in the order the
+threads arrive (each rank pairs its own n-th step with the others' n-th; each
+rank still copies exactly its rows out of the union), and a step waits, before
+it joins the exchange, until this rank has released (copied out of) the step
+two before it, which used the same buffer. As the exchange completes only once
+every rank has joined it, no rank reads a step into a buffer that another rank
+is still copying from.
 
 Everything unexpected falls back to private reads on *every* rank of the node
 at once, never to a rank waiting alone: the exchange carries each rank's
@@ -165,6 +170,14 @@ class SharedStep:
     buffer: np.ndarray
     plan: SharePlan
     reads: list[ShareRead]
+    #: called once this rank has copied its rows out (the buffer may then take a later step's rows)
+    on_release: Callable[[], None] | None = None
+
+    def release(self) -> None:
+        """This rank is done with the buffer (idempotent)."""
+        f, self.on_release = self.on_release, None
+        if f is not None:
+            f()
 
     def copy_into(self, b: int, rows: np.ndarray, out: np.ndarray, positions: np.ndarray | None) -> None:
         """Rows ``rows`` of bin ``b`` from the buffer to ``out[i]`` (or ``out[positions[i]]``)."""
@@ -206,6 +219,11 @@ class NodeSharedReads:
         self.exchange_s = 0.0
         self._segs: list[SharedHostTensor | None] = [None, None]
         self._lock = threading.Lock()
+        # a buffer is held from its step until this rank copied that step's rows out, which with more
+        # than one gathering thread may come after the next step began (see step())
+        self._busy: list[tuple[int, int] | None] = [None, None]  # (thread, step) holding each buffer
+        self._free = threading.Condition()
+        self._waited = threading.local()
 
     def _buffer(self, parity: int, rows: int) -> tuple[np.ndarray | None, SharedHostTensor | None]:
         """The parity's buffer with room for ``rows`` (a new segment when it grows; None: no room)."""
@@ -227,30 +245,68 @@ class NodeSharedReads:
         """Share one training step's SSD reads: ``groups`` are this rank's ``(bin, rows)`` (any order,
         duplicates fine); ``read`` reads this rank's part. None: read privately (:attr:`off` says why).
 
+        The caller copies its rows out of the returned step's buffer, then calls
+        :meth:`SharedStep.release`. Several threads may call this (a pipelined
+        prefetch): steps then run one at a time, numbered in the order they get
+        here, and a step waits for this rank's release of the step two before
+        it (the same buffer) before it joins the exchange, so that no rank
+        reads into a buffer another rank is still copying from.
+
         Raises what ``read`` raised (after the barrier: the other ranks fall back, not wait).
         """
+        self._waited.s = 0.0
         with self._lock:
             if self.off is not None:
                 return None
             seq = self.steps
             self.steps += 1
-            t0 = time.perf_counter()
-            mine = encode_keys(groups)
+            parity = seq % 2
+            me = threading.get_ident()
+            with self._free:
+                # a thread that calls again is done with its older steps (it runs one at a time)
+                while self._busy[parity] is not None and self._busy[parity][0] != me:
+                    self._free.wait()
+                self._busy[parity] = (me, seq)
             try:
-                got = self.exchange.exchange(np.concatenate([[seq], mine]).astype(np.int64))
+                st = self._step(seq, groups, read)
             except BaseException:
-                self.off = "the exchange with the node's other ranks failed"
+                self._release(parity, seq)
                 raise
-            self.exchange_s += time.perf_counter() - t0
-            seqs = {int(k[0]) if k.size else -1 for k in got}
-            if len(got) != self.exchange.size or seqs != {seq}:
-                self.off = (f"the node's ranks disagree on the step (sequence numbers {sorted(seqs)}): "
-                            "private reads from here on")
-                return None
-            plan = plan_share([k[1:] for k in got], self.exchange.rank, self.exchange.size, self.rows_per_page)
-            if plan.keys.size == 0:  # no rank reads the SSDs this step: every rank knows, none waits
-                return SharedStep(np.zeros((0, self.row_bytes), np.uint8), plan, [])
-            return self._read_and_wait(seq, plan, read)
+            if st is None:
+                self._release(parity, seq)
+            else:
+                st.on_release = lambda: self._release(parity, seq)
+            return st
+
+    @property
+    def last_wait_s(self) -> float:
+        """Seconds the calling thread's latest :meth:`step` waited at the barrier (0 before any)."""
+        return getattr(self._waited, "s", 0.0)
+
+    def _release(self, parity: int, seq: int) -> None:
+        with self._free:
+            if self._busy[parity] is not None and self._busy[parity][1] == seq:
+                self._busy[parity] = None
+            self._free.notify_all()
+
+    def _step(self, seq: int, groups: Sequence[tuple[int, np.ndarray]], read: Reader) -> SharedStep | None:
+        t0 = time.perf_counter()
+        mine = encode_keys(groups)
+        try:
+            got = self.exchange.exchange(np.concatenate([[seq], mine]).astype(np.int64))
+        except BaseException:
+            self.off = "the exchange with the node's other ranks failed"
+            raise
+        self.exchange_s += time.perf_counter() - t0
+        seqs = {int(k[0]) if k.size else -1 for k in got}
+        if len(got) != self.exchange.size or seqs != {seq}:
+            self.off = (f"the node's ranks disagree on the step (sequence numbers {sorted(seqs)}): "
+                        "private reads from here on")
+            return None
+        plan = plan_share([k[1:] for k in got], self.exchange.rank, self.exchange.size, self.rows_per_page)
+        if plan.keys.size == 0:  # no rank reads the SSDs this step: every rank knows, none waits
+            return SharedStep(np.zeros((0, self.row_bytes), np.uint8), plan, [])
+        return self._read_and_wait(seq, plan, read)
 
     def _read_and_wait(self, seq: int, plan: SharePlan, read: Reader) -> SharedStep | None:
         buf, fresh = self._buffer(seq % 2, plan.keys.size)
@@ -270,7 +326,9 @@ class NodeSharedReads:
         except BaseException:
             self.off = "the barrier with the node's other ranks failed"
             raise
-        self.wait_s += time.perf_counter() - t0
+        waited = time.perf_counter() - t0
+        self.wait_s += waited
+        self._waited.s = waited
         if fresh is not None:  # every rank has mapped it now (it read its part before the barrier)
             fresh.unlink()
         if error is not None:

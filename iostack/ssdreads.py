@@ -8,8 +8,10 @@ and counting what this process read (requests, pages, distinct rows).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -69,6 +71,16 @@ class SsdReads:
             self._counters[x.bin_id].add_disk(x.requests, x.units * pages_per_unit(info.row_bytes, info.rows_per_page),
                                               x.rows, x.seconds)
         return st
+
+    @contextlib.contextmanager
+    def _shared_reads(self, groups: list, node_shared: bool) -> Iterator[SharedStep | None]:
+        """:meth:`_shared_step` when ``node_shared``; its buffer released when the block ends (rows copied out)."""
+        shared = self._shared_step(groups) if node_shared else None
+        try:
+            yield shared
+        finally:
+            if shared is not None:
+                shared.release()
 
     def _read_ssd(self, b: int, pos: torch.Tensor | None, r: torch.Tensor, out, shared: SharedStep | None) -> None:
         """Bin ``b``'s rows ``r`` into ``out`` (at ``pos``), from the step's shared buffer or read here; counted."""

@@ -53,7 +53,7 @@ import torch
 from iostack.backends import get_backend
 from iostack.backends.base import AlignedPool
 from iostack.bins import open_bin
-from iostack.binstats import RESERVOIR, BinStats, Counter
+from iostack.binstats import Counter, StoreStats
 from iostack.errors import StoreError
 from iostack.hostshare import SharedHostTensor, shared_host_tensor
 from iostack.nodeshare import NodeSharedReads
@@ -100,7 +100,7 @@ def _scattered_reads(arr: np.ndarray | None):
         libc.madvise(addr, length, _MADV_NORMAL)
 
 
-class FeatureStore(SsdReads):
+class FeatureStore(SsdReads, StoreStats):
     """Feature rows of ``placement``'s vertices, served from its bins, gathered on ``device``.
 
     ``bin_dir``: where the SSD bin files are (relative bin paths resolve there).
@@ -438,19 +438,19 @@ class FeatureStore(SsdReads):
         out_np = self._results.empty(n, self.row_bytes)  # a freed result's pages, already faulted in
         out = torch.from_numpy(out_np.view(self.dtype_np).reshape(n, self.dim)).view(self.storage_dtype)
         groups = list(self._groups(ids_t))
-        shared = self._shared_step(groups) if node_shared else None
-        for b, pos, r in groups:
-            t0 = time.perf_counter()
-            c = pos.numel()
-            tensor = self._tensors.get(b)
-            if tensor is None:
-                self._read_ssd(b, pos, r, out_np, shared)
-                continue
-            if tensor.device.type != "cpu":  # a GPU bin gathered to the host: one copy down
-                out[pos] = tensor.index_select(0, r.to(tensor.device)).cpu()
-            else:
-                out[pos] = tensor.index_select(0, r)
-            self._counters[b].add(c, c * self.row_bytes, 1, time.perf_counter() - t0)
+        with self._shared_reads(groups, node_shared) as shared:
+            for b, pos, r in groups:
+                t0 = time.perf_counter()
+                c = pos.numel()
+                tensor = self._tensors.get(b)
+                if tensor is None:
+                    self._read_ssd(b, pos, r, out_np, shared)
+                    continue
+                if tensor.device.type != "cpu":  # a GPU bin gathered to the host: one copy down
+                    out[pos] = tensor.index_select(0, r.to(tensor.device)).cpu()
+                else:
+                    out[pos] = tensor.index_select(0, r)
+                self._counters[b].add(c, c * self.row_bytes, 1, time.perf_counter() - t0)
         return out
 
     def _gather_device(self, ids: torch.Tensor | np.ndarray, dtype: torch.dtype | None,
@@ -463,45 +463,45 @@ class FeatureStore(SsdReads):
             out = tb.empty((n, self.dim), self.storage_dtype)
             dev_g, host_g, file_host, file_dev = [], [], [], []
             groups = list(self._groups(ids_t))
-            shared = self._shared_step(groups) if node_shared else None
-            for b, pos, r in groups:
-                if b in self._tensors:
-                    (dev_g if self._held[b] == "device" else host_g).append((b, pos, r))
-                elif self.backend.device_reads:
-                    file_dev.append((b, pos, r))
-                else:
-                    file_host.append((b, pos, r))
-            staged = host_g + file_host
-            n_host = sum(p.numel() for _, p, _ in staged)
-            # one pinned index buffer up: device groups' positions and rows, then the staged rows' positions
-            parts = [x for _, p, r in dev_g for x in (p, r)] + [p for _, p, _ in staged]
-            idx = None
-            if parts:
-                total = sum(x.numel() for x in parts)
-                ibuf = tb.staging("index", (total,), torch.int64)
-                torch.cat(parts, out=ibuf)
-                idx = tb.to_device(ibuf)
-            at = 0
-            for b, pos, _ in dev_g:  # launched first: the device works while the host gathers
-                c = pos.numel()
-                m0 = mem.mark()
-                vals = self._tensors[b].index_select(0, idx[at + c:at + 2 * c])
-                out.index_copy_(0, idx[at:at + c], vals)
-                self._counters[b].add(c, c * self.row_bytes, 1, None, (m0, mem.mark()))
-                at += 2 * c
-            if n_host:
-                hbuf = tb.staging("rows", (n_host, self.dim), self.storage_dtype)
-                h = 0
-                for b, pos, r in staged:
-                    c = pos.numel()
-                    t0 = time.perf_counter()
-                    if b in self._tensors:  # into pinned memory: index_select alone would return pageable
-                        torch.index_select(self._tensors[b], 0, r, out=hbuf[h:h + c])
-                        self._counters[b].add(c, c * self.row_bytes, 1, time.perf_counter() - t0)
+            with self._shared_reads(groups, node_shared) as shared:  # released once its rows are in the staging
+                for b, pos, r in groups:
+                    if b in self._tensors:
+                        (dev_g if self._held[b] == "device" else host_g).append((b, pos, r))
+                    elif self.backend.device_reads:
+                        file_dev.append((b, pos, r))
                     else:
-                        self._read_ssd(b, None, r, hbuf[h:h + c], shared)
-                    h += c
-                out.index_copy_(0, idx[at:at + n_host], tb.to_device(hbuf))
+                        file_host.append((b, pos, r))
+                staged = host_g + file_host
+                n_host = sum(p.numel() for _, p, _ in staged)
+                # one pinned index buffer up: device groups' positions and rows, then the staged rows' positions
+                parts = [x for _, p, r in dev_g for x in (p, r)] + [p for _, p, _ in staged]
+                idx = None
+                if parts:
+                    total = sum(x.numel() for x in parts)
+                    ibuf = tb.staging("index", (total,), torch.int64)
+                    torch.cat(parts, out=ibuf)
+                    idx = tb.to_device(ibuf)
+                at = 0
+                for b, pos, _ in dev_g:  # launched first: the device works while the host gathers
+                    c = pos.numel()
+                    m0 = mem.mark()
+                    vals = self._tensors[b].index_select(0, idx[at + c:at + 2 * c])
+                    out.index_copy_(0, idx[at:at + c], vals)
+                    self._counters[b].add(c, c * self.row_bytes, 1, None, (m0, mem.mark()))
+                    at += 2 * c
+                if n_host:
+                    hbuf = tb.staging("rows", (n_host, self.dim), self.storage_dtype)
+                    h = 0
+                    for b, pos, r in staged:
+                        c = pos.numel()
+                        t0 = time.perf_counter()
+                        if b in self._tensors:  # into pinned memory: index_select alone would return pageable
+                            torch.index_select(self._tensors[b], 0, r, out=hbuf[h:h + c])
+                            self._counters[b].add(c, c * self.row_bytes, 1, time.perf_counter() - t0)
+                        else:
+                            self._read_ssd(b, None, r, hbuf[h:h + c], shared)
+                        h += c
+                    out.index_copy_(0, idx[at:at + n_host], tb.to_device(hbuf))
             for b, pos, r in file_dev:  # the backend reads into device memory and scatters there
                 t0 = time.perf_counter()
                 requests = self.backend.read_rows(self._handles[b], r, out, pos, transfer=self.transfer)
@@ -522,47 +522,6 @@ class FeatureStore(SsdReads):
                 self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="moment-gather",
                                                                    initializer=self.memory.set_device)
         return self._pool.submit(self.gather, ids, device)
-
-    def stats(self) -> list[BinStats]:
-        """Counters per bin since the store opened (or :meth:`reset_stats`); waits for pending device timings."""
-        out = []
-        for b in self.placement.bins:
-            c = self._counters[b.id]
-            c.resolve(self.memory)
-            with c.lock:
-                lat = c.ring[:min(c.calls, RESERVOIR)].copy()
-                rows, nbytes, req, calls, pages, read = c.rows, c.bytes, c.requests, c.calls, c.pages, c.read_rows
-            p50, p99 = (np.percentile(lat, [50, 99]).tolist() if lat.size else (0.0, 0.0))
-            out.append(BinStats(b.id, b.kind, rows, nbytes, req, calls, p50, p99, self._held[b.id], pages, read))
-        return out
-
-    def tier_stats(self) -> dict[str, dict[str, float]]:
-        """Counters summed per tier (``gpu``, ``cpu``, ``ssd``): rows, bytes, requests, seconds of the
-        calls that read them, share of rows.
-
-        Rows of another GPU's partition served from host memory count as ``gpu-peer``.
-        """
-        out: dict[str, dict[str, float]] = {}
-        total = 0
-        for b in self.placement.bins:
-            c = self._counters[b.id]
-            # no resolve() here: the trainer asks every batch, and resolving waits on the device;
-            # GPU-tier seconds count once stats() resolved them
-            with c.lock:
-                got = {"rows": c.rows, "bytes": c.bytes, "requests": c.requests, "seconds": c.seconds,
-                       "pages": c.pages, "read_rows": c.read_rows}
-            kind = "gpu-peer" if b.kind == "gpu" and self._held[b.id] == "host" else b.kind
-            t = out.setdefault(kind, {k: 0 for k in got} | {"seconds": 0.0, "share": 0.0})
-            for k, v in got.items():
-                t[k] += v
-            rows = got["rows"]
-            total += rows
-        for t in out.values():
-            t["share"] = t["rows"] / (total or 1)
-        return out
-
-    def reset_stats(self) -> None:
-        self._counters = {b.id: Counter() for b in self.placement.bins}
 
     def close(self) -> None:
         if self._node_reads is not None:

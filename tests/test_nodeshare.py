@@ -12,6 +12,7 @@ import contextlib
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -207,6 +208,90 @@ def test_a_failed_read_raises_there_and_the_other_rank_reads_alone(disk_dir, tmp
         assert isinstance(got[0], OSError)
         assert torch.equal(got[1], torch.from_numpy(feats[ids[1]]))
         assert all(s.node_shared_reads.off for s in stores)
+
+
+def test_two_gathering_threads_per_rank_stay_exact(disk_dir, tmp_path):
+    """Each rank gathers on two threads at once, as a pipelined prefetch does: every result exact."""
+    rng = np.random.default_rng(7)
+    steps = 8
+    ids = [[rng.integers(0, 4000, 1500) for _ in range(steps)] for _ in range(2)]
+    with _two_ranks(disk_dir, tmp_path, 4000, 64) as (feats, stores):
+        bad: list = []
+
+        def worker(rank, k):
+            for s in range(k, steps, 2):
+                g = stores[rank].gather(torch.as_tensor(ids[rank][s]), node_shared=True)
+                if not torch.equal(g, torch.from_numpy(feats[ids[rank][s]])):
+                    bad.append((rank, s))
+
+        threads = [threading.Thread(target=worker, args=(r, k)) for r in range(2) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+            assert not t.is_alive(), "a rank hung"
+        assert bad == []
+        assert all(s.node_shared_reads.off is None and s.node_shared_reads.steps == steps for s in stores)
+
+
+def test_a_step_waits_for_the_copy_two_steps_back_before_it_exchanges(disk_dir, tmp_path):
+    """Step n + 2 reuses step n's buffer: no rank joins its exchange before this rank released step n."""
+    with _two_ranks(disk_dir, tmp_path, 2000, 64) as (feats, stores):
+        ssd = _ssd_of(stores[0].placement, [1, 2])
+        nr = [s.node_shared_reads for s in stores]
+
+        def read(rank):
+            h = stores[rank]._handles
+            return lambda b, rows, out: stores[rank].backend.read_rows(h[b], rows, out)
+
+        def groups(rank, s):
+            rows = np.asarray(stores[rank].placement.row_of)[ssd[s * 10:(s + 1) * 10 + 50]]
+            return [(1, rows)]
+
+        held: dict = {}
+        done = threading.Event()
+
+        def rank_main(r):
+            held[r, 0] = nr[r].step(groups(r, 0), read(r))  # step 0, not released yet
+            t1 = threading.Thread(target=lambda: held.__setitem__((r, 1), nr[r].step(groups(r, 1), read(r))))
+            t1.start()
+            t1.join(20)
+            t2 = threading.Thread(target=lambda: held.__setitem__((r, 2), nr[r].step(groups(r, 2), read(r))))
+            t2.start()
+            done.wait(20)  # the test looks while step 2 waits
+            held[r, 0].release()
+            t2.join(20)
+
+        mains = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+        for t in mains:
+            t.start()
+        time.sleep(0.5)
+        assert (0, 2) not in held and (1, 2) not in held  # both wait for their own step 0 copies
+        assert all(held[r, 1] is not None for r in range(2))
+        done.set()
+        for t in mains:
+            t.join(30)
+            assert not t.is_alive(), "a rank hung"
+        assert all(held[r, 2] is not None for r in range(2)) and all(n.off is None for n in nr)
+
+
+def test_a_thread_that_calls_again_is_done_with_its_older_steps(disk_dir, tmp_path):
+    with _two_ranks(disk_dir, tmp_path, 1000, 64) as (feats, stores):
+        nr = [s.node_shared_reads for s in stores]
+        rows = [(1, np.arange(0, 100, 3))]
+
+        def run(r):
+            h = stores[r]._handles
+            for _ in range(5):  # never released: the same thread's third call must not wait for itself
+                assert nr[r].step(rows, lambda b, x, out: stores[r].backend.read_rows(h[b], x, out)) is not None
+
+        ts = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+            assert not t.is_alive(), "a thread waited for itself"
+        assert all(n.steps == 5 and n.off is None for n in nr)
 
 
 def test_plan_share_splits_by_page_into_contiguous_parts():

@@ -106,6 +106,14 @@ class StoreFeatures:
     def totals(self) -> dict[str, tuple[int, int]]:
         return {k: (int(v["rows"]), int(v["bytes"])) for k, v in self.store.tier_stats().items()}
 
+    def tier_rows(self, ids: Tensor) -> dict[str, tuple[int, int]]:
+        """What gathering ``ids`` (host) adds to :meth:`totals`, per tier, without gathering."""
+        return self.store.tier_rows(ids)
+
+    def concurrent_gathers(self) -> bool:
+        """Whether gathers may run on several threads at once: host gathers of a placement's store."""
+        return not self.store.memory.accelerated
+
     def unlink_shared(self) -> None:
         self.store.unlink_shared()
 

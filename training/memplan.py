@@ -197,7 +197,7 @@ def batch_rows(batch_size: int, fanouts: Sequence[int], num_nodes: int) -> list[
 
 
 def training_reserve(g: GraphSizes, *, batch_size: int, fanouts: Sequence[int], prefetch: int = 2,
-                     hidden: int = HIDDEN, eval_batch_size: int = EVAL_BATCH_SIZE, runtime_bytes: int = RUNTIME_BYTES,
+                     workers: int = 1, hidden: int = HIDDEN, eval_batch_size: int = EVAL_BATCH_SIZE, runtime_bytes: int = RUNTIME_BYTES,
                      read_buffer_bytes: int = READ_STAGING_BYTES) -> TrainingReserve:
     """The host memory a ``moment train`` process of these sizes holds besides its CPU cache.
 
@@ -207,6 +207,8 @@ def training_reserve(g: GraphSizes, *, batch_size: int, fanouts: Sequence[int], 
         The dataset's sizes (:meth:`GraphSizes.of`).
     batch_size, fanouts, prefetch : int, sequence of int, int
         The training batch (seeds), its fan-outs and the batches prefetched (``moment train --prefetch``).
+    workers : int
+        Threads preparing batches (:func:`training.pipeline.prefetch_workers`: 2 with node-shared reads).
     hidden : int
         Hidden units of the model (GraphSAGE, ``moment train``'s default 256).
     eval_batch_size : int
@@ -221,8 +223,9 @@ def training_reserve(g: GraphSizes, *, batch_size: int, fanouts: Sequence[int], 
     >>> r.csr_bytes, r.runtime_bytes == RUNTIME_BYTES, r.total_bytes > r.runtime_bytes
     (4800008, True, True)
     """
-    if batch_size < 1 or prefetch < 0:
-        raise MemoryPlanError(f"batch size {batch_size} / prefetch {prefetch}: expected >= 1 / >= 0")
+    if batch_size < 1 or prefetch < 0 or workers < 1:
+        raise MemoryPlanError(f"batch size {batch_size} / prefetch {prefetch} / workers {workers}: "
+                              "expected >= 1 / >= 0 / >= 1")
     # a batch holds at most its split's seeds; the larger of a training and an evaluation batch
     # passes through the same buffers
     batch_size = min(batch_size, g.num_train) if g.num_train else batch_size
@@ -231,8 +234,8 @@ def training_reserve(g: GraphSizes, *, batch_size: int, fanouts: Sequence[int], 
     gather = rows[-1] * g.stored_row_bytes  # the pool's buffers are powers of two, but untouched pages stay free
     decoded = rows[-1] * g.feature_dim * 4 if g.stored_row_bytes != g.feature_dim * 4 else 0
     sampled = sum(rows[1:]) * 2 * 8 + sum(rows) * 8 * 2  # edge_index int64 (an edge per neighbour), node lists
-    # in flight: `prefetch` queued, one training, one being prepared while the queue is full
-    batch = (prefetch + 2) * (gather + decoded + sampled) + POOL_KEEP * gather
+    # in flight: `prefetch` queued, one training, one per worker being prepared while the queue is full
+    batch = (prefetch + 1 + workers) * (gather + decoded + sampled) + POOL_KEEP * gather
     return TrainingReserve(**_rest(g, batch_rows(batch_size, fanouts, g.num_nodes), fanouts, hidden, batch,
                                    runtime_bytes, read_buffer_bytes))
 
@@ -361,8 +364,11 @@ def check_host_memory(config: Any, ds: Any, *, gpu_bins_on_host: bool, ranks: in
         return None
     placement = load_placement(config.placement)
     row = placement.codec.row_bytes if placement.codec is not None else ds.row_bytes
+    # node-shared reads (on by default with several local ranks) prepare batches on two threads
+    workers = 2 if ranks > 1 and getattr(config, "node_shared_reads", False) else 1
     reserve = training_reserve(GraphSizes.of(ds, stored_row_bytes=row), batch_size=config.batch_size,
-                               fanouts=config.fanouts, prefetch=config.prefetch, hidden=config.hidden or HIDDEN,
+                               fanouts=config.fanouts, prefetch=config.prefetch, workers=workers,
+                               hidden=config.hidden or HIDDEN,
                                eval_batch_size=config.eval_batch_size)
     note = check_training_memory(host_cache_bytes(placement, row, gpu_bins_on_host=gpu_bins_on_host), reserve,
                                  available, ranks=ranks)

@@ -61,29 +61,49 @@ class Prepared:
 
 
 class Prefetcher:
-    """Samples and gathers the batches of ``batches`` ``depth`` ahead on a background thread.
+    """Samples and gathers the batches of ``batches`` ``depth`` ahead on background threads.
 
     ``get()`` returns the next :class:`Prepared` (``None`` after the last) and how many
-    seconds it blocked. ``depth == 0`` prepares inline in ``get()``. Errors in the
-    thread are raised by ``get()``. Always ``close()`` (joins the thread). With a
+    seconds it blocked. ``depth == 0`` prepares inline in ``get()``. Errors in a
+    thread are raised by ``get()``. Always ``close()`` (joins the threads). With a
     ``transfer`` on a GPU the thread makes the training device current (a new
     thread starts on device 0) and runs all its device work on its own copy stream.
+
+    ``workers > 1`` threads prepare batches side by side (``prepare`` must allow
+    it; host gathers only): worker ``k`` takes batches ``k, k + workers, ...``,
+    draws them from ``batches`` in turn (the sampler's stream stays one
+    sequence, the same batches as one worker) and hands them over in order, so
+    one batch's gather can wait on the disk or on other ranks while the next
+    is sampled and assembled. Up to ``depth + workers`` batches are then held
+    besides the one training.
     """
 
     _END = object()
 
     def __init__(self, batches: Iterator[SampledBatch], prepare: Callable[[SampledBatch, float], Prepared],
-                 depth: int, transfer: Transfer | None = None) -> None:
+                 depth: int, transfer: Transfer | None = None, workers: int = 1) -> None:
         self._it = batches
         self._prepare = prepare
         self._depth = depth
         self._transfer = transfer
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._workers: list[threading.Thread] = []
+        self._turn = threading.Condition()
+        self._sampled = self._delivered = 0  # batches drawn from ``batches``, and put on the queue, so far
+        self._ended = False
+        if int(workers) < 1 or (int(workers) > 1 and transfer is not None and transfer.accelerated):
+            raise ValueError(f"prefetch workers: {workers}; expected 1, or more for host gathers only")
         if depth > 0:
             self._q: queue.Queue = queue.Queue(maxsize=depth)
-            self._thread = threading.Thread(target=self._run, name="moment-prefetch", daemon=True)
-            self._thread.start()
+            n = int(workers)
+            for k in range(n):
+                name = "moment-prefetch" if k == 0 else f"moment-prefetch-{k}"
+                t = threading.Thread(target=self._run, args=(k, n), name=name, daemon=True)
+                self._workers.append(t)
+            self._thread = self._workers[0]
+            for t in self._workers:
+                t.start()
 
     def _next(self) -> Prepared | object:
         t0 = time.perf_counter()
@@ -92,6 +112,14 @@ class Prefetcher:
         except StopIteration:
             return self._END
         return self._prepare(b, time.perf_counter() - t0)
+
+    def _wait_turn(self, attr: str, s: int) -> bool:
+        """Under ``self._turn``: wait until counter ``attr`` reaches ``s``; False when stopped or ended."""
+        while getattr(self, attr) != s:
+            if self._stop.is_set() or (self._ended and attr == "_sampled"):
+                return False
+            self._turn.wait(0.1)
+        return not self._stop.is_set()
 
     def _put(self, item: object) -> bool:
         while not self._stop.is_set():
@@ -102,25 +130,55 @@ class Prefetcher:
                 continue
         return False
 
-    def _run(self) -> None:
+    def _run(self, k: int = 0, n: int = 1) -> None:
         try:
             if self._transfer is None:
-                self._loop()
+                self._loop(k, n)
                 return
             self._transfer.memory.set_device()
             with self._transfer.on_thread_stream():
                 try:
-                    self._loop()
+                    self._loop(k, n)
                 finally:
                     self._transfer.finish_thread()  # a later thread's stream must not overtake this one's work
         except BaseException as exc:  # handed to the trainer, which raises it
             self._put(exc)
 
-    def _loop(self) -> None:
+    def _loop(self, k: int = 0, n: int = 1) -> None:
+        s = k
         while not self._stop.is_set():
-            item = self._next()
-            if not self._put(item) or item is self._END:
+            with self._turn:  # batches are drawn in order: the sampler's stream is one sequence
+                if not self._wait_turn("_sampled", s) or self._ended:
+                    return
+            # this worker's turn until it counts the draw: the others wait for their own turns
+            t0 = time.perf_counter()
+            try:
+                b = next(self._it)
+            except StopIteration:
+                b = self._END
+            except BaseException as exc:
+                b = exc
+            sample_s = time.perf_counter() - t0
+            with self._turn:
+                self._ended = b is self._END or isinstance(b, BaseException)
+                self._sampled += 1
+                self._turn.notify_all()
+            item = b
+            if not self._ended:
+                try:
+                    item = self._prepare(b, sample_s)
+                except BaseException as exc:
+                    item = exc
+            with self._turn:  # and handed over in order
+                if not self._wait_turn("_delivered", s):
+                    return
+            ok = self._put(item)
+            with self._turn:
+                self._delivered += 1
+                self._turn.notify_all()
+            if not ok or item is self._END or isinstance(item, BaseException):
                 return
+            s += n
 
     def get(self) -> tuple[Prepared | None, float]:
         t0 = time.perf_counter()
@@ -135,9 +193,10 @@ class Prefetcher:
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        for t in self._workers:
+            t.join()
+        self._workers = []
+        self._thread = None
         close = getattr(self._it, "close", None)
         if close is not None:
             close()
@@ -157,13 +216,34 @@ class Lookups:
     indptr_dev: Tensor | None = None
 
 
-def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *, node_shared: bool = False
-             ) -> Callable[[SampledBatch, float], Prepared]:
+def prefetch_workers(features: FeatureSource, node_shared: bool) -> int:
+    """Threads that prepare a run's training batches: 2 where the node's ranks share their SSD reads and the
+    gathers run on the host (a placement's store), else 1.
+
+    With node-shared reads a step's gather waits twice for the node's other
+    ranks (the exchange of row ids, the barrier after the reads). A second
+    thread samples, copies and assembles the next batch during those waits,
+    and the disk gets the next step's reads sooner. Measured on one disk
+    (``docs/design-notes.md``, "Pipelined prefetch"): two ranks 8% faster per
+    epoch with two threads; one rank, whose gather never waits on a peer, no
+    faster, so it keeps one thread and one batch less in memory. Device
+    gathers keep one thread: a second stream per thread has not been run on a GPU.
+    """
+    ok = getattr(features, "concurrent_gathers", None)
+    return 2 if node_shared and ok is not None and ok() else 1
+
+
+def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *, node_shared: bool = False,
+             concurrent: bool = False) -> Callable[[SampledBatch, float], Prepared]:
     """A batch's preparation: its rows gathered (float32, on the device), labels and degrees looked up.
 
     ``node_shared``: the training steps' preparation, whose SSD reads the
     store shares with the node's other ranks (:mod:`training.nodereads`);
     every rank of the node must then prepare the same number of batches.
+    ``concurrent``: it runs on several threads at once (a :class:`Prefetcher`
+    with ``workers > 1``; ``features`` must allow it, see
+    :func:`prefetch_workers`), so a batch's tier figures are counted from its
+    ids, not from the store's running totals, which the other thread moves too.
     """
     transfer = features.transfer
     shared = getattr(getattr(features, "store", None), "node_shared_reads", None) if node_shared else None
@@ -171,12 +251,14 @@ def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *, node
 
     def prepare(b: SampledBatch, sample_s: float) -> Prepared:
         t0 = time.perf_counter()
-        before = features.totals()
-        wait0 = shared.wait_s if shared is not None else 0.0
+        before = None if concurrent else features.totals()
         gathered = features.gather_landing(b.n_id, dtype=torch.float32, **extra)  # cast on the device, after the copy
-        after = features.totals()
+        if before is None:
+            after, before = features.tier_rows(b.n_id), {}
+        else:
+            after = features.totals()
         gather_s = time.perf_counter() - t0
-        waited = shared.wait_s - wait0 if shared is not None else 0.0
+        waited = shared.last_wait_s if shared is not None else 0.0
         with transfer.batch() as tb:
             x = tb.keep(gathered.rows)
             if normalize:  # row-normalised features (Kipf & Welling's preprocessing), per gathered row
@@ -259,4 +341,4 @@ def open_source(config: Any, train_idx: np.ndarray, world: World, csr: tuple[Ten
                             seed=config.seed)
 
 
-__all__ = ["Lookups", "Prefetcher", "Prepared", "csr_on", "open_source", "preparer", "sampling"]
+__all__ = ["Lookups", "Prefetcher", "Prepared", "csr_on", "open_source", "prefetch_workers", "preparer", "sampling"]

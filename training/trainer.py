@@ -101,7 +101,15 @@ from training.memplan import check_host_memory
 from training.metrics import JsonlWriter, Predictor, Sums, add_step, epoch_record, moved_since
 from training.models import build_model
 from training.nodereads import setup_node_shared_reads, ssd_reads
-from training.pipeline import Prefetcher, Prepared, csr_on, open_source, preparer, sampling
+from training.pipeline import (
+    Prefetcher,
+    Prepared,
+    csr_on,
+    open_source,
+    prefetch_workers,
+    preparer,
+    sampling,
+)
 from training.sampler import NeighborSampler, SampledBatch
 
 # public names of the training package that lived here before the split stay importable from here
@@ -307,13 +315,16 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
             if metrics_file is not None:
                 metrics_file.rewind(resumed.epoch, resumed.step)
         ddp = data_parallel(model, world)  # after a resume: DDP starts every rank from rank 0's state
+        workers = prefetch_workers(features, shared.on)
         run = _Run(config, ds, world, features, model, ddp, params, optimizer,
-                   preparer(features, lookups, config.normalize_features, node_shared=shared.on), source,
-                   source.steps(0), int(train_idx.shape[0]), ckpt_path, emit, predictor,
+                   preparer(features, lookups, config.normalize_features, node_shared=shared.on, concurrent=workers > 1),
+                   source, source.steps(0), int(train_idx.shape[0]), ckpt_path, emit, predictor,
                    NeighborSampler(*csr, config.eval_fanouts or config.fanouts, seed=config.seed),
-                   preparer(features, lookups, config.normalize_features))  # evaluation reads privately
+                   preparer(features, lookups, config.normalize_features),  # evaluation reads privately
+                   workers)
         start = run.start_record(resumed, "server" if config.server else str(sample_dev), sample_why)
         start["node_shared_reads"] = shared.to_dict()
+        start["prefetch_workers"] = workers
         start["memory_check"] = memory_note
         # batches free and reallocate the same large host tensors every step (training.hostmem)
         start["host_malloc"] = keep_freed_host_memory()
@@ -390,6 +401,7 @@ class _Run:
     predictor: Predictor | None
     eval_sampler: NeighborSampler
     eval_prepare: Callable[[SampledBatch, float], Prepared]
+    workers: int = 1  # threads preparing training batches (training.pipeline.prefetch_workers)
 
     def start_record(self, resumed: Resumed | None, sampled_on: str, why: str) -> dict:
         features, store = self.features, getattr(self.features, "store", None)
@@ -425,7 +437,8 @@ class _Run:
         disk = ssd_reads(self.features)
         if self.predictor is not None:
             self.predictor.start()
-        pre = Prefetcher(self.source.batches(epoch, first), self.prepare, config.prefetch, self.features.transfer)
+        pre = Prefetcher(self.source.batches(epoch, first), self.prepare, config.prefetch, self.features.transfer,
+                         self.workers)
         try:
             for step in range(first, self.steps):
                 rec = _step(self.ddp, self.params, self.optimizer, pre, self.world, self.n_train, config.batch_size,
