@@ -9,6 +9,7 @@ workers only for host gathers of a store with node-shared reads.
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 
@@ -84,6 +85,19 @@ def test_workers_hand_over_every_batch_in_order(workers, depth):
     assert not draws.overlapped  # one draw at a time: the sampler's stream is one sequence
     if workers > 1:  # the draws went round the workers
         assert draws.drawn_by[:workers] == ["moment-prefetch"] + [f"moment-prefetch-{k}" for k in range(1, workers)]
+
+
+def test_the_last_batches_are_prepared_while_another_worker_draws_the_end():
+    """Instant draws and preparations, many short runs: the end drawn by one worker never leaves another
+    worker's batch unprepared."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can: the window between draw and check opens
+    try:
+        for n in range(1, 200):
+            pre = Prefetcher(iter(range(n % 7 + 1)), lambda b, s: (b, s), 1, workers=3)
+            assert _drain(pre) == list(range(n % 7 + 1))
+    finally:
+        sys.setswitchinterval(before)
 
 
 @pytest.mark.parametrize("workers,draw_fails,exc", [(1, False, ValueError), (2, False, ValueError),

@@ -65,6 +65,7 @@ def moment(*args: str, torchrun: int = 0) -> None:
 def last_epoch(metrics: Path) -> dict:
     rec = [json.loads(line) for line in metrics.read_text().splitlines()]
     ep = [r for r in rec if r.get("kind") == "epoch"][-1]
+    ep["prefetch_workers"] = next((r.get("prefetch_workers", 1) for r in rec if r.get("kind") == "start"), 1)
     steps = [r for r in rec if r.get("kind") == "step" and r.get("epoch") == ep["epoch"]]
     # per-step means of rank 0's split (ms): where a step's time goes
     ep["split_ms"] = {k: 1000 * statistics.fmean(r[k + "_s"] for r in steps) for k in SPLIT} if steps else {}
@@ -72,13 +73,15 @@ def last_epoch(metrics: Path) -> dict:
 
 
 #: the per-step stages of the split: compute (forward, backward with the gradients' all-reduce, update),
-#: gather (the prefetch thread's: sampling and feature rows, overlapped), I/O wait (the trainer blocked on
+#: gather (a prefetch thread's, per batch: sampling and feature rows, overlapped with the step; with two
+#: prefetch threads two batches' gathers also overlap each other), I/O wait (the trainer blocked on
 #: the prefetch queue), all-reduce (the loss and hits), the whole step
 SPLIT = ("compute", "gather", "io_wait", "allreduce", "step")
 
 
 def split_text(ep: dict) -> str:
-    return ", ".join(f"{k} {v:.0f}" for k, v in ep["split_ms"].items())
+    threads = f"{ep['prefetch_workers']} prefetch threads: " if ep.get("prefetch_workers", 1) > 1 else ""
+    return threads + ", ".join(f"{k} {v:.0f}" for k, v in ep["split_ms"].items())
 
 
 def prediction_text(ep: dict) -> str:

@@ -159,12 +159,13 @@ class Prefetcher:
             except BaseException as exc:
                 b = exc
             sample_s = time.perf_counter() - t0
+            last = b is self._END or isinstance(b, BaseException)
             with self._turn:
-                self._ended = b is self._END or isinstance(b, BaseException)
+                self._ended = self._ended or last
                 self._sampled += 1
                 self._turn.notify_all()
             item = b
-            if not self._ended:
+            if not last:  # (not self._ended: a later worker may have drawn the end meanwhile)
                 try:
                     item = self._prepare(b, sample_s)
                 except BaseException as exc:
