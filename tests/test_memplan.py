@@ -13,6 +13,7 @@ from iostack.placement import load_placement
 from moment.cli import main
 from training.memplan import (
     MEMORY_LIMIT_ENV,
+    GraphSizes,
     MemoryLimit,
     MemoryPlanError,
     TrainingReserve,
@@ -20,6 +21,7 @@ from training.memplan import (
     read_cgroup_limit,
     read_mem_available,
     size_cpu_cache,
+    training_reserve,
 )
 from training.synth import SynthSpec, synthesize
 
@@ -38,6 +40,16 @@ def _fake(tmp_path, cgroup: str, files: dict[str, str], meminfo_kib: int | None 
         (tmp_path / "proc" / "meminfo").write_text(f"MemTotal: 9999999 kB\nMemAvailable: {meminfo_kib} kB\n")
     return dict(proc_cgroup=tmp_path / "proc" / "cgroup", cgroup_root=tmp_path / "sys",
                 meminfo=tmp_path / "proc" / "meminfo")
+
+
+def test_a_second_prefetch_worker_reserves_one_batch_more():
+    g = GraphSizes(10**5, 10**6, 8 * (10**5 + 1), 4 * 10**6, 128, 512, 8 * 10**5, 10, 10**4)
+    one, two, four = (training_reserve(g, batch_size=1000, fanouts=(10, 5), prefetch=p, workers=w)
+                      for p, w in ((2, 1), (2, 2), (4, 1)))
+    assert two.batch_bytes > one.batch_bytes
+    assert two.batch_bytes - one.batch_bytes == (four.batch_bytes - one.batch_bytes) // 2  # a batch each
+    with pytest.raises(MemoryPlanError, match="workers 0"):
+        training_reserve(g, batch_size=1000, fanouts=(10, 5), workers=0)
 
 
 def test_cgroup_v2_max_is_no_limit_so_memavailable_counts(tmp_path):
