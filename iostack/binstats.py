@@ -133,7 +133,7 @@ class StoreStats:
             with c.lock:
                 got = {"rows": c.rows, "bytes": c.bytes, "requests": c.requests, "seconds": c.seconds,
                        "pages": c.pages, "read_rows": c.read_rows}
-            kind = "gpu-peer" if b.kind == "gpu" and self._held[b.id] == "host" else b.kind
+            kind = self._tier_of(b)
             t = out.setdefault(kind, {k: 0 for k in got} | {"seconds": 0.0, "share": 0.0})
             for k, v in got.items():
                 t[k] += v
@@ -150,10 +150,14 @@ class StoreStats:
                               minlength=max(b.id for b in self.placement.bins) + 1)
         out: dict[str, tuple[int, int]] = {}
         for b in self.placement.bins:
-            kind = "gpu-peer" if b.kind == "gpu" and self._held[b.id] == "host" else b.kind
+            kind = self._tier_of(b)
             r = out.get(kind, (0, 0))[0] + int(per_bin[b.id])
             out[kind] = (r, r * self.row_bytes)
         return out
+
+    def _tier_of(self, b: Any) -> str:
+        """The tier bin ``b`` counts in: its kind, ``gpu-peer`` for another GPU's partition held on the host."""
+        return "gpu-peer" if b.kind == "gpu" and self._held[b.id] == "host" else b.kind
 
     def reset_stats(self) -> None:
         """Start every bin's counts again from zero."""

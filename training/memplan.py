@@ -365,6 +365,7 @@ def check_host_memory(config: Any, ds: Any, *, gpu_bins_on_host: bool, ranks: in
     placement = load_placement(config.placement)
     row = placement.codec.row_bytes if placement.codec is not None else ds.row_bytes
     # node-shared reads (on by default with several local ranks) prepare batches on two threads
+    # (training.pipeline.prefetch_workers; one on a GPU, where this reserves a batch too many)
     workers = 2 if ranks > 1 and getattr(config, "node_shared_reads", False) else 1
     reserve = training_reserve(GraphSizes.of(ds, stored_row_bytes=row), batch_size=config.batch_size,
                                fanouts=config.fanouts, prefetch=config.prefetch, workers=workers,

@@ -87,8 +87,7 @@ class Prefetcher:
         self._depth = depth
         self._transfer = transfer
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._workers: list[threading.Thread] = []
+        self._workers: list[threading.Thread] = []  # none: prepared inline in get()
         self._turn = threading.Condition()
         self._sampled = self._delivered = 0  # batches drawn from ``batches``, and put on the queue, so far
         self._ended = False
@@ -101,7 +100,6 @@ class Prefetcher:
                 name = "moment-prefetch" if k == 0 else f"moment-prefetch-{k}"
                 t = threading.Thread(target=self._run, args=(k, n), name=name, daemon=True)
                 self._workers.append(t)
-            self._thread = self._workers[0]
             for t in self._workers:
                 t.start()
 
@@ -183,7 +181,7 @@ class Prefetcher:
 
     def get(self) -> tuple[Prepared | None, float]:
         t0 = time.perf_counter()
-        if self._thread is None:
+        if not self._workers:
             item = self._next()
             return (None if item is self._END else item), 0.0
         item = self._q.get()
@@ -197,7 +195,6 @@ class Prefetcher:
         for t in self._workers:
             t.join()
         self._workers = []
-        self._thread = None
         close = getattr(self._it, "close", None)
         if close is not None:
             close()
@@ -253,12 +250,9 @@ def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *, node
 
     def prepare(b: SampledBatch, sample_s: float) -> Prepared:
         t0 = time.perf_counter()
-        before = None if concurrent else features.totals()
+        before = {} if concurrent else features.totals()
         gathered = features.gather_landing(b.n_id, dtype=torch.float32, **extra)  # cast on the device, after the copy
-        if before is None:
-            after, before = features.tier_rows(b.n_id), {}
-        else:
-            after = features.totals()
+        after = features.tier_rows(b.n_id) if concurrent else features.totals()
         gather_s = time.perf_counter() - t0
         waited = shared.last_wait_s if shared is not None else 0.0
         with transfer.batch() as tb:
