@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,7 +76,8 @@ def tree_digests(root: Path, prefix: str) -> dict[str, str]:
     for p in sorted(root.rglob("*")):
         if not p.is_file():
             continue
-        rel = f"{prefix}/{p.relative_to(root).as_posix()}"
+        # an SSD bin's name carries a digest of the placement's full path (training.placing)
+        rel = re.sub(r"-[0-9a-f]{8}-bin", "-<digest>-bin", f"{prefix}/{p.relative_to(root).as_posix()}")
         if p.suffix == ".json":
             out[rel] = json_digest(p.read_text())
         elif p.suffix in (".npy", ".dat", ".bin") or p.name.startswith("bin"):
