@@ -33,7 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+#: ../shared/fixtures beside the repository, as tests/conftest.py finds it (MOMENT_SHARED overrides)
+FIXTURES = Path(os.environ.get("MOMENT_SHARED", Path(__file__).resolve().parents[2] / "shared")) / "fixtures"
 #: run-time or machine-local keys left out of a JSON output before it is digested
 VOLATILE = {"seconds", "path", "paths", "created", "date", "written_at", "elapsed_s", "host",
             "source", "wall_s", "started", "finished", "out", "dir", "dataset_dir"}
