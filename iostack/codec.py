@@ -47,8 +47,9 @@ import torch
 
 from iostack.errors import StoreError
 
-#: the types a placement may store its rows in
-FEATURE_DTYPES = ("float32", "float16", "bfloat16", "int8")
+#: the types a placement may store its rows in (a dataset's own feature types are
+#: training.data.DATASET_FEATURE_DTYPES: float64 and uint8 there, bfloat16 here)
+STORAGE_DTYPES = ("float32", "float16", "bfloat16", "int8")
 
 #: storage name -> (numpy dtype of the bin files, torch dtype of the rows)
 _STORAGE: dict[str, tuple[np.dtype, torch.dtype]] = {
@@ -72,12 +73,12 @@ def check_feature_dtype(name: str, what: str = "--feature-dtype") -> str:
     """``name`` if it is one of :data:`FEATURE_DTYPES`, else a :class:`StoreError` naming the choices."""
     if name not in _STORAGE:
         raise StoreError(f"{what} {name!r}: not a feature type a placement knows; "
-                         f"expected one of {', '.join(FEATURE_DTYPES)}")
+                         f"expected one of {', '.join(STORAGE_DTYPES)}")
     return name
 
 
 def stored_row_bytes(dtype: str, dim: int) -> int:
-    """Bytes of one row of ``dim`` features stored as ``dtype`` (a :data:`FEATURE_DTYPES` name).
+    """Bytes of one row of ``dim`` features stored as ``dtype`` (a :data:`STORAGE_DTYPES` name).
 
     >>> stored_row_bytes("float32", 128), stored_row_bytes("bfloat16", 128), stored_row_bytes("int8", 128)
     (512, 256, 128)
@@ -89,7 +90,7 @@ def stored_row_bytes(dtype: str, dim: int) -> int:
 class FeatureCodec:
     """How a placement's bins hold rows of ``dim`` features (see the module docstring).
 
-    ``dtype``: the storage type (:data:`FEATURE_DTYPES`); ``source_dtype``: the
+    ``dtype``: the storage type (:data:`STORAGE_DTYPES`); ``source_dtype``: the
     numpy dtype string of the features it was made from; ``scale`` and
     ``zero_point``: ``(dim,)`` float32, int8 only (``x ≈ scale * q + zero_point``).
     """
@@ -285,4 +286,4 @@ def _check_block(blk: np.ndarray, first_row: int, dtype: str) -> None:
                          f"{float(blk[r, c])!r}: {why}")
 
 
-__all__ = ["FEATURE_DTYPES", "FeatureCodec", "check_feature_dtype", "fit_codec", "stored_row_bytes", "to_torch"]
+__all__ = ["STORAGE_DTYPES", "FeatureCodec", "check_feature_dtype", "fit_codec", "stored_row_bytes", "to_torch"]

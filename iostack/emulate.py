@@ -30,6 +30,7 @@ The workload file is YAML (``docs/emulate.md``)::
     epochs: 1
     checkpoint: {bytes: 256MiB, every_steps: 100, dir: /ssd/ckpt}
 
+>>> from iostack.emulate_workload import workload_from_dict
 >>> w = workload_from_dict({"data": {"synthetic": {"rows": 1000, "row_bytes": 4096, "dir": "/tmp"}},
 ...                         "stream": {"kind": "uniform", "rows_per_step": 64, "steps": 3}})
 >>> w.stream.kind, w.compute.seconds_per_step, w.readers
@@ -51,16 +52,12 @@ from typing import Any
 
 import numpy as np
 
-from iostack.emulate_workload import (  # noqa: F401  (the workload is part of this module's interface)
-    COMPUTE_ON,
+from iostack.emulate_workload import (
     CheckpointSpec,
     ComputeSpec,
     StreamSpec,
-    SyntheticData,
     Workload,
     WorkloadError,
-    load_workload,
-    workload_from_dict,
 )
 from iostack.errors import StoreError
 from planner.progress import Progress
@@ -445,6 +442,7 @@ def emulate(workload: Workload, progress: Progress | None = None) -> EmulateResu
     return _combine(w, [parts[r] for r in range(w.readers)])
 
 
-__all__ = ["COMPUTE_ON", "CheckpointSpec", "ComputeSpec", "EmulateResult", "Stream", "StreamSpec", "SyntheticData",
-           "TierFigures", "Workload", "WorkloadError", "emulate", "load_workload", "make_stream",
-           "compute_on", "metrics_device", "metrics_times", "save_stream", "workload_from_dict"]
+__all__ = [
+    "EmulateResult", "Stream", "TierFigures", "emulate", "make_stream", "compute_on",
+    "metrics_device", "metrics_times", "save_stream"
+]

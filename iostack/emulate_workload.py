@@ -100,7 +100,7 @@ def _num(section: Mapping[str, Any], key: str, where: str, kind: type = int, def
     if v is None:
         raise WorkloadError(f"{where}.{key}: missing; give a number")
     if isinstance(v, str) and kind is int and key in ("bytes", "row_bytes"):
-        from planner.capacities import parse_size
+        from momentbase.units import parse_size
 
         try:
             v = parse_size(v)

@@ -19,7 +19,8 @@ layout (its placed topology is in the file) and solves the flow model on it
 again with the caches' real shares; a plan made on the fly goes through the
 very same steps, so both give the same placement.
 
->>> from planner.plan import Demand, plan
+>>> from planner.plan import plan
+>>> from planner.workload import Demand
 >>> from planner.topology.spec import load_machine
 >>> from planner.inventory import inventory_from_spec
 >>> result = plan(load_machine("moment-b"), inventory_from_spec("moment-b"), Demand(1e9), top=1)
@@ -44,7 +45,7 @@ from typing import Any
 from planner.errors import PlannerError
 from planner.topology.model import LinkKind, NodeKind, Topology
 
-__all__ = ["PLAN_SCHEMA", "PLAN_VERSION", "PlanFileError", "PlanHandoff", "PlanTargets", "Store",
+__all__ = ["PLAN_SCHEMA", "PLAN_VERSION", "PlanFileError", "PlanHandoff", "PlanTargets", "StoreTarget",
            "devices_of", "handoff_from_plan", "nvlink_pairs_of", "plan_file_dict", "read_plan_file",
            "targets_from_flow"]
 
@@ -58,7 +59,7 @@ class PlanFileError(PlannerError):
 
 
 @dataclass(frozen=True)
-class Store:
+class StoreTarget:
     """One store of a plan: ``kind`` ``gpu`` (a GPU cache), ``cpu`` (host memory) or ``ssd``.
 
     ``node`` is its topology node (the GPU, memory or NVMe device), ``socket``
@@ -83,11 +84,11 @@ class PlanTargets:
 
     machine: str
     gpus: tuple[tuple[str, str | None], ...]
-    stores: tuple[Store, ...]
+    stores: tuple[StoreTarget, ...]
     nvlink_pairs: tuple[tuple[str, str], ...] = ()
     source: str = ""
 
-    def of_kind(self, kind: str) -> list[Store]:
+    def of_kind(self, kind: str) -> list[StoreTarget]:
         return sorted((s for s in self.stores if s.kind == kind), key=lambda s: natural_key(s.id))
 
     def nvlink_joins_all_gpus(self) -> bool:
@@ -156,11 +157,11 @@ def targets_from_flow(placed: Topology, result, machine: str = "", source: str =
         if dev is None:
             raise PlannerError(f"store {sid!r} of the flow solution is not a GPU, memory or NVMe device")
         split = tuple(sorted(by_store.get(sid, {}).items()))
-        stores.append(Store(sid, _KIND_OF_NODE[NodeKind(dev["kind"])], node, dev["socket"], float(nbytes),
+        stores.append(StoreTarget(sid, _KIND_OF_NODE[NodeKind(dev["kind"])], node, dev["socket"], float(nbytes),
                             dev["numa_node"], split))
     for node, dev in devices.items():
         if dev["kind"] == NodeKind.MEMORY.value and node not in result.store_bytes:
-            stores.append(Store(node, "cpu", node, dev["socket"], 0.0, dev["numa_node"]))
+            stores.append(StoreTarget(node, "cpu", node, dev["socket"], 0.0, dev["numa_node"]))
     pairs = tuple((a, b) for a, b in nvlink_pairs_of(placed))
     return PlanTargets(machine or placed.name, gpus, tuple(stores), pairs, source or machine or placed.name)
 
@@ -193,7 +194,8 @@ class PlanHandoff:
         them, and a sentence that says so (for the user).
         """
         from planner.flow import solve
-        from planner.plan import Demand, workload_for
+        from planner.plan import workload_for
+        from planner.workload import Demand
 
         d = self.demand
         same = (abs(d.accelerator_cache_share - accelerator_cache_share) <= 1e-9
@@ -277,8 +279,8 @@ def read_plan_file(data: Mapping[str, Any] | str | Path, source: str | None = No
     Raises :class:`PlanFileError` naming ``source`` for anything but a
     version-:data:`PLAN_VERSION` ``moment.plan`` file.
     """
-    from planner.plan import Demand
     from planner.topology.jsonio import from_dict
+    from planner.workload import Demand
 
     if isinstance(data, (str, Path)):
         path, source = str(data), source or str(data)
@@ -301,8 +303,9 @@ def read_plan_file(data: Mapping[str, Any] | str | Path, source: str | None = No
         demand = Demand(float(dd["bytes_per_consumer"]), float(dd["accelerator_cache_share"]),
                         float(dd["host_memory_share"]))
         t = h["targets"]
-        stores = tuple(Store(str(s["id"]), str(s["kind"]), str(s["node"]), s["socket"], float(s["target_bytes"]),
-                             s.get("numa_node"), tuple((str(k), float(v)) for k, v in s.get("bytes_by_socket", ())))
+        stores = tuple(StoreTarget(str(s["id"]), str(s["kind"]), str(s["node"]), s["socket"],
+                                   float(s["target_bytes"]), s.get("numa_node"),
+                                   tuple((str(k), float(v)) for k, v in s.get("bytes_by_socket", ())))
                        for s in t["stores"])
         targets = PlanTargets(str(t["machine"]), tuple((str(g), s) for g, s in t["gpus"]), stores,
                               tuple((str(a), str(b)) for a, b in t.get("nvlink_pairs", ())), source)

@@ -327,7 +327,7 @@ class NicPlacement:
 
 def nic_slots(topo: Topology, model: NicModel) -> list[Node]:
     """Empty slots a NIC of ``model`` fits: its form factor (or unknown) and at least x8 electrically."""
-    from planner.layout import slot_form_factor
+    from planner.inventory.slots import slot_form_factor
 
     out = []
     for s in topo.nodes(NodeKind.SLOT):
@@ -342,7 +342,8 @@ def nic_slots(topo: Topology, model: NicModel) -> list[Node]:
 
 def with_nics(topo: Topology, model: NicModel, slots: Sequence[str]) -> Topology:
     """A copy of ``topo`` with a NIC of ``model`` in each of ``slots`` (ids ``nic:<slot>``)."""
-    from planner.layout import _pcie_efficiency, usual_efficiency
+    from planner.layout import usual_efficiency
+    from planner.layout.place import _pcie_efficiency
 
     t = topo.copy()
     eff = usual_efficiency(topo)

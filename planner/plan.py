@@ -39,7 +39,7 @@ from planner.layout import (
     slot_map,
 )
 from planner.topology.model import Link, LinkKind, NodeKind, Topology
-from planner.workload import Consumer, Demand, Store, Tier, Workload  # Demand: re-exported
+from planner.workload import Consumer, Demand, Store, Tier, Workload
 
 MODELS = ("maxflow", "concurrent")
 

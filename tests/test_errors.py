@@ -13,8 +13,8 @@ ERRORS = {
     "momentbase.units": ["SizeError"],
     "planner.errors": ["PlannerError", "ParseError", "TopologyError"],
     "iostack.errors": ["StoreError"],
-    "iostack.emulate": ["WorkloadError"],
-    "training.errors": ["TrainingError"],
+    "iostack.emulate_workload": ["WorkloadError"],
+    "training.errors": ["TrainingError", "TrainError"],
     "training.data": ["DatasetError"],
     "training.sampler": ["SamplerError"],
     "training.hotness": ["HotnessError"],
@@ -25,7 +25,6 @@ ERRORS = {
     "training.sharded": ["NodeError"],
     "training.exchange": ["PeerLostError"],
     "training.runreport": ["MetricsError"],
-    "training.trainer": ["TrainError"],
     "training.serve.protocol": ["ServerError"],
     "moment.errors": ["CommandError"],
 }

@@ -26,8 +26,9 @@ from training.devices import (
     rank_device,
     sampling_device,
 )
+from training.errors import TrainError
 from training.importers import import_dataset
-from training.trainer import TrainConfig, TrainError, train
+from training.trainer import TrainConfig, train
 
 SMALL = dict(fanouts=(10, 5), batch_size=35, hidden=32, seed=3)
 

@@ -53,7 +53,8 @@ from typing import Any
 
 import numpy as np
 
-from training.data import Dataset, Progress
+from planner.progress import Progress
+from training.data import Dataset
 from training.errors import TrainingError
 
 METHODS = ("presample", "degree", "pagerank")

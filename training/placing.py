@@ -34,8 +34,8 @@ another socket than the GPU reading it (GPU caches never: a replicated
 cache is local, a partitioned one is reached over NVLink).
 
 >>> t = PlanTargets("toy", gpus=(("gpu0", "socket0"),),
-...     stores=(Store("cache:gpu0", "gpu", "gpu0", "socket0", 1.0),
-...             Store("ssd0", "ssd", "ssd0", "socket0", 3.0)))
+...     stores=(StoreTarget("cache:gpu0", "gpu", "gpu0", "socket0", 1.0),
+...             StoreTarget("ssd0", "ssd", "ssd0", "socket0", 3.0)))
 >>> bins = build_bins(t, num_rows=100, row_bytes=400, gpu_cache_bytes=4000, cpu_cache_bytes=0,
 ...                   ssd_dirs=["/tmp"], out_dir="/tmp")
 >>> [(b.kind, b.capacity_rows, b.target_share) for b in bins]
@@ -58,22 +58,14 @@ import numpy as np
 from iostack.bins import file_bytes_for
 from iostack.placement import Bin, Placement
 from planner.affinity import Affinity, ddak_affinity
-from planner.ddak import (
-    DdakBin,
-    DdakResult,
-    ddak,
-    hash_placement,
-    hot_first_placement,
-    random_placement,
-)
+from planner.baselines import hash_placement, hot_first_placement, random_placement
+from planner.ddak import ddak
 from planner.handoff import (
     PlanHandoff,
     PlanTargets,
-    Store,
-    devices_of,
-    nvlink_pairs_of,
-    targets_from_flow,
+    StoreTarget,
 )
+from planner.placement import DdakBin, DdakResult
 from planner.progress import Progress
 from training.errors import TrainingError
 
@@ -124,7 +116,8 @@ def plan_now(topology, *, spec: str | None = None, model: str = "maxflow", nvlin
     import json
 
     from planner.handoff import handoff_from_plan, plan_file_dict, read_plan_file
-    from planner.plan import Demand, choose_inventory, measured_inventory, plan
+    from planner.plan import choose_inventory, measured_inventory, plan
+    from planner.workload import Demand
 
     topo, inventory = choose_inventory(topology, spec=spec)
     if capacities is not None:
@@ -179,7 +172,7 @@ def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache
     if total <= 0:
         raise PlacingError(f"{targets.source}: the plan's stores serve no bytes; re-run the plan")
 
-    def share(stores: Sequence[Store]) -> float:
+    def share(stores: Sequence[StoreTarget]) -> float:
         return max(sum(s.target_bytes for s in stores) / total, ZERO_TARGET_SHARE)
 
     bins: list[BinPlan] = []
@@ -563,28 +556,8 @@ def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.Pat
 
 
 __all__ = [
-    "GPU_MODES",
-    "STRATEGIES",
-    "BinPlan",
-    "BinReport",
-    "PlaceResult",
-    "PlacementReport",
-    "PlacingError",
-    "PlanTargets",
-    "Store",
-    "bin_split",
-    "build_bins",
-    "cache_shares",
-    "check_free_space",
-    "expected_shares",
-    "devices_of",
-    "nvlink_pairs_of",
-    "place",
-    "plan_now",
-    "reader_sockets",
-    "report_for",
-    "socket_reads",
-    "ssd_bin_path",
-    "targets_for_caches",
-    "targets_from_flow",
+    "GPU_MODES", "STRATEGIES", "BinPlan", "BinReport", "PlaceResult", "PlacementReport",
+    "PlacingError", "bin_split", "build_bins", "cache_shares", "check_free_space",
+    "expected_shares", "place", "plan_now", "reader_sockets", "report_for", "socket_reads",
+    "ssd_bin_path", "targets_for_caches"
 ]

@@ -552,5 +552,7 @@ def _fill_cache_ssd(feats: ShardedFeatures, ids: np.ndarray, directory: str, lay
     return RemoteCache(ids, layout.num_vertices, store=store, where=f"an SSD bin ({d / name})")
 
 
-__all__ = ["NodeError", "Peers", "Membership", "RemoteCache", "ShardedFeatures", "ShardedOptions",
-           "cache_rows", "check_dataset", "is_sharded", "join", "node_directory", "open_sharded"]
+__all__ = [
+    "NodeError", "Peers", "Membership", "ShardedFeatures", "ShardedOptions", "check_dataset",
+    "is_sharded", "join", "node_directory", "open_sharded"
+]

@@ -69,11 +69,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from training.data import Progress, index_dtype
+from planner.progress import Progress
+from training.data import index_dtype
 from training.draws import RMAT_LEVELS_PER_DRAW, rmat_probabilities
 from training.draws import guide as _guide
 from training.draws import locate as _locate
-from training.draws import popcount as _popcount  # noqa: F401  (tests reach it here)
 from training.draws import rmat_destination_weights as _rmat_destination_weights
 from training.draws import rmat_table as _rmat_table
 from training.errors import TrainingError
@@ -127,7 +127,7 @@ class SynthSpec:
         return DEFAULT_SKEW.get(self.generator, 0.0) if self.skew is None else float(self.skew)
 
     def validate(self) -> SynthSpec:
-        """Raise :class:`SynthError` naming the first bad option; return ``self``."""
+        """Raise :class:`SynthError` naming the first bad field; return ``self``."""
         n, m = self.num_nodes, self.num_edges
         if self.generator not in GENERATORS:
             raise SynthError(f"--generator {self.generator!r}: expected one of {', '.join(GENERATORS)}")
@@ -160,7 +160,7 @@ class SynthSpec:
         shares = {"train": self.train_share, "valid": self.valid_share, "test": self.test_share}
         for name, share in shares.items():
             if not 0 <= share <= 1:
-                raise SynthError(f"--{name}-share {share}: expected a share in [0, 1]")
+                raise SynthError(f"`{name}_share` {share}: expected a share in [0, 1]")
         if sum(shares.values()) > 1 + 1e-12:
             raise SynthError(
                 f"--train-share + --valid-share + --test-share = {sum(shares.values()):g}: "

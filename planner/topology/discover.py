@@ -90,7 +90,8 @@ def topology_from_files(
 
     topo = _pci_tree(lspci, lspci_vvv, hwloc, nccl_topo)
     if dmidecode is not None:
-        from planner.topology.dmidecode import apply_dmi_slots, parse_dmidecode
+        from planner.topology.dmi_join import apply_dmi_slots
+        from planner.topology.dmidecode import parse_dmidecode
 
         dmi = parse_dmidecode(read_text(dmidecode), str(dmidecode))
         if topo is None:
@@ -102,11 +103,8 @@ def topology_from_files(
         topo.sources.append(str(dmidecode))
 
     if nvidia_smi is not None:
-        from planner.topology.nvidia_smi import (
-            apply_nvidia_smi,
-            parse_nvidia_smi_topo,
-            topology_from_nvidia_smi,
-        )
+        from planner.topology.nvidia_smi import apply_nvidia_smi, topology_from_nvidia_smi
+        from planner.topology.nvsmi_matrix import parse_nvidia_smi_topo
 
         matrix = parse_nvidia_smi_topo(read_text(nvidia_smi), str(nvidia_smi))
         if topo is None:

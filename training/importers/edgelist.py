@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DEFAULT_CHUNK_EDGES, DatasetError, Progress
+from planner.progress import Progress
+from training.data import DEFAULT_CHUNK_EDGES, DatasetError
 from training.importers._text import DEFAULT_CHUNK_BYTES, iter_rows, open_binary
 from training.writer import DatasetWriter
 

@@ -49,7 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from training.data import DEFAULT_CHUNK_EDGES, DatasetError, Progress
+from planner.progress import Progress
+from training.data import DEFAULT_CHUNK_EDGES, DatasetError
 from training.writer import DatasetWriter
 
 #: the default dataset path of every key

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DEFAULT_CHUNK_EDGES, DatasetError, Progress
+from planner.progress import Progress
+from training.data import DEFAULT_CHUNK_EDGES, DatasetError
 from training.writer import DatasetWriter
 
 FEATURE_BLOCK_ROWS = 1 << 15

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from training.data import DatasetError, Progress
+from planner.progress import Progress
+from training.data import DatasetError
 from training.importers._safepickle import list_npz_keys, npz_member
 from training.writer import DatasetWriter
 

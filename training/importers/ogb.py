@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DatasetError, Progress
+from planner.progress import Progress
+from training.data import DatasetError
 from training.importers._text import DEFAULT_CHUNK_BYTES, iter_rows
 from training.writer import DatasetWriter
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DatasetError, Progress
+from planner.progress import Progress
+from training.data import DatasetError
 from training.importers._safepickle import safe_load
 from training.writer import DatasetWriter
 
