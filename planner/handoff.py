@@ -46,11 +46,15 @@ from planner.errors import PlannerError
 from planner.topology.model import LinkKind, NodeKind, Topology
 
 __all__ = ["PLAN_SCHEMA", "PLAN_VERSION", "PlanFileError", "PlanHandoff", "PlanTargets", "StoreTarget",
-           "devices_of", "handoff_from_plan", "nvlink_pairs_of", "plan_file_dict", "read_plan_file",
+           "devices_of", "handoff_from_plan", "nvlink_pairs_of", "plan_document", "plan_file_dict", "read_plan_file",
            "targets_from_flow"]
 
 PLAN_SCHEMA = "moment.plan"
-#: 2: the recommended layout's placed topology, the demand and the targets ("handoff"); 1 had targets only
+#: the version of what :func:`read_plan_file` reads (``schema``, ``version``, ``handoff``).
+#: 2: the recommended layout's placed topology, the demand and the targets ("handoff"); 1 had targets only.
+#: The other keys of a plan file are for people and no reader depends on them: the per-layout
+#: ``devices`` and ``nvlink`` that files written before 2026-11 carry were dropped without a
+#: new version, and such a file still reads (the reader never looked at them).
 PLAN_VERSION = 2
 
 
@@ -271,6 +275,84 @@ def plan_file_dict(h: PlanHandoff) -> dict[str, Any]:
                         "unknown_link_bytes_per_s": h.unknown_link_bytes_per_s,
                         "targets": _targets_dict(h.targets),
                         "topology": to_dict(h.placed)}}
+
+
+def _ranked_dict(e) -> dict[str, Any]:
+    """One ranked layout of a plan (a :class:`planner.plan.RankedLayout`), JSON-able."""
+    from planner.plan import layout_summary
+
+    r = e.result
+    return {
+        "rank": e.rank,
+        "labels": list(e.labels),
+        "layout": layout_summary(e.placed),
+        "assignment": [list(a) for a in e.layout.assignment],
+        "multiplicity": e.layout.multiplicity,
+        "seconds_per_iteration": r.seconds_per_iteration,
+        "mean_inlet_bytes_per_s": e.mean_inlet_bytes_per_s,
+        "inlet_bytes_per_s": r.inlet_bytes_per_s,
+        "store_bytes": r.store_bytes,
+        "tier_shares": r.tier_shares,
+        "bottleneck": [list(b) for b in r.bottleneck],
+        "link_utilisation": [[a, b, u] for (a, b), u in sorted(r.link_utilisation.items()) if u > 0],
+    }
+
+
+def plan_document(result, *, top: int, layout: str = "recommended",
+                  unknown_link_bytes_per_s: float | None = None,
+                  nodes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The whole plan file (``moment plan --json``) of a :class:`planner.plan.PlanResult`, JSON-able.
+
+    Parameters
+    ----------
+    result : planner.plan.PlanResult
+        The plan.
+    top : int
+        How many ranked layouts the ``ranked`` list shows.
+    layout : str
+        The layout the ``handoff`` is for (:data:`HANDOFF_LAYOUTS`; see :func:`handoff_from_plan`).
+    unknown_link_bytes_per_s : float or None
+        The capacity the plan gave links of unknown speed, bytes/s (``None``: none given).
+    nodes : mapping or None
+        The summary of the best layout solved as one node of several, when there is one.
+
+    Returns
+    -------
+    dict
+        For people: the search counts, the best, ranked and baseline layouts, the gains
+        and notes. For ``moment place --plan``: ``schema``, ``version`` and ``handoff``
+        (:func:`plan_file_dict`, read back by :func:`read_plan_file`).
+
+    Raises
+    ------
+    PlanFileError
+        ``layout`` is not one of the plan's layouts (see :func:`handoff_from_plan`).
+    """
+    from planner.plan import RankedLayout
+
+    summary = {
+        "schema": PLAN_SCHEMA,
+        "machine": result.machine,
+        "model": result.model,
+        "inventory": str(result.inventory),
+        "demand": {
+            "bytes_per_consumer": result.demand.bytes_per_consumer,
+            "accelerator_cache_share": result.demand.accelerator_cache_share,
+            "host_memory_share": result.demand.host_memory_share,
+        },
+        "counts": {"raw": result.search.raw_count, "feasible": result.search.feasible_count,
+                   "distinct": result.search.distinct_count, "solved": result.solved_count},
+        "seconds": result.seconds,
+        "best": _ranked_dict(result.best),
+        "slot_map": [m.text for m in result.slot_map()],
+        "ranked": [_ranked_dict(e) for e in result.ranked[:top]],
+        "baselines": {k: (_ranked_dict(v) if isinstance(v, RankedLayout) else {"not_applicable": v})
+                      for k, v in result.baselines.items()},
+        "gains": {k: result.gain_over(k) for k in result.baselines},
+        "notes": list(result.notes),
+    }
+    h = handoff_from_plan(result, unknown_link_bytes_per_s=unknown_link_bytes_per_s, layout=layout)
+    return {**summary, **plan_file_dict(h), **({"nodes": dict(nodes)} if nodes else {})}
 
 
 def read_plan_file(data: Mapping[str, Any] | str | Path, source: str | None = None) -> PlanHandoff:

@@ -131,6 +131,11 @@ def test_plan_json_round_trip_and_old_plans(capsys, tmp_path):
     again = read_plan_file(json.loads(json.dumps(plan_file_dict(h))), "plan.json")
     assert plan_file_dict(again) == plan_file_dict(h) == {k: data[k] for k in plan_file_dict(h)}
     assert again.targets == t and again.demand == h.demand and to_dict(again.placed) == to_dict(h.placed)
+    # the per-layout devices/nvlink that earlier writers added are gone, and a file with them still reads
+    assert not {"devices", "nvlink"} & set(data["best"])
+    earlier = json.loads(json.dumps(data))
+    earlier["best"].update(devices={"gpu0": {"kind": "gpu", "socket": "socket0", "numa_node": 0}}, nvlink=[])
+    assert plan_file_dict(read_plan_file(earlier, "plan.json")) == plan_file_dict(h)
     old = dict(data, version=1)
     with pytest.raises(PlanFileError, match=r"plan.json: plan file version 1, this Moment reads version 2.*"
                                             r"moment plan --json"):
