@@ -144,7 +144,7 @@ def _check_room(d: Path, file_bytes: int) -> None:
     if free < file_bytes + _FREE_MARGIN:
         raise ProfileError(
             f"{d}: only {format_size(free)} free; a {format_size(file_bytes)} test file needs "
-            f"{format_size(file_bytes + _FREE_MARGIN)} (use a smaller --file-size)")
+            f"{format_size(file_bytes + _FREE_MARGIN)} (use a smaller `file_bytes`)")
 
 
 def _drop_cache(fd: int, length: int) -> None:

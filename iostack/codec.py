@@ -69,8 +69,8 @@ FIT_CHUNK_BYTES = 16 << 20
 Progress = Callable[[str, int, int | None], None]
 
 
-def check_feature_dtype(name: str, what: str = "--feature-dtype") -> str:
-    """``name`` if it is one of :data:`FEATURE_DTYPES`, else a :class:`StoreError` naming the choices."""
+def check_feature_dtype(name: str, what: str = "`feature_dtype`") -> str:
+    """``name`` if it is one of :data:`STORAGE_DTYPES`, else a :class:`StoreError` naming the choices."""
     if name not in _STORAGE:
         raise StoreError(f"{what} {name!r}: not a feature type a placement knows; "
                          f"expected one of {', '.join(STORAGE_DTYPES)}")
@@ -195,7 +195,7 @@ class FeatureCodec:
     @classmethod
     def from_manifest(cls, data: Any, where: str = "placement.json") -> FeatureCodec:
         """The codec :meth:`to_manifest` wrote; a :class:`StoreError` naming ``where`` if it is damaged."""
-        fix = "place the dataset again (`moment place ... --force`)"
+        fix = "place the dataset again (`force=True`)"
         if not isinstance(data, dict):
             raise StoreError(f"{where}: field 'features' is not an object; {fix}")
         try:
@@ -241,7 +241,7 @@ def fit_codec(features: np.ndarray, dtype: str, *, chunk_bytes: int = FIT_CHUNK_
         raise StoreError(f"features of shape {tuple(features.shape)}: expected (num_vertices, dim)")
     src = np.dtype(x.dtype)
     if dtype == "int8" and src.kind != "f":
-        raise StoreError(f"--feature-dtype int8: the features are {src}, not floats; int8 with a scale per column "
+        raise StoreError(f"`feature_dtype` int8: the features are {src}, not floats; int8 with a scale per column "
                          "is for float features (store them as float32 or float16, or import float features)")
     if src.kind not in "fiub":
         raise StoreError(f"features of dtype {src}: not numbers a feature bin can hold")
@@ -282,7 +282,7 @@ def _check_block(blk: np.ndarray, first_row: int, dtype: str) -> None:
         why = "beyond float32's range, which the gather returns; scale the features"
     if bad.any():
         r, c = (int(i) for i in np.argwhere(bad)[0])
-        raise StoreError(f"--feature-dtype {dtype}: feature row {first_row + r}, column {c} is "
+        raise StoreError(f"`feature_dtype` {dtype}: feature row {first_row + r}, column {c} is "
                          f"{float(blk[r, c])!r}: {why}")
 
 

@@ -108,7 +108,7 @@ def make_stream(spec: StreamSpec, num_rows: int) -> Stream:
             sample_s = z["sample_s"] if "sample_s" in z.files else None
         except (OSError, KeyError, ValueError) as exc:
             raise WorkloadError(f"stream.path {spec.path}: not a recorded stream ({exc}); "
-                                "record one with moment bench emulate --record") from None
+                                "record one with `training.stream.record_stream`") from None
         if ids.size and (ids.min() < 0 or ids.max() >= num_rows):
             raise WorkloadError(f"stream.path {spec.path}: ids reach {int(ids.max())}, the data has {num_rows} rows; "
                                 "record the stream on this dataset")
@@ -146,7 +146,7 @@ def metrics_times(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]
     rows = [(r.get("epoch", 0), r["step"], r["compute_s"] + r.get("allreduce_s", 0.0), r["sample_s"])
             for r in _metrics_records(path) if r.get("kind") == "step"]
     if not rows:
-        raise WorkloadError(f"compute.from_metrics {path}: no step records; pass the --metrics file of moment train")
+        raise WorkloadError(f"compute.from_metrics {path}: no step records; give a training run's metrics file (`metrics_path`)")
     first = min(e for e, *_ in rows)
     rows = sorted(r for r in rows if r[0] == first)
     return np.array([r[2] for r in rows]), np.array([r[3] for r in rows])

@@ -199,7 +199,7 @@ class FeatureStore(SsdReads, StoreStats):
             have = c.dtype if c is not None else (None if dtype is None else np.dtype(dtype).name)
         if expect is not None and have is not None and have != expect:
             raise StoreError(f"the placement stores its feature rows as {have}, this code expects {expect}; "
-                             f"open it expecting {have}, or place again with --feature-dtype {expect}")
+                             f"open it expecting {have}, or place again with `feature_dtype={expect}`")
         if c is not None and dim is not None and c.dim != dim:
             raise StoreError(f"the placement's rows have {c.dim} features, the features given have {dim}; "
                              "place these features again")
@@ -283,7 +283,7 @@ class FeatureStore(SsdReads, StoreStats):
         if free is not None and need > GPU_BIN_SHARE * free:
             raise StoreError(f"the GPU cache bin(s) need {need / 2**30:.2f} GiB on {self.device}, which has "
                              f"{free / 2**30:.2f} GiB free ({GPU_BIN_SHARE:.0%} may go to bins): place with a "
-                             "smaller --gpu-cache")
+                             "smaller `gpu_cache_bytes`")
         for b in self.placement.bins:
             if b.kind == "ssd":
                 continue

@@ -365,15 +365,15 @@ def read_plan_file(data: Mapping[str, Any] | str | Path, source: str | None = No
     from planner.workload import Demand
 
     if isinstance(data, (str, Path)):
-        path, source = str(data), source or str(data)
+        source = source or str(data)
         try:
             data = json.loads(Path(data).read_text())
         except FileNotFoundError:
-            raise PlanFileError(f"{source}: no such file; write one with `moment plan --json > {path}`") from None
+            raise PlanFileError(f"{source}: no such file; write one with `planner.handoff.plan_document`") from None
         except (OSError, ValueError) as exc:
-            raise PlanFileError(f"{source}: not readable JSON ({exc}); write it with `moment plan --json`") from None
+            raise PlanFileError(f"{source}: not readable JSON ({exc}); write it with `planner.handoff.plan_document`") from None
     source = source or "plan"
-    fix = "write it again with `moment plan --json`"
+    fix = "write it again with `planner.handoff.plan_document`"
     if not isinstance(data, Mapping) or data.get("schema") != PLAN_SCHEMA:
         raise PlanFileError(f"{source}: not a plan (no \"schema\": \"{PLAN_SCHEMA}\"); {fix}")
     if data.get("version") != PLAN_VERSION:

@@ -213,7 +213,7 @@ def port_rate(topo: Topology, nic: Node, override: float | None = None) -> float
         return min(float(port), link) if link > 0 else float(port)
     r = link
     if r <= 0:
-        raise PlannerError(f"{topo.name}: NIC {nic.id} has no known link rate; give the port rate (--nic-gbps)")
+        raise PlannerError(f"{topo.name}: NIC {nic.id} has no known link rate; give the port rate (`nic_bytes_per_s`)")
     return r
 
 
@@ -273,7 +273,7 @@ def solve_nodes(topo: Topology, base: Workload, demand: NetworkDemand, *, nics: 
     nics = list(nics) if nics is not None else data_nics(topo)
     if r > 0 and not nics:
         raise PlannerError(f"{topo.name}: {demand.nodes} nodes need a NIC to reach each other, and this machine has "
-                           "none that carries data; put one in (moment plan --nics K)")
+                           "none that carries data; put one in (`place_nics`)")
     edges, caps = _edges(topo, unknown_link_bytes_per_s)
     dem = {c.node_id: float(c.demand_bytes) for c in base.consumers}
     unit = sum(dem.values())  # the LP counts bytes in units of all GPUs' reads (HiGHS needs the scale)

@@ -74,7 +74,7 @@ def test_partitioned_gpu_caches_need_nvlink(tmp_path):
 
 
 def test_ssd_count_must_match_the_plan(tmp_path):
-    with pytest.raises(PlacingError, match=r"2 --ssd path\(s\) given, the plan \(toy plan\) has 3 SSD\(s\).*ssd0, ssd1, ssd2"):
+    with pytest.raises(PlacingError, match=r"2 `ssd_dirs` path\(s\) given, the plan \(toy plan\) has 3 SSD\(s\).*ssd0, ssd1, ssd2"):
         build_bins(two_socket_plan(), num_rows=10, row_bytes=4, gpu_cache_bytes=0, cpu_cache_bytes=0,
                    ssd_dirs=[tmp_path, tmp_path], out_dir=tmp_path)
 
@@ -138,7 +138,7 @@ def test_plan_json_round_trip_and_old_plans(capsys, tmp_path):
     assert plan_file_dict(read_plan_file(earlier, "plan.json")) == plan_file_dict(h)
     old = dict(data, version=1)
     with pytest.raises(PlanFileError, match=r"plan.json: plan file version 1, this Moment reads version 2.*"
-                                            r"moment plan --json"):
+                                            r"`planner.handoff.plan_document`"):
         read_plan_file(old, "plan.json")
     broken = json.loads(json.dumps(data))
     del broken["handoff"]["topology"]
@@ -150,7 +150,8 @@ def test_plan_json_round_trip_and_old_plans(capsys, tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert main(["place", "--dataset", str(tmp_path), "--plan", str(tmp_path / "old.json"), "--gpu-cache", "0",
                  "--cpu-cache", "0", "--out", str(tmp_path / "o")]) == 2
-    assert "plan file version 1" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "plan file version 1" in err and "write it again with `moment plan --json > FILE`" in err
 
 
 def _place_args(cora, ssd, out, *extra):

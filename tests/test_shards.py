@@ -221,7 +221,7 @@ def test_a_broken_collective_is_one_line_naming_when():
                                         "peer [127.0.0.1]:6560. This is typically caused by a crash"), "epoch 1, step 3")
     assert str(err).startswith("epoch 1, step 3: another rank died or stopped answering (Connection closed by peer "
                                "[127.0.0.1]:6560); ")
-    assert "--resume" in str(err) and "\n" not in str(err)
+    assert "`resume`" in str(err) and "\n" not in str(err)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -193,14 +193,14 @@ def test_homophily_zero_gives_chance_agreement():
 
 
 @pytest.mark.parametrize("kwargs,option", [
-    (dict(num_nodes=-3), "--nodes"),
-    (dict(num_edges=0), "--edges"),
-    (dict(num_nodes=10, num_edges=91), "--edges"),
-    (dict(generator="erdos"), "--generator"),
-    (dict(skew=1.5), "--skew"),
-    (dict(generator="chung-lu", skew=-1), "--skew"),
-    (dict(feature_dtype="int8"), "--feature-dtype"),
-    (dict(train_share=0.6, valid_share=0.3, test_share=0.2), "--train-share"),
+    (dict(num_nodes=-3), "`num_nodes`"),
+    (dict(num_edges=0), "`num_edges`"),
+    (dict(num_nodes=10, num_edges=91), "`num_edges`"),
+    (dict(generator="erdos"), "`generator`"),
+    (dict(skew=1.5), "`skew`"),
+    (dict(generator="chung-lu", skew=-1), "`skew`"),
+    (dict(feature_dtype="int8"), "`feature_dtype`"),
+    (dict(train_share=0.6, valid_share=0.3, test_share=0.2), "`train_share`"),
 ])
 def test_bad_specs_name_the_field(kwargs, option):
     with pytest.raises(SynthError, match=option):

@@ -188,7 +188,7 @@ def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache
                 raise PlacingError(
                     f"{targets.source}: partitioned GPU caches need NVLink between the GPUs, and "
                     f"{'there is one GPU' if len(targets.gpus) < 2 else 'the plan has none joining them all'}; "
-                    "use the default --gpu-cache-mode replicate")
+                    "use the default `gpu_mode` replicate")
             each = share(caches) / len(targets.gpus)
             for i, (g, sock) in enumerate(targets.gpus):
                 bins.append(BinPlan("gpu", gpu_rows, max(each, ZERO_TARGET_SHARE), f"cuda:{i}", sock,
@@ -204,8 +204,8 @@ def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache
     ssds = targets.of_kind("ssd")
     if len(ssd_dirs) != len(ssds):
         raise PlacingError(
-            f"{len(ssd_dirs)} --ssd path(s) given, the plan ({targets.source}) has {len(ssds)} SSD(s): "
-            f"give one --ssd per SSD, in the order {', '.join(s.id for s in ssds) or '(none)'} "
+            f"{len(ssd_dirs)} `ssd_dirs` path(s) given, the plan ({targets.source}) has {len(ssds)} SSD(s): "
+            f"give one `ssd_dirs` per SSD, in the order {', '.join(s.id for s in ssds) or '(none)'} "
             "(a directory may be repeated)")
     first = len(bins)
     for i, (s, d) in enumerate(zip(ssds, ssd_dirs, strict=True)):
@@ -221,7 +221,7 @@ def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache
     room = sum(b.capacity_rows for b in bins)
     if room < num_rows:
         raise PlacingError(f"the caches hold {room} of {num_rows} rows and the plan has no SSD for the rest; "
-                           "plan with SSDs or give larger --gpu-cache / --cpu-cache")
+                           "plan with SSDs or give larger `gpu_cache_bytes` / `cpu_cache_bytes`")
     return bins
 
 
@@ -552,7 +552,7 @@ def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.Pat
         free = shutil.disk_usage(d).free + old
         if nbytes > free:
             raise PlacingError(f"{d}: the SSD bins need {nbytes / 1e9:.2f} GB, the file system has "
-                               f"{free / 1e9:.2f} GB free; free space or give more --ssd directories")
+                               f"{free / 1e9:.2f} GB free; free space or give more `ssd_dirs` directories")
 
 
 __all__ = [

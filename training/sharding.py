@@ -92,7 +92,7 @@ def hot_rows_of(share: float, num_rows: int) -> int:
     135
     """
     if not 0.0 <= share <= 1.0:
-        raise PlacingError(f"--hot-rows {share}: expected a share of the rows between 0 and 1")
+        raise PlacingError(f"`hot_rows` {share}: expected a share of the rows between 0 and 1")
     return int(round(share * num_rows))
 
 
@@ -119,7 +119,7 @@ def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTarget
         raise PlacingError(f"hotness has {np.asarray(hotness).shape[0]} rows, the features {num_rows}")
     row_bytes = dim * np.dtype(feats.dtype).itemsize
     if not 1 <= int(replicas) <= int(num_nodes):
-        raise PlacingError(f"--replicas {replicas}: expected 1 to {num_nodes} (--nodes): a row is on at most "
+        raise PlacingError(f"`replicas` {replicas}: expected 1 to {num_nodes} (`num_nodes`): a row is on at most "
                            "every node")
     layout = shard_rows(hotness, int(num_nodes), int(replicas), int(hot_rows))
     head = dict(report or {})

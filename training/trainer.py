@@ -558,8 +558,8 @@ def _refuse_non_finite(flat: Tensor, epoch: int, step: int) -> None:
     what = f"the loss is {loss}" if not math.isfinite(loss) else "a gradient is NaN or infinite"
     raise TrainError(
         f"epoch {epoch}, step {step}: {what}; training stopped before updating the model, and the last "
-        "checkpoint is left as it was. Corrupt features (check them with `moment data info --verify "
-        "DATASET`) or too high a learning rate (--lr) are the usual causes")
+        "checkpoint is left as it was. Corrupt features (check them with "
+        "`training.data.open_dataset(verify='full')`) or too high a learning rate (`lr`) are the usual causes")
 
 
 @torch.no_grad()

@@ -113,7 +113,7 @@ class DatasetWriter:
         self._tmp: Path | None = None
         self._features: np.memmap | None = None
         if self.path.exists() and not overwrite:
-            raise DatasetError(f"{self.path}: already exists; remove it or pass --force to replace it")
+            raise DatasetError(f"{self.path}: already exists; remove it or pass `overwrite=True` to replace it")
         if not self.path.parent.is_dir():
             raise DatasetError(f"{self.path.parent}: no such directory to write the dataset into")
 

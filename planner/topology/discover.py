@@ -97,7 +97,7 @@ def topology_from_files(
         if topo is None:
             raise PlannerError(
                 f"{dmidecode}: dmidecode lists slots but not what hangs under them; "
-                "give a PCI tree too (--lspci, --lspci-vvv, --hwloc or --nccl-topo)"
+                "give a PCI tree too (`lspci`, `lspci_vvv`, `hwloc` or `nccl_topo`)"
             )
         topo = apply_dmi_slots(topo, dmi)
         topo.sources.append(str(dmidecode))
