@@ -293,7 +293,7 @@ def test_backend_reads_into_aligned_output(engine):
 
 
 @pytest.mark.parametrize("dim", [3, 1024])  # staged (packed rows) and in place (page rows)
-def test_read_rows_at_positions(dim):
+def test_read_rows_into_positions(dim):
     base = "/var/tmp" if os.path.isdir("/var/tmp") else None
     rng = np.random.default_rng(dim + 1)
     n = 1500
