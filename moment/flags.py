@@ -97,6 +97,7 @@ def in_flags(message: str, parser: argparse.ArgumentParser, args: argparse.Names
     -------
     str
         The line with `` `name` `` as ``--flag``, `` `name=value` `` as ``--flag value``
+        (inside the quotes of an option of another command, `` `moment place --force` ``)
         and `` `name=True` `` as ``--flag``, and each library call of :data:`CALLS` as its
         command; names no option of the command sets stay as they are.
     """
@@ -110,6 +111,9 @@ def in_flags(message: str, parser: argparse.ArgumentParser, args: argparse.Names
         option = options.get(name)
         if option is None:
             return m.group(0)
-        return option if value is None or value == "True" else f"{option} {value}"
+        if value is None or value == "True":
+            return option
+        # an option of another command, quoted as a whole: its value goes inside the quotes
+        return f"{option[:-1]} {value}`" if option.endswith("`") else f"{option} {value}"
 
     return _NAMED.sub(flag, message)

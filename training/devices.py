@@ -133,7 +133,7 @@ def rank_device(local_rank: int = 0, visible: int | None = None, bus: str | None
         if buses:
             raise DeviceError(f"the placement puts this rank's GPU partition on the GPU at {bus}, which this "
                               f"process does not see (visible: {', '.join(sorted(buses.values()))}); run on "
-                              "the planned machine or place with `gpu_mode` replicate")
+                              "the planned machine or place with `gpu_mode=replicate`")
     if visible == 1:
         return torch.device("cuda", 0)
     if not 0 <= local_rank < visible:

@@ -63,7 +63,7 @@ def read_metrics(path: str | Path) -> RunMetrics:
     try:
         text = p.read_text()
     except FileNotFoundError:
-        raise MetricsError(f"{p}: no such metrics file (a training run writes one at its `metrics_path`)") from None
+        raise MetricsError(f"{p}: no such metrics file (write one by training with `metrics_path={p}`)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MetricsError(f"{p}: not readable ({exc})") from None
     start, epochs, preds, steps = None, {}, [], 0
