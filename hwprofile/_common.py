@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from planner.progress import Progress, report
-
-__all__ = ["Progress", "report", "_now"]
+__all__ = ["_now"]
 
 
 def _now() -> str:

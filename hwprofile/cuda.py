@@ -9,10 +9,11 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from hwprofile._common import Progress, _now, report
+from hwprofile._common import _now
 from momentbase.units import format_size
 from planner.capacities import LinkCapacity, PcieEfficiency
 from planner.hostinfo import gpu_numa_node, numa_nodes, props_bus_address
+from planner.progress import Progress, report
 from planner.topology.model import Topology
 from planner.topology.pcie import pcie_bytes_per_s
 

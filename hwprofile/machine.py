@@ -7,7 +7,7 @@ import socket
 from collections.abc import Iterable
 from pathlib import Path
 
-from hwprofile._common import Progress, _now
+from hwprofile._common import _now
 from hwprofile.cuda import cuda_bandwidths
 from hwprofile.memory import memory_bandwidth_by_node
 from hwprofile.ssd import DEFAULT_FILE_BYTES, SsdMeasurement, _validate, ssd_random_read
@@ -15,6 +15,7 @@ from momentbase import __version__
 from planner.capacities import Capacities, DeviceCapacity, LinkCapacity, MemoryCapacity
 from planner.errors import ProfileError
 from planner.hostinfo import BlockDevice, block_device_of
+from planner.progress import Progress
 from planner.topology.model import NodeKind, Topology
 
 __all__ = ["profile_machine"]

@@ -7,11 +7,12 @@ import os
 import socket
 import time
 
-from hwprofile._common import Progress, _now, report
+from hwprofile._common import _now
 from momentbase.units import format_size
 from planner.capacities import MemoryCapacity
 from planner.errors import ProfileError
 from planner.hostinfo import numa_nodes
+from planner.progress import Progress, report
 
 __all__ = ["host_memory_bandwidth", "memory_bandwidth_by_node"]
 

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hwprofile._common import Progress, _now, report
+from hwprofile._common import _now
 from iostack.backends.base import aligned_empty
 from iostack.backends.posix import PosixBackend, probe_direct
 from iostack.bins import PAGE, BinFile, layout
@@ -42,6 +42,7 @@ from momentbase.units import format_size
 from planner.capacities import ReadMeasurement
 from planner.errors import ProfileError
 from planner.fio import run_fio
+from planner.progress import Progress, report
 
 __all__ = [
     "SsdMeasurement", "ssd_random_read", "write_test_file", "posix_random_read", "read_blocks",
@@ -143,7 +144,7 @@ def _check_room(d: Path, file_bytes: int) -> None:
     if free < file_bytes + _FREE_MARGIN:
         raise ProfileError(
             f"{d}: only {format_size(free)} free; a {format_size(file_bytes)} test file needs "
-            f"{format_size(file_bytes + _FREE_MARGIN)} (use a smaller --file-size)")
+            f"{format_size(file_bytes + _FREE_MARGIN)} (use a smaller `file_bytes`)")
 
 
 def _drop_cache(fd: int, length: int) -> None:

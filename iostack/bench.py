@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from iostack.backends.posix import PosixBackend, aligned_empty
+from iostack.backends.base import aligned_empty
+from iostack.backends.posix import PosixBackend
 from iostack.bins import PAGE, open_bin, write_bin_file
 from iostack.errors import StoreError
 from iostack.placement import Bin

@@ -229,7 +229,7 @@ def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str
     """
     path = bin_path(directory, b)
     man = _manifest_path(path)
-    fix = "rewrite the bins (write_bins, or `moment place ... --force`)"
+    fix = "rewrite the bins (`write_bins`, or place again with `force=True`)"
     if not path.exists():
         raise StoreError(f"{path}: bin {b.id} is missing; {fix}")
     try:
@@ -280,7 +280,7 @@ def in_place_shift(path: str | os.PathLike[str]) -> int:
     """
     path = Path(path)
     fix = "re-import or re-generate the dataset with this version (its features.npy is then page-aligned), " \
-          "or place without --in-place (the rows are copied into bin files)"
+          "or place without `in_place` (the rows are copied into bin files)"
     try:
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)

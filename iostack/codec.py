@@ -47,8 +47,9 @@ import torch
 
 from iostack.errors import StoreError
 
-#: the types a placement may store its rows in
-FEATURE_DTYPES = ("float32", "float16", "bfloat16", "int8")
+#: the types a placement may store its rows in (a dataset's own feature types are
+#: training.data.DATASET_FEATURE_DTYPES: float64 and uint8 there, bfloat16 here)
+STORAGE_DTYPES = ("float32", "float16", "bfloat16", "int8")
 
 #: storage name -> (numpy dtype of the bin files, torch dtype of the rows)
 _STORAGE: dict[str, tuple[np.dtype, torch.dtype]] = {
@@ -68,16 +69,16 @@ FIT_CHUNK_BYTES = 16 << 20
 Progress = Callable[[str, int, int | None], None]
 
 
-def check_feature_dtype(name: str, what: str = "--feature-dtype") -> str:
-    """``name`` if it is one of :data:`FEATURE_DTYPES`, else a :class:`StoreError` naming the choices."""
+def check_feature_dtype(name: str, what: str = "`feature_dtype`") -> str:
+    """``name`` if it is one of :data:`STORAGE_DTYPES`, else a :class:`StoreError` naming the choices."""
     if name not in _STORAGE:
         raise StoreError(f"{what} {name!r}: not a feature type a placement knows; "
-                         f"expected one of {', '.join(FEATURE_DTYPES)}")
+                         f"expected one of {', '.join(STORAGE_DTYPES)}")
     return name
 
 
 def stored_row_bytes(dtype: str, dim: int) -> int:
-    """Bytes of one row of ``dim`` features stored as ``dtype`` (a :data:`FEATURE_DTYPES` name).
+    """Bytes of one row of ``dim`` features stored as ``dtype`` (a :data:`STORAGE_DTYPES` name).
 
     >>> stored_row_bytes("float32", 128), stored_row_bytes("bfloat16", 128), stored_row_bytes("int8", 128)
     (512, 256, 128)
@@ -89,7 +90,7 @@ def stored_row_bytes(dtype: str, dim: int) -> int:
 class FeatureCodec:
     """How a placement's bins hold rows of ``dim`` features (see the module docstring).
 
-    ``dtype``: the storage type (:data:`FEATURE_DTYPES`); ``source_dtype``: the
+    ``dtype``: the storage type (:data:`STORAGE_DTYPES`); ``source_dtype``: the
     numpy dtype string of the features it was made from; ``scale`` and
     ``zero_point``: ``(dim,)`` float32, int8 only (``x ≈ scale * q + zero_point``).
     """
@@ -194,7 +195,7 @@ class FeatureCodec:
     @classmethod
     def from_manifest(cls, data: Any, where: str = "placement.json") -> FeatureCodec:
         """The codec :meth:`to_manifest` wrote; a :class:`StoreError` naming ``where`` if it is damaged."""
-        fix = "place the dataset again (`moment place ... --force`)"
+        fix = "place the dataset again (`force=True`)"
         if not isinstance(data, dict):
             raise StoreError(f"{where}: field 'features' is not an object; {fix}")
         try:
@@ -240,7 +241,7 @@ def fit_codec(features: np.ndarray, dtype: str, *, chunk_bytes: int = FIT_CHUNK_
         raise StoreError(f"features of shape {tuple(features.shape)}: expected (num_vertices, dim)")
     src = np.dtype(x.dtype)
     if dtype == "int8" and src.kind != "f":
-        raise StoreError(f"--feature-dtype int8: the features are {src}, not floats; int8 with a scale per column "
+        raise StoreError(f"`feature_dtype` int8: the features are {src}, not floats; int8 with a scale per column "
                          "is for float features (store them as float32 or float16, or import float features)")
     if src.kind not in "fiub":
         raise StoreError(f"features of dtype {src}: not numbers a feature bin can hold")
@@ -281,8 +282,8 @@ def _check_block(blk: np.ndarray, first_row: int, dtype: str) -> None:
         why = "beyond float32's range, which the gather returns; scale the features"
     if bad.any():
         r, c = (int(i) for i in np.argwhere(bad)[0])
-        raise StoreError(f"--feature-dtype {dtype}: feature row {first_row + r}, column {c} is "
+        raise StoreError(f"`feature_dtype` {dtype}: feature row {first_row + r}, column {c} is "
                          f"{float(blk[r, c])!r}: {why}")
 
 
-__all__ = ["FEATURE_DTYPES", "FeatureCodec", "check_feature_dtype", "fit_codec", "stored_row_bytes", "to_torch"]
+__all__ = ["STORAGE_DTYPES", "FeatureCodec", "check_feature_dtype", "fit_codec", "stored_row_bytes", "to_torch"]

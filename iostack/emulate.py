@@ -30,6 +30,7 @@ The workload file is YAML (``docs/emulate.md``)::
     epochs: 1
     checkpoint: {bytes: 256MiB, every_steps: 100, dir: /ssd/ckpt}
 
+>>> from iostack.emulate_workload import workload_from_dict
 >>> w = workload_from_dict({"data": {"synthetic": {"rows": 1000, "row_bytes": 4096, "dir": "/tmp"}},
 ...                         "stream": {"kind": "uniform", "rows_per_step": 64, "steps": 3}})
 >>> w.stream.kind, w.compute.seconds_per_step, w.readers
@@ -51,16 +52,12 @@ from typing import Any
 
 import numpy as np
 
-from iostack.emulate_workload import (  # noqa: F401  (the workload is part of this module's interface)
-    COMPUTE_ON,
+from iostack.emulate_workload import (
     CheckpointSpec,
     ComputeSpec,
     StreamSpec,
-    SyntheticData,
     Workload,
     WorkloadError,
-    load_workload,
-    workload_from_dict,
 )
 from iostack.errors import StoreError
 from planner.progress import Progress
@@ -111,7 +108,7 @@ def make_stream(spec: StreamSpec, num_rows: int) -> Stream:
             sample_s = z["sample_s"] if "sample_s" in z.files else None
         except (OSError, KeyError, ValueError) as exc:
             raise WorkloadError(f"stream.path {spec.path}: not a recorded stream ({exc}); "
-                                "record one with moment bench emulate --record") from None
+                                "record one with `training.stream.record_stream`") from None
         if ids.size and (ids.min() < 0 or ids.max() >= num_rows):
             raise WorkloadError(f"stream.path {spec.path}: ids reach {int(ids.max())}, the data has {num_rows} rows; "
                                 "record the stream on this dataset")
@@ -149,7 +146,7 @@ def metrics_times(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]
     rows = [(r.get("epoch", 0), r["step"], r["compute_s"] + r.get("allreduce_s", 0.0), r["sample_s"])
             for r in _metrics_records(path) if r.get("kind") == "step"]
     if not rows:
-        raise WorkloadError(f"compute.from_metrics {path}: no step records; pass the --metrics file of moment train")
+        raise WorkloadError(f"compute.from_metrics {path}: no step records; give a training run's metrics file (`metrics_path`)")
     first = min(e for e, *_ in rows)
     rows = sorted(r for r in rows if r[0] == first)
     return np.array([r[2] for r in rows]), np.array([r[3] for r in rows])
@@ -445,6 +442,7 @@ def emulate(workload: Workload, progress: Progress | None = None) -> EmulateResu
     return _combine(w, [parts[r] for r in range(w.readers)])
 
 
-__all__ = ["COMPUTE_ON", "CheckpointSpec", "ComputeSpec", "EmulateResult", "Stream", "StreamSpec", "SyntheticData",
-           "TierFigures", "Workload", "WorkloadError", "emulate", "load_workload", "make_stream",
-           "compute_on", "metrics_device", "metrics_times", "save_stream", "workload_from_dict"]
+__all__ = [
+    "EmulateResult", "Stream", "TierFigures", "emulate", "make_stream", "compute_on",
+    "metrics_device", "metrics_times", "save_stream"
+]

@@ -100,7 +100,7 @@ def _num(section: Mapping[str, Any], key: str, where: str, kind: type = int, def
     if v is None:
         raise WorkloadError(f"{where}.{key}: missing; give a number")
     if isinstance(v, str) and kind is int and key in ("bytes", "row_bytes"):
-        from planner.capacities import parse_size
+        from momentbase.units import parse_size
 
         try:
             v = parse_size(v)
@@ -160,7 +160,7 @@ def workload_from_dict(d: Mapping[str, Any], base: str | os.PathLike[str] = ".")
         raise WorkloadError(f"stream.kind: {kind!r}; expected recorded, uniform or zipf")
     if kind == "recorded":
         if "path" not in st:
-            raise WorkloadError("stream.path: missing; a recorded stream (.npz from moment bench emulate --record)")
+            raise WorkloadError("stream.path: missing; a recorded stream (.npz from `training.stream.record_stream`)")
         stream = StreamSpec("recorded", path(st["path"]))
     else:
         stream = StreamSpec(kind, None, _num(st, "rows_per_step", "stream", minimum=1),

@@ -161,7 +161,7 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise StoreError(f"{p}: cannot read the shard manifest ({exc}); place again with `moment place --nodes`") from None
+        raise StoreError(f"{p}: cannot read the shard manifest ({exc}); place again over nodes (`place_sharded`)") from None
     if not isinstance(data, dict) or data.get("format") != "moment-shards":
         raise StoreError(f"{p}: not a shard manifest (no \"format\": \"moment-shards\")")
     return data
@@ -172,12 +172,12 @@ def load_layout(directory: str | os.PathLike[str]) -> tuple[ShardLayout, dict]:
     d = Path(directory)
     man = read_manifest(d)
     if man is None:
-        raise StoreError(f"{d}: no {SHARDS} (not a sharded placement: write one with `moment place --nodes N`)")
+        raise StoreError(f"{d}: no {SHARDS} (not a sharded placement: write one with `place_sharded`)")
     try:
         arrays = [np.load(d / f"{n}.npy", allow_pickle=False) for n in ("owner", "width")]
         lay = ShardLayout(int(man["num_nodes"]), int(man["replicas"]), *arrays, hot_rows=int(man.get("hot_rows", 0)))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StoreError(f"{d}: the shard layout is unreadable ({exc}); place again with `moment place --nodes`"
+        raise StoreError(f"{d}: the shard layout is unreadable ({exc}); place again over nodes (`place_sharded`)"
                          ) from None
     if lay.digest() != man.get("digest"):
         raise StoreError(f"{d}: owner.npy/width.npy do not match {SHARDS} (digest {lay.digest()} is not "

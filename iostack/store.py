@@ -39,10 +39,8 @@ GPUs) are one copy per node when ``share_key`` is given (see
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -122,7 +120,7 @@ class FeatureStore(SsdReads, StoreStats):
     (on the device, after the copy), so ``gather`` returns float32 whatever the
     bins hold; ``row_bytes`` is the stored row's size (what the tiers hold and
     move), ``dtype`` the gather's result type, ``storage_dtype`` the bins'.
-    ``feature_dtype`` (a :data:`~iostack.codec.FEATURE_DTYPES` name): the
+    ``feature_dtype`` (a :data:`~iostack.codec.STORAGE_DTYPES` name): the
     storage type the caller expects; another is refused.
     """
 
@@ -150,8 +148,6 @@ class FeatureStore(SsdReads, StoreStats):
         self._pinned: list[torch.Tensor] = []
         self._handles: dict[int, Any] = {}
         self._counters = {b.id: Counter() for b in placement.bins}
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
         self._results = AlignedPool()
         self._node_reads: NodeSharedReads | None = None
         self.notes: list[str] = []
@@ -203,7 +199,7 @@ class FeatureStore(SsdReads, StoreStats):
             have = c.dtype if c is not None else (None if dtype is None else np.dtype(dtype).name)
         if expect is not None and have is not None and have != expect:
             raise StoreError(f"the placement stores its feature rows as {have}, this code expects {expect}; "
-                             f"open it expecting {have}, or place again with --feature-dtype {expect}")
+                             f"open it expecting {have}, or place again with `feature_dtype={expect}`")
         if c is not None and dim is not None and c.dim != dim:
             raise StoreError(f"the placement's rows have {c.dim} features, the features given have {dim}; "
                              "place these features again")
@@ -287,7 +283,7 @@ class FeatureStore(SsdReads, StoreStats):
         if free is not None and need > GPU_BIN_SHARE * free:
             raise StoreError(f"the GPU cache bin(s) need {need / 2**30:.2f} GiB on {self.device}, which has "
                              f"{free / 2**30:.2f} GiB free ({GPU_BIN_SHARE:.0%} may go to bins): place with a "
-                             "smaller --gpu-cache")
+                             "smaller `gpu_cache_bytes`")
         for b in self.placement.bins:
             if b.kind == "ssd":
                 continue
@@ -514,22 +510,10 @@ class FeatureStore(SsdReads, StoreStats):
                 c.resolve(mem, keep=_PENDING // 2)
         return Gathered(result, tb.landing)
 
-    def gather_async(self, ids: torch.Tensor | np.ndarray,
-                     device: str | torch.device | None = None) -> concurrent.futures.Future:
-        """:meth:`gather` on a background thread: a Future of the tensor (to overlap with compute)."""
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="moment-gather",
-                                                                   initializer=self.memory.set_device)
-        return self._pool.submit(self.gather, ids, device)
-
     def close(self) -> None:
         if self._node_reads is not None:
             self._node_reads.close()
             self._node_reads = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
         if self.backend is not None:
             for h in self._handles.values():
                 self.backend.close_handle(h)

@@ -112,7 +112,7 @@ def _raw(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from iostack.bench import bench_raw
-    from planner.capacities import format_size, parse_size
+    from momentbase.units import format_size, parse_size
 
     if args.queue_depth < 1 or args.runs < 1 or not 0 < args.seconds < float("inf"):
         raise CommandError("--queue-depth and --runs must be >= 1 and --seconds > 0")
@@ -153,7 +153,7 @@ def _gather(args: argparse.Namespace) -> int:
     from iostack.bins import write_bins
     from iostack.placement import simple_placement
     from iostack.store import FeatureStore
-    from planner.capacities import format_size
+    from momentbase.units import format_size
 
     v, g, c = args.vertices, args.gpu_rows, args.cpu_rows
     if v < 1 or args.dim < 1 or args.batch < 1 or g < 0 or c < 0 or g + c > v:
@@ -200,8 +200,9 @@ def _emulate(args: argparse.Namespace) -> int:
 
     from rich.table import Table
 
-    from iostack.emulate import emulate, load_workload
-    from planner.capacities import format_size
+    from iostack.emulate import emulate
+    from iostack.emulate_workload import load_workload
+    from momentbase.units import format_size
 
     w = load_workload(args.workload)
     con = _console()

@@ -181,8 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except MomentError as exc:
-        print(f"moment {args.command}: error: {exc}", file=sys.stderr)
+    except MomentError as exc:  # the library names its parameters; the user typed options
+        from moment.flags import in_flags
+
+        print(f"moment {args.command}: error: {in_flags(str(exc), parser, args)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("moment: interrupted", file=sys.stderr)

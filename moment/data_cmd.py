@@ -86,7 +86,7 @@ def _info_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from planner.capacities import format_size
+    from momentbase.units import format_size
     from training.data import dataset_info, open_dataset
 
     info = dataset_info(open_dataset(args.dir, verify="full" if args.verify else "sample"))

@@ -219,7 +219,7 @@ def _print_sizing(sizing) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from planner.capacities import format_size
+    from momentbase.units import format_size
 
     t = Table(title="--cpu-cache auto", title_justify="left", show_header=False)
     t.add_column("what")
@@ -242,7 +242,7 @@ def _warn(note: str) -> None:
 def _print_summary(console, res, ds, hot, targets, out: Path, row_bytes: int) -> None:
     from rich.table import Table
 
-    from planner.capacities import format_size
+    from momentbase.units import format_size
 
     rep, base = res.report, res.baseline
     how = "loaded" if hot.loaded else f"computed in {hot.seconds:.1f} s"

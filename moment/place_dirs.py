@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from planner.errors import PlannerError
-from training.place_run import ssd_warnings  # the library warns; kept importable here
 
 
 def make_dirs(paths: Iterable[tuple[str, Path]], created: list[Path]) -> None:
@@ -47,4 +46,4 @@ def remove_created(created: list[Path], *, only_empty: bool) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-__all__ = ["make_dirs", "remove_created", "ssd_warnings"]
+__all__ = ["make_dirs", "remove_created"]

@@ -25,7 +25,7 @@ def print_nodes(args: argparse.Namespace, sp, ds, hot, targets) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from planner.capacities import format_size
+    from momentbase.units import format_size
     from training.sharding import sharded_summary
 
     summary = sharded_summary(sp)

@@ -31,53 +31,6 @@ def _bottleneck_text(entry: RankedLayout, limit: int = 3) -> str:
     return "; ".join(names) + (f" (+{more})" if more > 0 else "") if names else "-"
 
 
-def plan_to_dict(result: PlanResult, top: int) -> dict:
-    """The plan as JSON-able data (``moment plan --json``)."""
-    from planner.handoff import devices_of, nvlink_pairs_of
-
-    def entry(e: RankedLayout) -> dict:
-        r = e.result
-        return {
-            "rank": e.rank,
-            "labels": list(e.labels),
-            "layout": layout_summary(e.placed),
-            "assignment": [list(a) for a in e.layout.assignment],
-            "multiplicity": e.layout.multiplicity,
-            "seconds_per_iteration": r.seconds_per_iteration,
-            "mean_inlet_bytes_per_s": e.mean_inlet_bytes_per_s,
-            "inlet_bytes_per_s": r.inlet_bytes_per_s,
-            "store_bytes": r.store_bytes,
-            "tier_shares": r.tier_shares,
-            "bottleneck": [list(b) for b in r.bottleneck],
-            "link_utilisation": [[a, b, u] for (a, b), u in sorted(r.link_utilisation.items()) if u > 0],
-            # kind and socket of every GPU, memory and SSD, and NVLink pairs: what `moment place --plan` needs
-            "devices": devices_of(e.placed),
-            "nvlink": nvlink_pairs_of(e.placed),
-        }
-
-    return {
-        "schema": "moment.plan",
-        "machine": result.machine,
-        "model": result.model,
-        "inventory": str(result.inventory),
-        "demand": {
-            "bytes_per_consumer": result.demand.bytes_per_consumer,
-            "accelerator_cache_share": result.demand.accelerator_cache_share,
-            "host_memory_share": result.demand.host_memory_share,
-        },
-        "counts": {"raw": result.search.raw_count, "feasible": result.search.feasible_count,
-                   "distinct": result.search.distinct_count, "solved": result.solved_count},
-        "seconds": result.seconds,
-        "best": entry(result.best),
-        "slot_map": [m.text for m in result.slot_map()],
-        "ranked": [entry(e) for e in result.ranked[:top]],
-        "baselines": {k: (entry(v) if isinstance(v, RankedLayout) else {"not_applicable": v})
-                      for k, v in result.baselines.items()},
-        "gains": {k: result.gain_over(k) for k in result.baselines},
-        "notes": list(result.notes),
-    }
-
-
 def print_plan(result: PlanResult, top: int, console: Console) -> None:
     s = result.search
     d = result.demand
@@ -144,7 +97,8 @@ def _baseline_name(name: str, entry: RankedLayout | None) -> str:
 
 def run(args: argparse.Namespace, topo, caps=None) -> int:
     """``topo`` and ``caps``: what :func:`moment._args.load_topology` loaded (capacities applied)."""
-    from planner.plan import Demand, choose_inventory, measured_inventory, plan
+    from planner.plan import choose_inventory, measured_inventory, plan
+    from planner.workload import Demand
 
     if args.top < 1:
         raise PlannerError(f"--top {args.top}: expected at least 1")
@@ -177,12 +131,11 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
 
         nodes = plan_nodes(args, result)
     if args.json:
-        from planner.handoff import handoff_from_plan, plan_file_dict
+        from planner.handoff import plan_document
 
-        data = {**plan_to_dict(result, args.top),
-                **plan_file_dict(handoff_from_plan(result, unknown_link_bytes_per_s=unknown,
-                                                   layout=args.layout))}
-        sys.stdout.write(json.dumps({**data, **({"nodes": nodes} if nodes else {})}, indent=2) + "\n")
+        doc = plan_document(result, top=args.top, layout=args.layout, unknown_link_bytes_per_s=unknown,
+                            nodes=nodes)
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
         print_plan(result, args.top, console)

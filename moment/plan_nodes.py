@@ -49,7 +49,8 @@ def network_demand(args: argparse.Namespace):
 def plan_nodes(args: argparse.Namespace, result) -> dict:
     """Solve the best layout as one node of ``--nodes`` (and place ``--nics``); a JSON-able summary."""
     from planner.multinode import NIC_MODELS, NetworkDemand, data_nics, place_nics, solve_nodes
-    from planner.plan import Demand, workload_for
+    from planner.plan import workload_for
+    from planner.workload import Demand
 
     nd = network_demand(args)
     best = result.best

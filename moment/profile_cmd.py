@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from hwprofile import profile_machine
-    from planner.capacities import parse_size, save_capacities
+    from momentbase.units import parse_size
+    from planner.capacities import save_capacities
 
     def number(text: str, what: str, kind: type) -> float:
         try:
@@ -113,7 +114,7 @@ def _table(caps):
     """The figures of ``caps`` as a rich table: per SSD each tool's reads (and our reader against fio), memory, links."""
     from rich.table import Table
 
-    from planner.capacities import format_size
+    from momentbase.units import format_size
 
     table = Table(title=f"measured on {caps.host}", title_justify="left")
     for col in ("what", "figure", "tool", "how"):

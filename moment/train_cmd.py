@@ -44,7 +44,7 @@ def _prediction_rows(t, pred: dict | None) -> None:
     """Predicted against measured read time and bytes per tier (the plan's check), when there is one."""
     if not pred:
         return
-    from planner.capacities import format_size
+    from momentbase.units import format_size
 
     for tier in pred["tiers"]:
         if not tier["measured_bytes"] and not tier["predicted_bytes"]:
@@ -147,8 +147,8 @@ def _summary(result, config, state: dict):
 
     from rich.table import Table
 
-    from planner.capacities import format_size
-    from training.trainer import CHECKPOINT_NAME
+    from momentbase.units import format_size
+    from training.checkpoint import CHECKPOINT_NAME
 
     final = result.final
     t = Table(title=f"{config.model} on {Path(config.dataset).name}: {len(result.epochs)} epoch(s) this run, "

@@ -130,13 +130,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from planner import compiled
-from planner.baselines import (  # noqa: F401  (re-exported: the baselines were defined here)
-    hash_placement,
-    hot_first_placement,
-    random_placement,
-)
 from planner.errors import PlannerError
-from planner.placement import (  # noqa: F401  (re-exported: the names every placement policy shares)
+from planner.placement import (
     _CHUNK_ITEMS,
     TIERS,
     DdakBin,
@@ -145,7 +140,6 @@ from planner.placement import (  # noqa: F401  (re-exported: the names every pla
     _codes,
     _deviation,
     _hot_keys,
-    _hot_order,
     _key_hotness,
     _split_codes,
     _targets,

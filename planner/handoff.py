@@ -19,7 +19,8 @@ layout (its placed topology is in the file) and solves the flow model on it
 again with the caches' real shares; a plan made on the fly goes through the
 very same steps, so both give the same placement.
 
->>> from planner.plan import Demand, plan
+>>> from planner.plan import plan
+>>> from planner.workload import Demand
 >>> from planner.topology.spec import load_machine
 >>> from planner.inventory import inventory_from_spec
 >>> result = plan(load_machine("moment-b"), inventory_from_spec("moment-b"), Demand(1e9), top=1)
@@ -44,12 +45,16 @@ from typing import Any
 from planner.errors import PlannerError
 from planner.topology.model import LinkKind, NodeKind, Topology
 
-__all__ = ["PLAN_SCHEMA", "PLAN_VERSION", "PlanFileError", "PlanHandoff", "PlanTargets", "Store",
-           "devices_of", "handoff_from_plan", "nvlink_pairs_of", "plan_file_dict", "read_plan_file",
+__all__ = ["PLAN_SCHEMA", "PLAN_VERSION", "PlanFileError", "PlanHandoff", "PlanTargets", "StoreTarget",
+           "devices_of", "handoff_from_plan", "nvlink_pairs_of", "plan_document", "plan_file_dict", "read_plan_file",
            "targets_from_flow"]
 
 PLAN_SCHEMA = "moment.plan"
-#: 2: the recommended layout's placed topology, the demand and the targets ("handoff"); 1 had targets only
+#: the version of what :func:`read_plan_file` reads (``schema``, ``version``, ``handoff``).
+#: 2: the recommended layout's placed topology, the demand and the targets ("handoff"); 1 had targets only.
+#: The other keys of a plan file are for people and no reader depends on them: the per-layout
+#: ``devices`` and ``nvlink`` that files written before 2026-11 carry were dropped without a
+#: new version, and such a file still reads (the reader never looked at them).
 PLAN_VERSION = 2
 
 
@@ -58,7 +63,7 @@ class PlanFileError(PlannerError):
 
 
 @dataclass(frozen=True)
-class Store:
+class StoreTarget:
     """One store of a plan: ``kind`` ``gpu`` (a GPU cache), ``cpu`` (host memory) or ``ssd``.
 
     ``node`` is its topology node (the GPU, memory or NVMe device), ``socket``
@@ -83,11 +88,11 @@ class PlanTargets:
 
     machine: str
     gpus: tuple[tuple[str, str | None], ...]
-    stores: tuple[Store, ...]
+    stores: tuple[StoreTarget, ...]
     nvlink_pairs: tuple[tuple[str, str], ...] = ()
     source: str = ""
 
-    def of_kind(self, kind: str) -> list[Store]:
+    def of_kind(self, kind: str) -> list[StoreTarget]:
         return sorted((s for s in self.stores if s.kind == kind), key=lambda s: natural_key(s.id))
 
     def nvlink_joins_all_gpus(self) -> bool:
@@ -156,11 +161,11 @@ def targets_from_flow(placed: Topology, result, machine: str = "", source: str =
         if dev is None:
             raise PlannerError(f"store {sid!r} of the flow solution is not a GPU, memory or NVMe device")
         split = tuple(sorted(by_store.get(sid, {}).items()))
-        stores.append(Store(sid, _KIND_OF_NODE[NodeKind(dev["kind"])], node, dev["socket"], float(nbytes),
+        stores.append(StoreTarget(sid, _KIND_OF_NODE[NodeKind(dev["kind"])], node, dev["socket"], float(nbytes),
                             dev["numa_node"], split))
     for node, dev in devices.items():
         if dev["kind"] == NodeKind.MEMORY.value and node not in result.store_bytes:
-            stores.append(Store(node, "cpu", node, dev["socket"], 0.0, dev["numa_node"]))
+            stores.append(StoreTarget(node, "cpu", node, dev["socket"], 0.0, dev["numa_node"]))
     pairs = tuple((a, b) for a, b in nvlink_pairs_of(placed))
     return PlanTargets(machine or placed.name, gpus, tuple(stores), pairs, source or machine or placed.name)
 
@@ -193,7 +198,8 @@ class PlanHandoff:
         them, and a sentence that says so (for the user).
         """
         from planner.flow import solve
-        from planner.plan import Demand, workload_for
+        from planner.plan import workload_for
+        from planner.workload import Demand
 
         d = self.demand
         same = (abs(d.accelerator_cache_share - accelerator_cache_share) <= 1e-9
@@ -271,25 +277,103 @@ def plan_file_dict(h: PlanHandoff) -> dict[str, Any]:
                         "topology": to_dict(h.placed)}}
 
 
+def _ranked_dict(e) -> dict[str, Any]:
+    """One ranked layout of a plan (a :class:`planner.plan.RankedLayout`), JSON-able."""
+    from planner.plan import layout_summary
+
+    r = e.result
+    return {
+        "rank": e.rank,
+        "labels": list(e.labels),
+        "layout": layout_summary(e.placed),
+        "assignment": [list(a) for a in e.layout.assignment],
+        "multiplicity": e.layout.multiplicity,
+        "seconds_per_iteration": r.seconds_per_iteration,
+        "mean_inlet_bytes_per_s": e.mean_inlet_bytes_per_s,
+        "inlet_bytes_per_s": r.inlet_bytes_per_s,
+        "store_bytes": r.store_bytes,
+        "tier_shares": r.tier_shares,
+        "bottleneck": [list(b) for b in r.bottleneck],
+        "link_utilisation": [[a, b, u] for (a, b), u in sorted(r.link_utilisation.items()) if u > 0],
+    }
+
+
+def plan_document(result, *, top: int, layout: str = "recommended",
+                  unknown_link_bytes_per_s: float | None = None,
+                  nodes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The whole plan file (``moment plan --json``) of a :class:`planner.plan.PlanResult`, JSON-able.
+
+    Parameters
+    ----------
+    result : planner.plan.PlanResult
+        The plan.
+    top : int
+        How many ranked layouts the ``ranked`` list shows.
+    layout : str
+        The layout the ``handoff`` is for (:data:`HANDOFF_LAYOUTS`; see :func:`handoff_from_plan`).
+    unknown_link_bytes_per_s : float or None
+        The capacity the plan gave links of unknown speed, bytes/s (``None``: none given).
+    nodes : mapping or None
+        The summary of the best layout solved as one node of several, when there is one.
+
+    Returns
+    -------
+    dict
+        For people: the search counts, the best, ranked and baseline layouts, the gains
+        and notes. For ``moment place --plan``: ``schema``, ``version`` and ``handoff``
+        (:func:`plan_file_dict`, read back by :func:`read_plan_file`).
+
+    Raises
+    ------
+    PlanFileError
+        ``layout`` is not one of the plan's layouts (see :func:`handoff_from_plan`).
+    """
+    from planner.plan import RankedLayout
+
+    summary = {
+        "schema": PLAN_SCHEMA,
+        "machine": result.machine,
+        "model": result.model,
+        "inventory": str(result.inventory),
+        "demand": {
+            "bytes_per_consumer": result.demand.bytes_per_consumer,
+            "accelerator_cache_share": result.demand.accelerator_cache_share,
+            "host_memory_share": result.demand.host_memory_share,
+        },
+        "counts": {"raw": result.search.raw_count, "feasible": result.search.feasible_count,
+                   "distinct": result.search.distinct_count, "solved": result.solved_count},
+        "seconds": result.seconds,
+        "best": _ranked_dict(result.best),
+        "slot_map": [m.text for m in result.slot_map()],
+        "ranked": [_ranked_dict(e) for e in result.ranked[:top]],
+        "baselines": {k: (_ranked_dict(v) if isinstance(v, RankedLayout) else {"not_applicable": v})
+                      for k, v in result.baselines.items()},
+        "gains": {k: result.gain_over(k) for k in result.baselines},
+        "notes": list(result.notes),
+    }
+    h = handoff_from_plan(result, unknown_link_bytes_per_s=unknown_link_bytes_per_s, layout=layout)
+    return {**summary, **plan_file_dict(h), **({"nodes": dict(nodes)} if nodes else {})}
+
+
 def read_plan_file(data: Mapping[str, Any] | str | Path, source: str | None = None) -> PlanHandoff:
     """A :class:`PlanHandoff` from a plan file's data (a parsed JSON object) or path.
 
     Raises :class:`PlanFileError` naming ``source`` for anything but a
     version-:data:`PLAN_VERSION` ``moment.plan`` file.
     """
-    from planner.plan import Demand
     from planner.topology.jsonio import from_dict
+    from planner.workload import Demand
 
     if isinstance(data, (str, Path)):
-        path, source = str(data), source or str(data)
+        source = source or str(data)
         try:
             data = json.loads(Path(data).read_text())
         except FileNotFoundError:
-            raise PlanFileError(f"{source}: no such file; write one with `moment plan --json > {path}`") from None
+            raise PlanFileError(f"{source}: no such file; write one with `planner.handoff.plan_document`") from None
         except (OSError, ValueError) as exc:
-            raise PlanFileError(f"{source}: not readable JSON ({exc}); write it with `moment plan --json`") from None
+            raise PlanFileError(f"{source}: not readable JSON ({exc}); write it with `planner.handoff.plan_document`") from None
     source = source or "plan"
-    fix = "write it again with `moment plan --json`"
+    fix = "write it again with `planner.handoff.plan_document`"
     if not isinstance(data, Mapping) or data.get("schema") != PLAN_SCHEMA:
         raise PlanFileError(f"{source}: not a plan (no \"schema\": \"{PLAN_SCHEMA}\"); {fix}")
     if data.get("version") != PLAN_VERSION:
@@ -301,8 +385,9 @@ def read_plan_file(data: Mapping[str, Any] | str | Path, source: str | None = No
         demand = Demand(float(dd["bytes_per_consumer"]), float(dd["accelerator_cache_share"]),
                         float(dd["host_memory_share"]))
         t = h["targets"]
-        stores = tuple(Store(str(s["id"]), str(s["kind"]), str(s["node"]), s["socket"], float(s["target_bytes"]),
-                             s.get("numa_node"), tuple((str(k), float(v)) for k, v in s.get("bytes_by_socket", ())))
+        stores = tuple(StoreTarget(str(s["id"]), str(s["kind"]), str(s["node"]), s["socket"],
+                                   float(s["target_bytes"]), s.get("numa_node"),
+                                   tuple((str(k), float(v)) for k, v in s.get("bytes_by_socket", ())))
                        for s in t["stores"])
         targets = PlanTargets(str(t["machine"]), tuple((str(g), s) for g, s in t["gpus"]), stores,
                               tuple((str(a), str(b)) for a, b in t.get("nvlink_pairs", ())), source)

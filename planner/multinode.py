@@ -213,7 +213,7 @@ def port_rate(topo: Topology, nic: Node, override: float | None = None) -> float
         return min(float(port), link) if link > 0 else float(port)
     r = link
     if r <= 0:
-        raise PlannerError(f"{topo.name}: NIC {nic.id} has no known link rate; give the port rate (--nic-gbps)")
+        raise PlannerError(f"{topo.name}: NIC {nic.id} has no known link rate; give the port rate (`nic_bytes_per_s`)")
     return r
 
 
@@ -273,7 +273,7 @@ def solve_nodes(topo: Topology, base: Workload, demand: NetworkDemand, *, nics: 
     nics = list(nics) if nics is not None else data_nics(topo)
     if r > 0 and not nics:
         raise PlannerError(f"{topo.name}: {demand.nodes} nodes need a NIC to reach each other, and this machine has "
-                           "none that carries data; put one in (moment plan --nics K)")
+                           "none that carries data; put one in (`place_nics`)")
     edges, caps = _edges(topo, unknown_link_bytes_per_s)
     dem = {c.node_id: float(c.demand_bytes) for c in base.consumers}
     unit = sum(dem.values())  # the LP counts bytes in units of all GPUs' reads (HiGHS needs the scale)
@@ -327,7 +327,7 @@ class NicPlacement:
 
 def nic_slots(topo: Topology, model: NicModel) -> list[Node]:
     """Empty slots a NIC of ``model`` fits: its form factor (or unknown) and at least x8 electrically."""
-    from planner.layout import slot_form_factor
+    from planner.inventory.slots import slot_form_factor
 
     out = []
     for s in topo.nodes(NodeKind.SLOT):
@@ -342,7 +342,8 @@ def nic_slots(topo: Topology, model: NicModel) -> list[Node]:
 
 def with_nics(topo: Topology, model: NicModel, slots: Sequence[str]) -> Topology:
     """A copy of ``topo`` with a NIC of ``model`` in each of ``slots`` (ids ``nic:<slot>``)."""
-    from planner.layout import _pcie_efficiency, usual_efficiency
+    from planner.layout import usual_efficiency
+    from planner.layout.place import _pcie_efficiency
 
     t = topo.copy()
     eff = usual_efficiency(topo)

@@ -35,7 +35,7 @@ def _edges(topo: Topology, unknown: float | None) -> tuple[list[tuple[str, str]]
         c = lk.bytes_per_s if lk.bytes_per_s is not None else unknown
         if c is None:
             raise PlannerError(f"{topo.name}: the link {lk.src} → {lk.dst} has no known bandwidth; give measured "
-                               "figures or assume one (--unknown-link-gbps)")
+                               "figures or assume one (`unknown_link_bytes_per_s`)")
         for e in ((lk.src, lk.dst), (lk.dst, lk.src)):
             edges.append(e)
             caps.append(float(c))

@@ -39,7 +39,7 @@ from planner.layout import (
     slot_map,
 )
 from planner.topology.model import Link, LinkKind, NodeKind, Topology
-from planner.workload import Consumer, Demand, Store, Tier, Workload  # Demand: re-exported
+from planner.workload import Consumer, Demand, Store, Tier, Workload
 
 MODELS = ("maxflow", "concurrent")
 
@@ -87,7 +87,7 @@ def workload_for(placed: Topology, demand: Demand, consumers: Sequence[str] | No
     if not tiers:
         raise PlannerError(
             f"{placed.name}: nothing to read from: no SSD is placed or present, and no GPU or host "
-            "cache share is given (--ssds N, --gpu-cache-share, --cpu-cache-share)"
+            "cache share is given (`ssds=N`, `accelerator_cache_share`, `host_memory_share`)"
         )
     return Workload([Consumer(g, demand.bytes_per_consumer) for g in gpus], tiers, name=placed.name)
 
@@ -268,8 +268,8 @@ def _check_plan_args(topology: Topology, model: str, top: int,
         lk = unknown[0]
         raise PlannerError(
             f"{topology.name}: {len(unknown)} link(s) have no known bandwidth (e.g. {lk.src} → {lk.dst}); "
-            "give measured figures (moment profile, --capacities) or a fuller capture (lspci -vvv), "
-            "or assume a figure for them (--unknown-link-gbps, unknown_link_bytes_per_s=)"
+            "give measured figures (`capacities`) or a fuller capture (lspci -vvv), "
+            "or assume a figure for them (`unknown_link_bytes_per_s`)"
         )
     return {"unknown_link_bytes_per_s": unknown_link_bytes_per_s} if unknown else {}
 
@@ -404,7 +404,7 @@ def choose_inventory(
     overridden = any(v is not None for v in (gpus, ssds, gpu_model, ssd_model))
     if base is None and gpus is None and ssds is None:
         raise PlannerError(
-            f"{topology.name}: nothing says which devices to place; give --gpus N and/or --ssds N"
+            f"{topology.name}: nothing says which devices to place; give `gpus=N` and/or `ssds=N`"
         )
     if base is not None and not overridden:
         return topology, base

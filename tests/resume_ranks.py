@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.trainer import CHECKPOINT_NAME, TrainConfig, train
+from training.checkpoint import CHECKPOINT_NAME
+from training.trainer import TrainConfig, train
 
 
 class _Crash(Exception):

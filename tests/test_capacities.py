@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from momentbase.errors import MomentError
+from momentbase.units import format_size, parse_size
 from planner.capacities import (
     AppliedCapacities,
     Capacities,
@@ -25,11 +26,9 @@ from planner.capacities import (
     apply_to_inventory,
     dump_capacities,
     find_device,
-    format_size,
     load_capacities,
     measured_figures,
     parse_capacities,
-    parse_size,
     save_capacities,
     to_dict,
 )

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from iostack.bins import open_bin, write_bins
-from iostack.codec import FEATURE_DTYPES, FeatureCodec, fit_codec, stored_row_bytes
+from iostack.codec import STORAGE_DTYPES, FeatureCodec, fit_codec, stored_row_bytes
 from iostack.errors import StoreError
 from iostack.placement import Placement, load_placement, simple_placement
 from iostack.store import FeatureStore
@@ -109,7 +109,7 @@ def test_refusals_are_one_clear_line():
     with pytest.raises(StoreError, match="float16 holds at most"):
         fit_codec(np.full((2, 2), 7e4, np.float32), "float16")
     assert fit_codec(np.full((2, 2), 7e4, np.float32), "bfloat16").dtype == "bfloat16"
-    assert set(FEATURE_DTYPES) == {"float32", "float16", "bfloat16", "int8"}
+    assert set(STORAGE_DTYPES) == {"float32", "float16", "bfloat16", "int8"}
 
 
 # -- the placement manifest --------------------------------------------------------------------
@@ -151,7 +151,7 @@ def _expected(codec: FeatureCodec, x: np.ndarray) -> np.ndarray:
     return _roundtrip(codec, x)
 
 
-@pytest.mark.parametrize("dtype", FEATURE_DTYPES)
+@pytest.mark.parametrize("dtype", STORAGE_DTYPES)
 def test_store_gathers_float32_from_every_tier_on_the_host(tmp_path, dtype):
     x = _feats()
     p = _placed(tmp_path, dtype, x)

@@ -19,7 +19,9 @@ pytest.importorskip("numba")
 import planner.ddak as D  # noqa: E402
 import planner.placement as P  # noqa: E402
 from planner import compiled  # noqa: E402
-from planner.ddak import DdakBin, ddak, hash_placement, hot_first_placement  # noqa: E402
+from planner.baselines import hash_placement, hot_first_placement
+from planner.ddak import ddak
+from planner.placement import DdakBin
 
 # ties, zeros, -0.0 (passes the negative check), tiny and huge values
 HOTNESS = st.lists(

@@ -8,15 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from planner.ddak import (
-    DdakBin,
-    DdakResult,
-    ddak,
-    hash_placement,
-    hot_first_placement,
-    random_placement,
-)
+from planner.baselines import hash_placement, hot_first_placement, random_placement
+from planner.ddak import ddak
 from planner.errors import PlannerError
+from planner.placement import DdakBin, DdakResult
 
 PLACERS = {
     "ddak": lambda h, b: ddak(h, b),

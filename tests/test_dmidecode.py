@@ -9,16 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.errors import ParseError
-from planner.topology.dmidecode import (
-    DmiInfo,
-    DmiOnboardDevice,
-    DmiSlot,
-    apply_dmi_slots,
-    parse_dmidecode,
-    read_text,
-)
+from planner.topology.dmi_join import apply_dmi_slots
+from planner.topology.dmi_records import DmiInfo, DmiOnboardDevice, DmiSlot
+from planner.topology.dmidecode import parse_dmidecode
 from planner.topology.model import Link, LinkKind, NodeKind
 from planner.topology.pcitree import PciFunction, build_pci_topology
+from planner.topology.textio import read_text
 from tests.conftest import topology_fixture
 from tests.fuzz import mutated_text, parses_or_refuses
 

@@ -10,16 +10,12 @@ import numpy as np
 import pytest
 import yaml
 
-from iostack.emulate import (
+from iostack.emulate import compute_on, emulate, make_stream, metrics_device, metrics_times
+from iostack.emulate_workload import (
     ComputeSpec,
     StreamSpec,
     WorkloadError,
-    compute_on,
-    emulate,
     load_workload,
-    make_stream,
-    metrics_device,
-    metrics_times,
     workload_from_dict,
 )
 from training.stream import record_stream

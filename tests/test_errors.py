@@ -13,8 +13,8 @@ ERRORS = {
     "momentbase.units": ["SizeError"],
     "planner.errors": ["PlannerError", "ParseError", "TopologyError"],
     "iostack.errors": ["StoreError"],
-    "iostack.emulate": ["WorkloadError"],
-    "training.errors": ["TrainingError"],
+    "iostack.emulate_workload": ["WorkloadError"],
+    "training.errors": ["TrainingError", "TrainError"],
     "training.data": ["DatasetError"],
     "training.sampler": ["SamplerError"],
     "training.hotness": ["HotnessError"],
@@ -25,7 +25,6 @@ ERRORS = {
     "training.sharded": ["NodeError"],
     "training.exchange": ["PeerLostError"],
     "training.runreport": ["MetricsError"],
-    "training.trainer": ["TrainError"],
     "training.serve.protocol": ["ServerError"],
     "moment.errors": ["CommandError"],
 }
@@ -66,3 +65,52 @@ def test_the_cli_prints_any_root_error_as_one_line(capsys, monkeypatch):
 def argparse_ns(args, func):
     args.func = func
     return args
+
+
+# the library speaks of its parameters; the command line of its options
+LIBRARY = ("momentbase", "planner", "iostack", "hwprofile", "training")
+# options of other programs a message may quote: fio's, lstopo's, torchrun's
+OTHER_TOOLS = ("--output-format=json", "--of xml", "--nnodes")
+
+
+def _raised_texts():
+    import ast
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for pkg in LIBRARY:
+        for path in sorted((root / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+                    text = "".join(c.value for c in ast.walk(node.exc)
+                                   if isinstance(c, ast.Constant) and isinstance(c.value, str))
+                    for other in OTHER_TOOLS:
+                        text = text.replace(other, "")
+                    if re.search(r"(?<![\w-])--[a-z]", text):
+                        yield f"{path.relative_to(root)}:{node.lineno}: {text[:100]}"
+
+
+def test_no_library_error_quotes_a_command_line_option():
+    assert list(_raised_texts()) == []
+
+
+def test_the_cli_says_options_where_the_library_says_parameters(capsys, tmp_path):
+    from moment import cli
+    from training.synth import SynthError, SynthSpec
+
+    with pytest.raises(SynthError, match=r"^`num_nodes` 1: expected a whole number"):
+        SynthSpec(num_nodes=1, num_edges=5).validate()
+    assert cli.main(["data", "synth", str(tmp_path / "g"), "--nodes", "1", "--edges", "5"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("moment data: error: --nodes 1: expected a whole number"), err
+    # an option whose name is not the parameter's (--force sets overwrite), and a name no option sets
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "x").write_text("")
+    assert cli.main(["data", "synth", str(tmp_path / "g"), "--nodes", "100", "--edges", "200", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pass --force to replace it" in err[0] and "`" not in err[0], err
+    # a parameter another command's option sets: that command, the value inside its quotes
+    assert cli.main(["report", str(tmp_path / "m.jsonl")]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"(write one by training with `moment train --metrics {tmp_path}/m.jsonl`)")

@@ -26,8 +26,9 @@ from training.devices import (
     rank_device,
     sampling_device,
 )
+from training.errors import TrainError
 from training.importers import import_dataset
-from training.trainer import TrainConfig, TrainError, train
+from training.trainer import TrainConfig, train
 
 SMALL = dict(fanouts=(10, 5), batch_size=35, hidden=32, seed=3)
 
@@ -103,7 +104,7 @@ def test_sampling_goes_to_the_gpu_only_when_the_graph_fits():
     dev, why = sampling_device("auto", gpu, 60, 100)
     assert dev.type == "cpu" and "more than 50%" in why
     assert sampling_device("cpu", gpu, 1, 100) == (torch.device("cpu"), "asked for")
-    with pytest.raises(DeviceError, match="--sample-on gpu"):
+    with pytest.raises(DeviceError, match="`sample_on` gpu"):
         sampling_device("gpu", gpu, 60, 100)
     with pytest.raises(DeviceError, match="no CUDA device"):
         sampling_device("gpu", torch.device("cpu"), 1, None)

@@ -138,7 +138,7 @@ def test_unwritable_directory_names_the_fix(cora, tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
     hot = compute_hotness(cora, HotnessSpec("degree"))
-    with pytest.raises(HotnessError, match="cannot save the hotness.*writable --hotness-dir"):
+    with pytest.raises(HotnessError, match="cannot save the hotness.*writable `hotness_dir`"):
         save_hotness(cora, hot, directory=blocked / "sub")
 
 
@@ -149,7 +149,7 @@ def test_bad_specs_and_no_training_vertices(citations):
         HotnessSpec("presample", batch_size=0)
     with pytest.raises(HotnessError, match="damping"):
         HotnessSpec("pagerank", damping=1.0)
-    with pytest.raises(HotnessError, match="no training vertices.*--hotness degree"):
+    with pytest.raises(HotnessError, match="no training vertices.*`method` degree"):
         compute_hotness(citations, HotnessSpec("presample"))
     with pytest.raises(HotnessError, match="did not converge"):
         pagerank_from_csr(citations.indptr, citations.indices, max_iter=2)

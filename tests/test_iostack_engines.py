@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from iostack.backends import _aio, _uring
-from iostack.backends.posix import PosixBackend, aligned_empty
+from iostack.backends.base import aligned_empty
+from iostack.backends.posix import PosixBackend
 from iostack.bins import PAGE, write_bins
 from iostack.errors import StoreError
 from iostack.placement import simple_placement
@@ -292,7 +293,7 @@ def test_backend_reads_into_aligned_output(engine):
 
 
 @pytest.mark.parametrize("dim", [3, 1024])  # staged (packed rows) and in place (page rows)
-def test_read_rows_at_positions(dim):
+def test_read_rows_into_positions(dim):
     base = "/var/tmp" if os.path.isdir("/var/tmp") else None
     rng = np.random.default_rng(dim + 1)
     n = 1500
@@ -306,13 +307,13 @@ def test_read_rows_at_positions(dim):
             positions = rng.permutation(2 * ids.size)[:ids.size]  # scattered over a larger out
             out = aligned_empty(2 * ids.size, dim * 4)
             out[:] = 0
-            be.read_rows_at(h, ids, out, positions)
+            be.read_rows(h, ids, out, positions)
             got = out.view(np.float32)
             assert np.array_equal(got[positions], feats[ids])
             rest = np.setdiff1d(np.arange(2 * ids.size), positions)
             assert not got[rest].any()  # nothing written elsewhere
             with pytest.raises(IndexError):
-                be.read_rows_at(h, ids[:2], out, np.array([0, out.shape[0]]))
+                be.read_rows(h, ids[:2], out, np.array([0, out.shape[0]]))
 
 
 def test_auto_takes_the_engine_recorded_for_the_device(tmp_path, monkeypatch):

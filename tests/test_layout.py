@@ -20,18 +20,18 @@ from planner.inventory import (
     inventory_from_spec,
     inventory_from_topology,
 )
+from planner.inventory.slots import slot_form_factor
 from planner.layout import (
     Layout,
-    _Machine,
     classic_layouts,
     current_layout,
     enumerate_layouts,
     place,
     slot_fit,
     slot_fits,
-    slot_form_factor,
     slot_map,
 )
+from planner.layout.machine import _Machine
 from planner.topology.discover import topology_from_files
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.spec import load_machine

@@ -16,15 +16,14 @@ from hypothesis import strategies as st
 
 from planner.errors import ParseError
 from planner.topology.lspci import (
-    class_from_name,
     merge_lspci,
     parse_lspci,
-    parse_lspci_tree,
     parse_lspci_verbose,
     topology_from_lspci,
-    vendor_from_name,
 )
+from planner.topology.lspci_tree import parse_lspci_tree
 from planner.topology.model import NodeKind, Topology
+from planner.topology.pcinames import class_from_name, vendor_from_name
 from planner.topology.pcitree import PciFunction
 from planner.topology.textio import guess_format, read_text
 from tests.conftest import TOPOLOGY_FIXTURES, expected_counts, topology_fixture

@@ -82,7 +82,7 @@ def test_no_cgroup_no_meminfo_and_the_override(tmp_path):
     paths = _fake(tmp_path, "", {}, meminfo_kib=None)
     assert read_cgroup_limit(paths["proc_cgroup"], paths["cgroup_root"]) is None
     assert read_mem_available(paths["meminfo"]) is None
-    with pytest.raises(MemoryPlanError, match="--memory-limit"):
+    with pytest.raises(MemoryPlanError, match="`memory_limit=SIZE`"):
         available_memory(**paths)
     assert available_memory(5 * GIB, **paths).source == "--memory-limit"
 

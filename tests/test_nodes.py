@@ -22,14 +22,15 @@ import torch
 
 from iostack.bins import write_bins
 from iostack.placement import simple_placement
+from planner.handoff import PlanTargets, StoreTarget
 from tests.conftest import graph_fixture
 from tests.nodes_launch import launch, log, wait_all
+from training.checkpoint import CHECKPOINT_NAME
 from training.data import open_dataset
 from training.hotness import degree_from_csr
 from training.importers import import_dataset
-from training.placing import PlanTargets, Store
 from training.sharding import place_sharded
-from training.trainer import CHECKPOINT_NAME, TrainConfig, train
+from training.trainer import TrainConfig, train
 
 COMMON = ["--fanouts=-1,-1", "--hidden", "16", "--dropout", "0", "--seed", "3", "--lr", "0.01", "--eval-every", "0",
           "--backend", "posix"]
@@ -44,8 +45,8 @@ def cora(tmp_path_factory) -> Path:
 def _sharded(ds_dir: Path, out: Path, replicas: int) -> Path:
     ds = open_dataset(ds_dir)
     hot = degree_from_csr(np.asarray(ds.indptr), np.asarray(ds.indices)).astype(np.float32)
-    t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(Store("mem0", "cpu", "mem0", "s0", 1.0),
-                                                           Store("ssd0", "ssd", "ssd0", "s0", 2.0)))
+    t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),
+                                                           StoreTarget("ssd0", "ssd", "ssd0", "s0", 2.0)))
     place_sharded(ds.features, hot, t, num_nodes=2, replicas=replicas, hot_rows=270, out=out, gpu_cache_bytes=0,
                   cpu_cache_bytes=300 * ds.row_bytes, ssd_dirs=[out], fsync=False)
     return out

@@ -8,15 +8,9 @@ from hypothesis import strategies as st
 
 from planner.errors import ParseError, PlannerError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
-from planner.topology.nvidia_smi import (
-    DEFAULT_NVLINK_BYTES_PER_S,
-    TopoMatrix,
-    apply_nvidia_smi,
-    nvlink_rate,
-    parse_cpu_list,
-    parse_nvidia_smi_topo,
-    topology_from_nvidia_smi,
-)
+from planner.topology.nvidia_smi import apply_nvidia_smi, topology_from_nvidia_smi
+from planner.topology.nvlink import DEFAULT_NVLINK_BYTES_PER_S, nvlink_rate
+from planner.topology.nvsmi_matrix import TopoMatrix, parse_cpu_list, parse_nvidia_smi_topo
 from tests.conftest import expected_counts, topology_fixture
 from tests.fuzz import mutated_text, parses_or_refuses
 

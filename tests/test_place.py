@@ -13,18 +13,12 @@ import torch
 from iostack.placement import load_placement
 from iostack.store import FeatureStore
 from moment.cli import main
+from planner.handoff import PlanTargets, StoreTarget
 from tests.conftest import graph_fixture
 from training.data import open_dataset
 from training.hotness import HotnessSpec, compute_hotness
 from training.importers.planetoid import import_planetoid
-from training.placing import (
-    ZERO_TARGET_SHARE,
-    PlacingError,
-    PlanTargets,
-    Store,
-    build_bins,
-    place,
-)
+from training.placing import ZERO_TARGET_SHARE, PlacingError, build_bins, place
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +29,13 @@ def cora(tmp_path_factory):
 def two_socket_plan(nvlink: bool = False) -> PlanTargets:
     """2 GPUs (one per socket), 2 host memories, 3 SSDs (two on socket 0); one memory without a share."""
     stores = (
-        Store("cache:gpu0", "gpu", "gpu0", "socket0", 100.0),
-        Store("cache:gpu1", "gpu", "gpu1", "socket1", 100.0),
-        Store("mem0", "cpu", "mem0", "socket0", 300.0, numa_node=0),
-        Store("mem1", "cpu", "mem1", "socket1", 0.0, numa_node=1),
-        Store("ssd1", "ssd", "ssd1", "socket0", 200.0),
-        Store("ssd0", "ssd", "ssd0", "socket0", 200.0),
-        Store("ssd2", "ssd", "ssd2", "socket1", 100.0),
+        StoreTarget("cache:gpu0", "gpu", "gpu0", "socket0", 100.0),
+        StoreTarget("cache:gpu1", "gpu", "gpu1", "socket1", 100.0),
+        StoreTarget("mem0", "cpu", "mem0", "socket0", 300.0, numa_node=0),
+        StoreTarget("mem1", "cpu", "mem1", "socket1", 0.0, numa_node=1),
+        StoreTarget("ssd1", "ssd", "ssd1", "socket0", 200.0),
+        StoreTarget("ssd0", "ssd", "ssd0", "socket0", 200.0),
+        StoreTarget("ssd2", "ssd", "ssd2", "socket1", 100.0),
     )
     return PlanTargets("toy", (("gpu0", "socket0"), ("gpu1", "socket1")), stores,
                        (("gpu0", "gpu1"),) if nvlink else (), "toy plan")
@@ -80,7 +74,7 @@ def test_partitioned_gpu_caches_need_nvlink(tmp_path):
 
 
 def test_ssd_count_must_match_the_plan(tmp_path):
-    with pytest.raises(PlacingError, match=r"2 --ssd path\(s\) given, the plan \(toy plan\) has 3 SSD\(s\).*ssd0, ssd1, ssd2"):
+    with pytest.raises(PlacingError, match=r"2 `ssd_dirs` path\(s\) given, the plan \(toy plan\) has 3 SSD\(s\).*ssd0, ssd1, ssd2"):
         build_bins(two_socket_plan(), num_rows=10, row_bytes=4, gpu_cache_bytes=0, cpu_cache_bytes=0,
                    ssd_dirs=[tmp_path, tmp_path], out_dir=tmp_path)
 
@@ -137,9 +131,14 @@ def test_plan_json_round_trip_and_old_plans(capsys, tmp_path):
     again = read_plan_file(json.loads(json.dumps(plan_file_dict(h))), "plan.json")
     assert plan_file_dict(again) == plan_file_dict(h) == {k: data[k] for k in plan_file_dict(h)}
     assert again.targets == t and again.demand == h.demand and to_dict(again.placed) == to_dict(h.placed)
+    # the per-layout devices/nvlink that earlier writers added are gone, and a file with them still reads
+    assert not {"devices", "nvlink"} & set(data["best"])
+    earlier = json.loads(json.dumps(data))
+    earlier["best"].update(devices={"gpu0": {"kind": "gpu", "socket": "socket0", "numa_node": 0}}, nvlink=[])
+    assert plan_file_dict(read_plan_file(earlier, "plan.json")) == plan_file_dict(h)
     old = dict(data, version=1)
     with pytest.raises(PlanFileError, match=r"plan.json: plan file version 1, this Moment reads version 2.*"
-                                            r"moment plan --json"):
+                                            r"`planner.handoff.plan_document`"):
         read_plan_file(old, "plan.json")
     broken = json.loads(json.dumps(data))
     del broken["handoff"]["topology"]
@@ -151,7 +150,8 @@ def test_plan_json_round_trip_and_old_plans(capsys, tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert main(["place", "--dataset", str(tmp_path), "--plan", str(tmp_path / "old.json"), "--gpu-cache", "0",
                  "--cpu-cache", "0", "--out", str(tmp_path / "o")]) == 2
-    assert "plan file version 1" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "plan file version 1" in err and "write it again with `moment plan --json > FILE`" in err
 
 
 def _place_args(cora, ssd, out, *extra):
@@ -308,12 +308,12 @@ def test_measured_ssd_figures_reach_the_plan_and_unmatched_ones_are_named(tmp_pa
 def _routed_plan() -> PlanTargets:
     """Two sockets, a GPU on each; every store serves its own socket's GPU (the flow's routing)."""
     stores = (
-        Store("cache:gpu0", "gpu", "gpu0", "socket0", 50.0, bytes_by_socket=(("socket0", 50.0),)),
-        Store("cache:gpu1", "gpu", "gpu1", "socket1", 50.0, bytes_by_socket=(("socket1", 50.0),)),
-        Store("mem0", "cpu", "mem0", "socket0", 150.0, numa_node=0, bytes_by_socket=(("socket0", 150.0),)),
-        Store("mem1", "cpu", "mem1", "socket1", 150.0, numa_node=1, bytes_by_socket=(("socket1", 150.0),)),
-        Store("ssd0", "ssd", "ssd0", "socket0", 300.0, bytes_by_socket=(("socket0", 300.0),)),
-        Store("ssd1", "ssd", "ssd1", "socket1", 300.0, bytes_by_socket=(("socket1", 300.0),)),
+        StoreTarget("cache:gpu0", "gpu", "gpu0", "socket0", 50.0, bytes_by_socket=(("socket0", 50.0),)),
+        StoreTarget("cache:gpu1", "gpu", "gpu1", "socket1", 50.0, bytes_by_socket=(("socket1", 50.0),)),
+        StoreTarget("mem0", "cpu", "mem0", "socket0", 150.0, numa_node=0, bytes_by_socket=(("socket0", 150.0),)),
+        StoreTarget("mem1", "cpu", "mem1", "socket1", 150.0, numa_node=1, bytes_by_socket=(("socket1", 150.0),)),
+        StoreTarget("ssd0", "ssd", "ssd0", "socket0", 300.0, bytes_by_socket=(("socket0", 300.0),)),
+        StoreTarget("ssd1", "ssd", "ssd1", "socket1", 300.0, bytes_by_socket=(("socket1", 300.0),)),
     )
     return PlanTargets("toy", (("gpu0", "socket0"), ("gpu1", "socket1")), stores, (), "routed plan")
 
@@ -393,9 +393,9 @@ def _twin(cora, where: Path) -> Path:
 def test_a_library_placement_carries_the_fingerprint_and_is_refused_for_another_dataset(cora, tmp_path):
     """place_dataset is the whole job: its manifest records the dataset, and opening checks it."""
     from planner.topology.discover import topology_from_files
+    from training.features import open_features
     from training.place_run import place_dataset
     from training.placing import plan_now
-    from training.trainer import open_features
 
     out, seen = tmp_path / "out", []
     plan = plan_now(topology_from_files(machine="moment-b"), spec="moment-b")
@@ -416,7 +416,7 @@ def test_a_library_placement_carries_the_fingerprint_and_is_refused_for_another_
 
 
 def test_an_old_placement_without_a_fingerprint_still_opens_and_says_so(cora, tmp_path, caplog):
-    from training.trainer import open_features
+    from training.features import open_features
 
     out = tmp_path / "old"
     assert main(_place_args(cora, out, out, "--hotness", "degree", "--json")) == 0

@@ -58,7 +58,7 @@ def test_paged_npy_is_an_ordinary_npy_with_page_aligned_rows(tmp_path_factory, r
 
 def test_a_plain_npy_is_refused_with_the_fix(tmp_path):
     np.save(tmp_path / "f.npy", np.zeros((10, 1024), np.float32))  # a 128-byte header
-    with pytest.raises(StoreError, match="not on a page and row boundary.*without --in-place"):
+    with pytest.raises(StoreError, match="not on a page and row boundary.*without `in_place`"):
         in_place_shift(tmp_path / "f.npy")
 
 

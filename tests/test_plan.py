@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from moment.cli import main
 from planner.errors import PlannerError
 from planner.inventory import inventory_from_counts
-from planner.plan import Demand, choose_inventory, plan
+from planner.plan import choose_inventory, plan
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.spec import load_machine
+from planner.workload import Demand
 
 
 def _slot(t: Topology, parent: str, sid: str, form: str, lanes: int) -> None:

@@ -38,7 +38,8 @@ def assert_sane(rec: Recorder, *, must_finish: bool = True) -> None:
 
 
 def test_ddak_reports_its_three_stages():
-    from planner.ddak import DdakBin, ddak
+    from planner.ddak import ddak
+    from planner.placement import DdakBin
 
     rng = np.random.default_rng(0)
     h = rng.zipf(1.5, 10_000).astype(np.float32)

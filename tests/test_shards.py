@@ -16,20 +16,12 @@ from iostack.placement import load_placement
 from iostack.shards import load_layout, shard_rows
 from iostack.store import FeatureStore
 from moment.cli import main
+from planner.handoff import PlanTargets, StoreTarget
 from tests.conftest import graph_fixture
 from tests.fake_cuda import FakeDeviceMemory
 from training.exchange import PeerLostError
-from training.placing import PlanTargets, Store
-from training.sharded import (
-    NodeError,
-    Peers,
-    RemoteCache,
-    ShardedFeatures,
-    ShardedOptions,
-    _fill_cache,
-    cache_rows,
-    join,
-)
+from training.remote_cache import RemoteCache, cache_rows
+from training.sharded import NodeError, Peers, ShardedFeatures, ShardedOptions, _fill_cache, join
 from training.sharding import place_sharded
 
 
@@ -121,8 +113,8 @@ def two_nodes(tmp_path_factory):
     rng = np.random.default_rng(0)
     feats = rng.standard_normal((300, 8)).astype(np.float32)
     hot = rng.zipf(1.5, 300).astype(np.float32)
-    t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(Store("mem0", "cpu", "mem0", "s0", 1.0),
-                                                           Store("ssd0", "ssd", "ssd0", "s0", 1.0)))
+    t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),
+                                                           StoreTarget("ssd0", "ssd", "ssd0", "s0", 1.0)))
     d = tmp_path_factory.mktemp("two-nodes")
     sp = place_sharded(feats, hot, t, num_nodes=2, replicas=2, hot_rows=30, out=d, gpu_cache_bytes=0,
                        cpu_cache_bytes=40 * 32, ssd_dirs=[d], fsync=False)
@@ -229,7 +221,7 @@ def test_a_broken_collective_is_one_line_naming_when():
                                         "peer [127.0.0.1]:6560. This is typically caused by a crash"), "epoch 1, step 3")
     assert str(err).startswith("epoch 1, step 3: another rank died or stopped answering (Connection closed by peer "
                                "[127.0.0.1]:6560); ")
-    assert "--resume" in str(err) and "\n" not in str(err)
+    assert "`resume`" in str(err) and "\n" not in str(err)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -268,8 +260,8 @@ def test_place_nodes_writes_one_directory_per_node(tmp_path, capsys):
 
 def test_a_nodes_ssd_bins_go_under_each_ssd_directory_in_its_own_subdirectory(tmp_path):
     feats = np.arange(400, dtype=np.float32).reshape(100, 4)
-    t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(Store("ssd0", "ssd", "ssd0", "s0", 1.0),
-                                                           Store("ssd1", "ssd", "ssd1", "s0", 1.0)))
+    t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("ssd0", "ssd", "ssd0", "s0", 1.0),
+                                                           StoreTarget("ssd1", "ssd", "ssd1", "s0", 1.0)))
     out, a, b = tmp_path / "out", tmp_path / "nvme0", tmp_path / "nvme1"
     sp = place_sharded(feats, np.ones(100), t, num_nodes=2, out=out, gpu_cache_bytes=0, cpu_cache_bytes=0,
                        ssd_dirs=[a, b], fsync=False)

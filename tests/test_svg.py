@@ -15,16 +15,9 @@ from hypothesis import strategies as st
 from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcitree import PciFunction, add_memory_and_interconnect, build_pci_topology
-from planner.topology.svg import (
-    HIGHLIGHT,
-    LINK_COLOURS,
-    MAX_LABELLED_ARCS,
-    SMALL_BOX_H,
-    Box,
-    topology_layout,
-    topology_svg,
-    write_svg,
-)
+from planner.topology.svg import topology_svg, write_svg
+from planner.topology.svglayout import SMALL_BOX_H, Box, topology_layout
+from planner.topology.svgstyle import HIGHLIGHT, LINK_COLOURS, MAX_LABELLED_ARCS
 from tests.conftest import topology_fixture
 
 NS = "{http://www.w3.org/2000/svg}"

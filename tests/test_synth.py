@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training import synth
+from training import draws, synth
 from training.data import open_dataset
 from training.synth import (
     EDGE_BLOCK,
@@ -193,16 +193,16 @@ def test_homophily_zero_gives_chance_agreement():
 
 
 @pytest.mark.parametrize("kwargs,option", [
-    (dict(num_nodes=-3), "--nodes"),
-    (dict(num_edges=0), "--edges"),
-    (dict(num_nodes=10, num_edges=91), "--edges"),
-    (dict(generator="erdos"), "--generator"),
-    (dict(skew=1.5), "--skew"),
-    (dict(generator="chung-lu", skew=-1), "--skew"),
-    (dict(feature_dtype="int8"), "--feature-dtype"),
-    (dict(train_share=0.6, valid_share=0.3, test_share=0.2), "--train-share"),
+    (dict(num_nodes=-3), "`num_nodes`"),
+    (dict(num_edges=0), "`num_edges`"),
+    (dict(num_nodes=10, num_edges=91), "`num_edges`"),
+    (dict(generator="erdos"), "`generator`"),
+    (dict(skew=1.5), "`skew`"),
+    (dict(generator="chung-lu", skew=-1), "`skew`"),
+    (dict(feature_dtype="int8"), "`feature_dtype`"),
+    (dict(train_share=0.6, valid_share=0.3, test_share=0.2), "`train_share`"),
 ])
-def test_bad_specs_name_the_option(kwargs, option):
+def test_bad_specs_name_the_field(kwargs, option):
     with pytest.raises(SynthError, match=option):
         SynthSpec(**{"num_nodes": 100, "num_edges": 200, **kwargs}).validate()
 
@@ -280,15 +280,15 @@ def test_guided_lookup_equals_searchsorted(weights, probes):
     cum = np.cumsum(np.asarray(weights))
     values = np.asarray(probes) * cum[-1]
     expected = np.minimum(np.searchsorted(cum, values, side="right"), cum.size - 1)
-    np.testing.assert_array_equal(synth._locate(cum, synth._guide(cum), values), expected)
+    np.testing.assert_array_equal(draws.locate(cum, draws.guide(cum), values), expected)
 
 
 def test_popcount_fallback_for_numpy_1(monkeypatch):
     x = np.random.default_rng(0).integers(0, 2**62, 1000)
     expected = np.array([bin(int(v)).count("1") for v in x])
-    np.testing.assert_array_equal(synth._popcount(x), expected)
+    np.testing.assert_array_equal(draws.popcount(x), expected)
     monkeypatch.delattr(np, "bitwise_count", raising=False)
-    np.testing.assert_array_equal(synth._popcount(x), expected)
+    np.testing.assert_array_equal(draws.popcount(x), expected)
 
 
 @pytest.mark.parametrize("num_nodes", [1024, 1000])  # a power of two, and cells folded onto nodes
@@ -299,7 +299,7 @@ def test_rmat_destinations_follow_the_rmat_marginal(num_nodes):
     model = _model(spec)
     _, dst = _edges(spec, chunk_edges=10**7)
     raw = np.argsort(model.relabel)[dst]
-    expected = synth._rmat_destination_weights(num_nodes, synth.rmat_probabilities(0.57)) * dst.size
+    expected = draws.rmat_destination_weights(num_nodes, draws.rmat_probabilities(0.57)) * dst.size
     chi2 = float(((np.bincount(raw, minlength=num_nodes) - expected) ** 2 / expected).sum())
     dof = num_nodes - 1
     assert chi2 < dof + 6 * np.sqrt(2 * dof), chi2

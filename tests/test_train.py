@@ -19,11 +19,13 @@ from iostack.placement import simple_placement
 from moment.cli import main
 from tests.conftest import REPO, graph_fixture
 from training.batches import epoch_seeds
+from training.checkpoint import CHECKPOINT_NAME
 from training.data import open_dataset
+from training.errors import TrainError
 from training.importers import import_dataset
 from training.models import ModelError, build_model
 from training.sampler import NeighborSampler
-from training.trainer import CHECKPOINT_NAME, TrainConfig, TrainError, train
+from training.trainer import TrainConfig, train
 
 SMALL = dict(fanouts=(10, 5), batch_size=35, hidden=32, seed=3)  # 4 steps per epoch on Cora's 140 seeds
 

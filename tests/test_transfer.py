@@ -146,7 +146,7 @@ def test_kvikio_reads_land_on_the_device(fp16_store_dir, monkeypatch):
 
 def test_gpu_bins_must_fit_in_free_device_memory(fp16_store_dir):
     feats, p, d = fp16_store_dir
-    with pytest.raises(StoreError, match=r"smaller --gpu-cache"):
+    with pytest.raises(StoreError, match=r"smaller `gpu_cache_bytes`"):
         FeatureStore(p, d, features=feats, memory=FakeDeviceMemory(free=1000), backend_options={"processes": 0})
 
 

@@ -49,7 +49,9 @@ import time
 import numpy as np
 from _results import Figure, write
 
-from planner.ddak import DdakBin, ddak, hash_placement
+from planner.baselines import hash_placement
+from planner.ddak import ddak
+from planner.placement import DdakBin
 
 
 def zipf_hotness(n: int, a: float, seed: int = 0) -> np.ndarray:

@@ -27,36 +27,26 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from _cli import moment
 from _results import Figure, write
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # --exchange imports training from this tree
 
 
-def moment(tree: Path, *args: str, ranks: int = 1) -> None:
-    if ranks > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-               "-m", "moment", *args]
-    else:
-        cmd = [sys.executable, "-m", "moment", *args]
-    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    proc = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        sys.exit(f"failed ({tree}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
 
 
 def step_ms(tree: Path, dataset: Path, metrics: Path, ranks: int, args: argparse.Namespace) -> float:
     """The median step time (ms) of rank 0's steps after the first epoch: robust to a busy neighbour's bursts."""
     metrics.unlink(missing_ok=True)
-    moment(tree, "train", "--dataset", str(dataset), "--model", "sage", "--fanouts", "10,5", "--batch-size",
+    moment("train", "--dataset", str(dataset), "--model", "sage", "--fanouts", "10,5", "--batch-size",
            str(args.batch_size), "--hidden", "128", "--epochs", str(args.epochs), "--eval-every", "0",
-           "--metrics", str(metrics), ranks=ranks)
+           "--metrics", str(metrics), tree=tree, ranks=ranks, omp_threads="1")
     recs = [json.loads(line) for line in metrics.read_text().splitlines()]
     return 1e3 * statistics.median(r["step_s"] for r in recs if r.get("kind") == "step" and r["epoch"] > 0)
 
@@ -167,8 +157,8 @@ def main() -> int:
                  "make one with git archive COMMIT | tar -x -C DIR")
     base = Path(tempfile.mkdtemp(prefix="bench-ddp-", dir="/var/tmp"))
     g = base / "graph"
-    moment(REPO, "data", "synth", str(g), "--nodes", args.nodes, "--edges", args.edges, "--feature-dim", "128",
-           "--train-share", args.train_share, "--quiet")
+    moment("data", "synth", str(g), "--nodes", args.nodes, "--edges", args.edges, "--feature-dim", "128",
+           "--train-share", args.train_share, "--quiet", omp_threads="1")
     runs: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.repeats):
         for ranks in (1, 2):

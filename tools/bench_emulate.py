@@ -43,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -50,17 +51,14 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import _cli  # noqa: E402
 from _results import Figure, write  # noqa: E402
 
-from iostack.emulate import emulate, workload_from_dict  # noqa: E402
+from iostack.emulate import emulate  # noqa: E402
+from iostack.emulate_workload import workload_from_dict  # noqa: E402
 
-
-def moment(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "moment", *args], cwd=REPO, capture_output=True, text=True,
-                          env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2")))
-    if proc.returncode != 0:
-        sys.exit(f"failed: moment {' '.join(args)}\n{proc.stderr[-3000:]}")
-    return proc
+#: every step with 2 OpenMP threads unless the caller's environment sets them
+moment = partial(_cli.moment, omp_threads="2")
 
 
 def engine_alone(path: Path, rows: int, steps: int, seed: int) -> float:

@@ -38,22 +38,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+from _cli import moment
 from _results import Figure, write
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def moment(*args: str, capture: bool = False) -> str:
-    cmd = [sys.executable, "-m", "moment", *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"failed: moment {' '.join(args)}\n{proc.stderr[-3000:]}")
-    return proc.stdout
 
 
 def med(xs: list[float]) -> float:

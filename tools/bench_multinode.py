@@ -51,6 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _cli import moment
 from _results import Figure, write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,10 +59,6 @@ WORKER = REPO / "tools" / "multinode_worker.py"
 sys.path.insert(0, str(REPO))
 
 
-def moment(*args: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "moment", *args], cwd=REPO, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"failed: moment {' '.join(args)}\n{proc.stderr[-2000:]}")
 
 
 def _port() -> int:
@@ -186,9 +183,9 @@ def _placements(args, work: Path):
     import numpy as np
 
     from iostack.placement import simple_placement
+    from planner.handoff import PlanTargets, StoreTarget
     from training.data import open_dataset
     from training.hotness import HotnessSpec, get_hotness
-    from training.placing import PlanTargets, Store
     from training.sharding import hot_rows_of, place_sharded
 
     g = work / "graph"
@@ -202,7 +199,7 @@ def _placements(args, work: Path):
     if not (full / "placement.json").exists():
         simple_placement(ds.num_nodes, [("cpu", ds.num_nodes)]).save(full)
     memory_only = PlanTargets("host memory", gpus=(("gpu0", "s0"),),
-                              stores=(Store("mem0", "cpu", "mem0", "s0", 1.0),))
+                              stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),))
     shards = {}
     for n in (2, 4):
         for w in (1, 2):
@@ -329,10 +326,10 @@ def _cora(work: Path) -> list[Figure]:
     """Two sharded nodes against one process (full neighbourhoods) and one node of two ranks (sampled)."""
     import numpy as np
 
+    from planner.handoff import PlanTargets, StoreTarget
     from training.data import open_dataset
     from training.hotness import HotnessSpec, get_hotness
     from training.importers import import_dataset
-    from training.placing import PlanTargets, Store
     from training.sharding import place_sharded
 
     # the real Cora of ../shared/fixtures (MOMENT_SHARED moves it, as for the tests)
@@ -347,7 +344,7 @@ def _cora(work: Path) -> list[Figure]:
     d = work / "cora-shards"
     if not (d / "shards.json").exists():
         hot = get_hotness(ds, HotnessSpec("presample", fanouts=(-1, -1), batch_size=35, epochs=1.0))
-        t = PlanTargets("host memory", gpus=(("gpu0", "s0"),), stores=(Store("mem0", "cpu", "mem0", "s0", 1.0),))
+        t = PlanTargets("host memory", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),))
         place_sharded(ds.features, hot.values, t, num_nodes=2, replicas=2, hot_rows=135, out=d, gpu_cache_bytes=0,
                       cpu_cache_bytes=ds.num_nodes * ds.row_bytes, ssd_dirs=[], fsync=False)
     nodes = [str(d / "node0"), str(d / "node1")]

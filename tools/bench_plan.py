@@ -22,9 +22,10 @@ from pathlib import Path
 from _results import Figure, write
 
 from planner.errors import PlannerError
-from planner.plan import Demand, choose_inventory, layout_summary, plan
+from planner.plan import choose_inventory, layout_summary, plan
 from planner.topology.discover import topology_from_files
 from planner.topology.spec import load_machine
+from planner.workload import Demand
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -30,7 +30,6 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _cli import moment  # noqa: E402
 from _results import Figure, write  # noqa: E402
 from bench_accuracy import CORA, paper_config  # noqa: E402
 
@@ -51,12 +51,6 @@ from training.trainer import TrainConfig, train  # noqa: E402
 TYPES = ("float32", "float16", "bfloat16", "int8")
 
 
-def moment(*args: str) -> None:
-    cmd = [sys.executable, "-m", "moment", *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
-    if proc.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
 
 
 def load() -> str:

@@ -40,26 +40,20 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
+import _cli
 from _results import Figure, write
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def moment(*args: str, torchrun: int = 0) -> None:
-    if torchrun:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={torchrun}",
-               "-m", "moment", *args]
-    else:
-        cmd = [sys.executable, "-m", "moment", *args]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
-                          env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2")))
-    if proc.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+
+#: every step with 2 OpenMP threads unless the caller's environment sets them
+moment = partial(_cli.moment, omp_threads="2")
 
 
 def last_epoch(metrics: Path) -> dict:
@@ -189,7 +183,7 @@ def train(args, base: Path, g: Path, placement: str | None, ranks: int, tag: str
         extra += ["--capacities", str(args.capacities)]
     moment("train", "--dataset", str(g), *extra, "--model", "sage", "--fanouts", "25,10", "--batch-size",
            str(args.batch_size), "--epochs", str(args.epochs), "--eval-every", "0", "--metrics", str(m), *more,
-           torchrun=ranks)
+           ranks=ranks)
     return last_epoch(m)
 
 

@@ -290,7 +290,7 @@ def memory_line(res: dict[str, list[dict]], workers: list[int]) -> str:
 
 def parse_size(text: str) -> int:
     sys.path.insert(0, str(REPO))
-    from planner.capacities import parse_size as ps
+    from momentbase.units import parse_size as ps
 
     return ps(text)
 

@@ -86,14 +86,14 @@ def checkpoint_path(checkpoint_dir: str | None, resume: bool) -> Path | None:
     """
     if checkpoint_dir is None:
         if resume:
-            raise TrainError("resume needs a checkpoint directory (--checkpoint DIR)")
+            raise TrainError("`resume` needs a checkpoint directory (`checkpoint_dir`)")
         return None
     path = Path(checkpoint_dir) / CHECKPOINT_NAME
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TrainError(f"checkpoint directory {path.parent}: cannot create it "
-                         f"({exc.strerror or exc}); choose another --checkpoint") from None
+                         f"({exc.strerror or exc}); choose another `checkpoint_dir`") from None
     return path
 
 
@@ -118,7 +118,7 @@ def resume(path: Path, config: dict[str, Any], model: torch.nn.Module, optimizer
     ck = load_checkpoint(path)
     if not isinstance(ck, dict) or not {"config", "model", "optimizer", "epoch", "step", "rng"} <= set(ck):
         raise TrainError(f"{path}: not a Moment training checkpoint; delete it or choose another "
-                         "--checkpoint directory")
+                         "`checkpoint_dir`")
     for key in IDENTITY:
         was, now = ck["config"].get(key), config[key]
         if was != now:
@@ -131,7 +131,7 @@ def resume(path: Path, config: dict[str, Any], model: torch.nn.Module, optimizer
         why = next((ln.strip() for ln in str(exc).splitlines() if "mismatch" in ln or "Missing" in ln),
                    str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         raise TrainError(f"{path}: does not fit this model and dataset ({why[:160]}); "
-                         "it was written for another dataset? use another --checkpoint directory") from None
+                         "it was written for another dataset? use another `checkpoint_dir`") from None
     for group in optimizer.param_groups:  # what this run asks for, not what the checkpoint had
         group["lr"], group["weight_decay"] = config["lr"], config["weight_decay"]
     return Resumed(ck["epoch"], ck["step"], ck.get("sums"), restore_rng(ck["rng"], world))

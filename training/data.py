@@ -48,14 +48,14 @@ from typing import Any
 import numpy as np
 
 from iostack.checksums import BlockSums, bad_blocks
-from planner.progress import Progress  # noqa: F401  (importers take it from here)
 from training.errors import TrainingError
 
 SCHEMA = "moment.dataset"
 VERSION = 1
 
-#: dtypes a feature matrix may have (numpy names, as written in meta.json)
-FEATURE_DTYPES = ("float32", "float16", "float64", "uint8", "int8")
+#: dtypes a dataset's feature matrix may have (numpy names, as written in meta.json); the types a
+#: placement may store rows in are another list, iostack.codec.STORAGE_DTYPES
+DATASET_FEATURE_DTYPES = ("float32", "float16", "float64", "uint8", "int8")
 
 #: edges handled per step by the chunked CSR builder and the validator; 2**22 edges of
 #: int64 pairs is ~100 MB of temporaries, small next to any graph worth streaming
@@ -364,8 +364,8 @@ def open_dataset(path: str | os.PathLike, *, validate: bool = True, verify: str 
         arrays[key] = arr
     if arrays["indices"].dtype not in (np.int32, np.int64) or (n >= 2**31 and arrays["indices"].dtype != np.int64):
         raise DatasetError(f"{root / 'indices.npy'}: dtype {arrays['indices'].dtype} cannot hold ids of {n} nodes")
-    if "features" in arrays and str(arrays["features"].dtype) not in FEATURE_DTYPES:
-        raise DatasetError(f"{root / 'features.npy'}: dtype {arrays['features'].dtype} is not one of {FEATURE_DTYPES}")
+    if "features" in arrays and str(arrays["features"].dtype) not in DATASET_FEATURE_DTYPES:
+        raise DatasetError(f"{root / 'features.npy'}: dtype {arrays['features'].dtype} is not one of {DATASET_FEATURE_DTYPES}")
     for s in SPLITS:
         if s in arrays and arrays[s].ndim != 1:
             raise DatasetError(f"{root / f'{s}.npy'}: must be one-dimensional, has shape {list(arrays[s].shape)}")

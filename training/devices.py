@@ -133,7 +133,7 @@ def rank_device(local_rank: int = 0, visible: int | None = None, bus: str | None
         if buses:
             raise DeviceError(f"the placement puts this rank's GPU partition on the GPU at {bus}, which this "
                               f"process does not see (visible: {', '.join(sorted(buses.values()))}); run on "
-                              "the planned machine or place with --gpu-cache-mode replicate")
+                              "the planned machine or place with `gpu_mode=replicate`")
     if visible == 1:
         return torch.device("cuda", 0)
     if not 0 <= local_rank < visible:
@@ -179,13 +179,13 @@ def sampling_device(asked: str, device: torch.device, need_bytes: int, free_byte
         return cpu, "asked for"
     if device.type != "cuda":
         if asked == "gpu":
-            raise DeviceError("--sample-on gpu: this run has no CUDA device; use --sample-on auto or cpu")
+            raise DeviceError("`sample_on` gpu: this run has no CUDA device; use `sample_on` auto or cpu")
         return cpu, "no CUDA device"
     gib = 2**30
     if free_bytes is None or need_bytes > SAMPLE_SHARE * free_bytes:
         why = (f"the graph needs {need_bytes / gib:.1f} GiB on {device}, more than {SAMPLE_SHARE:.0%} of its "
                f"{(free_bytes or 0) / gib:.1f} GiB free")
         if asked == "gpu":
-            raise DeviceError(f"--sample-on gpu: {why}; use --sample-on auto or cpu")
+            raise DeviceError(f"`sample_on` gpu: {why}; use `sample_on` auto or cpu")
         return cpu, why
     return device, f"the graph ({need_bytes / gib:.1f} GiB) fits in {device} ({free_bytes / gib:.1f} GiB free)"

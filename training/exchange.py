@@ -63,7 +63,7 @@ class PeerLostError(TrainingError):
         first = re.sub(r"^\[[^\]]*\]\s*", "", first)  # gloo's "[.../pair.cc:553] " source prefix
         first = first.split(". ")[0][:200]  # gloo's "This is typically caused by..." advice: ours follows
         return cls(f"{during}: another rank died or stopped answering ({first}); this job cannot go on: restart "
-                   "every node, with --resume to continue from the last checkpoint")
+                   "every node, with `resume` to continue from the last checkpoint")
 
 
 class RowExchange(Protocol):

@@ -135,7 +135,7 @@ def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto",
     transfer = Transfer(memory if memory is not None else HostMemory())
     if placement_dir is None:
         if ds.features is None:
-            raise TrainError(f"{ds.path}: the dataset has no features.npy and no --placement was given; "
+            raise TrainError(f"{ds.path}: the dataset has no features.npy and no `placement` was given; "
                              "import features or pass a placement with SSD bins")
         return MemoryFeatures(ds.features, transfer)
     from iostack.placement import load_placement

@@ -53,7 +53,8 @@ from typing import Any
 
 import numpy as np
 
-from training.data import Dataset, Progress
+from planner.progress import Progress
+from training.data import Dataset
 from training.errors import TrainingError
 
 METHODS = ("presample", "degree", "pagerank")
@@ -233,7 +234,7 @@ def presample_counts(ds: Dataset, spec: HotnessSpec, *, progress: Progress | Non
 
     if ds.train_idx is None or ds.train_idx.shape[0] == 0:
         raise HotnessError(f"{ds.path}: no training vertices (train_idx.npy) to pre-sample from; "
-                           "give the dataset a split, or use --hotness degree or pagerank")
+                           "give the dataset a split, or use `method` degree or pagerank")
     sampler = NeighborSampler(ds.indptr, ds.indices, fanouts=spec.fanouts, seed=spec.seed)
     per_epoch = math.ceil(ds.train_idx.shape[0] / spec.batch_size)
     cb = None if progress is None else (lambda done, total: progress("presample", done, total))
@@ -318,8 +319,8 @@ def save_hotness(ds: Dataset, hot: Hotness, directory: str | os.PathLike[str] | 
         tmp.write_text(json.dumps(meta, indent=1) + "\n")
         os.replace(tmp, meta_path)
     except OSError as exc:
-        fix = ("pass --hotness-dir DIR (a writable directory) to keep it elsewhere" if directory is None
-               else "choose a writable --hotness-dir")
+        fix = ("pass `hotness_dir=DIR` (a writable directory) to keep it elsewhere" if directory is None
+               else "choose a writable `hotness_dir`")
         raise HotnessError(f"{d}: cannot save the hotness ({exc.strerror or exc}); {fix}") from None
     return Hotness(hot.values, hot.spec, hot.epochs_covered, npy, loaded=False, seconds=hot.seconds)
 

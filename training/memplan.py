@@ -280,9 +280,9 @@ def size_cpu_cache(limit: MemoryLimit, reserve: TrainingReserve, *, numa_nodes: 
     left = limit.bytes - reserve.total_bytes
     if left < 0:
         raise MemoryPlanError(
-            f"--cpu-cache auto: the memory limit {format_size(limit.bytes)} ({limit.source}) is below what "
-            f"training itself needs, {format_size(reserve.total_bytes)}; give a larger --memory-limit, a "
-            "smaller --batch-size or fewer --fanouts, or pass --cpu-cache 0")
+            f"`cpu_cache_sizing`: the memory limit {format_size(limit.bytes)} ({limit.source}) is below what "
+            f"training itself needs, {format_size(reserve.total_bytes)}; give a larger `memory_limit`, a "
+            "smaller `batch_size` or fewer `fanouts`, or pass `cpu_cache_bytes=0`")
     per_node = left // numa_nodes // row_bytes * row_bytes
     whole = -(-feature_bytes // row_bytes) * row_bytes
     capped = per_node >= whole
@@ -493,7 +493,7 @@ def available_memory(override: int | None = None, *, proc_cgroup: str | os.PathL
     found = [m for m in (read_cgroup_limit(proc_cgroup, cgroup_root), read_mem_available(meminfo)) if m]
     if not found:
         raise MemoryPlanError(f"cannot tell the memory available: no cgroup limit and no MemAvailable in "
-                              f"{meminfo}; give it with --memory-limit SIZE")
+                              f"{meminfo}; give it with `memory_limit=SIZE`")
     return min(found, key=lambda m: m.bytes)
 
 

@@ -85,13 +85,13 @@ def check_out(out: str | os.PathLike[str], ssd_dirs: Iterable[str | os.PathLike[
     out = Path(out)
     held = next((n for n in HELD if (out / n).exists()), None)
     if held and not force:
-        raise PlacingError(f"--out {out}: holds a placement already ({held}); "
-                           "choose another directory or pass --force to replace it")
+        raise PlacingError(f"`out` {out}: holds a placement already ({held}); "
+                           "choose another directory or pass `force=True` to replace it")
     if out.exists() and not out.is_dir():
-        raise PlacingError(f"--out {out}: exists and is not a directory")
+        raise PlacingError(f"`out` {out}: exists and is not a directory")
     for d in ssd_dirs:
         if Path(d).exists() and not Path(d).is_dir():
-            raise PlacingError(f"--ssd {d}: exists and is not a directory")
+            raise PlacingError(f"`ssd_dirs` {d}: exists and is not a directory")
 
 
 def ssd_warnings(ssd_dirs: Iterable[str | os.PathLike[str]], root: str = "/") -> list[str]:
@@ -209,10 +209,10 @@ def _open(dataset: str | os.PathLike[str] | Dataset, feature_dtype: str | None, 
     """The dataset, the codec of ``feature_dtype`` fitted to its features (or None), a row's bytes in the bins."""
     ds = dataset if isinstance(dataset, Dataset) else open_dataset(dataset)
     if ds.features is None:
-        raise PlacingError(f"--dataset {ds.path}: has no features to place; import it with features")
+        raise PlacingError(f"`dataset` {ds.path}: has no features to place; import it with features")
     if feature_dtype is not None and nodes > 1:
-        raise PlacingError("--feature-dtype with --nodes > 1: a sharded placement holds the features' own type; "
-                           "leave out --feature-dtype")
+        raise PlacingError("`feature_dtype` with `nodes` > 1: a sharded placement holds the features' own type; "
+                           "leave out `feature_dtype`")
     if feature_dtype is None:
         return ds, None, ds.row_bytes
     from iostack.codec import fit_codec
@@ -226,12 +226,12 @@ def _in_place_shift(ds: Dataset, handoff: PlanHandoff, nodes: int, feature_dtype
     from iostack.bins import in_place_shift
 
     if nodes > 1 or feature_dtype is not None:
-        raise PlacingError("--in-place with " + ("--nodes > 1" if nodes > 1 else "--feature-dtype")
+        raise PlacingError("`in_place` with " + ("`nodes` > 1" if nodes > 1 else "`feature_dtype`")
                            + ": the dataset's file holds every row in its own type; leave out one of them")
     n_ssd = len(handoff.targets.of_kind("ssd"))
     if n_ssd != 1:
-        raise PlacingError(f"--in-place: the plan has {n_ssd} SSDs; the dataset's feature file can stand in "
-                           "for one SSD bin only (plan for one SSD, or leave out --in-place)")
+        raise PlacingError(f"`in_place`: the plan has {n_ssd} SSDs; the dataset's feature file can stand in "
+                           "for one SSD bin only (plan for one SSD, or leave out `in_place`)")
     return in_place_shift(Path(ds.path) / "features.npy")
 
 
@@ -296,7 +296,7 @@ def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedData
     if clash and not force:
         raise PlacingError(f"bin file {clash[0]} exists already"
                            + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
-                           + "; choose other --ssd directories or pass --force to replace them")
+                           + "; choose other `ssd_dirs` directories or pass `force=True` to replace them")
     if job.in_place_shift is None:
         check_free_space(res.placement, row_bytes, job.out)
     held = None
@@ -316,7 +316,7 @@ def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedData
             write_bins(ds.features, res.placement, job.out, progress=job.progress)
     except OSError as exc:
         raise PlacingError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
-                           "check the --ssd directories") from None
+                           "check the `ssd_dirs` directories") from None
     head = _report_head(job)
     rep = {**head, "row_bytes": row_bytes,
            "feature_dtype": codec.dtype if codec is not None else ds.features.dtype.name,
@@ -354,7 +354,7 @@ def _place_nodes(job: _Job, nodes: int, replicas: int, hot_rows: float) -> Place
     from training.sharding import hot_rows_of, place_sharded, sharded_summary
 
     if nodes < 1:
-        raise PlacingError(f"--nodes {nodes}: expected at least 1")
+        raise PlacingError(f"`nodes` {nodes}: expected at least 1")
     job.warn_ssd()
     head = {**_report_head(job), "row_bytes": job.ds.row_bytes, "strategy": job.strategy}
     report(job.progress, f"placing over {nodes} nodes ({job.strategy}, replicas {replicas})")
@@ -366,7 +366,7 @@ def _place_nodes(job: _Job, nodes: int, replicas: int, hot_rows: float) -> Place
                            reads_per_epoch=job.hot.reads_per_epoch, report=head, progress=job.progress)
     except OSError as exc:
         raise PlacingError(f"writing the node directories: {exc.strerror or exc} "
-                           f"({getattr(exc, 'filename', '')}); check --out and the --ssd directories") from None
+                           f"({getattr(exc, 'filename', '')}); check `out` and the `ssd_dirs` directories") from None
     return PlacedDataset(job.out, job.ds, job.hot, job.targets, {**head, **sharded_summary(sp)}, job.ds.row_bytes,
                          sharded=sp, plan_notes=job.plan_notes, warnings=job.warnings)
 

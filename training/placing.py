@@ -34,8 +34,8 @@ another socket than the GPU reading it (GPU caches never: a replicated
 cache is local, a partitioned one is reached over NVLink).
 
 >>> t = PlanTargets("toy", gpus=(("gpu0", "socket0"),),
-...     stores=(Store("cache:gpu0", "gpu", "gpu0", "socket0", 1.0),
-...             Store("ssd0", "ssd", "ssd0", "socket0", 3.0)))
+...     stores=(StoreTarget("cache:gpu0", "gpu", "gpu0", "socket0", 1.0),
+...             StoreTarget("ssd0", "ssd", "ssd0", "socket0", 3.0)))
 >>> bins = build_bins(t, num_rows=100, row_bytes=400, gpu_cache_bytes=4000, cpu_cache_bytes=0,
 ...                   ssd_dirs=["/tmp"], out_dir="/tmp")
 >>> [(b.kind, b.capacity_rows, b.target_share) for b in bins]
@@ -58,22 +58,14 @@ import numpy as np
 from iostack.bins import file_bytes_for
 from iostack.placement import Bin, Placement
 from planner.affinity import Affinity, ddak_affinity
-from planner.ddak import (
-    DdakBin,
-    DdakResult,
-    ddak,
-    hash_placement,
-    hot_first_placement,
-    random_placement,
-)
+from planner.baselines import hash_placement, hot_first_placement, random_placement
+from planner.ddak import ddak
 from planner.handoff import (
     PlanHandoff,
     PlanTargets,
-    Store,
-    devices_of,
-    nvlink_pairs_of,
-    targets_from_flow,
+    StoreTarget,
 )
+from planner.placement import DdakBin, DdakResult
 from planner.progress import Progress
 from training.errors import TrainingError
 
@@ -124,7 +116,8 @@ def plan_now(topology, *, spec: str | None = None, model: str = "maxflow", nvlin
     import json
 
     from planner.handoff import handoff_from_plan, plan_file_dict, read_plan_file
-    from planner.plan import Demand, choose_inventory, measured_inventory, plan
+    from planner.plan import choose_inventory, measured_inventory, plan
+    from planner.workload import Demand
 
     topo, inventory = choose_inventory(topology, spec=spec)
     if capacities is not None:
@@ -179,7 +172,7 @@ def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache
     if total <= 0:
         raise PlacingError(f"{targets.source}: the plan's stores serve no bytes; re-run the plan")
 
-    def share(stores: Sequence[Store]) -> float:
+    def share(stores: Sequence[StoreTarget]) -> float:
         return max(sum(s.target_bytes for s in stores) / total, ZERO_TARGET_SHARE)
 
     bins: list[BinPlan] = []
@@ -195,7 +188,7 @@ def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache
                 raise PlacingError(
                     f"{targets.source}: partitioned GPU caches need NVLink between the GPUs, and "
                     f"{'there is one GPU' if len(targets.gpus) < 2 else 'the plan has none joining them all'}; "
-                    "use the default --gpu-cache-mode replicate")
+                    "use the default `gpu_mode` replicate")
             each = share(caches) / len(targets.gpus)
             for i, (g, sock) in enumerate(targets.gpus):
                 bins.append(BinPlan("gpu", gpu_rows, max(each, ZERO_TARGET_SHARE), f"cuda:{i}", sock,
@@ -211,8 +204,8 @@ def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache
     ssds = targets.of_kind("ssd")
     if len(ssd_dirs) != len(ssds):
         raise PlacingError(
-            f"{len(ssd_dirs)} --ssd path(s) given, the plan ({targets.source}) has {len(ssds)} SSD(s): "
-            f"give one --ssd per SSD, in the order {', '.join(s.id for s in ssds) or '(none)'} "
+            f"{len(ssd_dirs)} `ssd_dirs` path(s) given, the plan ({targets.source}) has {len(ssds)} SSD(s): "
+            f"give one `ssd_dirs` per SSD, in the order {', '.join(s.id for s in ssds) or '(none)'} "
             "(a directory may be repeated)")
     first = len(bins)
     for i, (s, d) in enumerate(zip(ssds, ssd_dirs, strict=True)):
@@ -228,7 +221,7 @@ def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache
     room = sum(b.capacity_rows for b in bins)
     if room < num_rows:
         raise PlacingError(f"the caches hold {room} of {num_rows} rows and the plan has no SSD for the rest; "
-                           "plan with SSDs or give larger --gpu-cache / --cpu-cache")
+                           "plan with SSDs or give larger `gpu_cache_bytes` / `cpu_cache_bytes`")
     return bins
 
 
@@ -559,32 +552,12 @@ def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.Pat
         free = shutil.disk_usage(d).free + old
         if nbytes > free:
             raise PlacingError(f"{d}: the SSD bins need {nbytes / 1e9:.2f} GB, the file system has "
-                               f"{free / 1e9:.2f} GB free; free space or give more --ssd directories")
+                               f"{free / 1e9:.2f} GB free; free space or give more `ssd_dirs` directories")
 
 
 __all__ = [
-    "GPU_MODES",
-    "STRATEGIES",
-    "BinPlan",
-    "BinReport",
-    "PlaceResult",
-    "PlacementReport",
-    "PlacingError",
-    "PlanTargets",
-    "Store",
-    "bin_split",
-    "build_bins",
-    "cache_shares",
-    "check_free_space",
-    "expected_shares",
-    "devices_of",
-    "nvlink_pairs_of",
-    "place",
-    "plan_now",
-    "reader_sockets",
-    "report_for",
-    "socket_reads",
-    "ssd_bin_path",
-    "targets_for_caches",
-    "targets_from_flow",
+    "GPU_MODES", "STRATEGIES", "BinPlan", "BinReport", "PlaceResult", "PlacementReport",
+    "PlacingError", "bin_split", "build_bins", "cache_shares", "check_free_space",
+    "expected_shares", "place", "plan_now", "reader_sockets", "report_for", "socket_reads",
+    "ssd_bin_path", "targets_for_caches"
 ]

@@ -63,7 +63,7 @@ def read_metrics(path: str | Path) -> RunMetrics:
     try:
         text = p.read_text()
     except FileNotFoundError:
-        raise MetricsError(f"{p}: no such metrics file (write one with `moment train --metrics {p}`)") from None
+        raise MetricsError(f"{p}: no such metrics file (write one by training with `metrics_path={p}`)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MetricsError(f"{p}: not readable ({exc})") from None
     start, epochs, preds, steps = None, {}, [], 0
@@ -75,7 +75,7 @@ def read_metrics(path: str | Path) -> RunMetrics:
         except ValueError:
             if i == len(text.splitlines()):  # a run killed mid-write leaves a cut last line
                 break
-            raise MetricsError(f"{p}:{i}: not a JSON record; is this a `moment train --metrics` file?") from None
+            raise MetricsError(f"{p}:{i}: not a JSON record; is this a training run's `metrics_path` file?") from None
         if not isinstance(rec, dict):
             raise MetricsError(f"{p}:{i}: expected a JSON object per line")
         kind = rec.get("kind")

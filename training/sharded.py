@@ -87,14 +87,14 @@ def node_directory(placement_dir: str | os.PathLike[str], node: int) -> Path:
     d = Path(placement_dir)
     man = read_manifest(d)
     if man is None:
-        raise NodeError(f"{d}: not a sharded placement (no shards.json); place with `moment place --nodes N`")
+        raise NodeError(f"{d}: not a sharded placement (no shards.json); place with `place_sharded`")
     if man.get("node") is not None:
         return d
     sub = d / f"node{node}"
     if read_manifest(sub) is None:
         raise NodeError(f"{d}: has no directory node{node} for node {node} of this job (the layout has "
                         f"{man.get('num_nodes')} nodes); start one node per shard, or give each node its own "
-                        f"--placement {d}/node<k>")
+                        f"`placement={d}/node<k>`")
     return sub
 
 
@@ -123,13 +123,13 @@ def join(peers: Peers, shard: int, num_shards: int, digest: str, where: str,
         if e["digest"] != first["digest"]:
             raise NodeError(f"rank {e['rank']} (node {e['node']}) was started with {e['where']}, another placement "
                             f"than rank 0's {first['where']} (layout {e['digest']} vs {first['digest']}); give "
-                            "every node a directory of the same `moment place --nodes` run")
+                            "every node a directory of the same `place_sharded` run")
     shard_of_node: dict[int, tuple[int, str]] = {}
     for e in everyone:
         had = shard_of_node.setdefault(e["node"], (e["shard"], e["where"]))
         if had[0] != e["shard"]:
             raise NodeError(f"node {e['node']}: its ranks were started with different shards ({had[1]} and "
-                            f"{e['where']}); give every rank of a node the same --placement")
+                            f"{e['where']}); give every rank of a node the same `placement`")
     holders: dict[int, list[int]] = {}
     for node, (s, _) in sorted(shard_of_node.items()):
         holders.setdefault(s, []).append(node)
@@ -154,7 +154,7 @@ def check_dataset(manifest: dict, now: dict, where: str, dataset: str) -> None:
     diff = [k for k in made if k in now and now[k] != made[k]]
     if diff:
         raise NodeError(f"{where}: placed from another dataset than {dataset} (they differ in {', '.join(diff)}); "
-                        "place this dataset with `moment place --nodes`")
+                        "place this dataset with `place_sharded`")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -373,7 +373,7 @@ def open_sharded(ds: Any, placement_dir: str, peers: Peers, options: ShardedOpti
     check_dataset(man, fingerprint(ds), str(node_dir), str(ds.path))
     if layout.num_vertices != ds.num_nodes:
         raise NodeError(f"{node_dir}: the layout has {layout.num_vertices} vertices, the dataset {ds.path} "
-                        f"{ds.num_nodes}; place this dataset with `moment place --nodes`")
+                        f"{ds.num_nodes}; place this dataset with `place_sharded`")
     member = join(peers, shard, layout.num_nodes, layout.digest(), str(node_dir), _gather_objects(peers))
     store, local = _node_store(node_dir, layout, shard, peers, transfer, open_store, share_key, local_gpu_bins,
                                backend, capacities)
@@ -462,7 +462,7 @@ def _fill_cache(feats: ShardedFeatures, node_dir: Path, layout: ShardLayout, opt
         hot = np.load(hot_file, mmap_mode="r")
     except (OSError, ValueError):
         raise NodeError(f"{hot_file}: no hotness to choose the locality cache's rows by; place again with "
-                        "`moment place --nodes`, or train without --remote-cache") from None
+                        "`place_sharded`, or train without `remote_cache`") from None
     budget = options.remote_cache_bytes // feats.row_bytes
     ids = cache_rows(hot, feats._local.numpy() >= 0, budget)
     if options.remote_cache_dir:
@@ -552,5 +552,7 @@ def _fill_cache_ssd(feats: ShardedFeatures, ids: np.ndarray, directory: str, lay
     return RemoteCache(ids, layout.num_vertices, store=store, where=f"an SSD bin ({d / name})")
 
 
-__all__ = ["NodeError", "Peers", "Membership", "RemoteCache", "ShardedFeatures", "ShardedOptions",
-           "cache_rows", "check_dataset", "is_sharded", "join", "node_directory", "open_sharded"]
+__all__ = [
+    "NodeError", "Peers", "Membership", "ShardedFeatures", "ShardedOptions", "check_dataset",
+    "is_sharded", "join", "node_directory", "open_sharded"
+]

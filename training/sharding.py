@@ -26,8 +26,8 @@ summary ``place.json``, so ``--placement out`` works where every node sees
 out/node<k>`` where each node has only its own directory.
 
 >>> import numpy as np, tempfile
->>> from training.placing import PlanTargets, Store
->>> t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(Store("mem0", "cpu", "mem0", "s0", 1.0),))
+>>> from planner.handoff import PlanTargets, StoreTarget
+>>> t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),))
 >>> feats = np.arange(20, dtype=np.float32).reshape(10, 2)
 >>> with tempfile.TemporaryDirectory() as d:
 ...     sp = place_sharded(feats, np.arange(10.0), t, num_nodes=2, replicas=2, hot_rows=2, out=d,
@@ -49,15 +49,9 @@ import numpy as np
 from iostack.bins import write_bins
 from iostack.placement import MANIFEST, save_json, save_npy
 from iostack.shards import SHARDS, ShardLayout, shard_rows
+from planner.handoff import PlanTargets
 from planner.progress import Progress
-from training.placing import (
-    PlaceResult,
-    PlacingError,
-    PlanTargets,
-    build_bins,
-    check_free_space,
-    place,
-)
+from training.placing import PlaceResult, PlacingError, build_bins, check_free_space, place
 
 #: rows copied per block into a node's rows.npy
 BLOCK_ROWS = 1 << 16
@@ -81,10 +75,6 @@ class ShardedPlacement:
     nodes: tuple[NodePlacement, ...]
     row_bytes: int
 
-    def bytes_per_node(self) -> list[int]:
-        """Feature bytes each node holds (its rows, whatever tier they are in)."""
-        return [n.rows * self.row_bytes for n in self.nodes]
-
     def replica_share(self) -> float:
         """Rows held per node over the rows a full replica holds, averaged over the nodes (1/N without replicas)."""
         v = self.layout.num_vertices
@@ -102,7 +92,7 @@ def hot_rows_of(share: float, num_rows: int) -> int:
     135
     """
     if not 0.0 <= share <= 1.0:
-        raise PlacingError(f"--hot-rows {share}: expected a share of the rows between 0 and 1")
+        raise PlacingError(f"`hot_rows` {share}: expected a share of the rows between 0 and 1")
     return int(round(share * num_rows))
 
 
@@ -129,7 +119,7 @@ def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTarget
         raise PlacingError(f"hotness has {np.asarray(hotness).shape[0]} rows, the features {num_rows}")
     row_bytes = dim * np.dtype(feats.dtype).itemsize
     if not 1 <= int(replicas) <= int(num_nodes):
-        raise PlacingError(f"--replicas {replicas}: expected 1 to {num_nodes} (--nodes): a row is on at most "
+        raise PlacingError(f"`replicas` {replicas}: expected 1 to {num_nodes} (`num_nodes`): a row is on at most "
                            "every node")
     layout = shard_rows(hotness, int(num_nodes), int(replicas), int(hot_rows))
     head = dict(report or {})

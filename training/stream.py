@@ -9,7 +9,8 @@ tiered store without the model.
 >>> import tempfile, numpy as np
 >>> from pathlib import Path
 >>> from training.synth import SynthSpec, synthesize
->>> from iostack.emulate import StreamSpec, make_stream
+>>> from iostack.emulate import make_stream
+>>> from iostack.emulate_workload import StreamSpec
 >>> with tempfile.TemporaryDirectory() as d:
 ...     _ = synthesize(f"{d}/g", SynthSpec(num_nodes=500, num_edges=3000, feature_dim=4, train_share=0.2))
 ...     _ = record_stream(f"{d}/g", f"{d}/s.npz", fanouts=(5, 5), batch_size=32)

@@ -69,11 +69,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from training.data import Progress, index_dtype
+from planner.progress import Progress
+from training.data import index_dtype
 from training.draws import RMAT_LEVELS_PER_DRAW, rmat_probabilities
 from training.draws import guide as _guide
 from training.draws import locate as _locate
-from training.draws import popcount as _popcount  # noqa: F401  (tests reach it here)
 from training.draws import rmat_destination_weights as _rmat_destination_weights
 from training.draws import rmat_table as _rmat_table
 from training.errors import TrainingError
@@ -127,47 +127,47 @@ class SynthSpec:
         return DEFAULT_SKEW.get(self.generator, 0.0) if self.skew is None else float(self.skew)
 
     def validate(self) -> SynthSpec:
-        """Raise :class:`SynthError` naming the first bad option; return ``self``."""
+        """Raise :class:`SynthError` naming the first bad field; return ``self``."""
         n, m = self.num_nodes, self.num_edges
         if self.generator not in GENERATORS:
-            raise SynthError(f"--generator {self.generator!r}: expected one of {', '.join(GENERATORS)}")
+            raise SynthError(f"`generator` {self.generator!r}: expected one of {', '.join(GENERATORS)}")
         if not 2 <= n <= MAX_NODES:
-            raise SynthError(f"--nodes {n}: expected a whole number from 2 to {MAX_NODES}")
+            raise SynthError(f"`num_nodes` {n}: expected a whole number from 2 to {MAX_NODES}")
         if m < 1:
-            raise SynthError(f"--edges {m}: expected a positive whole number")
+            raise SynthError(f"`num_edges` {m}: expected a positive whole number")
         possible = n * (n - 1) // (2 if self.undirected else 1)
         if m > possible:
             kind = "undirected" if self.undirected else "directed"
             raise SynthError(
-                f"--edges {m}: a graph of {n} nodes has at most {possible} {kind} edges "
+                f"`num_edges` {m}: a graph of {n} nodes has at most {possible} {kind} edges "
                 "without self-loops; ask for fewer edges or more nodes"
             )
         s = self.resolved_skew
         if self.generator == "rmat" and not 0.25 <= s < 1:
-            raise SynthError(f"--skew {s}: R-MAT's a must be in [0.25, 1) (0.57 is Graph500's)")
+            raise SynthError(f"`skew` {s}: R-MAT's a must be in [0.25, 1) (0.57 is Graph500's)")
         if self.generator == "chung-lu" and not 0 <= s <= 2:
-            raise SynthError(f"--skew {s}: the Chung-Lu weight exponent must be in [0, 2]")
+            raise SynthError(f"`skew` {s}: the Chung-Lu weight exponent must be in [0, 2]")
         if self.feature_dim < 0:
-            raise SynthError(f"--feature-dim {self.feature_dim}: expected 0 or more")
+            raise SynthError(f"`feature_dim` {self.feature_dim}: expected 0 or more")
         if self.feature_dtype not in ("float32", "float16"):
-            raise SynthError(f"--feature-dtype {self.feature_dtype!r}: expected float32 or float16")
+            raise SynthError(f"`feature_dtype` {self.feature_dtype!r}: expected float32 or float16")
         if self.num_classes < 1:
-            raise SynthError(f"--classes {self.num_classes}: expected 1 or more")
+            raise SynthError(f"`num_classes` {self.num_classes}: expected 1 or more")
         if not 0 <= self.homophily <= 1:
-            raise SynthError(f"--homophily {self.homophily}: expected a share in [0, 1]")
+            raise SynthError(f"`homophily` {self.homophily}: expected a share in [0, 1]")
         if not (math.isfinite(self.feature_snr) and self.feature_snr >= 0):
-            raise SynthError(f"--feature-snr {self.feature_snr}: expected 0 or more")
+            raise SynthError(f"`feature_snr` {self.feature_snr}: expected 0 or more")
         shares = {"train": self.train_share, "valid": self.valid_share, "test": self.test_share}
         for name, share in shares.items():
             if not 0 <= share <= 1:
-                raise SynthError(f"--{name}-share {share}: expected a share in [0, 1]")
+                raise SynthError(f"`{name}_share` {share}: expected a share in [0, 1]")
         if sum(shares.values()) > 1 + 1e-12:
             raise SynthError(
-                f"--train-share + --valid-share + --test-share = {sum(shares.values()):g}: "
+                f"`train_share` + `valid_share` + `test_share` = {sum(shares.values()):g}: "
                 "the splits cannot cover more than all nodes"
             )
         if self.seed < 0:
-            raise SynthError(f"--seed {self.seed}: expected 0 or more")
+            raise SynthError(f"`seed` {self.seed}: expected 0 or more")
         return self
 
 

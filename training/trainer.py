@@ -75,7 +75,6 @@ from iostack.backends import BACKENDS
 from iostack.transfer import DeviceMemory, Transfer, memory_for
 from training.batches import BatchSource, _mix, epoch_seeds
 from training.checkpoint import (
-    CHECKPOINT_NAME,
     Resumed,
     checkpoint_path,
     resume,
@@ -89,8 +88,6 @@ from training.errors import TrainError
 from training.exchange import PeerLostError
 from training.features import (
     FeatureSource,
-    MemoryFeatures,
-    StoreFeatures,
     feature_dtype_of,
     open_features,
     open_store,
@@ -112,9 +109,7 @@ from training.pipeline import (
 )
 from training.sampler import NeighborSampler, SampledBatch
 
-# public names of the training package that lived here before the split stay importable from here
-__all__ = ["CHECKPOINT_NAME", "FeatureSource", "MemoryFeatures", "Prefetcher", "StoreFeatures", "TrainConfig",
-           "TrainError", "TrainResult", "open_features", "open_store", "save_checkpoint", "share_key_of", "train"]
+__all__ = ["TrainConfig", "TrainResult", "train"]
 
 Progress = Callable[[dict], None]
 
@@ -563,8 +558,8 @@ def _refuse_non_finite(flat: Tensor, epoch: int, step: int) -> None:
     what = f"the loss is {loss}" if not math.isfinite(loss) else "a gradient is NaN or infinite"
     raise TrainError(
         f"epoch {epoch}, step {step}: {what}; training stopped before updating the model, and the last "
-        "checkpoint is left as it was. Corrupt features (check them with `moment data info --verify "
-        "DATASET`) or too high a learning rate (--lr) are the usual causes")
+        "checkpoint is left as it was. Corrupt features (check them with "
+        "`training.data.open_dataset(verify='full')`) or too high a learning rate (`lr`) are the usual causes")
 
 
 @torch.no_grad()

@@ -30,8 +30,8 @@ import training.data as _data
 from iostack.checksums import block_sums
 from planner.progress import Progress
 from training.data import (
+    DATASET_FEATURE_DTYPES,
     DEFAULT_CHUNK_EDGES,
-    FEATURE_DTYPES,
     SCHEMA,
     VERSION,
     DatasetError,
@@ -113,7 +113,7 @@ class DatasetWriter:
         self._tmp: Path | None = None
         self._features: np.memmap | None = None
         if self.path.exists() and not overwrite:
-            raise DatasetError(f"{self.path}: already exists; remove it or pass --force to replace it")
+            raise DatasetError(f"{self.path}: already exists; remove it or pass `overwrite=True` to replace it")
         if not self.path.parent.is_dir():
             raise DatasetError(f"{self.path.parent}: no such directory to write the dataset into")
 
@@ -221,8 +221,8 @@ class DatasetWriter:
     def open_features(self, feature_dim: int, dtype: str | np.dtype = "float32") -> np.memmap:
         """A writable [num_nodes, feature_dim] memmap of ``features.npy`` to fill by row blocks."""
         dt = np.dtype(dtype)
-        if dt.name not in FEATURE_DTYPES:
-            raise DatasetError(f"feature dtype {dt.name} is not one of {', '.join(FEATURE_DTYPES)}")
+        if dt.name not in DATASET_FEATURE_DTYPES:
+            raise DatasetError(f"feature dtype {dt.name} is not one of {', '.join(DATASET_FEATURE_DTYPES)}")
         self._features = open_paged_npy(self.tmp_dir / "features.npy", dt, (self.num_nodes, int(feature_dim)))
         self.feature_dim, self.feature_dtype = int(feature_dim), dt.name
         self._record("features", self._features)

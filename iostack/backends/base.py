@@ -273,10 +273,6 @@ class ReadBackend(ABC):
             view[torch.from_numpy(positions).to(view.device)] = buf.to(view.device)
         return requests
 
-    def read_rows_at(self, handle: BinHandle, rows, out, positions) -> int:
-        """:meth:`read_rows` with ``positions`` (kept for callers of the earlier interface)."""
-        return self.read_rows(handle, rows, out, positions)
-
     @abstractmethod
     def _read(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray, positions: np.ndarray | None) -> int:
         """The host core: validated int64 ``rows`` into host uint8 ``out`` (at ``positions`` if given)."""

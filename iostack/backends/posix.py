@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from iostack.backends import _aio, _engine, _uring, choice
-from iostack.backends.base import BinHandle, Extents, ReadBackend, aligned_empty, sorted_extents
+from iostack.backends.base import BinHandle, Extents, ReadBackend, sorted_extents
 from iostack.backends.base import coalesced_runs as _runs
 from iostack.bins import PAGE, BinFile
 from iostack.errors import StoreError
@@ -77,7 +77,7 @@ def probe_direct(path: str, nbytes: int = PAGE) -> tuple[bool, str | None]:
 #: read engines: ``uring`` (io_uring), ``aio`` (native AIO), ``threads`` (preadv); ``auto``: see :mod:`.choice`
 ENGINES = ("auto", "uring", "aio", "threads")
 _ASYNC = {"uring": _uring, "aio": _aio}
-__all__ = ["ENGINES", "PosixBackend", "aligned_empty", "probe_direct"]
+__all__ = ["ENGINES", "PosixBackend", "probe_direct"]
 
 
 #: reads in flight by default with an asynchronous engine (O_DIRECT): one thread keeps them all, so a

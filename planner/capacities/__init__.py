@@ -50,7 +50,6 @@ planner.errors.ParseError: c.yaml:3: expected a memory bandwidth (bytes/s, like 
 
 from __future__ import annotations
 
-from momentbase.units import format_size, parse_size  # re-exported: the old home of the size units
 from planner.capacities.apply import (
     AppliedCapacities,
     Replacement,
@@ -82,5 +81,4 @@ __all__ = [
     "parse_capacities", "load_capacities", "dump_capacities", "save_capacities",
     "apply_capacities", "apply_to_inventory", "find_device", "measured_figures", "to_dict",
     "apply_capacities_report",
-    "parse_size", "format_size",
 ]

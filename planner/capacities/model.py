@@ -168,5 +168,3 @@ class Capacities:
         """The entry whose key is exactly ``key``."""
         return next((d for d in self.devices if d.key == key), None)
 
-    def is_empty(self) -> bool:
-        return not (self.devices or self.links or self.memory or self.pcie_efficiency)

@@ -10,7 +10,7 @@ A slot takes a device of a model when all of these hold:
 
 1. the slot is in the PCIe tree: a slot whose ``attrs["placement"]`` is
    ``"unknown"`` (a DMI slot without a bus address) is never used;
-2. its form factor (:func:`slot_form_factor`) is one of the model's
+2. its form factor (:func:`~planner.inventory.slot_form_factor`) is one of the model's
    ``form_factors`` — a slot of unknown form factor is assumed to fit;
    a *virtual* slot (the position of a device in a topology without slot
    nodes, see :func:`~planner.inventory.with_virtual_slots`) takes only a
@@ -121,11 +121,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from planner.inventory import Inventory, slot_form_factor  # slot_form_factor: re-exported
+from planner.inventory import Inventory
 from planner.layout.classics import classic_layouts_of, current_layout_of
 from planner.layout.fit import Fit, slot_fit, slot_fits
 from planner.layout.machine import _Machine
-from planner.layout.place import _pcie_efficiency, device_link, place, slot_map, usual_efficiency
+from planner.layout.place import device_link, place, slot_map, usual_efficiency
 from planner.layout.types import (
     CLASSIC_LABELS,
     EQUIVALENCES,
@@ -151,12 +151,9 @@ __all__ = [
     "place",
     "slot_fit",
     "slot_fits",
-    "slot_form_factor",
     "slot_map",
     "usual_efficiency",
 ]
-# _Machine and _pcie_efficiency stay importable from here (tests, planner.multinode)
-_ = (_Machine, _pcie_efficiency)
 
 
 def enumerate_layouts(

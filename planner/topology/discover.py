@@ -90,23 +90,21 @@ def topology_from_files(
 
     topo = _pci_tree(lspci, lspci_vvv, hwloc, nccl_topo)
     if dmidecode is not None:
-        from planner.topology.dmidecode import apply_dmi_slots, parse_dmidecode
+        from planner.topology.dmi_join import apply_dmi_slots
+        from planner.topology.dmidecode import parse_dmidecode
 
         dmi = parse_dmidecode(read_text(dmidecode), str(dmidecode))
         if topo is None:
             raise PlannerError(
                 f"{dmidecode}: dmidecode lists slots but not what hangs under them; "
-                "give a PCI tree too (--lspci, --lspci-vvv, --hwloc or --nccl-topo)"
+                "give a PCI tree too (`lspci`, `lspci_vvv`, `hwloc` or `nccl_topo`)"
             )
         topo = apply_dmi_slots(topo, dmi)
         topo.sources.append(str(dmidecode))
 
     if nvidia_smi is not None:
-        from planner.topology.nvidia_smi import (
-            apply_nvidia_smi,
-            parse_nvidia_smi_topo,
-            topology_from_nvidia_smi,
-        )
+        from planner.topology.nvidia_smi import apply_nvidia_smi, topology_from_nvidia_smi
+        from planner.topology.nvsmi_matrix import parse_nvidia_smi_topo
 
         matrix = parse_nvidia_smi_topo(read_text(nvidia_smi), str(nvidia_smi))
         if topo is None:

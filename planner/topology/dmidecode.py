@@ -62,8 +62,7 @@ from __future__ import annotations
 import re
 
 from planner.errors import ParseError
-from planner.topology.dmi_join import apply_dmi_slots  # noqa: F401  (re-exported)
-from planner.topology.dmi_records import (  # noqa: F401  (re-exported: the structures)
+from planner.topology.dmi_records import (
     DmiInfo,
     DmiOnboardDevice,
     DmiProcessor,
@@ -74,17 +73,8 @@ from planner.topology.dmi_records import (  # noqa: F401  (re-exported: the stru
     _records,
 )
 from planner.topology.pcitree import normalize_address
-from planner.topology.textio import read_text
 
-__all__ = [
-    "DmiInfo",
-    "DmiOnboardDevice",
-    "DmiProcessor",
-    "DmiSlot",
-    "apply_dmi_slots",
-    "parse_dmidecode",
-    "read_text",
-]
+__all__ = ["parse_dmidecode"]
 
 
 # ---------------------------------------------------------------------------

@@ -76,11 +76,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from planner.errors import ParseError
-from planner.topology.hwloc_links import (  # add_cpu_nvlink, pcie_links_for_gb_per_s: re-exported
+from planner.topology.hwloc_links import (
     _add_nvlinks,
     _set_pcie_capacities,
-    add_cpu_nvlink,
-    pcie_links_for_gb_per_s,
 )
 from planner.topology.hwloc_xml import (
     _BRIDGE_PCI,
@@ -115,7 +113,7 @@ from planner.topology.pcitree import (
 )
 from planner.topology.xmlsafe import XmlDocument, build_from_xml
 
-__all__ = ["add_cpu_nvlink", "parse_hwloc_xml", "pcie_links_for_gb_per_s"]
+__all__ = ["parse_hwloc_xml"]
 
 def parse_hwloc_xml(text: str, source: str) -> Topology:
     """The topology described by hwloc XML ``text`` (read from ``source``).

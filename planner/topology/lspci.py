@@ -45,7 +45,7 @@ from planner.errors import ParseError, TopologyError
 from planner.topology.lspci_tree import _STRAY, _TREE_FIRST, _hint, parse_lspci_tree
 from planner.topology.model import Topology
 from planner.topology.pcie import gen_from_gts
-from planner.topology.pcinames import (  # noqa: F401  (re-exported: they were defined here)
+from planner.topology.pcinames import (
     CLASS_NAMES,
     _ids_from_name,
     class_from_name,
@@ -54,16 +54,7 @@ from planner.topology.pcinames import (  # noqa: F401  (re-exported: they were d
 from planner.topology.pcitree import PciFunction, build_pci_topology, normalize_address
 from planner.topology.textio import text_lines
 
-__all__ = [
-    "CLASS_NAMES",
-    "class_from_name",
-    "merge_lspci",
-    "parse_lspci",
-    "parse_lspci_tree",
-    "parse_lspci_verbose",
-    "topology_from_lspci",
-    "vendor_from_name",
-]
+__all__ = ["merge_lspci", "parse_lspci", "parse_lspci_verbose", "topology_from_lspci"]
 
 # ---------------------------------------------------------------------------
 # lspci -v / -vv / -vvv (with or without -nn), whole dumps and -s dumps

@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import ParseError
-from planner.topology.hwloc import add_cpu_nvlink
+from planner.topology.hwloc_links import add_cpu_nvlink
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import GT_PER_S
 from planner.topology.pcitree import (

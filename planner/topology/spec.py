@@ -68,20 +68,12 @@ from planner.topology.model import Topology
 from planner.topology.spec_build import (
     _Builder,
 )
-from planner.topology.spec_schema import (  # noqa: F401  (re-exported: the schema's names)
-    DEVICE_KINDS,
-    FORM_FACTORS,
-    MAX_COUNT,
-    MAX_INVENTORY_COUNT,
-    MAX_SWITCH_DEPTH,
-    SCHEMA,
-    VERSION,
+from planner.topology.spec_schema import (
     InventoryItem,
     MachineSpec,
-    inferred_figures,
 )
 from planner.topology.textio import read_text
-from planner.topology.yamlread import (  # noqa: F401  (_Reader re-exported: its old home)
+from planner.topology.yamlread import (
     _Reader,
 )
 

@@ -53,10 +53,9 @@ from pathlib import Path
 
 from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
-from planner.topology.svglayout import (  # noqa: F401  (SMALL_BOX_H and the layout are re-exported)
+from planner.topology.svglayout import (
     BUS_DROP,
     MARGIN,
-    SMALL_BOX_H,
     Box,
     TopologyLayout,
     _link_key,
@@ -64,7 +63,7 @@ from planner.topology.svglayout import (  # noqa: F401  (SMALL_BOX_H and the lay
     _straight,
     topology_layout,
 )
-from planner.topology.svgstyle import (  # noqa: F401  (the colours are re-exported)
+from planner.topology.svgstyle import (
     FONT_FAMILY,
     HIGHLIGHT,
     KIND_COLOURS,
@@ -89,12 +88,9 @@ from planner.topology.svgtext import (
     _is_small,
     _link_label_lines,
     _text_w,
-    device_number,
-    slot_title,
 )
 
-__all__ = ["Box", "TopologyLayout", "device_number", "slot_title", "topology_layout", "topology_svg",
-           "write_svg"]
+__all__ = ["topology_svg", "write_svg"]
 
 SVG_NS = "http://www.w3.org/2000/svg"
 

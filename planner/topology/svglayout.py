@@ -37,12 +37,10 @@ from planner.topology.svgtext import (
     _node_lines,
     _text_w,
     _wrap,
-    device_number,  # re-exported
-    slot_title,  # re-exported
 )
 from planner.topology.svgtree import _chain_device, _tree
 
-__all__ = ["Box", "TopologyLayout", "device_number", "slot_title", "topology_layout"]
+__all__ = ["Box", "TopologyLayout", "topology_layout"]
 
 BOX_H = 40.0
 SMALL_BOX_H = 32.0

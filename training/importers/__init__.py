@@ -47,7 +47,7 @@ def detect_format(src: str | Path) -> str:
             return fmt
     raise DatasetError(
         f"{src}: cannot tell its format (expected ind.<name>.* files, an OGB raw/ + split/ directory, an IGB "
-        f"processed/ directory, a gnn-benchmark .npz, an HDF5 file or a text edge list); pass --format {{{','.join(FORMATS)}}}"
+        f"processed/ directory, a gnn-benchmark .npz, an HDF5 file or a text edge list); pass `format={{{','.join(FORMATS)}}}`"
     )
 
 
@@ -61,6 +61,6 @@ def import_dataset(src: str | Path, dst: str | Path, *, format: str = "auto", **
 
     fmt = detect_format(src) if format == "auto" else format
     if fmt not in FORMATS:
-        raise DatasetError(f"--format {format!r}: expected auto or one of {', '.join(FORMATS)}")
+        raise DatasetError(f"`format` {format!r}: expected auto or one of {', '.join(FORMATS)}")
     mod, func = FORMATS[fmt]
     return getattr(importlib.import_module(mod), func)(src, dst, **options)

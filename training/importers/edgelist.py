@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DEFAULT_CHUNK_EDGES, DatasetError, Progress
+from planner.progress import Progress
+from training.data import DEFAULT_CHUNK_EDGES, DatasetError
 from training.importers._text import DEFAULT_CHUNK_BYTES, iter_rows, open_binary
 from training.writer import DatasetWriter
 
@@ -111,11 +112,11 @@ def import_edgelist(
     if not src.is_file():
         raise DatasetError(f"{src}: no such file")
     if features not in ("none", "random", "degree"):
-        raise DatasetError(f"--features {features!r}: expected none, random or degree")
+        raise DatasetError(f"`features` {features!r}: expected none, random or degree")
     if features != "none" and feature_dim <= 0:
-        raise DatasetError(f"--features {features} needs --feature-dim > 0")
+        raise DatasetError(f"`features` {features} needs `feature_dim` > 0")
     if dst.exists() and not overwrite:
-        raise DatasetError(f"{dst}: already exists; remove it or pass --force to replace it")
+        raise DatasetError(f"{dst}: already exists; remove it or pass `overwrite=True` to replace it")
     if not dst.parent.is_dir():
         raise DatasetError(f"{dst.parent}: no such directory to write the dataset into")
     with tempfile.TemporaryDirectory(prefix=f".{dst.name}.parse-", dir=dst.parent) as tmp:

@@ -49,7 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from training.data import DEFAULT_CHUNK_EDGES, DatasetError, Progress
+from planner.progress import Progress
+from training.data import DEFAULT_CHUNK_EDGES, DatasetError
 from training.writer import DatasetWriter
 
 #: the default dataset path of every key
@@ -99,7 +100,7 @@ def _keys(overrides: Mapping[str, str] | None) -> dict[str, str]:
     keys = dict(DEFAULT_KEYS)
     for k, v in (overrides or {}).items():
         if k not in DEFAULT_KEYS:
-            raise DatasetError(f"--hdf5-key {k}={v}: unknown key {k!r}; expected one of {', '.join(DEFAULT_KEYS)}")
+            raise DatasetError(f"`keys={k}={v}`: unknown key {k!r}; expected one of {', '.join(DEFAULT_KEYS)}")
         keys[k] = v if v.startswith("/") else "/" + v
     return keys
 
@@ -117,14 +118,14 @@ class _File:
             return None
         if not isinstance(obj, _h5py().Dataset):
             raise DatasetError(f"{self.src}: {path} ({key}) is a group, expected a dataset; "
-                               f"name the dataset with --hdf5-key {key}=PATH")
+                               f"name the dataset with `keys={key}=PATH`")
         return obj
 
     def need(self, key: str, *, ndim: int, kinds: str, what: str):
         d = self.get(key)
         if d is None:
             raise DatasetError(f"{self.src}: no dataset {self.keys[key]} ({what}); "
-                               f"name it with --hdf5-key {key}=PATH")
+                               f"name it with `keys={key}=PATH`")
         return self.check(key, d, ndim=ndim, kinds=kinds, what=what)
 
     def check(self, key: str, d, *, ndim: int, kinds: str, what: str):
@@ -268,10 +269,10 @@ def _graph(h: _File, block_bytes: int) -> tuple[np.ndarray | None, Callable[[], 
     listed = any(h.get(k) is not None for k in ("edge_index", "src", "dst"))
     if csr and listed:
         raise DatasetError(f"{src}: holds both a CSR ({km['indptr']}, {km['indices']}) and an edge list; "
-                           "remap one away with --hdf5-key or remove it")
+                           "remap one away with `keys` or remove it")
     if not csr and not listed:
         raise DatasetError(f"{src}: no graph: expected {km['indptr']} + {km['indices']} (CSR) or "
-                           f"{km['edge_index']} (2 x E) or {km['src']} + {km['dst']}; name yours with --hdf5-key")
+                           f"{km['edge_index']} (2 x E) or {km['src']} + {km['dst']}; name yours with `keys`")
     step = max(1, block_bytes // 8)
     if csr:
         ip = h.need("indptr", ndim=1, kinds="iu", what="CSR row pointers (N + 1,)")

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DEFAULT_CHUNK_EDGES, DatasetError, Progress
+from planner.progress import Progress
+from training.data import DEFAULT_CHUNK_EDGES, DatasetError
 from training.writer import DatasetWriter
 
 FEATURE_BLOCK_ROWS = 1 << 15
@@ -77,7 +78,7 @@ def import_igb(
     if proc is None:
         raise DatasetError(f"{src}: no processed/paper__cites__paper/edge_index.npy; not an IGB dataset directory")
     if classes not in ("19", "2K"):
-        raise DatasetError(f"--igb-classes {classes!r}: expected 19 or 2K")
+        raise DatasetError(f"`classes` {classes!r}: expected 19 or 2K")
     edge_path = proc / "paper__cites__paper" / "edge_index.npy"
     edges = _array(edge_path, "edge", raw_dtype="int64", raw_cols=2)
     if edges.ndim != 2 or edges.shape[1] != 2:

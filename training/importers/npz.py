@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from training.data import DatasetError, Progress
+from planner.progress import Progress
+from training.data import DatasetError
 from training.importers._safepickle import list_npz_keys, npz_member
 from training.writer import DatasetWriter
 
@@ -59,7 +60,7 @@ def _sparse(zf: zipfile.ZipFile, src: Path, prefix: str, packed: str) -> sp.csr_
 
 def _random_split(labels: np.ndarray, train_per_class: int, valid_per_class: int, seed: int, src: Path):
     if train_per_class < 0 or valid_per_class < 0:
-        raise DatasetError(f"--train-per-class {train_per_class} / --valid-per-class {valid_per_class}: "
+        raise DatasetError(f"`train_per_class` {train_per_class} / `valid_per_class` {valid_per_class}: "
                            "expected 0 or more nodes per class")
     rng = np.random.default_rng(seed)
     train, valid = [], []
@@ -69,7 +70,7 @@ def _random_split(labels: np.ndarray, train_per_class: int, valid_per_class: int
         if members.size < need:
             raise DatasetError(
                 f"{src}: class {c} has {members.size} nodes, fewer than the {need} a "
-                f"{train_per_class}/{valid_per_class} split needs; lower --train-per-class/--valid-per-class"
+                f"{train_per_class}/{valid_per_class} split needs; lower `train_per_class`/`valid_per_class`"
             )
         pick = rng.choice(members, size=need, replace=False)
         train.append(pick[:train_per_class])
@@ -118,7 +119,7 @@ def import_npz(
         source["split"] = {"kind": "random per class", "train_per_class": train_per_class,
                            "valid_per_class": valid_per_class, "seed": seed}
     elif split not in ("random", "none"):
-        raise DatasetError(f"--split {split!r}: expected 'random' or 'none'")
+        raise DatasetError(f"`split` {split!r}: expected 'random' or 'none'")
     else:
         train = valid = test = None
     with DatasetWriter(dst, num_nodes=n, name=name or src.stem, source=source, overwrite=overwrite,

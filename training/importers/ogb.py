@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DatasetError, Progress
+from planner.progress import Progress
+from training.data import DatasetError
 from training.importers._text import DEFAULT_CHUNK_BYTES, iter_rows
 from training.writer import DatasetWriter
 
@@ -135,7 +136,7 @@ def _splits(split_dir: Path, split_name: str | None, n: int, chunk_bytes: int
     """The split scheme used (the only one, or ``split_name``) and its train/valid/test ids."""
     schemes = sorted(p.name for p in split_dir.iterdir() if p.is_dir()) if split_dir.is_dir() else []
     if split_name is None and len(schemes) > 1:
-        raise DatasetError(f"{split_dir}: several split schemes ({', '.join(schemes)}); pass --split-name")
+        raise DatasetError(f"{split_dir}: several split schemes ({', '.join(schemes)}); pass `split_name`")
     split_name = split_name or (schemes[0] if schemes else None)
     splits = {}
     if split_name is not None:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.data import DatasetError, Progress
+from planner.progress import Progress
+from training.data import DatasetError
 from training.importers._safepickle import safe_load
 from training.writer import DatasetWriter
 
@@ -30,7 +31,7 @@ def find_name(src: Path) -> str | None:
     """The ``<name>`` of the ``ind.<name>.graph`` file in ``src``, None when there is none."""
     names = sorted(p.name[len("ind."):-len(".graph")] for p in src.glob("ind.*.graph"))
     if len(names) > 1:
-        raise DatasetError(f"{src}: holds several Planetoid datasets ({', '.join(names)}); pass --dataset NAME")
+        raise DatasetError(f"{src}: holds several Planetoid datasets ({', '.join(names)}); pass `dataset=NAME`")
     return names[0] if names else None
 
 

@@ -259,12 +259,12 @@ def store_client(host: str, port: int, timeout_s: float):
         socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise ServerError(f"sampling server {where}: cannot resolve {host!r} ({exc.strerror}); "
-                          "check --server") from None
+                          "check `server`") from None
     try:  # refuse in milliseconds rather than letting the store retry for its whole timeout
         socket.create_connection((host, port), timeout=min(timeout_s, 5.0)).close()
     except OSError as exc:
         raise ServerError(f"sampling server {where}: nothing listens there ({exc.strerror or exc}); "
-                          "start it with `moment serve` or fix --server") from None
+                          "start it with `moment serve` or fix `server`") from None
     try:
         return dist.TCPStore(host, port, None, False, datetime.timedelta(seconds=min(timeout_s, 10.0)))
     except Exception as exc:  # c10d raises DistNetworkError / RuntimeError subclasses

@@ -163,7 +163,7 @@ class SamplingServer:
         except OSError as exc:
             sock.close()
             raise ServerError(f"cannot listen on {self.address}: {exc.strerror or exc}; "
-                              "pick another --port (or --port 0 for any free one)") from None
+                              "pick another `port` (or `port=0` for any free one)") from None
         self._sock, self.port = sock, sock.getsockname()[1]
         if self.workers:
             self._workers = WorkerPool(
