@@ -29,6 +29,7 @@ from training.checkpoint import CHECKPOINT_NAME
 from training.data import open_dataset
 from training.hotness import degree_from_csr
 from training.importers import import_dataset
+from training.place_specs import PolicySpec, ShardSpec, TierSpec
 from training.sharding import place_sharded
 from training.trainer import train
 
@@ -47,8 +48,8 @@ def _sharded(ds_dir: Path, out: Path, replicas: int) -> Path:
     hot = degree_from_csr(np.asarray(ds.indptr), np.asarray(ds.indices)).astype(np.float32)
     t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),
                                                            StoreTarget("ssd0", "ssd", "ssd0", "s0", 2.0)))
-    place_sharded(ds.features, hot, t, num_nodes=2, replicas=replicas, hot_rows=270, out=out, gpu_cache_bytes=0,
-                  cpu_cache_bytes=300 * ds.row_bytes, ssd_dirs=[out], fsync=False)
+    place_sharded(ds.features, hot, t, out, TierSpec(cpu_cache_bytes=300 * ds.row_bytes, ssd_dirs=[out]),
+                  PolicySpec(), ShardSpec(nodes=2, replicas=replicas, hot_rows=270 / ds.num_nodes), fsync=False)
     return out
 
 

@@ -1,4 +1,5 @@
-"""The training specs (training/specs.py) and what `train()` takes as objects: a batch source, a feature source."""
+"""The specs of training (training/specs.py) and placement (training/place_specs.py), and what `train()` takes
+as objects: a batch source, a feature source."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from training.batches import LocalBatchSource, num_steps
 from training.data import open_dataset
 from training.errors import TrainError
 from training.features import MemoryFeatures
+from training.place_specs import PlaceSpec, PolicySpec, ShardSpec, TierSpec
+from training.placing import PlacingError
 from training.sampler import NeighborSampler, SampledBatch
 from training.specs import (
     RECORD_FIELDS,
@@ -225,3 +228,33 @@ def test_handed_in_objects_train_what_the_spec_builds(graph):
     built = train(spec)
     _assert_same(given_in.model, built.model)
     assert [r["loss"] for r in given_in.epochs] == [r["loss"] for r in built.epochs]
+
+
+# ----------------------------------------------------------------------------------------------
+# the placement's specs (training/place_specs.py)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: TierSpec(gpu_cache_bytes=-1), "gpu_cache_bytes"),
+    (lambda: TierSpec(gpu_mode="stripe"), "`gpu_mode` 'stripe'"),
+    (lambda: PolicySpec("best"), "`strategy` 'best'"),
+    (lambda: PolicySpec(pool=0), "`pool` 0"),
+    (lambda: ShardSpec(nodes=0), "`nodes` 0"),
+    (lambda: ShardSpec(nodes=2, replicas=3), "`replicas` 3: expected 1 to `nodes`"),
+    (lambda: ShardSpec(nodes=2, hot_rows=1.5), "`hot_rows` 1.5"),
+    (lambda: PlaceSpec(feature_dtype="float8"), "`feature_dtype` 'float8'"),
+    (lambda: PlaceSpec(shards=ShardSpec(nodes=2), feature_dtype="int8"), "`feature_dtype` with `nodes` > 1"),
+    (lambda: PlaceSpec(shards=ShardSpec(nodes=2), in_place=True), "`in_place` with `nodes` > 1"),
+    (lambda: PlaceSpec(feature_dtype="int8", in_place=True), "`in_place` with `feature_dtype`"),
+    (lambda: PlaceSpec(tiers=PolicySpec()), "`tiers`: expected a TierSpec"),
+])
+def test_each_placement_spec_refuses_bad_values_in_one_line(make, match):
+    with pytest.raises(PlacingError, match=match) as info:
+        make()
+    assert "\n" not in str(info.value)
+
+
+def test_tier_spec_keeps_ssd_directories_as_strings(tmp_path):
+    tiers = TierSpec(ssd_dirs=[tmp_path / "a", str(tmp_path / "b")])
+    assert tiers.ssd_dirs == (str(tmp_path / "a"), str(tmp_path / "b"))
+    assert ShardSpec(nodes=2, hot_rows=0.1).hot_row_count(300) == 30
