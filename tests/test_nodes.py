@@ -199,7 +199,7 @@ def test_bad_node_options_are_one_line(cora, shards, capsys):
     from moment.cli import main
 
     base = ["train", "--dataset", str(cora), "--placement", str(shards / "node0"), "--epochs", "1"]
-    for bad, msg in ((["--timeout", "0"], "timeout_s"), (["--remote-cache", "lots"], "--remote-cache 'lots'"),
+    for bad, msg in ((["--timeout", "0"], "--timeout 0.0"), (["--remote-cache", "lots"], "--remote-cache 'lots'"),
                      (["--remote-cache", "-1KiB"], "--remote-cache")):
         assert main([*base, *bad]) == 2
         err = capsys.readouterr().err.strip()
