@@ -13,7 +13,8 @@ give the PCIe figures; this package measures the rest where it can:
   convention: bytes read plus bytes written, per second);
 - :func:`cuda_bandwidths` (:mod:`hwprofile.cuda`): host→device,
   device→host and peer copies, on a machine with CUDA and PyTorch only;
-- :func:`profile_machine` (:mod:`hwprofile.machine`): all of it, as
+- :func:`profile_machine` (:mod:`hwprofile.machine`): all of it, as a
+  :class:`ProfileSpec` (an :class:`SsdProbe`, a :class:`MemoryProbe`) says, as
   :class:`~planner.capacities.Capacities` keyed by the devices the test
   files live on.
 
@@ -29,7 +30,7 @@ True
 """
 
 from hwprofile.cuda import cuda_bandwidths
-from hwprofile.machine import profile_machine
+from hwprofile.machine import MemoryProbe, ProfileSpec, SsdProbe, profile_machine
 from hwprofile.memory import host_memory_bandwidth, memory_bandwidth_by_node
 from hwprofile.ssd import (
     DEFAULT_FILE_BYTES,
@@ -43,5 +44,6 @@ from planner.errors import ProfileError
 __all__ = [
     "ProfileError", "SsdMeasurement", "DEFAULT_FILE_BYTES",
     "ssd_random_read", "write_test_file", "posix_random_read",
-    "host_memory_bandwidth", "memory_bandwidth_by_node", "cuda_bandwidths", "profile_machine",
+    "host_memory_bandwidth", "memory_bandwidth_by_node", "cuda_bandwidths", "profile_machine", "ProfileSpec",
+    "SsdProbe", "MemoryProbe",
 ]

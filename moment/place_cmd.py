@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from moment._args import (
@@ -159,11 +160,9 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
 
     from moment.bars import Bars
     from moment.place_dirs import make_dirs
-    from moment.place_nodes import check_node_args, print_nodes
-    from training.hotness import HotnessSpec
+    from moment.place_nodes import print_nodes
     from training.place_run import check_out, place_dataset
 
-    check_node_args(args)
     gpu_bytes = _size(args.gpu_cache, "--gpu-cache")
     auto = args.cpu_cache.strip().lower() == "auto"
     cpu_bytes = 0 if auto else _size(args.cpu_cache, "--cpu-cache")
@@ -171,16 +170,13 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     if memory_limit is not None and not auto:
         raise PlannerError(f"--memory-limit {args.memory_limit}: sizes --cpu-cache auto only; pass --cpu-cache auto "
                            "or drop --memory-limit")
-    if args.pool is not None and args.pool < 1:
-        raise PlannerError(f"--pool {args.pool}: expected at least 1")
     if args.batch_size < 1:
         raise PlannerError(f"--batch-size {args.batch_size}: expected at least 1")
+    spec = _spec(args, gpu_bytes, cpu_bytes)  # the options that make no sense together fail before any work
     out = Path(args.out)
     check_out(out, args.ssd, force=args.force)
     # before any work: a path under a regular file, or one we may not create
     make_dirs([("--out", out), *(("--ssd", Path(x)) for x in args.ssd)], created)
-    spec = HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
-                       epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed)
     handoff, plan_notes = _handoff(args)  # a bad plan or machine fails before any work
     sizing = None
     if auto:
@@ -191,17 +187,13 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
                                batch_size=args.batch_size, fanouts=parse_fanouts(args.fanouts),
                                feature_dtype=args.feature_dtype, memory_limit=memory_limit)
     if sizing is not None:
-        cpu_bytes = sizing.per_node_bytes
+        spec = replace(spec, tiers=replace(spec.tiers, cpu_cache_bytes=sizing.per_node_bytes))
         if not args.json:
             _print_sizing(sizing)
     with Bars(quiet=args.json) as bars:
-        placed = place_dataset(args.dataset, handoff, out, gpu_cache_bytes=gpu_bytes, cpu_cache_bytes=cpu_bytes,
-                               ssd_dirs=args.ssd, gpu_mode=args.gpu_cache_mode, feature_dtype=args.feature_dtype,
-                               hotness=spec, hotness_dir=args.hotness_dir, recompute_hotness=args.recompute_hotness,
-                               strategy=args.strategy, pool=args.pool, seed=args.seed, nodes=args.nodes,
-                               replicas=args.replicas, hot_rows=args.hot_rows, force=args.force,
-                               in_place=args.in_place, plan_notes=plan_notes, progress=bars, warn=_warn,
-                               cpu_cache_sizing=sizing)
+        placed = place_dataset(args.dataset, handoff, out, spec, hotness_dir=args.hotness_dir,
+                               recompute_hotness=args.recompute_hotness, force=args.force, plan_notes=plan_notes,
+                               cpu_cache_sizing=sizing, progress=bars, warn=_warn)
     if placed.sharded is not None:
         return print_nodes(args, placed.sharded, placed.dataset, placed.hotness, placed.targets)
     if args.json:
@@ -212,6 +204,19 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     for note in placed.plan_notes:
         console.print(f"[yellow]plan:[/yellow] {note}", markup=True)
     return 0
+
+
+def _spec(args: argparse.Namespace, gpu_bytes: int, cpu_bytes: int):
+    """The placement ``args`` ask for (:class:`training.place_specs.PlaceSpec`)."""
+    from training.hotness import HotnessSpec
+    from training.place_specs import PlaceSpec, PolicySpec, ShardSpec, TierSpec
+
+    return PlaceSpec(TierSpec(gpu_bytes, cpu_bytes, args.ssd, args.gpu_cache_mode),
+                     PolicySpec(args.strategy, args.pool, args.seed),
+                     ShardSpec(args.nodes, args.replicas, args.hot_rows),
+                     HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
+                                 epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed),
+                     feature_dtype=args.feature_dtype, in_place=args.in_place)
 
 
 def _print_sizing(sizing) -> None:

@@ -1,4 +1,5 @@
-"""``moment place --nodes N``: its options checked, the nodes printed (the work: training.place_run, training.sharding)."""
+"""``moment place --nodes N``: the nodes printed (the work: training.place_run, training.sharding; its options are
+checked by training.place_specs.ShardSpec)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-from moment.errors import CommandError
-
-
-def check_node_args(args: argparse.Namespace) -> None:
-    """``--nodes``, ``--replicas``, ``--hot-rows`` that make sense together, before any work."""
-    if args.nodes < 1:
-        raise CommandError(f"--nodes {args.nodes}: expected at least 1")
-    if not 1 <= args.replicas <= args.nodes:
-        raise CommandError(f"--replicas {args.replicas}: expected 1 to --nodes ({args.nodes}): a row is on at "
-                           "most every node")
-    if not 0.0 <= args.hot_rows <= 1.0:
-        raise CommandError(f"--hot-rows {args.hot_rows}: expected a share of the rows between 0 and 1")
 
 
 def print_nodes(args: argparse.Namespace, sp, ds, hot, targets) -> int:

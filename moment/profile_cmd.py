@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from hwprofile import profile_machine
+    from hwprofile import MemoryProbe, ProfileSpec, SsdProbe, profile_machine
     from momentbase.units import parse_size
     from planner.capacities import save_capacities
 
@@ -70,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
     for p in args.ssd or ():
         if not Path(p).exists():
             raise CommandError(f"--ssd {p}: no such directory or file")
+    spec = ProfileSpec(SsdProbe(args.ssd or (), block, depth, seconds, file_bytes, use_fio=not args.no_fio,
+                                keep_files=args.keep_file),
+                       memory=None if args.no_memory else MemoryProbe())
     if args.out:  # refuse before measuring for minutes, not after
         out_dir = Path(args.out).parent
         if not out_dir.is_dir() or not os.access(out_dir, os.W_OK):
@@ -80,11 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from moment.bars import Bars
 
     with Bars(transient=True) as bars:
-        caps = profile_machine(
-            topo, ssd_paths=args.ssd or (), block_bytes=block, queue_depth=depth, seconds=seconds,
-            file_bytes=file_bytes, use_fio=not args.no_fio, memory=not args.no_memory,
-            keep_files=args.keep_file, sys_root=args.sys_root, progress=bars,
-        )
+        caps = profile_machine(spec, topo, sys_root=args.sys_root, progress=bars)
         if args.ssd:  # what `moment train --backend auto` compares: both backends' reads into GPU memory
             from iostack.bench import add_device_read_figures
 

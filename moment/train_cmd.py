@@ -1,6 +1,6 @@
 """``moment train``: data-parallel GNN training on a dataset directory (one rank per process under torchrun).
 
-Parses the options into a :class:`training.trainer.TrainConfig`, runs
+Parses the options into a :class:`training.specs.TrainSpec`, runs
 :func:`training.trainer.train` and prints progress (a rich bar on a terminal,
 one plain line per epoch otherwise) and a summary table; only rank 0 prints.
 """
@@ -16,20 +16,27 @@ from moment._args import size_arg as _size
 from moment.errors import CommandError
 
 
-def _config(args: argparse.Namespace):
-    from training.trainer import TrainConfig
+def _spec(args: argparse.Namespace):
+    from training.specs import DistributedSpec, IOSpec, ModelSpec, RunSpec, SamplingSpec, TrainSpec
 
-    return TrainConfig(
-        dataset=args.dataset, placement=args.placement, model=args.model, fanouts=parse_fanouts(args.fanouts),
-        eval_fanouts=parse_fanouts(args.eval_fanouts, "--eval-fanouts") if args.eval_fanouts else None,
-        batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, epochs=args.epochs, lr=args.lr,
-        weight_decay=args.weight_decay, dropout=args.dropout, attn_dropout=args.attn_dropout, hidden=args.hidden,
-        heads=args.heads, gcn_norm=args.gcn_norm, normalize_features=args.normalize_features, seed=args.seed,
-        prefetch=args.prefetch, eval_every_epochs=args.eval_every, metrics_path=args.metrics,
-        checkpoint_dir=args.checkpoint, checkpoint_every_steps=args.checkpoint_every, resume=args.resume,
-        server=args.server, backend=args.backend, sample_on=args.sample_on, capacities=args.capacities,
-        timeout_s=args.timeout, exchange=args.exchange, remote_cache=_size(args.remote_cache, "--remote-cache"),
-        remote_cache_dir=args.remote_cache_dir, node_shared_reads=not args.no_node_shared_reads,
+    return TrainSpec(
+        args.dataset,
+        model=ModelSpec(arch=args.model, hidden=args.hidden, heads=args.heads, dropout=args.dropout,
+                        attn_dropout=args.attn_dropout, gcn_norm=args.gcn_norm,
+                        normalize_features=args.normalize_features),
+        sampling=SamplingSpec(fanouts=parse_fanouts(args.fanouts),
+                              eval_fanouts=parse_fanouts(args.eval_fanouts, "--eval-fanouts")
+                              if args.eval_fanouts else None,
+                              batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
+                              sample_on=args.sample_on, server=args.server),
+        io=IOSpec(placement=args.placement, backend=args.backend, capacities=args.capacities, prefetch=args.prefetch,
+                  node_shared_reads=not args.no_node_shared_reads, exchange=args.exchange,
+                  remote_cache_bytes=_size(args.remote_cache, "--remote-cache"),
+                  remote_cache_dir=args.remote_cache_dir),
+        distributed=DistributedSpec(timeout_s=args.timeout),
+        run=RunSpec(epochs=args.epochs, seed=args.seed, lr=args.lr, weight_decay=args.weight_decay,
+                    eval_every_epochs=args.eval_every, checkpoint_dir=args.checkpoint,
+                    checkpoint_every_steps=args.checkpoint_every, resume=args.resume, metrics_path=args.metrics),
     )
 
 
@@ -68,14 +75,14 @@ def _train_command(args: argparse.Namespace) -> int:
 
     if not Path(args.dataset).is_dir():
         raise CommandError(f"--dataset {args.dataset}: no such dataset directory (create one with `moment data import`)")
-    config = _config(args)
+    spec = _spec(args)
     err = Console(stderr=True, highlight=False, emoji=False, width=None if sys.stderr.isatty() else 160)
     out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
     bars = Bars()  # per-step progress within an epoch, on a terminal only
     state: dict = {"rank": 0, "seeds": 0, "t0": 0.0}
-    progress = _printer(args, config, err, bars, state)
+    progress = _printer(args, spec, err, bars, state)
     try:
-        result = train(config, progress=progress)
+        result = train(spec, progress=progress)
     finally:
         bars.__exit__(None, None, None)
     if result.rank != 0:
@@ -89,13 +96,13 @@ def _train_command(args: argparse.Namespace) -> int:
                                     indent=2, default=str) + "\n")
         return 0
     if final is None:
-        out.print(f"nothing to do: the checkpoint is already at epoch {config.epochs}", markup=False)
+        out.print(f"nothing to do: the checkpoint is already at epoch {spec.run.epochs}", markup=False)
         return 0
-    out.print(_summary(result, config, state))
+    out.print(_summary(result, spec, state))
     return 0
 
 
-def _printer(args: argparse.Namespace, config, err, bars, state: dict):
+def _printer(args: argparse.Namespace, spec, err, bars, state: dict):
     """The progress callback of a run: the start lines, a bar per step, a line per epoch (rank 0 only)."""
 
     def progress(rec: dict) -> None:
@@ -108,9 +115,9 @@ def _printer(args: argparse.Namespace, config, err, bars, state: dict):
                 err.print(f"resuming at epoch {rec['start_epoch']}, step {rec['start_step']}", markup=False)
             elif args.resume:
                 err.print(f"no checkpoint in {args.checkpoint}: starting from scratch", markup=False)
-            err.print(f"training {config.model} on {rec['num_train']:,} seeds, {rec['world_size']} rank(s), "
+            err.print(f"training {spec.model.arch} on {rec['num_train']:,} seeds, {rec['world_size']} rank(s), "
                       f"{rec['steps_per_epoch']} steps per epoch, features: "
-                      f"{'store ' + str(config.placement) if config.placement else 'in memory'}"
+                      f"{'store ' + str(spec.io.placement) if spec.io.placement else 'in memory'}"
                       + (f" ({rec['feature_dtype']} rows)" if rec.get("feature_dtype") else ""), markup=False)
             state["feature_dtype"] = rec.get("feature_dtype")
             err.print(f"device {rec['device']}; sampling on {rec['sampling']['device']} ({rec['sampling']['why']})",
@@ -141,7 +148,7 @@ def _printer(args: argparse.Namespace, config, err, bars, state: dict):
     return progress
 
 
-def _summary(result, config, state: dict):
+def _summary(result, spec, state: dict):
     """The table printed after a run: loss, accuracies, times, rows per tier, the plan against the run."""
     from pathlib import Path
 
@@ -151,7 +158,7 @@ def _summary(result, config, state: dict):
     from training.checkpoint import CHECKPOINT_NAME
 
     final = result.final
-    t = Table(title=f"{config.model} on {Path(config.dataset).name}: {len(result.epochs)} epoch(s) this run, "
+    t = Table(title=f"{spec.model.arch} on {Path(spec.dataset).name}: {len(result.epochs)} epoch(s) this run, "
                     f"{result.world_size} rank(s)", title_justify="left", show_header=False)
     t.add_column("what")
     t.add_column("value", overflow="fold")
@@ -172,10 +179,10 @@ def _summary(result, config, state: dict):
     _prediction_rows(t, final.get("prediction"))
     if "param_spread" in final:
         t.add_row("ranks in sync", "yes" if final["param_spread"] == 0 else f"NO (spread {final['param_spread']:.3g})")
-    if config.checkpoint_dir:
-        t.add_row("checkpoint", str(Path(config.checkpoint_dir) / CHECKPOINT_NAME))
-    if config.metrics_path:
-        t.add_row("metrics", config.metrics_path)
+    if spec.run.checkpoint_dir:
+        t.add_row("checkpoint", str(Path(spec.run.checkpoint_dir) / CHECKPOINT_NAME))
+    if spec.run.metrics_path:
+        t.add_row("metrics", spec.run.metrics_path)
     return t
 
 

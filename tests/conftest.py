@@ -47,3 +47,11 @@ def assert_parse_error(parse, text: str, line: int | None, expected: str, source
     assert err.line == line
     assert expected.lower() in err.expected.lower()
     assert str(err).startswith(f"{source}:{line}: expected" if line is not None else f"{source}: expected")
+
+
+def flat_spec(**fields):
+    """A :class:`training.specs.TrainSpec` from the run record's flat field names (``TrainSpec.from_dict``):
+    the tests list a run's settings in one line, as the records and checkpoints hold them."""
+    from training.specs import TrainSpec
+
+    return TrainSpec.from_dict(fields)

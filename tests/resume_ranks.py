@@ -21,8 +21,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from tests.conftest import flat_spec
 from training.checkpoint import CHECKPOINT_NAME
-from training.trainer import TrainConfig, train
+from training.trainer import train
 
 
 class _Crash(Exception):
@@ -46,18 +47,18 @@ def main() -> int:
     base = dict(dataset=dataset, placement=placement, fanouts=(10, 5), batch_size=35, hidden=16, dropout=0.5,
                 seed=3, eval_every_epochs=0, backend="posix", checkpoint_every_steps=2, epochs=2)
     starts: list[dict] = []
-    whole = train(TrainConfig(checkpoint_dir=f"{out}/a", **base),
+    whole = train(flat_spec(checkpoint_dir=f"{out}/a", **base),
                   progress=lambda r: starts.append(r) if r["kind"] == "start" else None)
     with contextlib.suppress(_Crash):
-        train(TrainConfig(checkpoint_dir=f"{out}/b", **base), progress=_crash)
+        train(flat_spec(checkpoint_dir=f"{out}/b", **base), progress=_crash)
     if rank == 0:  # the checkpoint as it was before per-rank streams: rank 0's for everyone
         shutil.copytree(f"{out}/b", f"{out}/c")
         ck = torch.load(f"{out}/c/{CHECKPOINT_NAME}", weights_only=False)
         ck["rng"] = [ck["rng"][0]] * len(ck["rng"])
         torch.save(ck, f"{out}/c/{CHECKPOINT_NAME}")
     dist.barrier()
-    again = train(TrainConfig(checkpoint_dir=f"{out}/b", resume=True, **base))
-    shared = train(TrainConfig(checkpoint_dir=f"{out}/c", resume=True, **base))
+    again = train(flat_spec(checkpoint_dir=f"{out}/b", resume=True, **base))
+    shared = train(flat_spec(checkpoint_dir=f"{out}/c", resume=True, **base))
     # one file per rank: two ranks printing to one pipe can interleave their lines
     Path(out, f"result-{rank}.json").write_text(json.dumps({
         "rank": rank, "resumed_from": list(again.resumed_from or ()),

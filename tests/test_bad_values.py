@@ -70,7 +70,7 @@ def test_npz_split_with_a_negative_count(tmp_path, capsys):
 @pytest.mark.parametrize("lr, decay", [(float("nan"), 0.0), (-1e-3, 0.0), (1e-3, float("nan")), (float("inf"), 0.0)])
 def test_train_config_refuses_non_finite_rates(lr, decay):
     from training.errors import TrainError
-    from training.trainer import TrainConfig
+    from training.specs import RunSpec
 
-    with pytest.raises(TrainError, match="lr must be > 0 and weight_decay >= 0"):
-        TrainConfig(dataset="d", lr=lr, weight_decay=decay)
+    with pytest.raises(TrainError, match="`lr` must be > 0 and `weight_decay` >= 0"):
+        RunSpec(lr=lr, weight_decay=decay)

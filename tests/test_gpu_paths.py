@@ -15,7 +15,7 @@ import torch
 from iostack.bins import write_bins
 from iostack.placement import simple_placement
 from moment.cli import main
-from tests.conftest import graph_fixture
+from tests.conftest import flat_spec, graph_fixture
 from tests.fake_cuda import FakeDeviceMemory
 from training.data import open_dataset
 from training.devices import (
@@ -28,7 +28,8 @@ from training.devices import (
 )
 from training.errors import TrainError
 from training.importers import import_dataset
-from training.trainer import TrainConfig, train
+from training.specs import IOSpec
+from training.trainer import train
 
 SMALL = dict(fanouts=(10, 5), batch_size=35, hidden=32, seed=3)
 
@@ -52,7 +53,7 @@ def cora_tiers(cora, tmp_path_factory):
 @pytest.mark.parametrize("placed", [False, True])
 @pytest.mark.parametrize("prefetch", [0, 2])
 def test_training_on_a_fake_gpu_equals_the_host_run(cora, cora_tiers, placed, prefetch):
-    cfg = TrainConfig(dataset=str(cora), placement=str(cora_tiers) if placed else None, epochs=2, prefetch=prefetch,
+    cfg = flat_spec(dataset=str(cora), placement=str(cora_tiers) if placed else None, epochs=2, prefetch=prefetch,
                       backend="posix", eval_every_epochs=2, gcn_norm="global", model="gcn", **SMALL)
     host = train(cfg)
     mem = FakeDeviceMemory()
@@ -114,7 +115,7 @@ def test_train_refuses_what_this_machine_cannot_do(cora, cora_tiers, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(TrainError, match="backend"):
-        TrainConfig(dataset=str(cora), backend="spdk")
+        IOSpec(backend="spdk")
     rc = main(["train", "--dataset", str(cora), "--placement", str(cora_tiers), "--backend", "kvikio",
                "--epochs", "1"])
     err = capsys.readouterr().err.strip().splitlines()

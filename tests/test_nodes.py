@@ -23,14 +23,15 @@ import torch
 from iostack.bins import write_bins
 from iostack.placement import simple_placement
 from planner.handoff import PlanTargets, StoreTarget
-from tests.conftest import graph_fixture
+from tests.conftest import flat_spec, graph_fixture
 from tests.nodes_launch import launch, log, wait_all
 from training.checkpoint import CHECKPOINT_NAME
 from training.data import open_dataset
 from training.hotness import degree_from_csr
 from training.importers import import_dataset
+from training.place_specs import PolicySpec, ShardSpec, TierSpec
 from training.sharding import place_sharded
-from training.trainer import TrainConfig, train
+from training.trainer import train
 
 COMMON = ["--fanouts=-1,-1", "--hidden", "16", "--dropout", "0", "--seed", "3", "--lr", "0.01", "--eval-every", "0",
           "--backend", "posix"]
@@ -47,8 +48,8 @@ def _sharded(ds_dir: Path, out: Path, replicas: int) -> Path:
     hot = degree_from_csr(np.asarray(ds.indptr), np.asarray(ds.indices)).astype(np.float32)
     t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),
                                                            StoreTarget("ssd0", "ssd", "ssd0", "s0", 2.0)))
-    place_sharded(ds.features, hot, t, num_nodes=2, replicas=replicas, hot_rows=270, out=out, gpu_cache_bytes=0,
-                  cpu_cache_bytes=300 * ds.row_bytes, ssd_dirs=[out], fsync=False)
+    place_sharded(ds.features, hot, t, out, TierSpec(cpu_cache_bytes=300 * ds.row_bytes, ssd_dirs=[out]),
+                  PolicySpec(), ShardSpec(nodes=2, replicas=replicas, hot_rows=270 / ds.num_nodes), fsync=False)
     return out
 
 
@@ -77,7 +78,7 @@ def test_two_nodes_train_what_one_process_trains(cora, shards, tmp_path, exchang
                    logs=tmp_path / "logs")
     assert wait_all(procs) == [[0], [0]], log(tmp_path / "logs", 0)[-2000:] + log(tmp_path / "logs", 1)[-2000:]
     one = []
-    train(TrainConfig(dataset=str(cora), batch_size=35, epochs=2, **CFG),
+    train(flat_spec(dataset=str(cora), batch_size=35, epochs=2, **CFG),
           progress=lambda r: one.append(r["loss"]) if r["kind"] == "step" else None)
     np.testing.assert_allclose([r["loss"] for r in _steps(m)], one, rtol=1e-5)
     ep = [r for r in map(json.loads, m.read_text().splitlines()) if r["kind"] == "epoch"]
@@ -137,7 +138,7 @@ def test_a_dead_node_is_a_clear_error_and_the_job_resumes(cora, shards, tmp_path
     assert wait_all(procs) == [[0], [0]], log(tmp_path / "b", 0)[-2000:]
     assert f"resuming at epoch {saved['epoch']}, step {saved['step']}" in log(tmp_path / "b", 0)
     # the resumed job ends where an uninterrupted one does (one process: the same global batches)
-    whole = train(TrainConfig(dataset=str(cora), batch_size=7, epochs=3, **CFG))
+    whole = train(flat_spec(dataset=str(cora), batch_size=7, epochs=3, **CFG))
     final = torch.load(ck / CHECKPOINT_NAME, weights_only=False)
     assert final["epoch"] == 3
     for k, v in whole.model.state_dict().items():
@@ -198,7 +199,7 @@ def test_bad_node_options_are_one_line(cora, shards, capsys):
     from moment.cli import main
 
     base = ["train", "--dataset", str(cora), "--placement", str(shards / "node0"), "--epochs", "1"]
-    for bad, msg in ((["--timeout", "0"], "timeout_s"), (["--remote-cache", "lots"], "--remote-cache 'lots'"),
+    for bad, msg in ((["--timeout", "0"], "--timeout 0.0"), (["--remote-cache", "lots"], "--remote-cache 'lots'"),
                      (["--remote-cache", "-1KiB"], "--remote-cache")):
         assert main([*base, *bad]) == 2
         err = capsys.readouterr().err.strip()

@@ -395,13 +395,15 @@ def test_a_library_placement_carries_the_fingerprint_and_is_refused_for_another_
     from planner.topology.discover import topology_from_files
     from training.features import open_features
     from training.place_run import place_dataset
+    from training.place_specs import PlaceSpec, TierSpec
     from training.placing import plan_now
 
     out, seen = tmp_path / "out", []
     plan = plan_now(topology_from_files(machine="moment-b"), spec="moment-b")
-    placed = place_dataset(cora.path, plan, out, gpu_cache_bytes=256 << 10, cpu_cache_bytes=1 << 20,
-                           ssd_dirs=[out] * 8, hotness=HotnessSpec("degree"),
-                           progress=lambda stage, done, total: seen.append(stage), warn=lambda note: None)
+    spec = PlaceSpec(TierSpec(gpu_cache_bytes=256 << 10, cpu_cache_bytes=1 << 20, ssd_dirs=[out] * 8),
+                     hotness=HotnessSpec("degree"))
+    placed = place_dataset(cora.path, plan, out, spec, progress=lambda stage, done, total: seen.append(stage),
+                           warn=lambda note: None)
     assert any(s.startswith("placing (ddak)") for s in seen)  # progress through the one callback
     assert load_placement(out).dataset_fingerprint == placed.report["dataset_fingerprint"]
     assert json.loads((out / "placement.json").read_text())["dataset_fingerprint"]["num_nodes"] == cora.num_nodes

@@ -85,14 +85,15 @@ def test_training_on_a_fake_gpu_decodes_there_and_equals_the_host_run(cora, tmp_
     from iostack.bins import write_bins
     from iostack.codec import fit_codec
     from iostack.placement import Placement, simple_placement
+    from tests.conftest import flat_spec
     from tests.fake_cuda import FakeDeviceMemory
-    from training.trainer import TrainConfig, train
+    from training.trainer import train
 
     p = simple_placement(cora.num_nodes, [("gpu", 300), ("cpu", 700), ("ssd", cora.num_nodes)])
     p = Placement(p.bins, p.bin_of, p.row_of, codec=fit_codec(cora.features, dtype))
     write_bins(cora.features, p, tmp_path, fsync=False)
     p.save(tmp_path)
-    cfg = TrainConfig(dataset=str(cora.path), placement=str(tmp_path), epochs=1, prefetch=2, backend="posix",
+    cfg = flat_spec(dataset=str(cora.path), placement=str(tmp_path), epochs=1, prefetch=2, backend="posix",
                       model="gcn", gcn_norm="global", fanouts=(10, 5), batch_size=35, hidden=32, seed=3)
     host = train(cfg)
     starts = []

@@ -20,7 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwprofile import (
+    MemoryProbe,
     ProfileError,
+    ProfileSpec,
+    SsdProbe,
     cuda_bandwidths,
     host_memory_bandwidth,
     memory_bandwidth_by_node,
@@ -368,9 +371,9 @@ def test_profile_machine_tiny(tmp_path):
         seen.append(stage)
         calls.append((stage, done, total))
 
-    caps = profile_machine(topo, ssd_paths=[tmp_path], file_bytes=64 * 1024, seconds=0.05,
-                           queue_depth=2, use_fio=False, memory_bytes=4 << 20, memory_repeats=1,
-                           processes=1, progress=progress)
+    spec = ProfileSpec(SsdProbe([tmp_path], file_bytes=64 * 1024, seconds=0.05, queue_depth=2, use_fio=False,
+                                processes=1), memory=MemoryProbe(4 << 20, repeats=1))
+    caps = profile_machine(spec, topo, progress=progress)
     assert len(caps.devices) == 1
     dev = caps.devices[0]
     assert dev.read.tool == "moment-posix" and dev.path == str(tmp_path)
@@ -383,6 +386,19 @@ def test_profile_machine_tiny(tmp_path):
         new = apply_capacities(topo, caps)
         assert new.node(dev.key).attrs["read_source"] == "measured"
         assert (dev.key, "read_bytes_per_s", "measured") in measured_figures(new)
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: SsdProbe(block_bytes=1000), "block size 1000"),
+    (lambda: SsdProbe(seconds=0), "duration 0"),
+    (lambda: SsdProbe(block_bytes=8192, file_bytes=4096), "file size 4096"),
+    (lambda: MemoryProbe(array_bytes=100), "memory test"),
+    (lambda: MemoryProbe(repeats=0), "memory test"),
+    (lambda: ProfileSpec(ssd=MemoryProbe()), "expected an SsdProbe"),
+])
+def test_profile_specs_refuse_bad_values_before_measuring(make, match):
+    with pytest.raises(ProfileError, match=match):
+        make()
 
 
 def test_cli_end_to_end(tmp_path, capsys):

@@ -20,6 +20,7 @@ from planner.handoff import PlanTargets, StoreTarget
 from tests.conftest import graph_fixture
 from tests.fake_cuda import FakeDeviceMemory
 from training.exchange import PeerLostError
+from training.place_specs import PolicySpec, ShardSpec, TierSpec
 from training.remote_cache import RemoteCache, cache_rows
 from training.sharded import NodeError, Peers, ShardedFeatures, ShardedOptions, _fill_cache, join
 from training.sharding import place_sharded
@@ -116,8 +117,8 @@ def two_nodes(tmp_path_factory):
     t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),
                                                            StoreTarget("ssd0", "ssd", "ssd0", "s0", 1.0)))
     d = tmp_path_factory.mktemp("two-nodes")
-    sp = place_sharded(feats, hot, t, num_nodes=2, replicas=2, hot_rows=30, out=d, gpu_cache_bytes=0,
-                       cpu_cache_bytes=40 * 32, ssd_dirs=[d], fsync=False)
+    sp = place_sharded(feats, hot, t, d, TierSpec(cpu_cache_bytes=40 * 32, ssd_dirs=[d]), PolicySpec(),
+                       ShardSpec(nodes=2, replicas=2, hot_rows=0.1), fsync=False)
     return feats, hot, sp, d
 
 
@@ -263,8 +264,8 @@ def test_a_nodes_ssd_bins_go_under_each_ssd_directory_in_its_own_subdirectory(tm
     t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("ssd0", "ssd", "ssd0", "s0", 1.0),
                                                            StoreTarget("ssd1", "ssd", "ssd1", "s0", 1.0)))
     out, a, b = tmp_path / "out", tmp_path / "nvme0", tmp_path / "nvme1"
-    sp = place_sharded(feats, np.ones(100), t, num_nodes=2, out=out, gpu_cache_bytes=0, cpu_cache_bytes=0,
-                       ssd_dirs=[a, b], fsync=False)
+    sp = place_sharded(feats, np.ones(100), t, out, TierSpec(ssd_dirs=[a, b]), PolicySpec(), ShardSpec(nodes=2),
+                       fsync=False)
     for k, n in enumerate(sp.nodes):
         p = load_placement(out / f"node{k}")
         paths = sorted(Path(x.path).parent for x in p.bins if x.kind == "ssd")

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from iostack.bins import write_bins
 from iostack.placement import simple_placement
 from moment.cli import main
-from tests.conftest import REPO, graph_fixture
+from tests.conftest import REPO, flat_spec, graph_fixture
 from training.batches import epoch_seeds
 from training.checkpoint import CHECKPOINT_NAME
 from training.data import open_dataset
@@ -25,7 +25,8 @@ from training.errors import TrainError
 from training.importers import import_dataset
 from training.models import ModelError, build_model
 from training.sampler import NeighborSampler
-from training.trainer import TrainConfig, train
+from training.specs import TrainSpec
+from training.trainer import train
 
 SMALL = dict(fanouts=(10, 5), batch_size=35, hidden=32, seed=3)  # 4 steps per epoch on Cora's 140 seeds
 
@@ -109,7 +110,7 @@ def test_build_model_refuses_bad_input():
 
 def test_loss_falls_and_metrics_are_written(cora, tmp_path):
     metrics = tmp_path / "m.jsonl"
-    res = train(TrainConfig(dataset=str(cora), epochs=4, metrics_path=str(metrics), **SMALL))
+    res = train(flat_spec(dataset=str(cora), epochs=4, metrics_path=str(metrics), **SMALL))
     losses = [r["loss"] for r in res.epochs]
     assert losses[-1] < 0.8 * losses[0]
     assert res.final["valid_acc"] > 0.5 and res.final["test_acc"] > 0.5
@@ -151,9 +152,9 @@ def test_two_ranks_parts_sum_to_the_single_process_gradient(cora):
 
 
 def test_ssd_tier_gives_what_memory_gives(cora, cora_placement):
-    cfg = TrainConfig(dataset=str(cora), epochs=2, backend="posix", **SMALL)
+    cfg = flat_spec(dataset=str(cora), epochs=2, backend="posix", **SMALL)
     mem = train(cfg)
-    ssd = train(TrainConfig(**{**cfg.to_dict(), "placement": str(cora_placement)}))
+    ssd = train(TrainSpec.from_dict({**cfg.to_dict(), "placement": str(cora_placement)}))
     for k, v in _params(mem.model).items():
         assert torch.equal(v, _params(ssd.model)[k]), k
     tiers = ssd.final["tiers"]
@@ -168,7 +169,7 @@ class _Crash(Exception):
 def test_checkpoint_resume_reproduces_the_uninterrupted_run(cora, tmp_path):
     """Interrupted mid-epoch (dropout on, so RNG states matter) and resumed: the same parameters."""
     base = dict(dataset=str(cora), epochs=3, dropout=0.5, checkpoint_every_steps=2, **SMALL)
-    whole = train(TrainConfig(checkpoint_dir=str(tmp_path / "a"), **base))
+    whole = train(flat_spec(checkpoint_dir=str(tmp_path / "a"), **base))
 
     def crash(rec):
         if rec["kind"] == "step" and rec["epoch"] == 1 and rec["step"] == 3:
@@ -176,8 +177,8 @@ def test_checkpoint_resume_reproduces_the_uninterrupted_run(cora, tmp_path):
 
     metrics = tmp_path / "b.jsonl"
     with pytest.raises(_Crash):
-        train(TrainConfig(checkpoint_dir=str(tmp_path / "b"), metrics_path=str(metrics), **base), progress=crash)
-    again = train(TrainConfig(checkpoint_dir=str(tmp_path / "b"), metrics_path=str(metrics), resume=True, **base))
+        train(flat_spec(checkpoint_dir=str(tmp_path / "b"), metrics_path=str(metrics), **base), progress=crash)
+    again = train(flat_spec(checkpoint_dir=str(tmp_path / "b"), metrics_path=str(metrics), resume=True, **base))
     assert again.resumed_from == (1, 2)
     for k, v in _params(whole.model).items():
         assert torch.equal(v, _params(again.model)[k]), k
@@ -187,10 +188,10 @@ def test_checkpoint_resume_reproduces_the_uninterrupted_run(cora, tmp_path):
     assert kinds.count("start") == 2 and kinds.count("epoch") == 3  # appended, nothing lost
     steps = [(r["epoch"], r["step"]) for r in map(json.loads, metrics.read_text().splitlines()) if r["kind"] == "step"]
     assert len(steps) == len(set(steps)) == 3 * whole.epochs[0]["steps"]  # the redone steps once each
-    done = train(TrainConfig(checkpoint_dir=str(tmp_path / "b"), resume=True, **base))
+    done = train(flat_spec(checkpoint_dir=str(tmp_path / "b"), resume=True, **base))
     assert done.epochs == () and done.resumed_from == (3, 0)
     with pytest.raises(TrainError, match="batch_size=35"):
-        train(TrainConfig(checkpoint_dir=str(tmp_path / "b"), resume=True, **{**base, "batch_size": 70}))
+        train(flat_spec(checkpoint_dir=str(tmp_path / "b"), resume=True, **{**base, "batch_size": 70}))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -229,13 +230,13 @@ def test_torchrun_two_ranks_ssd_tier_equal_one_process_and_resume(cora, cora_pla
     assert all("share_wait_s" in r for r in recs if r["kind"] == "step")
     cfg = dict(dataset=str(cora), placement=str(cora_placement), fanouts=(-1, -1), batch_size=35, hidden=16,
                dropout=0.0, seed=3, lr=0.01, eval_every_epochs=0, backend="posix")
-    one = train(TrainConfig(epochs=3, **cfg))
+    one = train(flat_spec(epochs=3, **cfg))
     two = torch.load(ck / CHECKPOINT_NAME, weights_only=False)
     for k, v in _params(one.model).items():
         torch.testing.assert_close(two["model"][k], v, rtol=1e-3, atol=1e-4)
     # the two-rank checkpoint resumes (here in one process: the same global batches)
-    resumed = train(TrainConfig(epochs=4, checkpoint_dir=str(ck), resume=True, **cfg))
-    whole = train(TrainConfig(epochs=4, **cfg))
+    resumed = train(flat_spec(epochs=4, checkpoint_dir=str(ck), resume=True, **cfg))
+    whole = train(flat_spec(epochs=4, **cfg))
     assert resumed.resumed_from == (3, 0)
     for k, v in _params(whole.model).items():
         torch.testing.assert_close(_params(resumed.model)[k], v, rtol=1e-3, atol=1e-4)
@@ -281,7 +282,7 @@ def test_torchrun_three_ranks_with_an_empty_part_equal_one_process(cora, tmp_pat
     recs = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert [r["seeds"] for r in recs if r["kind"] == "step"][:3] == [69, 69, 2]
     assert all(r["param_spread"] == 0.0 for r in recs if r["kind"] == "epoch")
-    one = train(TrainConfig(dataset=str(cora), fanouts=(-1, -1), batch_size=69, epochs=2, hidden=16, dropout=0.0,
+    one = train(flat_spec(dataset=str(cora), fanouts=(-1, -1), batch_size=69, epochs=2, hidden=16, dropout=0.0,
                             seed=3, lr=0.01, eval_every_epochs=0))
     three = torch.load(ck / CHECKPOINT_NAME, weights_only=False)
     assert not any(k.startswith("module.") for k in three["model"])  # the module's own state, as one process saves
@@ -320,8 +321,8 @@ def test_cli_bad_input_is_one_line_exit_2(cora, cora_placement, tmp_path, capsys
     _one_line_error(["train", "--dataset", str(cora), "--placement", str(other)], capsys, "100 vertices")
     _one_line_error(["train", "--dataset", str(cora), "--placement", str(tmp_path / "nope")], capsys,
                     "no such placement directory")
-    _one_line_error(["train", "--dataset", str(cora), "--batch-size", "0"], capsys, "batch_size")
-    _one_line_error(["train", "--dataset", str(cora), "--resume"], capsys, "--checkpoint DIR")
+    _one_line_error(["train", "--dataset", str(cora), "--batch-size", "0"], capsys, "--batch-size 0")
+    _one_line_error(["train", "--dataset", str(cora), "--resume"], capsys, "needs a checkpoint directory (--checkpoint)")
     _one_line_error(["train", "--dataset", str(cora), "--hidden", "0"], capsys, "hidden")
     # a checkpoint directory under a regular file fails before training, not after an epoch
     _one_line_error(["train", "--dataset", str(cora), "--checkpoint", str(cora / "meta.json" / "ck")], capsys,
@@ -372,11 +373,11 @@ def test_a_nan_loss_stops_training_naming_epoch_and_step_and_keeps_the_checkpoin
     feats.flush()
     del feats
     ckpt = tmp_path / "ck"
-    train(TrainConfig(dataset=str(cora), epochs=1, checkpoint_dir=str(ckpt), **SMALL))
+    train(flat_spec(dataset=str(cora), epochs=1, checkpoint_dir=str(ckpt), **SMALL))
     before = (ckpt / CHECKPOINT_NAME).read_bytes()
     seen = []
     with pytest.raises(TrainError, match=r"^epoch 1, step 0: the loss is nan; training stopped before updating"):
-        train(TrainConfig(dataset=str(poisoned), epochs=3, checkpoint_dir=str(ckpt), resume=True,
+        train(flat_spec(dataset=str(poisoned), epochs=3, checkpoint_dir=str(ckpt), resume=True,
                           checkpoint_every_steps=1, **SMALL), progress=seen.append)
     assert (ckpt / CHECKPOINT_NAME).read_bytes() == before
     assert not [r for r in seen if r.get("kind") in ("step", "epoch")]  # no record of the bad step

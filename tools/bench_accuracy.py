@@ -38,21 +38,24 @@ from iostack.bins import write_bins  # noqa: E402
 from iostack.placement import simple_placement  # noqa: E402
 from training.data import open_dataset  # noqa: E402
 from training.importers import import_dataset  # noqa: E402
-from training.trainer import TrainConfig, train  # noqa: E402
+from training.specs import IOSpec, ModelSpec, RunSpec, SamplingSpec, TrainSpec  # noqa: E402
+from training.trainer import train  # noqa: E402
 
 CORA = REPO.parent / "shared" / "fixtures" / "graphs" / "cora"
 
 PUBLISHED = {"gcn": 81.5, "gat": 83.0}
 
 
-def paper_config(model: str, dataset: Path, placement: Path, seed: int, epochs: int, gcn_norm: str) -> TrainConfig:
-    common = dict(dataset=str(dataset), placement=str(placement), fanouts=(-1, -1), batch_size=140,
-                  eval_batch_size=1000, epochs=epochs, weight_decay=5e-4, normalize_features=True, seed=seed,
-                  prefetch=1, backend="posix")
+def paper_config(model: str, dataset: Path, placement: Path, seed: int, epochs: int, gcn_norm: str) -> TrainSpec:
     if model == "gcn":
-        return TrainConfig(model="gcn", hidden=16, dropout=0.5, lr=0.01, gcn_norm=gcn_norm, **common)
-    return TrainConfig(model="gat", hidden=8, heads=8, out_heads=1, dropout=0.6, attn_dropout=0.6, lr=0.005,
-                       **common)
+        net, lr = ModelSpec("gcn", hidden=16, dropout=0.5, gcn_norm=gcn_norm, normalize_features=True), 0.01
+    else:
+        net, lr = ModelSpec("gat", hidden=8, heads=8, out_heads=1, dropout=0.6, attn_dropout=0.6,
+                            normalize_features=True), 0.005
+    return TrainSpec(str(dataset), model=net,
+                     sampling=SamplingSpec(fanouts=(-1, -1), batch_size=140, eval_batch_size=1000),
+                     io=IOSpec(placement=str(placement), prefetch=1, backend="posix"),
+                     run=RunSpec(epochs=epochs, seed=seed, lr=lr, weight_decay=5e-4))
 
 
 def run(model: str, dataset: Path, placement: Path, seed: int, epochs: int, gcn_norm: str) -> tuple[float, float]:

@@ -229,14 +229,16 @@ def _check(what: str, store, feats, ids, bad: list) -> None:
 
 
 def bench_epoch(ds_dir, pl_dir, device, args, figures: list, notes: list) -> None:
-    from training.trainer import TrainConfig, train
+    from training.specs import IOSpec, ModelSpec, RunSpec, SamplingSpec, TrainSpec
+    from training.trainer import train
 
-    cfg = dict(dataset=str(ds_dir), fanouts=(25, 10), batch_size=args.train_batch, epochs=1, eval_every_epochs=0,
-               backend="posix", seed=0, hidden=args.hidden)
     res = {}
     for name, placement in (("placement", str(pl_dir)), ("memory", None)):
         starts: list[dict] = []
-        r = train(TrainConfig(placement=placement, **cfg),
+        spec = TrainSpec(str(ds_dir), model=ModelSpec(hidden=args.hidden),
+                         sampling=SamplingSpec(fanouts=(25, 10), batch_size=args.train_batch),
+                         io=IOSpec(placement=placement, backend="posix"), run=RunSpec(epochs=1, eval_every_epochs=0))
+        r = train(spec,
                   progress=lambda x, starts=starts: starts.append(x) if x["kind"] == "start" else None)
         res[name] = r.final
         s = starts[0]

@@ -186,7 +186,8 @@ def _placements(args, work: Path):
     from planner.handoff import PlanTargets, StoreTarget
     from training.data import open_dataset
     from training.hotness import HotnessSpec, get_hotness
-    from training.sharding import hot_rows_of, place_sharded
+    from training.place_specs import PolicySpec, ShardSpec, TierSpec
+    from training.sharding import place_sharded
 
     g = work / "graph"
     if not (g / "meta.json").exists():
@@ -205,9 +206,9 @@ def _placements(args, work: Path):
         for w in (1, 2):
             d = work / f"shards-n{n}-w{w}"
             if not (d / "shards.json").exists():
-                place_sharded(ds.features, hot.values, memory_only, num_nodes=n, replicas=w,
-                              hot_rows=hot_rows_of(0.05, ds.num_nodes), out=d, gpu_cache_bytes=0,
-                              cpu_cache_bytes=ds.num_nodes * ds.row_bytes, ssd_dirs=[], fsync=False)
+                place_sharded(ds.features, hot.values, memory_only, d,
+                              TierSpec(cpu_cache_bytes=ds.num_nodes * ds.row_bytes), PolicySpec(),
+                              ShardSpec(nodes=n, replicas=w, hot_rows=0.05), fsync=False)
             shards[n, w] = d
     return g, ds, full, shards, np
 
@@ -330,6 +331,7 @@ def _cora(work: Path) -> list[Figure]:
     from training.data import open_dataset
     from training.hotness import HotnessSpec, get_hotness
     from training.importers import import_dataset
+    from training.place_specs import PolicySpec, ShardSpec, TierSpec
     from training.sharding import place_sharded
 
     # the real Cora of ../shared/fixtures (MOMENT_SHARED moves it, as for the tests)
@@ -345,8 +347,8 @@ def _cora(work: Path) -> list[Figure]:
     if not (d / "shards.json").exists():
         hot = get_hotness(ds, HotnessSpec("presample", fanouts=(-1, -1), batch_size=35, epochs=1.0))
         t = PlanTargets("host memory", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),))
-        place_sharded(ds.features, hot.values, t, num_nodes=2, replicas=2, hot_rows=135, out=d, gpu_cache_bytes=0,
-                      cpu_cache_bytes=ds.num_nodes * ds.row_bytes, ssd_dirs=[], fsync=False)
+        place_sharded(ds.features, hot.values, t, d, TierSpec(cpu_cache_bytes=ds.num_nodes * ds.row_bytes),
+                      PolicySpec(), ShardSpec(nodes=2, replicas=2, hot_rows=0.05), fsync=False)
     nodes = [str(d / "node0"), str(d / "node1")]
     figs = []
     # full neighbourhoods, no dropout: every batch and every update is one process's (dropout would draw from

@@ -46,7 +46,8 @@ from iostack.codec import fit_codec  # noqa: E402
 from iostack.placement import Placement, simple_placement  # noqa: E402
 from training.data import open_dataset  # noqa: E402
 from training.importers import import_dataset  # noqa: E402
-from training.trainer import TrainConfig, train  # noqa: E402
+from training.specs import IOSpec, ModelSpec, RunSpec, SamplingSpec, TrainSpec  # noqa: E402
+from training.trainer import train  # noqa: E402
 
 TYPES = ("float32", "float16", "bfloat16", "int8")
 
@@ -85,9 +86,10 @@ def ssd_bound(base: Path, args) -> dict[str, dict[str, list[float]]]:
     for r in range(args.repeats):
         order = TYPES if r % 2 == 0 else TYPES[::-1]  # drift on a shared machine falls on both sides
         for t in order:
-            cfg = TrainConfig(dataset=str(g), placement=str(base / f"place-{t}"), model="sage", fanouts=(25, 10),
-                              batch_size=args.batch_size, epochs=1, hidden=32, eval_every_epochs=0,
-                              backend="posix", seed=r)
+            cfg = TrainSpec(str(g), model=ModelSpec("sage", hidden=32),
+                            sampling=SamplingSpec(fanouts=(25, 10), batch_size=args.batch_size),
+                            io=IOSpec(placement=str(base / f"place-{t}"), backend="posix"),
+                            run=RunSpec(epochs=1, eval_every_epochs=0, seed=r))
             ep = train(cfg).epochs[-1]
             res[t]["ssd_bytes"].append(float(ep["tiers"].get("ssd", {}).get("bytes", 0)))
             res[t]["ssd_rows"].append(float(ep["tiers"].get("ssd", {}).get("rows", 0)))
@@ -142,9 +144,10 @@ def synth_accuracy(base: Path, args) -> dict[str, list[float]]:
         pdir = placed_as(ds, t, base / f"acc-{t}")
         out[t] = []
         for seed in range(args.seeds):
-            cfg = TrainConfig(dataset=str(g), placement=str(pdir), model="sage", fanouts=(10, 5), batch_size=512,
-                              epochs=args.acc_epochs, hidden=64, lr=0.01, eval_every_epochs=0, backend="posix",
-                              seed=seed)
+            cfg = TrainSpec(str(g), model=ModelSpec("sage", hidden=64),
+                            sampling=SamplingSpec(fanouts=(10, 5), batch_size=512),
+                            io=IOSpec(placement=str(pdir), backend="posix"),
+                            run=RunSpec(epochs=args.acc_epochs, lr=0.01, eval_every_epochs=0, seed=seed))
             out[t].append(100 * train(cfg).epochs[-1]["test_acc"])
         print(f"  synthetic SAGE {t:>8}: {statistics.fmean(out[t]):5.1f} % "
               f"(seeds {', '.join(f'{a:.1f}' for a in out[t])})", flush=True)

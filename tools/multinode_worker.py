@@ -2,7 +2,7 @@
 
     python tools/multinode_worker.py CONFIG.json OUT_DIR [--private]
 
-``CONFIG.json`` holds :class:`training.trainer.TrainConfig` fields. Writes
+``CONFIG.json`` holds a run's flat record (:meth:`training.specs.TrainSpec.to_dict`'s fields). Writes
 ``OUT_DIR/rank<r>.json``: the start and epoch records this rank saw, and its
 ``/proc/self/smaps_rollup`` (kB fields, as bytes) before training, after the
 store opened (the start record) and at every epoch end. ``--private``: the
@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import training.trainer as trainer  # noqa: E402
+from training.specs import TrainSpec  # noqa: E402
 
 FIELDS = ("Rss", "Pss", "Pss_Anon", "Pss_Shmem", "Pss_File")
 
@@ -45,7 +46,6 @@ def main() -> int:
         torch.set_num_threads = lambda n: None
     if "--private" in sys.argv[3:]:
         trainer.share_key_of = lambda *a, **k: None  # no node-shared segments: one copy per rank
-    cfg["fanouts"] = tuple(cfg["fanouts"])
     rec: dict = {"rank": int(os.environ.get("RANK", 0)), "node": int(os.environ.get("GROUP_RANK", 0)),
                  "before": smaps(), "epochs": [], "epoch_mem": [], "steps": []}
 
@@ -58,7 +58,7 @@ def main() -> int:
         elif r["kind"] == "step":
             rec["steps"].append({k: r[k] for k in ("epoch", "step", "loss", "step_s", "gather_s", "io_wait_s")})
 
-    trainer.train(trainer.TrainConfig(**cfg), progress=progress)
+    trainer.train(TrainSpec.from_dict(cfg), progress=progress)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rec['rank']}.json").write_text(json.dumps(rec))
     return 0

@@ -111,7 +111,7 @@ def resume(path: Path, config: dict[str, Any], model: torch.nn.Module, optimizer
            world: Any) -> Resumed:
     """Load the checkpoint at ``path`` into ``model`` and ``optimizer``; refuse one of other settings.
 
-    ``config``: this run's :meth:`~training.trainer.TrainConfig.to_dict`; the
+    ``config``: this run's :meth:`~training.specs.TrainSpec.to_dict` (the flat record); the
     fields of :data:`IDENTITY` must match the checkpoint's. The learning rate
     and weight decay are this run's.
     """

@@ -1,6 +1,6 @@
 """Where a run's feature rows come from: the whole matrix in memory, or a placement's feature store.
 
-:func:`open_features` opens what a :class:`~training.trainer.TrainConfig` names
+:func:`open_features` opens what a :class:`~training.specs.IOSpec` names
 (a placement directory, else the dataset's own ``features.npy``) on the
 training device; both sources satisfy :class:`FeatureSource`. A placement made
 from another dataset is refused (its manifest records the dataset's

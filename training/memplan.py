@@ -24,10 +24,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from momentbase.units import format_size
 from training.errors import TrainingError
+
+if TYPE_CHECKING:  # the specs pull in torch's models: only for the annotations
+    from training.specs import IOSpec, SamplingSpec
 
 log = logging.getLogger(__name__)
 
@@ -351,26 +354,28 @@ def cpu_cache_for(ds: Any, numa_nodes: int, *, batch_size: int, fanouts: Sequenc
                           feature_bytes=g.feature_bytes)
 
 
-def check_host_memory(config: Any, ds: Any, *, gpu_bins_on_host: bool, ranks: int = 1) -> str | None:
+def check_host_memory(io: IOSpec, sampling: SamplingSpec, ds: Any, *, hidden: int | None, gpu_bins_on_host: bool,
+                      ranks: int = 1) -> str | None:
     """Warn (log, never refuse) when a run's placement's host caches plus training's reserve exceed the
-    memory available now; the warning, or None. ``config``: a :class:`training.trainer.TrainConfig`;
-    sharded and in-memory runs are not checked."""
+    memory available now; the warning, or None. ``io``: the run's placement, prefetch and node-shared
+    reads; ``sampling``: its batch sizes and fan-outs; ``hidden``: the model's hidden units (``None``:
+    the default). Sharded and in-memory runs are not checked."""
     from iostack.placement import load_placement
 
-    if not config.placement or ds.features is None or not (Path(config.placement) / "placement.json").exists():
+    if not io.placement or ds.features is None or not (Path(io.placement) / "placement.json").exists():
         return None
     available = available_now()
     if available is None:
         return None
-    placement = load_placement(config.placement)
+    placement = load_placement(io.placement)
     row = placement.codec.row_bytes if placement.codec is not None else ds.row_bytes
     # node-shared reads (on by default with several local ranks) prepare batches on two threads
     # (training.pipeline.prefetch_workers; one on a GPU, where this reserves a batch too many)
-    workers = 2 if ranks > 1 and getattr(config, "node_shared_reads", False) else 1
-    reserve = training_reserve(GraphSizes.of(ds, stored_row_bytes=row), batch_size=config.batch_size,
-                               fanouts=config.fanouts, prefetch=config.prefetch, workers=workers,
-                               hidden=config.hidden or HIDDEN,
-                               eval_batch_size=config.eval_batch_size)
+    workers = 2 if ranks > 1 and io.node_shared_reads else 1
+    reserve = training_reserve(GraphSizes.of(ds, stored_row_bytes=row), batch_size=sampling.batch_size,
+                               fanouts=sampling.fanouts, prefetch=io.prefetch, workers=workers,
+                               hidden=hidden or HIDDEN,
+                               eval_batch_size=sampling.eval_batch_size)
     note = check_training_memory(host_cache_bytes(placement, row, gpu_bins_on_host=gpu_bins_on_host), reserve,
                                  available, ranks=ranks)
     if note is not None:

@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from iostack.transfer import TransferCounts
 from training.errors import TrainError
+
+if TYPE_CHECKING:  # the specs pull in torch's models: only for the annotations
+    from training.specs import IOSpec
 
 
 class JsonlWriter:
@@ -114,8 +117,9 @@ class Predictor:
         self.readers, self.shared = max(1, int(readers)), bool(shared)
 
     @classmethod
-    def for_run(cls, config: Any, features: Any, ds: Any) -> Predictor | None:
-        """One where the features come through a placement that ``moment place`` reported on."""
+    def for_run(cls, io: IOSpec, features: Any, ds: Any) -> Predictor | None:
+        """One where the features come through a placement that ``moment place`` reported on (``io.placement``);
+        its read rates from ``io.capacities``, a ``moment profile`` file, when given."""
         from training.prediction import (
             load_place_report,
             rates_from_capacities,
@@ -124,14 +128,14 @@ class Predictor:
         )
 
         store = getattr(features, "store", None)
-        report = load_place_report(config.placement) if config.placement else None
+        report = load_place_report(io.placement) if io.placement else None
         if store is None or report is None or not hasattr(store, "tier_stats"):
             return None
         rates = {}
-        if config.capacities:
+        if io.capacities:
             from planner.capacities import load_capacities
 
-            rates = rates_from_capacities(load_capacities(config.capacities))
+            rates = rates_from_capacities(load_capacities(io.capacities))
         return cls(store, shares_from_place_report(report), int(report.get("row_bytes") or ds.row_bytes), rates,
                    ssd_bins_from_place_report(report))
 

@@ -8,7 +8,7 @@ rank, where it is used (:func:`setup_node_shared_reads`):
 * on a node with more than one local rank, all of them reading SSD bins
   through a placement's store (host reads: not KvikIO's device reads), with
   the same number of training steps per epoch, unless the run turns it off
-  (``TrainConfig.node_shared_reads``, ``moment train --no-node-shared-reads``);
+  (``IOSpec.node_shared_reads``, ``moment train --no-node-shared-reads``);
 * the node's ranks are those that report the same host name and node number
   (``GROUP_RANK``, set by ``torchrun``), with local ranks ``0..n-1`` of a
   ``LOCAL_WORLD_SIZE`` of ``n``; any other sight (a rank alone on its node, a

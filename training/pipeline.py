@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from training.data import Dataset
 from training.devices import sampling_device
 from training.features import FeatureSource
 from training.sampler import NeighborSampler, SampledBatch
+from training.specs import SamplingSpec
 
 if TYPE_CHECKING:
     from training.distributed import World
@@ -286,19 +287,23 @@ def _up(tb: Batch, t: Tensor, name: str) -> Tensor:
     return tb.to_device(stage.copy_(t))
 
 
-def sampling(config: Any, ds: Dataset, labels: np.ndarray, memory: DeviceMemory
-             ) -> tuple[torch.device, str, Lookups]:
-    """Where this rank samples (see :func:`training.devices.sampling_device`) and its per-vertex lookups."""
+def sampling(spec: SamplingSpec, ds: Dataset, labels: np.ndarray, memory: DeviceMemory, *,
+             global_degrees: bool = False) -> tuple[torch.device, str, Lookups]:
+    """Where this rank samples (see :func:`training.devices.sampling_device`) and its per-vertex lookups.
+
+    ``global_degrees``: the model reads every vertex's whole-graph degree
+    (:attr:`training.specs.ModelSpec.global_degrees`), so the lookups hold the CSR's ``indptr``.
+    """
     indptr = _readonly_tensor(np.asarray(ds.indptr, np.int64))
     labels_t = _readonly_tensor(np.asarray(labels, np.int64))
-    gcn_global = config.model == "gcn" and config.gcn_norm == "global"
-    if config.server:
+    gcn_global = global_degrees
+    if spec.server:
         return torch.device("cpu"), "in the sampling server", Lookups(labels_t, indptr if gcn_global else None)
     dev = memory.device if isinstance(memory, CudaMemory) else torch.device("cpu")
     # the CSR, the vertex maps of the training and the evaluation sampler, the labels (int64 each)
     need = indptr.numel() * 8 + int(np.asarray(ds.indices[:1]).itemsize) * ds.num_edges + 3 * 8 * ds.num_nodes
     free = memory.free_bytes() if dev.type == "cuda" else None
-    where, why = sampling_device(config.sample_on, dev, need, free)
+    where, why = sampling_device(spec.sample_on, dev, need, free)
     lookups = Lookups(labels_t, indptr if gcn_global else None)
     if where.type == "cuda":
         lookups = Lookups(labels_t, lookups.indptr, labels_t.to(where),
@@ -323,18 +328,21 @@ def csr_on(ds: Dataset, device: torch.device) -> tuple[Tensor, Tensor]:
     return indptr.to(device, torch.int64), indices.to(device)
 
 
-def open_source(config: Any, train_idx: np.ndarray, world: World, csr: tuple[Tensor, Tensor]
+def open_source(spec: SamplingSpec, seed: int, train_idx: np.ndarray, world: World, csr: tuple[Tensor, Tensor]
                 ) -> BatchSource:
-    """This rank's batches: from the sampling server the config names, else sampled here on ``csr``."""
-    if config.server:
+    """This rank's batches: from the sampling server ``spec`` names, else sampled here on ``csr``.
+
+    ``seed``: the run's (:attr:`training.specs.RunSpec.seed`); batches depend on ``(seed, epoch, step)``.
+    """
+    if spec.server:
         from training.serve import RemoteBatchSource  # only with a server: the module pulls in rpc
 
-        return RemoteBatchSource(config.server, rank=world.rank, world_size=world.size,
-                                 batch_size=config.batch_size, fanouts=config.fanouts, seed=config.seed,
-                                 timeout_s=config.server_timeout_s)
-    sampler = NeighborSampler(*csr, config.fanouts, seed=config.seed)
-    return LocalBatchSource(sampler, train_idx, config.batch_size, rank=world.rank, world_size=world.size,
-                            seed=config.seed)
+        return RemoteBatchSource(spec.server, rank=world.rank, world_size=world.size,
+                                 batch_size=spec.batch_size, fanouts=spec.fanouts, seed=seed,
+                                 timeout_s=spec.server_timeout_s)
+    sampler = NeighborSampler(*csr, spec.fanouts, seed=seed)
+    return LocalBatchSource(sampler, train_idx, spec.batch_size, rank=world.rank, world_size=world.size,
+                            seed=seed)
 
 
 __all__ = ["Lookups", "Prefetcher", "Prepared", "csr_on", "open_source", "prefetch_workers", "preparer", "sampling"]

@@ -33,8 +33,9 @@ from iostack.placement import MANIFEST, Placement
 from planner.handoff import PlanHandoff, PlanTargets
 from planner.progress import Progress, report
 from training.data import Dataset, fingerprint, open_dataset
-from training.hotness import Hotness, HotnessSpec, get_hotness
+from training.hotness import Hotness, get_hotness
 from training.memplan import CacheSizing
+from training.place_specs import PlaceSpec
 from training.placing import (
     PlaceResult,
     PlacingError,
@@ -122,16 +123,12 @@ def ssd_warnings(ssd_dirs: Iterable[str | os.PathLike[str]], root: str = "/") ->
     return notes
 
 
-def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandoff, out: str | os.PathLike[str], *,
-                  gpu_cache_bytes: int, cpu_cache_bytes: int, ssd_dirs: Sequence[str | os.PathLike[str]] = (),
-                  gpu_mode: str = "replicate", feature_dtype: str | None = None,
-                  hotness: HotnessSpec | None = None, hotness_dir: str | os.PathLike[str] | None = None,
-                  recompute_hotness: bool = False, strategy: str = "ddak", pool: int | None = None, seed: int = 0,
-                  nodes: int = 1, replicas: int = 1, hot_rows: float = 0.05, force: bool = False,
-                  in_place: bool = False, plan_notes: Sequence[str] = (), progress: Progress | None = None,
-                  warn: Callable[[str], None] | None = None, cpu_cache_sizing: CacheSizing | None = None
-                  ) -> PlacedDataset:
-    """Place ``dataset``'s feature rows for ``handoff``'s plan and write the placement to ``out``.
+def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandoff, out: str | os.PathLike[str],
+                  spec: PlaceSpec, *, hotness_dir: str | os.PathLike[str] | None = None,
+                  recompute_hotness: bool = False, force: bool = False, plan_notes: Sequence[str] = (),
+                  cpu_cache_sizing: CacheSizing | None = None, progress: Progress | None = None,
+                  warn: Callable[[str], None] | None = None) -> PlacedDataset:
+    """Place ``dataset``'s feature rows for ``handoff``'s plan as ``spec`` says and write the placement to ``out``.
 
     Parameters
     ----------
@@ -141,78 +138,74 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
         The plan (:func:`planner.handoff.read_plan_file`, or :func:`training.placing.plan_now`).
     out : path
         The placement directory (created); one holding a placement is refused unless ``force``.
-    gpu_cache_bytes, cpu_cache_bytes : int
-        The feature cache per GPU and per host memory (NUMA node), bytes (0: none).
-    ssd_dirs : sequence of paths
-        One directory per SSD of the plan, in its order (one may repeat).
-    gpu_mode : ``"replicate"`` or ``"partition"``
-        The hottest rows on every GPU, or the GPU caches split across NVLink peers.
-    feature_dtype : str, optional
-        Store the rows as ``float32``, ``float16``, ``bfloat16`` or ``int8`` (one machine only).
-    hotness : HotnessSpec, optional
-        How hot each row is (default: pre-sampling with ``HotnessSpec()``); saved under
-        ``hotness_dir`` (default ``<dataset>/hotness``) and reused unless ``recompute_hotness``.
-    strategy, pool, seed
-        ``ddak`` or a baseline (``hash``, ``hot-first``, ``random``), DDAK's pool (rows), the seed.
-    nodes, replicas, hot_rows
-        Split the rows over ``nodes`` nodes, the ``hot_rows`` share (hottest first) on ``replicas`` of them.
-    in_place : bool
-        A one-SSD plan's bin is the dataset's own ``features.npy``, read where it is (no copy).
+    spec : PlaceSpec
+        The tiers, the policy, the split over nodes, the hotness and the rows' type
+        (:mod:`training.place_specs`).
+    hotness_dir : path, optional
+        Where the hotness is saved (default ``<dataset>/hotness``) and reused from unless
+        ``recompute_hotness``.
+    force : bool
+        Replace a placement already in ``out`` (and SSD bin files already there).
     plan_notes : sequence of str
         Notes of the caller about the plan, kept in the report.
+    cpu_cache_sizing : CacheSizing, optional
+        How ``spec.tiers.cpu_cache_bytes`` was chosen (:func:`training.memplan.size_cpu_cache`), for
+        ``place.json``.
     progress : Progress, optional
         Called as the hotness, DDAK and the bin files advance (:mod:`planner.progress`).
     warn : callable, optional
         Called with each warning as it arises (default: this module's logger).
-    cpu_cache_sizing : CacheSizing, optional
-        How ``cpu_cache_bytes`` was chosen (:func:`training.memplan.size_cpu_cache`), for ``place.json``.
 
     Returns
     -------
     PlacedDataset
+
+    Raises
+    ------
+    PlacingError
+        ``out`` holds a placement (without ``force``), a dataset without features, a plan the
+        in-place bin does not fit, too little free space, a write that failed.
 
     Examples
     --------
     >>> import tempfile
     >>> from planner.topology.discover import topology_from_files
     >>> from training.placing import plan_now
+    >>> from training.hotness import HotnessSpec
+    >>> from training.place_specs import TierSpec
     >>> from training.synth import SynthSpec, synthesize
     >>> tmp = Path(tempfile.mkdtemp())
     >>> _ = synthesize(tmp / "ds", SynthSpec(num_nodes=500, num_edges=3000, feature_dim=4))
     >>> plan = plan_now(topology_from_files(machine="moment-b"), spec="moment-b")  # 4 GPUs, 2 sockets, 8 SSDs
-    >>> placed = place_dataset(tmp / "ds", plan, tmp / "p", gpu_cache_bytes=800, cpu_cache_bytes=1600,
-    ...                        ssd_dirs=[tmp / "p"] * 8, hotness=HotnessSpec("degree"), warn=lambda s: None)
+    >>> spec = PlaceSpec(TierSpec(gpu_cache_bytes=800, cpu_cache_bytes=1600, ssd_dirs=[tmp / "p"] * 8),
+    ...                  hotness=HotnessSpec("degree"))
+    >>> placed = place_dataset(tmp / "ds", plan, tmp / "p", spec, warn=lambda s: None)
     >>> [b.kind for b in placed.result.placement.bins][:4], placed.report["dataset_fingerprint"]["num_nodes"]
     (['gpu', 'cpu', 'cpu', 'ssd'], 500)
     """
-    out = Path(out)
-    check_out(out, ssd_dirs, force=force)
-    ds, codec, row_bytes = _open(dataset, feature_dtype, nodes, progress)
-    shift = _in_place_shift(ds, handoff, nodes, feature_dtype) if in_place else None  # before any long work
-    for d in (out, *ssd_dirs):
+    out, tiers = Path(out), spec.tiers
+    check_out(out, tiers.ssd_dirs, force=force)
+    ds, codec, row_bytes = _open(dataset, spec.feature_dtype, progress)
+    shift = _in_place_shift(ds, handoff) if spec.in_place else None  # before any long work
+    for d in (out, *tiers.ssd_dirs):
         Path(d).mkdir(parents=True, exist_ok=True)
-    spec = hotness if hotness is not None else HotnessSpec()
-    hot = get_hotness(ds, spec, directory=hotness_dir, recompute=recompute_hotness, progress=progress)
-    targets, resolved = targets_for_caches(handoff, hot.values, gpu_rows=gpu_cache_bytes // row_bytes,
-                                           cpu_rows=cpu_cache_bytes // row_bytes, gpu_mode=gpu_mode)
-    job = _Job(ds, hot, targets, out, list(ssd_dirs), gpu_cache_bytes, cpu_cache_bytes, gpu_mode, strategy, pool,
-               seed, progress, warn if warn is not None else log.warning,
+    hot = get_hotness(ds, spec.hotness, directory=hotness_dir, recompute=recompute_hotness, progress=progress)
+    targets, resolved = targets_for_caches(handoff, hot.values, gpu_rows=tiers.gpu_cache_bytes // row_bytes,
+                                           cpu_rows=tiers.cpu_cache_bytes // row_bytes, gpu_mode=tiers.gpu_mode)
+    job = _Job(ds, hot, targets, out, spec, progress, warn if warn is not None else log.warning,
                plan_notes=(*plan_notes, *([resolved] if resolved else [])), in_place_shift=shift,
                cpu_cache_sizing=cpu_cache_sizing)
-    if nodes > 1:
-        return _place_nodes(job, nodes, replicas, hot_rows)
+    if spec.shards.nodes > 1:
+        return _place_nodes(job)
     return _place_one(job, row_bytes, codec, force)
 
 
-def _open(dataset: str | os.PathLike[str] | Dataset, feature_dtype: str | None, nodes: int,
+def _open(dataset: str | os.PathLike[str] | Dataset, feature_dtype: str | None,
           progress: Progress | None) -> tuple[Dataset, Any, int]:
     """The dataset, the codec of ``feature_dtype`` fitted to its features (or None), a row's bytes in the bins."""
     ds = dataset if isinstance(dataset, Dataset) else open_dataset(dataset)
     if ds.features is None:
         raise PlacingError(f"`dataset` {ds.path}: has no features to place; import it with features")
-    if feature_dtype is not None and nodes > 1:
-        raise PlacingError("`feature_dtype` with `nodes` > 1: a sharded placement holds the features' own type; "
-                           "leave out `feature_dtype`")
     if feature_dtype is None:
         return ds, None, ds.row_bytes
     from iostack.codec import fit_codec
@@ -221,13 +214,13 @@ def _open(dataset: str | os.PathLike[str] | Dataset, feature_dtype: str | None, 
     return ds, codec, codec.row_bytes
 
 
-def _in_place_shift(ds: Dataset, handoff: PlanHandoff, nodes: int, feature_dtype: str | None) -> int:
-    """Whether the dataset's feature file can be a one-SSD plan's bin as it is: the rows its header takes."""
+def _in_place_shift(ds: Dataset, handoff: PlanHandoff) -> int:
+    """Whether the dataset's feature file can be a one-SSD plan's bin as it is: the rows its header takes.
+
+    One machine and the rows' own type (:class:`~training.place_specs.PlaceSpec` refused the rest).
+    """
     from iostack.bins import in_place_shift
 
-    if nodes > 1 or feature_dtype is not None:
-        raise PlacingError("`in_place` with " + ("`nodes` > 1" if nodes > 1 else "`feature_dtype`")
-                           + ": the dataset's file holds every row in its own type; leave out one of them")
     n_ssd = len(handoff.targets.of_kind("ssd"))
     if n_ssd != 1:
         raise PlacingError(f"`in_place`: the plan has {n_ssd} SSDs; the dataset's feature file can stand in "
@@ -243,13 +236,7 @@ class _Job:
     hot: Hotness
     targets: PlanTargets
     out: Path
-    ssd_dirs: list
-    gpu_bytes: int
-    cpu_bytes: int
-    gpu_mode: str
-    strategy: str
-    pool: int | None
-    seed: int
+    spec: PlaceSpec
     progress: Progress | None
     warn: Callable[[str], None]
     plan_notes: tuple[str, ...] = ()
@@ -259,20 +246,20 @@ class _Job:
     cpu_cache_sizing: CacheSizing | None = None
 
     def warn_ssd(self) -> None:
-        self.warnings = tuple(ssd_warnings(self.ssd_dirs))
+        self.warnings = tuple(ssd_warnings(self.spec.tiers.ssd_dirs))
         for note in self.warnings:
             self.warn(note)
 
 
 def _report_head(job: _Job) -> dict[str, Any]:
     """The fields every ``place.json`` starts with: the dataset, its fingerprint, the plan, the hotness."""
-    ds, spec, hot, targets = job.ds, job.hot.spec, job.hot, job.targets
-    gpu_bytes, cpu_bytes, gpu_mode = job.gpu_bytes, job.cpu_bytes, job.gpu_mode
+    ds, spec, hot, targets, tiers = job.ds, job.hot.spec, job.hot, job.targets, job.spec.tiers
     return {"schema": "moment.place", "version": 1, "dataset": str(ds.path), "dataset_fingerprint": fingerprint(ds),
             "plan": targets.source, "machine": targets.machine,
             "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
                         "epochs_covered": hot.epochs_covered},
-            "gpu_cache_bytes": gpu_bytes, "cpu_cache_bytes": cpu_bytes, "gpu_cache_mode": gpu_mode,
+            "gpu_cache_bytes": tiers.gpu_cache_bytes, "cpu_cache_bytes": tiers.cpu_cache_bytes,
+            "gpu_cache_mode": tiers.gpu_mode,
             # how --cpu-cache auto chose cpu_cache_bytes (None: given as a size)
             "cpu_cache_sizing": job.cpu_cache_sizing.to_dict() if job.cpu_cache_sizing is not None else None}
 
@@ -281,14 +268,15 @@ def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedData
     """One machine: bins, the placement, its SSD files, the report, and last the placement's index."""
     from iostack.bins import adopt_bin, bin_path, write_bins
 
-    ds, hot = job.ds, job.hot
-    bins = build_bins(job.targets, num_rows=ds.num_nodes, row_bytes=row_bytes, gpu_cache_bytes=job.gpu_bytes,
-                      cpu_cache_bytes=job.cpu_bytes, ssd_dirs=job.ssd_dirs, out_dir=job.out, gpu_mode=job.gpu_mode)
+    ds, hot, tiers, policy = job.ds, job.hot, job.spec.tiers, job.spec.policy
+    bins = build_bins(job.targets, num_rows=ds.num_nodes, row_bytes=row_bytes, gpu_cache_bytes=tiers.gpu_cache_bytes,
+                      cpu_cache_bytes=tiers.cpu_cache_bytes, ssd_dirs=tiers.ssd_dirs, out_dir=job.out,
+                      gpu_mode=tiers.gpu_mode)
     job.warn_ssd()  # the SSD list is known good now: a warning, then the long work
     reads = hot.reads_per_epoch
-    report(job.progress, f"placing ({job.strategy})")
-    res = place(hot.values, bins, job.targets, row_bytes=row_bytes, strategy=job.strategy, pool=job.pool,
-                seed=job.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None, codec=codec,
+    report(job.progress, f"placing ({policy.strategy})")
+    res = place(hot.values, bins, job.targets, row_bytes=row_bytes, strategy=policy.strategy, pool=policy.pool,
+                seed=policy.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None, codec=codec,
                 progress=job.progress)
     if job.in_place_shift is not None:
         res = _as_in_place(res, job.in_place_shift)
@@ -349,21 +337,18 @@ def _as_in_place(result: PlaceResult, shift: int) -> PlaceResult:
     return replace(result, placement=Placement(bins, p.bin_of, row_of, codec=None))
 
 
-def _place_nodes(job: _Job, nodes: int, replicas: int, hot_rows: float) -> PlacedDataset:
+def _place_nodes(job: _Job) -> PlacedDataset:
     """Several nodes: every node's directory (:func:`training.sharding.place_sharded`), the root report."""
-    from training.sharding import hot_rows_of, place_sharded, sharded_summary
+    from training.sharding import place_sharded, sharded_summary
 
-    if nodes < 1:
-        raise PlacingError(f"`nodes` {nodes}: expected at least 1")
+    spec = job.spec
     job.warn_ssd()
-    head = {**_report_head(job), "row_bytes": job.ds.row_bytes, "strategy": job.strategy}
-    report(job.progress, f"placing over {nodes} nodes ({job.strategy}, replicas {replicas})")
+    head = {**_report_head(job), "row_bytes": job.ds.row_bytes, "strategy": spec.policy.strategy}
+    report(job.progress, f"placing over {spec.shards.nodes} nodes ({spec.policy.strategy}, "
+                         f"replicas {spec.shards.replicas})")
     try:
-        sp = place_sharded(job.ds.features, job.hot.values, job.targets, num_nodes=nodes, replicas=replicas,
-                           hot_rows=hot_rows_of(hot_rows, job.ds.num_nodes), out=job.out,
-                           gpu_cache_bytes=job.gpu_bytes, cpu_cache_bytes=job.cpu_bytes, ssd_dirs=job.ssd_dirs,
-                           gpu_mode=job.gpu_mode, strategy=job.strategy, pool=job.pool, seed=job.seed,
-                           reads_per_epoch=job.hot.reads_per_epoch, report=head, progress=job.progress)
+        sp = place_sharded(job.ds.features, job.hot.values, job.targets, job.out, spec.tiers, spec.policy,
+                           spec.shards, reads_per_epoch=job.hot.reads_per_epoch, report=head, progress=job.progress)
     except OSError as exc:
         raise PlacingError(f"writing the node directories: {exc.strerror or exc} "
                            f"({getattr(exc, 'filename', '')}); check `out` and the `ssd_dirs` directories") from None

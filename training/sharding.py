@@ -27,11 +27,12 @@ out/node<k>`` where each node has only its own directory.
 
 >>> import numpy as np, tempfile
 >>> from planner.handoff import PlanTargets, StoreTarget
+>>> from training.place_specs import PolicySpec, ShardSpec, TierSpec
 >>> t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),))
 >>> feats = np.arange(20, dtype=np.float32).reshape(10, 2)
 >>> with tempfile.TemporaryDirectory() as d:
-...     sp = place_sharded(feats, np.arange(10.0), t, num_nodes=2, replicas=2, hot_rows=2, out=d,
-...                        gpu_cache_bytes=0, cpu_cache_bytes=80, ssd_dirs=[])
+...     sp = place_sharded(feats, np.arange(10.0), t, d, TierSpec(cpu_cache_bytes=80), PolicySpec(),
+...                        ShardSpec(nodes=2, replicas=2, hot_rows=0.2))
 ...     [n.rows for n in sp.nodes], sorted(p.name for p in Path(d, "node0").iterdir())[:4]
 ([6, 6], ['bin_of.npy', 'hotness.npy', 'owner.npy', 'place.json'])
 """
@@ -39,7 +40,7 @@ out/node<k>`` where each node has only its own directory.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from iostack.placement import MANIFEST, save_json, save_npy
 from iostack.shards import SHARDS, ShardLayout, shard_rows
 from planner.handoff import PlanTargets
 from planner.progress import Progress
+from training.place_specs import PolicySpec, ShardSpec, TierSpec
 from training.placing import PlaceResult, PlacingError, build_bins, check_free_space, place
 
 #: rows copied per block into a node's rows.npy
@@ -85,43 +87,34 @@ def node_dir(out: str | os.PathLike[str], node: int) -> Path:
     return Path(out) / f"node{node}"
 
 
-def hot_rows_of(share: float, num_rows: int) -> int:
-    """``share`` (0..1) of ``num_rows``, rounded, as a row count; :class:`PlacingError` outside 0..1.
-
-    >>> hot_rows_of(0.05, 2708)
-    135
-    """
-    if not 0.0 <= share <= 1.0:
-        raise PlacingError(f"`hot_rows` {share}: expected a share of the rows between 0 and 1")
-    return int(round(share * num_rows))
-
-
-def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTargets, *, num_nodes: int,
-                  out: str | os.PathLike[str], gpu_cache_bytes: int, cpu_cache_bytes: int,
-                  ssd_dirs: Sequence[str | os.PathLike[str]], replicas: int = 1, hot_rows: int = 0,
-                  gpu_mode: str = "replicate", strategy: str = "ddak", pool: int | None = None, seed: int = 0,
+def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTargets, out: str | os.PathLike[str],
+                  tiers: TierSpec, policy: PolicySpec, shards: ShardSpec, *,
                   reads_per_epoch: np.ndarray | None = None, report: Mapping[str, Any] | None = None,
                   progress: Progress | None = None, fsync: bool = True) -> ShardedPlacement:
-    """Split ``features`` (``[V, dim]``, may be a memmap) over ``num_nodes`` nodes and write each node's directory.
+    """Split ``features`` (``[V, dim]``, may be a memmap) over ``shards.nodes`` nodes and write each node's directory.
 
-    ``hotness`` (``[V]``) orders the rows for the layout and drives each
-    node's DDAK; ``reads_per_epoch`` (``[V]`` or None) gives the report its
-    SSD bytes; the caches and ``ssd_dirs`` are per node (each node gets
-    ``<ssd>/node<k>``), as for one machine. ``report``: fields every
-    ``place.json`` starts with (the dataset, its fingerprint under
+    ``hotness`` (``[V]``) orders the rows for the layout (the hottest
+    ``shards.hot_rows`` share on ``shards.replicas`` nodes) and drives each
+    node's ``policy``; ``reads_per_epoch`` (``[V]`` or None) gives the report
+    its SSD bytes; the caches and SSD directories of ``tiers`` are per node
+    (each node gets ``<ssd>/node<k>``), as for one machine. ``report``: fields
+    every ``place.json`` starts with (the dataset, its fingerprint under
     ``dataset_fingerprint``, the hotness). Nothing under ``out`` is the
     placement until the last file of it is written (``placement.json`` per
     node, then the root's ``shards.json``).
+
+    Raises
+    ------
+    PlacingError
+        ``hotness`` of another length than the features, too little free space.
     """
     feats = features.reshape(-1, 1) if features.ndim == 1 else features
     num_rows, dim = int(feats.shape[0]), int(feats.shape[1])
     if num_rows != np.asarray(hotness).shape[0]:
         raise PlacingError(f"hotness has {np.asarray(hotness).shape[0]} rows, the features {num_rows}")
     row_bytes = dim * np.dtype(feats.dtype).itemsize
-    if not 1 <= int(replicas) <= int(num_nodes):
-        raise PlacingError(f"`replicas` {replicas}: expected 1 to {num_nodes} (`num_nodes`): a row is on at most "
-                           "every node")
-    layout = shard_rows(hotness, int(num_nodes), int(replicas), int(hot_rows))
+    num_nodes = int(shards.nodes)
+    layout = shard_rows(hotness, num_nodes, int(shards.replicas), shards.hot_row_count(num_rows))
     head = dict(report or {})
     fp = head.get("dataset_fingerprint")
     hot32 = np.asarray(hotness, np.float32)
@@ -132,12 +125,13 @@ def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTarget
         d.mkdir(parents=True, exist_ok=True)
         for stale in (d / MANIFEST, d / SHARDS):  # an old node index never stands over new bins
             stale.unlink(missing_ok=True)
-        ssd = [node_dir(s, k) if Path(s).resolve() != Path(out).resolve() else d for s in ssd_dirs]
-        bins = build_bins(targets, num_rows=int(rows.size), row_bytes=row_bytes, gpu_cache_bytes=gpu_cache_bytes,
-                          cpu_cache_bytes=cpu_cache_bytes, ssd_dirs=ssd, out_dir=d, gpu_mode=gpu_mode)
+        ssd = [node_dir(s, k) if Path(s).resolve() != Path(out).resolve() else d for s in tiers.ssd_dirs]
+        bins = build_bins(targets, num_rows=int(rows.size), row_bytes=row_bytes,
+                          gpu_cache_bytes=tiers.gpu_cache_bytes, cpu_cache_bytes=tiers.cpu_cache_bytes, ssd_dirs=ssd,
+                          out_dir=d, gpu_mode=tiers.gpu_mode)
         reads = float(np.asarray(reads_per_epoch)[rows].sum()) if reads_per_epoch is not None else None
-        res = place(hot32[rows], bins, targets, row_bytes=row_bytes, strategy=strategy, pool=pool, seed=seed,
-                    reads_per_epoch=reads)
+        res = place(hot32[rows], bins, targets, row_bytes=row_bytes, strategy=policy.strategy, pool=policy.pool,
+                    seed=policy.seed, reads_per_epoch=reads)
         check_free_space(res.placement, row_bytes, d)
         if progress is not None:
             progress(f"node {k}: writing {rows.size:,} rows", 0, None)
@@ -182,4 +176,4 @@ def _write_rows(feats: np.ndarray, rows: np.ndarray, path: Path) -> np.ndarray:
     return np.load(path, mmap_mode="r")
 
 
-__all__ = ["NodePlacement", "ShardedPlacement", "hot_rows_of", "node_dir", "place_sharded", "sharded_summary"]
+__all__ = ["NodePlacement", "ShardedPlacement", "node_dir", "place_sharded", "sharded_summary"]

@@ -1,6 +1,6 @@
 """The data-parallel training loop: sampled batches, tiered features, pipelined, checkpointed.
 
-:func:`train` runs :class:`TrainConfig` in this process. Under ``torchrun``
+:func:`train` runs a :class:`~training.specs.TrainSpec` in this process. Under ``torchrun``
 (``WORLD_SIZE > 1``) every process is one rank of a ``torch.distributed`` group
 (``gloo`` on CPU, ``nccl`` on CUDA; :mod:`training.distributed`); without it a
 single process trains alone. The jobs around the loop live beside it: the
@@ -58,20 +58,17 @@ only on ``(seed, epoch, step)`` and each rank's dropout stream is its own.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from iostack.backends import BACKENDS
 from iostack.transfer import DeviceMemory, Transfer, memory_for
 from training.batches import BatchSource, _mix, epoch_seeds
 from training.checkpoint import (
@@ -82,7 +79,6 @@ from training.checkpoint import (
     save_checkpoint,
 )
 from training.data import Dataset, open_dataset
-from training.devices import SAMPLE_ON
 from training.distributed import World, data_parallel, open_world, param_spread, peer_errors
 from training.errors import TrainError
 from training.exchange import PeerLostError
@@ -99,6 +95,7 @@ from training.metrics import JsonlWriter, Predictor, Sums, add_step, epoch_recor
 from training.models import build_model
 from training.nodereads import setup_node_shared_reads, ssd_reads
 from training.pipeline import (
+    Lookups,
     Prefetcher,
     Prepared,
     csr_on,
@@ -108,106 +105,11 @@ from training.pipeline import (
     sampling,
 )
 from training.sampler import NeighborSampler, SampledBatch
+from training.specs import IOSpec, ModelSpec, RunSpec, TrainSpec
 
-__all__ = ["TrainConfig", "TrainResult", "train"]
+__all__ = ["TrainResult", "train"]
 
 Progress = Callable[[dict], None]
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """What to train and how. Paths are strings; ``None`` means "not used".
-
-    ``fanouts``: neighbours per hop, hop 1 first (``-1`` = all); one model layer per
-    fan-out. ``hidden``/``heads``: ``None`` takes the model's default (SAGE/GCN 256,
-    GAT 64 × 8). ``prefetch``: batches prepared ahead (0 = sample and gather inline).
-    ``eval_every_epochs``: 0 = only after the last epoch. ``checkpoint_every_steps``:
-    0 = only at epoch ends. ``backend``: the SSD read backend of the feature store
-    (``auto``: chosen by the measurements in ``capacities``, a ``moment profile``
-    file; see :func:`iostack.backends.choose_backend`). ``sample_on``: ``auto``
-    samples on the GPU when the graph fits there, else on the host; ``cpu``;
-    ``gpu`` (an error when it cannot). ``timeout_s``: how long a rank waits on
-    the others in a step's collectives (and the feature exchange) before it
-    stops with an error. ``exchange``, ``remote_cache`` (bytes; 0 = none),
-    ``remote_cache_dir`` (an SSD directory for it instead of host memory): a
-    placement sharded across nodes (see :mod:`training.sharded`).
-    ``node_shared_reads``: the ranks of a node read each SSD page of a training
-    step once, for all of them (:mod:`training.nodereads`; where it applies).
-    """
-
-    dataset: str
-    placement: str | None = None
-    model: str = "sage"
-    fanouts: tuple[int, ...] = (25, 10)
-    eval_fanouts: tuple[int, ...] | None = None
-    batch_size: int = 1024
-    eval_batch_size: int = 4096
-    epochs: int = 1
-    lr: float = 0.003
-    weight_decay: float = 0.0
-    dropout: float = 0.5
-    attn_dropout: float = 0.0
-    hidden: int | None = None
-    heads: int | None = None
-    out_heads: int | None = None
-    gcn_norm: str = "local"
-    normalize_features: bool = False
-    seed: int = 0
-    prefetch: int = 2
-    eval_every_epochs: int = 1
-    metrics_path: str | None = None
-    checkpoint_dir: str | None = None
-    checkpoint_every_steps: int = 0
-    resume: bool = False
-    server: str | None = None
-    backend: str = "auto"
-    server_timeout_s: float = 30.0
-    sample_on: str = "auto"
-    capacities: str | None = None
-    timeout_s: float = 30.0
-    exchange: str = "alltoall"
-    remote_cache: int = 0
-    remote_cache_dir: str | None = None
-    node_shared_reads: bool = True
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
-        if self.eval_fanouts is not None:
-            object.__setattr__(self, "eval_fanouts", tuple(int(f) for f in self.eval_fanouts))
-        for fo, what in ((self.fanouts, "fanouts"), (self.eval_fanouts, "eval_fanouts")):
-            if fo is not None and (not fo or any(f < -1 or f == 0 for f in fo)):
-                raise TrainError(f"{what}: expected positive integers or -1 (all neighbours), got {list(fo)}")
-        if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
-            raise TrainError(f"eval_fanouts: need one per layer ({len(self.fanouts)}), got {list(self.eval_fanouts)}")
-        for name in ("hidden", "heads", "out_heads"):
-            if getattr(self, name) is not None and int(getattr(self, name)) < 1:
-                raise TrainError(f"{name}: expected a positive integer, got {getattr(self, name)}")
-        for name in ("batch_size", "eval_batch_size", "epochs"):
-            if int(getattr(self, name)) < 1:
-                raise TrainError(f"{name}: expected a positive integer, got {getattr(self, name)}")
-        for name in ("prefetch", "eval_every_epochs", "checkpoint_every_steps"):
-            if int(getattr(self, name)) < 0:
-                raise TrainError(f"{name}: expected a non-negative integer, got {getattr(self, name)}")
-        if not 0 < self.lr < math.inf or not 0 <= self.weight_decay < math.inf:  # nan fails too
-            raise TrainError(f"lr must be > 0 and weight_decay >= 0, got {self.lr} and {self.weight_decay}")
-        if self.gcn_norm not in ("local", "global"):
-            raise TrainError(f"gcn_norm: expected 'local' or 'global', got {self.gcn_norm!r}")
-        if self.sample_on not in SAMPLE_ON:
-            raise TrainError(f"sample_on: expected one of {', '.join(SAMPLE_ON)}, got {self.sample_on!r}")
-        if self.backend not in BACKENDS:
-            raise TrainError(f"backend: expected one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        if not 0 < self.timeout_s < math.inf:
-            raise TrainError(f"timeout_s: expected a positive number of seconds, got {self.timeout_s}")
-        if self.exchange not in ("alltoall", "rpc"):
-            raise TrainError(f"exchange: expected 'alltoall' or 'rpc', got {self.exchange!r}")
-        if int(self.remote_cache) < 0:
-            raise TrainError(f"remote_cache: expected a size in bytes >= 0, got {self.remote_cache}")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["fanouts"] = list(self.fanouts)
-        d["eval_fanouts"] = None if self.eval_fanouts is None else list(self.eval_fanouts)
-        return d
 
 
 @dataclass(frozen=True)
@@ -237,25 +139,61 @@ def _check_dataset(ds: Dataset) -> tuple[np.ndarray, np.ndarray]:
     return train_idx, np.asarray(ds.labels)
 
 
-def train(config: TrainConfig, progress: Progress | None = None, *, memory: DeviceMemory | None = None
-          ) -> TrainResult:
-    """Train ``config`` in this process (one rank under ``torchrun``); see the module doc.
+def train(spec: TrainSpec, *, source: BatchSource | None = None, features: FeatureSource | None = None,
+          progress: Progress | None = None, memory: DeviceMemory | None = None) -> TrainResult:
+    """Train ``spec`` in this process (one rank under ``torchrun``); see the module doc.
 
-    ``memory``: the device memory to train on instead of this rank's CUDA
-    device or the host (tests pass a fake accelerator).
+    Parameters
+    ----------
+    spec : TrainSpec
+        The run (:mod:`training.specs`).
+    source : BatchSource, optional
+        This rank's training batches (:class:`training.batches.BatchSource`) instead of the ones
+        ``spec.sampling`` names (its server, else the neighbour sampler here). Step ``s`` must
+        hold this rank's part of global batch ``s``: ``spec.sampling.batch_size`` seeds of the
+        dataset's training split (the last step may be short), the same number of steps on every
+        rank, since the loss is scaled by the global batch's size. Evaluation still samples with
+        the spec's fan-outs. The caller closes it.
+    features : FeatureSource, optional
+        The feature rows (:class:`training.features.FeatureSource`) instead of the spec's
+        placement or the dataset's ``features.npy``; its ``transfer`` must reach the training
+        device (the host without CUDA). The caller closes it.
+    progress : callable, optional
+        Called with every record (``start``, ``step``, ``epoch``) on every rank.
+    memory : DeviceMemory, optional
+        The device memory to train on instead of this rank's CUDA device or the host (tests
+        pass a fake accelerator).
+
+    Returns
+    -------
+    TrainResult
+
+    Raises
+    ------
+    TrainError
+        A dataset without labels or a training split, a checkpoint of other settings, a loss
+        that is not finite, a batch source that ends early.
     """
-    ds = open_dataset(config.dataset, validate=False)
+    ds = open_dataset(spec.dataset, validate=False)
     train_idx, labels = _check_dataset(ds)
-    world = open_world(config.placement, memory, config.timeout_s)
+    world = open_world(spec.io.placement, memory, spec.distributed.timeout_s)
     if memory is None:
         memory = memory_for(world.device)
     try:
-        return _train(config, ds, train_idx, labels, world, memory, progress)
+        return _train(spec, ds, train_idx, labels, world, memory, _Given(source, features), progress)
     finally:
         if world.owns_group:
             import torch.distributed as dist
 
             dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class _Given:
+    """The objects a caller handed :func:`train` (theirs to close), ``None`` where the spec's are built."""
+
+    source: BatchSource | None = None
+    features: FeatureSource | None = None
 
 
 def _sharded(placement_dir: str | None) -> bool:
@@ -264,21 +202,22 @@ def _sharded(placement_dir: str | None) -> bool:
     return is_sharded(placement_dir)
 
 
-def _open_sharded(config: TrainConfig, ds: Dataset, world: World, memory: DeviceMemory) -> FeatureSource:
+def _open_sharded(io: IOSpec, timeout_s: float, ds: Dataset, world: World, memory: DeviceMemory) -> FeatureSource:
     """This node's shard of a placement sharded across nodes (:mod:`training.sharded`)."""
     from training.sharded import Peers, ShardedOptions, open_sharded
 
-    options = ShardedOptions(config.exchange, config.timeout_s, int(config.remote_cache), config.remote_cache_dir)
+    options = ShardedOptions(io.exchange, timeout_s, int(io.remote_cache_bytes), io.remote_cache_dir)
     peers = Peers.from_env(world.rank, world.size, world.local_rank, world.local_size)
-    return open_sharded(ds, config.placement, peers, options, transfer=Transfer(memory), open_store=open_store,
+    return open_sharded(ds, io.placement, peers, options, transfer=Transfer(memory), open_store=open_store,
                         share_key=lambda d: share_key_of(ds, str(d)),
-                        local_gpu_bins=world.gpu_bins if world.size > 1 else None, backend=config.backend,
-                        capacities=config.capacities)
+                        local_gpu_bins=world.gpu_bins if world.size > 1 else None, backend=io.backend,
+                        capacities=io.capacities)
 
 
-def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.ndarray, world: World,
-           memory: DeviceMemory, progress: Progress | None) -> TrainResult:
-    metrics_file = JsonlWriter(config.metrics_path) if world.rank == 0 and config.metrics_path else None
+def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarray, world: World,
+           memory: DeviceMemory, given: _Given, progress: Progress | None) -> TrainResult:
+    run_spec = spec.run
+    metrics_file = JsonlWriter(run_spec.metrics_path) if world.rank == 0 and run_spec.metrics_path else None
 
     def emit(rec: dict) -> None:
         rec = {"rank": world.rank, "world_size": world.size, **rec}
@@ -287,87 +226,108 @@ def _train(config: TrainConfig, ds: Dataset, train_idx: np.ndarray, labels: np.n
         if progress is not None:
             progress(rec)
 
-    features: FeatureSource | None = None
-    source: BatchSource | None = None
+    features, source = given.features, given.source
     try:
         # before the caches fill: will they and training fit in the memory there is? (a warning, never a refusal)
-        memory_note = check_host_memory(config, ds, gpu_bins_on_host=world.device.type == "cpu",
-                                        ranks=world.local_size) if world.rank == 0 else None
-        features = _open_run_features(config, ds, world, memory)
-        predictor = Predictor.for_run(config, features, ds)
-        sample_dev, sample_why, lookups = sampling(config, ds, labels, memory)
+        memory_note = check_host_memory(spec.io, spec.sampling, ds, hidden=spec.model.hidden,
+                                        gpu_bins_on_host=world.device.type == "cpu",
+                                        ranks=world.local_size) if world.rank == 0 and features is None else None
+        if features is None:
+            features = _open_run_features(spec, ds, world, memory)
+        predictor = Predictor.for_run(spec.io, features, ds)
+        sample_dev, sample_why, lookups = sampling(spec.sampling, ds, labels, memory,
+                                                   global_degrees=spec.model.global_degrees)
         csr = csr_on(ds, sample_dev)
-        source = open_source(config, train_idx, world, csr)
-        shared = setup_node_shared_reads(config.node_shared_reads, world, features, source.steps(0),
-                                         config.timeout_s)
+        if source is None:
+            source = open_source(spec.sampling, run_spec.seed, train_idx, world, csr)
+        shared = setup_node_shared_reads(spec.io.node_shared_reads, world, features, source.steps(0),
+                                         spec.distributed.timeout_s)
         if predictor is not None:  # the node's other ranks read the same SSDs in the same steps
             predictor.node(shared.ranks if shared.on else world.local_size, shared.on)
-        model, params, optimizer = _model(config, features.dim, ds.num_classes, world.device)
-        ckpt_path = checkpoint_path(config.checkpoint_dir, config.resume)
-        resumed = None
-        if config.resume and ckpt_path is not None and ckpt_path.exists():
-            resumed = resume(ckpt_path, config.to_dict(), model, optimizer, world)
-            if metrics_file is not None:
-                metrics_file.rewind(resumed.epoch, resumed.step)
-        ddp = data_parallel(model, world)  # after a resume: DDP starts every rank from rank 0's state
-        workers = prefetch_workers(features, shared.on)
-        run = _Run(config, ds, world, features, model, ddp, params, optimizer,
-                   preparer(features, lookups, config.normalize_features, node_shared=shared.on, concurrent=workers > 1),
-                   source, source.steps(0), int(train_idx.shape[0]), ckpt_path, emit, predictor,
-                   NeighborSampler(*csr, config.eval_fanouts or config.fanouts, seed=config.seed),
-                   preparer(features, lookups, config.normalize_features),  # evaluation reads privately
-                   workers)
-        start = run.start_record(resumed, "server" if config.server else str(sample_dev), sample_why)
+        run, resumed = _set_up(spec, ds, world, features, source, shared.on, lookups, csr, train_idx.shape[0],
+                               emit, predictor)
+        if resumed is not None and metrics_file is not None:
+            metrics_file.rewind(resumed.epoch, resumed.step)
+        start = run.start_record(resumed, *_sampled_where(spec, given, sample_dev, sample_why))
         start["node_shared_reads"] = shared.to_dict()
-        start["prefetch_workers"] = workers
+        start["prefetch_workers"] = run.workers
         start["memory_check"] = memory_note
         # batches free and reallocate the same large host tensors every step (training.hostmem)
         start["host_malloc"] = keep_freed_host_memory()
         emit(start)
         world.barrier()  # everyone set up: the steps' short timeouts start from here
         records = []
-        for epoch in range(resumed.epoch if resumed else 0, config.epochs):
+        for epoch in range(resumed.epoch if resumed else 0, run_spec.epochs):
             first = resumed.step if resumed is not None and epoch == resumed.epoch else 0
             records.append(run.epoch(epoch, first, Sums(resumed.sums if first else None)))
-        return TrainResult(model=model, epochs=tuple(records), world_size=world.size, rank=world.rank,
+        return TrainResult(model=run.model, epochs=tuple(records), world_size=world.size, rank=world.rank,
                            resumed_from=(resumed.epoch, resumed.step) if resumed is not None else None)
-    finally:
-        if source is not None:
+    finally:  # what the run opened itself; what the caller handed in stays open
+        if source is not None and given.source is None:
             source.close()
-        if features is not None:
+        if features is not None and given.features is None:
             features.close()
         if metrics_file is not None:
             metrics_file.close()
 
 
-def _open_run_features(config: TrainConfig, ds: Dataset, world: World, memory: DeviceMemory) -> FeatureSource:
+def _sampled_where(spec: TrainSpec, given: _Given, sample_dev: torch.device, why: str) -> tuple[str, str]:
+    """Where the training batches are sampled, and why, for the start record."""
+    if given.source is not None:
+        return (type(given.source).__name__,
+                f"training batches from the source handed in; evaluation samples on {sample_dev} ({why})")
+    return ("server" if spec.sampling.server else str(sample_dev)), why
+
+
+def _set_up(spec: TrainSpec, ds: Dataset, world: World, features: FeatureSource, source: BatchSource,
+            node_shared: bool, lookups: Lookups, csr: tuple[Tensor, Tensor], n_train: int,
+            emit: Callable[[dict], None], predictor: Predictor | None) -> tuple[_Run, Resumed | None]:
+    """The model, its optimizer (resumed from the checkpoint when asked), DDP, and the run around them."""
+    model, params, optimizer = _model(spec.model, spec.sampling.layers, spec.run, features.dim, ds.num_classes,
+                                      world.device)
+    ckpt_path = checkpoint_path(spec.run.checkpoint_dir, spec.run.resume)
+    resumed = None
+    if spec.run.resume and ckpt_path is not None and ckpt_path.exists():
+        resumed = resume(ckpt_path, spec.to_dict(), model, optimizer, world)
+    ddp = data_parallel(model, world)  # after a resume: DDP starts every rank from rank 0's state
+    workers = prefetch_workers(features, node_shared)
+    normalize = spec.model.normalize_features
+    run = _Run(spec, ds, world, features, model, ddp, params, optimizer,
+               preparer(features, lookups, normalize, node_shared=node_shared, concurrent=workers > 1),
+               source, source.steps(0), int(n_train), ckpt_path, emit, predictor,
+               NeighborSampler(*csr, spec.sampling.evaluation_fanouts, seed=spec.run.seed),
+               preparer(features, lookups, normalize),  # evaluation reads privately
+               workers)
+    return run, resumed
+
+
+def _open_run_features(spec: TrainSpec, ds: Dataset, world: World, memory: DeviceMemory) -> FeatureSource:
     """The run's features: a sharded placement's, a placement's store, or the dataset's in memory."""
-    if _sharded(config.placement):
-        features = _open_sharded(config, ds, world, memory)
+    io = spec.io
+    if _sharded(io.placement):
+        features = _open_sharded(io, spec.distributed.timeout_s, ds, world, memory)
     else:
-        features = open_features(ds, config.placement, config.backend, memory=memory,
+        features = open_features(ds, io.placement, io.backend, memory=memory,
                                  local_gpu_bins=world.gpu_bins if world.size > 1 else None,
-                                 share_key=share_key_of(ds, config.placement)
-                                 if config.placement and world.local_size > 1 else None,
-                                 capacities=config.capacities)
+                                 share_key=share_key_of(ds, io.placement)
+                                 if io.placement and world.local_size > 1 else None,
+                                 capacities=io.capacities)
     if world.size > 1 and world.local_size > 1 and hasattr(features, "unlink_shared"):
         world.barrier()  # every rank of the node has mapped the shared tiers: no name need stay
         features.unlink_shared()
     return features
 
 
-def _model(config: TrainConfig, dim: int, num_classes: int, device: torch.device
+def _model(spec: ModelSpec, layers: int, run: RunSpec, dim: int, num_classes: int, device: torch.device
            ) -> tuple[torch.nn.Module, list[Tensor], torch.optim.Optimizer]:
     """The model (the same initial parameters on every rank), its trained parameters, their optimizer."""
-    if config.model != "gat" and config.attn_dropout:
-        raise TrainError("attn_dropout applies to the GAT model only")
-    torch.manual_seed(config.seed)  # identical initial parameters on every rank
-    model = build_model(config.model, dim, num_classes, len(config.fanouts), hidden=config.hidden,
-                        heads=config.heads, out_heads=config.out_heads, dropout=config.dropout,
-                        attn_dropout=config.attn_dropout if config.model == "gat" else None,
-                        norm=config.gcn_norm if config.model == "gcn" else None).to(device)
+    torch.manual_seed(run.seed)  # identical initial parameters on every rank
+    model = build_model(spec.arch, dim, num_classes, layers, hidden=spec.hidden,
+                        heads=spec.heads, out_heads=spec.out_heads, dropout=spec.dropout,
+                        attn_dropout=spec.attn_dropout if spec.arch == "gat" else None,
+                        norm=spec.gcn_norm if spec.arch == "gcn" else None).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
-    return model, params, torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+    return model, params, torch.optim.Adam(params, lr=run.lr, weight_decay=run.weight_decay)
 
 
 @dataclass
@@ -379,7 +339,7 @@ class _Run:
     else the module).
     """
 
-    config: TrainConfig
+    spec: TrainSpec
     ds: Dataset
     world: World
     features: FeatureSource
@@ -400,7 +360,7 @@ class _Run:
 
     def start_record(self, resumed: Resumed | None, sampled_on: str, why: str) -> dict:
         features, store = self.features, getattr(self.features, "store", None)
-        return {"kind": "start", "config": self.config.to_dict(), "steps_per_epoch": self.steps,
+        return {"kind": "start", "config": self.spec.to_dict(), "steps_per_epoch": self.steps,
                 "start_epoch": resumed.epoch if resumed else 0, "start_step": resumed.step if resumed else 0,
                 "features": type(features).__name__, "num_train": self.n_train,
                 "feature_dtype": feature_dtype_of(features, self.ds),
@@ -421,22 +381,23 @@ class _Run:
         save_checkpoint(self.ckpt_path, {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                                          "epoch": epoch, "step": step,
                                          "sums": None if sums is None else sums.state(), "rng": rngs,
-                                         "config": self.config.to_dict()})
+                                         "config": self.spec.to_dict()})
 
     def epoch(self, epoch: int, first: int, sums: Sums) -> dict:
         """Train steps ``first..`` of ``epoch``, evaluate when due, checkpoint; the epoch record (emitted)."""
-        config, every = self.config, self.config.checkpoint_every_steps
+        io, every = self.spec.io, self.spec.run.checkpoint_every_steps
         prior_s = sums.v["prior_s"]
         t_epoch, cpu_epoch = time.perf_counter(), time.process_time()
         moved = self.features.transfer.counts()
         disk = ssd_reads(self.features)
         if self.predictor is not None:
             self.predictor.start()
-        pre = Prefetcher(self.source.batches(epoch, first), self.prepare, config.prefetch, self.features.transfer,
+        pre = Prefetcher(self.source.batches(epoch, first), self.prepare, io.prefetch, self.features.transfer,
                          self.workers)
         try:
             for step in range(first, self.steps):
-                rec = _step(self.ddp, self.params, self.optimizer, pre, self.world, self.n_train, config.batch_size,
+                rec = _step(self.ddp, self.params, self.optimizer, pre, self.world, self.n_train,
+                            self.spec.sampling.batch_size,
                             step, sums, epoch=epoch)
                 rec.update(kind="step", epoch=epoch, step=step, steps=self.steps)
                 self.emit(rec)
@@ -449,7 +410,7 @@ class _Run:
         # CPU seconds of every thread of this process over this run's steps of the epoch: the work a
         # step costs, which a loaded machine's time slicing stretches less than the wall clock
         rec["cpu_s"] = time.process_time() - cpu_epoch
-        rec["prefetch"] = config.prefetch
+        rec["prefetch"] = io.prefetch
         if self.predictor is not None:
             rec["prediction"] = self.predictor.finish(epoch, self.steps - first).to_dict()
         rec["transfers"] = moved_since(moved, self.features.transfer.counts())
@@ -461,14 +422,14 @@ class _Run:
 
     def epoch_end(self, epoch: int, rec: dict) -> None:
         """Evaluation when due, the ranks' parameter spread, what crossed between nodes: into ``rec``."""
-        config, world = self.config, self.world
-        if epoch == config.epochs - 1 or (config.eval_every_epochs and (epoch + 1) % config.eval_every_epochs == 0):
+        run, world = self.spec.run, self.world
+        if epoch == run.epochs - 1 or (run.eval_every_epochs and (epoch + 1) % run.eval_every_epochs == 0):
             t_eval = time.perf_counter()
             for split in ("valid", "test"):
                 idx = getattr(self.ds, f"{split}_idx")
                 if idx is not None and len(idx):
                     rec[f"{split}_acc"] = _evaluate(self.model, np.asarray(idx, np.int64), self.eval_sampler,
-                                                    self.eval_prepare, world, config, self.features.transfer)
+                                                    self.eval_prepare, world, self.spec, self.features.transfer)
             rec["eval_s"] = time.perf_counter() - t_eval
         if world.size > 1:
             rec["param_spread"] = param_spread(self.params, world, epoch)
@@ -564,19 +525,19 @@ def _refuse_non_finite(flat: Tensor, epoch: int, step: int) -> None:
 
 @torch.no_grad()
 def _evaluate(model: torch.nn.Module, idx: np.ndarray, sampler: NeighborSampler,
-              prepare: Callable[[SampledBatch, float], Prepared], world: World, config: TrainConfig,
+              prepare: Callable[[SampledBatch, float], Prepared], world: World, spec: TrainSpec,
               transfer: Transfer) -> float:
     """Accuracy on ``idx``, every rank evaluating its share; the same sample whatever the epoch."""
     model.eval()
-    parts = epoch_seeds(idx, 0, config.eval_batch_size, rank=world.rank, world_size=world.size, shuffle=False)
+    parts = epoch_seeds(idx, 0, spec.sampling.eval_batch_size, rank=world.rank, world_size=world.size, shuffle=False)
 
     def batches() -> Iterator[SampledBatch]:
         for i, part in enumerate(parts):
-            sampler.reseed(_mix(config.seed, 0x5EED, world.rank, i))
+            sampler.reseed(_mix(spec.run.seed, 0x5EED, world.rank, i))
             yield sampler.sample(part)
 
     hits = torch.zeros(2, dtype=torch.float64, device=world.device)
-    pre = Prefetcher(batches(), prepare, config.prefetch, transfer)
+    pre = Prefetcher(batches(), prepare, spec.io.prefetch, transfer)
     try:
         while True:
             item, _ = pre.get()

@@ -1,0 +1,281 @@
+"""What a training run is: small frozen specs, one per group of readers, and the run's record of them.
+
+:class:`TrainSpec` is the dataset plus five specs, each read by its own part
+of the code:
+
+- :class:`ModelSpec`: the network (:func:`training.models.build_model`) and how
+  its input is fed (row normalisation, GCN degrees);
+- :class:`SamplingSpec`: fan-outs, batch sizes, where sampling runs, the
+  sampling server (:mod:`training.pipeline`, :mod:`training.serve`);
+- :class:`IOSpec`: where the feature rows come from and how they travel
+  (placement, read backend, prefetch, node-shared reads, a sharded placement's
+  exchange and remote cache; :mod:`training.features`, :mod:`training.sharded`);
+- :class:`DistributedSpec`: how long a rank waits on the others;
+- :class:`RunSpec`: epochs, seed, optimiser, evaluation, checkpoints, metrics.
+
+Each spec checks its own fields when made and raises
+:class:`~training.errors.TrainError` naming the field and what it expects.
+
+The run's record (the ``config`` of the metrics' start record and of every
+checkpoint) stays the flat dict it always was: :meth:`TrainSpec.to_dict` writes
+it under the field names of :data:`RECORD_FIELDS`, and :meth:`TrainSpec.from_dict`
+reads it back, so checkpoints written before the specs resume as they did.
+
+>>> spec = TrainSpec("cora", model=ModelSpec(arch="gcn", hidden=16), run=RunSpec(epochs=3))
+>>> d = spec.to_dict()
+>>> d["model"], d["hidden"], d["epochs"], d["fanouts"]
+('gcn', 16, 3, [25, 10])
+>>> TrainSpec.from_dict(d) == spec
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any  # the run's record: JSON values of several types
+
+from iostack.backends import BACKENDS
+from training.devices import SAMPLE_ON
+from training.errors import TrainError
+from training.exchange import EXCHANGES
+from training.models import MODELS
+
+__all__ = ["RECORD_FIELDS", "DistributedSpec", "IOSpec", "ModelSpec", "RunSpec", "SamplingSpec", "TrainSpec"]
+
+def _positive(spec: object, *names: str) -> None:
+    for name in names:
+        value = getattr(spec, name)
+        if value is not None and int(value) < 1:
+            raise TrainError(f"`{name}` {value}: expected a positive integer")
+
+
+def _non_negative(spec: object, *names: str) -> None:
+    for name in names:
+        if int(getattr(spec, name)) < 0:
+            raise TrainError(f"`{name}` {getattr(spec, name)}: expected a non-negative integer")
+
+
+def _path(spec: object, *names: str) -> None:
+    """Paths kept as strings (the record is JSON); ``None`` stays ``None``."""
+    for name in names:
+        value = getattr(spec, name)
+        if value is not None:
+            object.__setattr__(spec, name, os.fspath(value))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The network and its input. ``hidden``/``heads``/``out_heads``: ``None`` takes the model's default
+    (SAGE/GCN 256 hidden units, GAT 64 × 8 heads). ``attn_dropout``: GAT only. ``gcn_norm``: GCN's degrees
+    from the batch graph (``local``) or the whole graph (``global``). ``normalize_features``: row-normalise
+    the gathered rows (Planetoid style)."""
+
+    arch: str = "sage"
+    hidden: int | None = None
+    heads: int | None = None
+    out_heads: int | None = None
+    dropout: float = 0.5
+    attn_dropout: float = 0.0
+    gcn_norm: str = "local"
+    normalize_features: bool = False
+
+    def __post_init__(self) -> None:
+        if self.arch not in MODELS:
+            raise TrainError(f"`arch` {self.arch!r}: expected one of {', '.join(MODELS)}")
+        _positive(self, "hidden", "heads", "out_heads")
+        if self.gcn_norm not in ("local", "global"):
+            raise TrainError(f"`gcn_norm` {self.gcn_norm!r}: expected 'local' or 'global'")
+        if self.arch != "gat" and self.attn_dropout:
+            raise TrainError("`attn_dropout` applies to the GAT model only")
+
+    @property
+    def global_degrees(self) -> bool:
+        """Whether the model reads every vertex's whole-graph degree (GCN with ``gcn_norm="global"``)."""
+        return self.arch == "gcn" and self.gcn_norm == "global"
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """The batches. ``fanouts``: neighbours per hop, hop 1 first (``-1`` = all); one model layer each.
+    ``eval_fanouts``: evaluation's (``None``: ``fanouts``). ``batch_size``: global seeds per step.
+    ``sample_on``: ``auto`` samples on the GPU when the graph fits there, else on the host; ``cpu``;
+    ``gpu`` (an error when it cannot). ``server``: ``HOST:PORT`` of a sampling server to take the
+    training batches from, waited on for ``server_timeout_s``."""
+
+    fanouts: tuple[int, ...] = (25, 10)
+    eval_fanouts: tuple[int, ...] | None = None
+    batch_size: int = 1024
+    eval_batch_size: int = 4096
+    sample_on: str = "auto"
+    server: str | None = None
+    server_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
+        if self.eval_fanouts is not None:
+            object.__setattr__(self, "eval_fanouts", tuple(int(f) for f in self.eval_fanouts))
+        for fo, what in ((self.fanouts, "fanouts"), (self.eval_fanouts, "eval_fanouts")):
+            if fo is not None and (not fo or any(f < -1 or f == 0 for f in fo)):
+                raise TrainError(f"`{what}` {list(fo)}: expected positive integers or -1 (all neighbours)")
+        if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
+            raise TrainError(f"`eval_fanouts` {list(self.eval_fanouts)}: need one per layer ({len(self.fanouts)})")
+        _positive(self, "batch_size", "eval_batch_size")
+        if self.sample_on not in SAMPLE_ON:
+            raise TrainError(f"`sample_on` {self.sample_on!r}: expected one of {', '.join(SAMPLE_ON)}")
+        if not 0 < self.server_timeout_s < math.inf:
+            raise TrainError(f"`server_timeout_s` {self.server_timeout_s}: expected a positive number of seconds")
+
+    @property
+    def layers(self) -> int:
+        """The model's layers: one per fan-out."""
+        return len(self.fanouts)
+
+    @property
+    def evaluation_fanouts(self) -> tuple[int, ...]:
+        """The fan-outs evaluation samples with."""
+        return self.eval_fanouts or self.fanouts
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """Where the rows come from. ``placement``: a placement directory (``None``: the dataset's features
+    in memory). ``backend``: the SSD read backend (``auto``: chosen by the measurements in
+    ``capacities``, a ``moment profile`` file; :func:`iostack.backends.choose_backend`). ``prefetch``:
+    batches prepared ahead (0 = inline). ``node_shared_reads``: the ranks of a node read each SSD page
+    of a step once, for all of them (:mod:`training.nodereads`). ``exchange``, ``remote_cache_bytes``
+    (0 = none), ``remote_cache_dir`` (an SSD directory for it instead of host memory): a placement
+    sharded across nodes (:mod:`training.sharded`)."""
+
+    placement: str | None = None
+    backend: str = "auto"
+    capacities: str | None = None
+    prefetch: int = 2
+    node_shared_reads: bool = True
+    exchange: str = "alltoall"
+    remote_cache_bytes: int = 0
+    remote_cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        _path(self, "placement", "capacities", "remote_cache_dir")
+        if self.backend not in BACKENDS:
+            raise TrainError(f"`backend` {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        _non_negative(self, "prefetch")
+        if self.exchange not in EXCHANGES:
+            raise TrainError(f"`exchange` {self.exchange!r}: expected one of {', '.join(EXCHANGES)}")
+        if int(self.remote_cache_bytes) < 0:
+            raise TrainError(f"`remote_cache_bytes` {self.remote_cache_bytes}: expected a size in bytes >= 0")
+
+
+@dataclass(frozen=True)
+class DistributedSpec:
+    """The world's waits. ``timeout_s``: how long a rank waits on the others in a step's collectives (and
+    the feature exchange) before it stops with an error. The ranks themselves come from the launcher
+    (``torchrun``'s environment, :func:`training.distributed.open_world`)."""
+
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.timeout_s < math.inf:
+            raise TrainError(f"`timeout_s` {self.timeout_s}: expected a positive number of seconds")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """The run around the steps. ``epochs``: epochs to reach. ``seed``: parameters, shuffling, sampling.
+    ``lr``, ``weight_decay``: Adam's. ``eval_every_epochs``: 0 = only after the last epoch.
+    ``checkpoint_dir``: write ``checkpoint.pt`` there at every epoch end (and every
+    ``checkpoint_every_steps`` steps; 0 = epoch ends only); ``resume``: continue from it.
+    ``metrics_path``: JSON lines of the run's records (rank 0)."""
+
+    epochs: int = 1
+    seed: int = 0
+    lr: float = 0.003
+    weight_decay: float = 0.0
+    eval_every_epochs: int = 1
+    checkpoint_dir: str | None = None
+    checkpoint_every_steps: int = 0
+    resume: bool = False
+    metrics_path: str | None = None
+
+    def __post_init__(self) -> None:
+        _path(self, "checkpoint_dir", "metrics_path")
+        _positive(self, "epochs")
+        _non_negative(self, "eval_every_epochs", "checkpoint_every_steps")
+        if not 0 < self.lr < math.inf or not 0 <= self.weight_decay < math.inf:  # nan fails too
+            raise TrainError(f"`lr` must be > 0 and `weight_decay` >= 0, got {self.lr} and {self.weight_decay}")
+
+
+#: the run's record (metrics' start record, checkpoints): its field names in order, as they have always been
+RECORD_FIELDS = (
+    "dataset", "placement", "model", "fanouts", "eval_fanouts", "batch_size", "eval_batch_size", "epochs", "lr",
+    "weight_decay", "dropout", "attn_dropout", "hidden", "heads", "out_heads", "gcn_norm", "normalize_features",
+    "seed", "prefetch", "eval_every_epochs", "metrics_path", "checkpoint_dir", "checkpoint_every_steps", "resume",
+    "server", "backend", "server_timeout_s", "sample_on", "capacities", "timeout_s", "exchange", "remote_cache",
+    "remote_cache_dir", "node_shared_reads")
+
+_GROUPS: dict[str, type] = {"model": ModelSpec, "sampling": SamplingSpec, "io": IOSpec,
+                            "distributed": DistributedSpec, "run": RunSpec}
+#: record fields whose name in their spec differs
+_RENAMED = {"model": "arch", "remote_cache": "remote_cache_bytes"}
+
+
+def _where() -> dict[str, tuple[str, str]]:
+    """Each record field → (the group holding it, its name there)."""
+    by_field = {f.name: group for group, cls in _GROUPS.items() for f in dataclasses.fields(cls)}
+    return {key: (by_field[_RENAMED.get(key, key)], _RENAMED.get(key, key)) for key in RECORD_FIELDS
+            if key != "dataset"}
+
+
+_WHERE = _where()
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """A training run: the dataset directory and the five specs (see the module doc)."""
+
+    dataset: str
+    model: ModelSpec = field(default_factory=ModelSpec)
+    sampling: SamplingSpec = field(default_factory=SamplingSpec)
+    io: IOSpec = field(default_factory=IOSpec)
+    distributed: DistributedSpec = field(default_factory=DistributedSpec)
+    run: RunSpec = field(default_factory=RunSpec)
+
+    def __post_init__(self) -> None:
+        _path(self, "dataset")
+        for group, cls in _GROUPS.items():
+            if not isinstance(getattr(self, group), cls):
+                raise TrainError(f"`{group}`: expected a {cls.__name__}, got {type(getattr(self, group)).__name__}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat record of the run (JSON-ready: lists for fan-outs), fields in :data:`RECORD_FIELDS`' order."""
+        d: dict[str, Any] = {"dataset": self.dataset}
+        for key, (group, name) in _WHERE.items():
+            value = getattr(getattr(self, group), name)
+            d[key] = list(value) if isinstance(value, tuple) else value
+        return d
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> TrainSpec:
+        """The spec of a flat record (:meth:`to_dict`'s, or a subset: the rest default).
+
+        Raises
+        ------
+        TrainError
+            A field that is not one of :data:`RECORD_FIELDS`, a missing ``dataset``, or a bad value.
+        """
+        unknown = sorted(set(record) - set(RECORD_FIELDS))
+        if unknown:
+            raise TrainError(f"training settings: unknown field(s) {', '.join(unknown)}; "
+                             f"expected some of {', '.join(RECORD_FIELDS)}")
+        if "dataset" not in record:
+            raise TrainError("training settings: no dataset; name the dataset directory")
+        parts: dict[str, dict[str, Any]] = {group: {} for group in _GROUPS}
+        for key, value in record.items():
+            if key != "dataset":
+                group, name = _WHERE[key]
+                parts[group][name] = value
+        return cls(record["dataset"], **{group: _GROUPS[group](**kw) for group, kw in parts.items()})
