@@ -106,6 +106,33 @@ def _nat2int(v):
     return v >> 1 if v & 1 == 0 else -((v + 1) >> 1)
 
 
+def _copy_blocks(data, pos, c_blk, k, out, a, b, at, d):
+    """The copied part of a list: blocks alternately copy and skip ``out[a:b]`` (the reference's list)
+    into ``out[at:]``; ``(new pos, successors copied)``, or a status < 0."""
+    blocks, pos = _read_code(data, pos, c_blk, k)
+    if blocks < 0:
+        return pos, PAST_END
+    idx, got, copy = 0, 0, True
+    for i in range(blocks):
+        length, pos = _read_code(data, pos, c_blk, k)
+        if length < 0:
+            return pos, PAST_END
+        length += 0 if i == 0 else 1  # blocks after the first are never empty, so stored less one
+        if idx + length > b - a or (copy and got + length > d):
+            return pos, BAD_CODE
+        if copy:
+            out[at + got : at + got + length] = out[a + idx : a + idx + length]
+            got += length
+        idx += length
+        copy = not copy
+    if copy:  # an even number of blocks: the rest of the list is copied
+        if got + (b - a - idx) > d:
+            return pos, BAD_CODE
+        out[at + got : at + got + (b - a - idx)] = out[a + idx : b]
+        got += b - a - idx
+    return pos, got
+
+
 def _decode_list(data, pos, x, params, out, offs, first, at, need):
     """The successors of node ``x`` into ``out[at:]``: ``(new pos, count)``; a count < 0 is a status.
 
@@ -128,28 +155,9 @@ def _decode_list(data, pos, x, params, out, offs, first, at, need):
         if r > window or x - r < first:
             return pos, BAD_CODE
         if r > 0:
-            a, b = offs[x - r - first], offs[x - r - first + 1]
-            blocks, pos = _read_code(data, pos, c_blk, k)
-            if blocks < 0:
-                return pos, PAST_END
-            idx, copy = 0, True
-            for i in range(blocks):
-                length, pos = _read_code(data, pos, c_blk, k)
-                if length < 0:
-                    return pos, PAST_END
-                length += 0 if i == 0 else 1
-                if idx + length > b - a or (copy and got + length > d):
-                    return pos, BAD_CODE
-                if copy:
-                    out[at + got : at + got + length] = out[a + idx : a + idx + length]
-                    got += length
-                idx += length
-                copy = not copy
-            if copy:  # an even number of blocks: the rest of the list is copied
-                if got + (b - a - idx) > d:
-                    return pos, BAD_CODE
-                out[at + got : at + got + (b - a - idx)] = out[a + idx : b]
-                got += b - a - idx
+            pos, got = _copy_blocks(data, pos, c_blk, k, out, offs[x - r - first], offs[x - r - first + 1], at, d)
+            if got < 0:
+                return pos, got
     if got < d and min_int > 0:
         count, pos = _read_code(data, pos, c_int, k)
         if count < 0:
@@ -221,7 +229,7 @@ def kernels():
         return _decode_nodes
     jit = functools.partial(numba.njit, cache=True, nogil=True)
     g = globals()
-    for name in ("_read_bits", "_read_unary", "_gamma_tail", "_read_code", "_nat2int", "_decode_list"):
+    for name in ("_read_bits", "_read_unary", "_gamma_tail", "_read_code", "_nat2int", "_copy_blocks", "_decode_list"):
         g[name] = jit(g[name])
     return jit(_decode_nodes)
 

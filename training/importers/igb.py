@@ -76,6 +76,15 @@ def _labels(lab: np.ndarray, n: int, progress: Progress | None) -> np.ndarray:
     return out
 
 
+def _feature_blocks(feat: np.ndarray, progress: Progress | None):
+    """Row blocks of the memory-mapped features, with progress."""
+    n = feat.shape[0]
+    for a in range(0, n, FEATURE_BLOCK_ROWS):
+        yield feat[a : a + FEATURE_BLOCK_ROWS]
+        if progress is not None:
+            progress("copying features", min(n, a + FEATURE_BLOCK_ROWS), n)
+
+
 def import_igb(
     src: str | Path,
     dst: str | Path,
@@ -131,7 +140,7 @@ def import_igb(
     with DatasetWriter(dst, num_nodes=n, name=name or f"igb-{proc.parent.name}", source=source,
                        overwrite=overwrite, progress=progress, chunk_edges=chunk_edges) as w:
         w.write_edges(chunks, undirected=undirected, drop_self_loops=True, dedup=True)
-        w.write_features((feat[a : a + FEATURE_BLOCK_ROWS] for a in range(0, n, FEATURE_BLOCK_ROWS)),
+        w.write_features(_feature_blocks(feat, progress),
                          dtype=feature_dtype or feat.dtype)
         if labels is not None:
             w.write_labels(labels, num_classes=int(labels.max()) + 1 if (labels >= 0).any() else 0)
