@@ -130,14 +130,23 @@ def memmap(m: NpyMember) -> np.memmap:
                      order="F" if m.fortran_order else "C")
 
 
-def _read_exact(f, n: int, m: NpyMember) -> bytes:
-    try:
-        data = f.read(n)
-    except (zipfile.BadZipFile, EOFError, zlib.error, OSError) as exc:
-        raise _corrupt(m, exc) from None
-    if len(data) != n:
-        raise DatasetError(f"{m.where}: the data ends early ({len(data)} of {n} bytes); download the file again")
-    return data
+#: bytes asked of the zip stream at a time: zipfile builds each answer by concatenating
+#: decompressed pieces, so one large read holds about twice its size in short-lived bytes
+READ_PIECE_BYTES = 4 << 20
+
+
+def _read_into(f, out: memoryview, m: NpyMember) -> None:
+    """Fill ``out`` from the stream ``f`` in pieces of READ_PIECE_BYTES."""
+    done = 0
+    while done < len(out):
+        try:
+            data = f.read(min(READ_PIECE_BYTES, len(out) - done))
+        except (zipfile.BadZipFile, EOFError, zlib.error, OSError) as exc:
+            raise _corrupt(m, exc) from None
+        if not data:
+            raise DatasetError(f"{m.where}: the data ends early; download the file again")
+        out[done : done + len(data)] = data
+        done += len(data)
 
 
 def iter_items(m: NpyMember, start: int = 0, stop: int | None = None, *,
@@ -164,11 +173,15 @@ def iter_items(m: NpyMember, start: int = 0, stop: int | None = None, *,
             raise _corrupt(m, exc) from None
         with f:
             skip = m.header_bytes + start * item
+            scratch = np.empty(min(skip, READ_PIECE_BYTES), dtype=np.uint8)
             while skip:
-                skip -= len(_read_exact(f, min(skip, chunk_items * item), m))
+                piece = min(skip, scratch.size)
+                _read_into(f, memoryview(scratch)[:piece], m)
+                skip -= piece
             for a in range(start, stop, chunk_items):
-                k = min(chunk_items, stop - a)
-                yield np.frombuffer(_read_exact(f, k * item, m), dtype=m.dtype)
+                block = np.empty(min(chunk_items, stop - a), dtype=m.dtype)
+                _read_into(f, memoryview(block.view(np.uint8)), m)
+                yield block
             if stop == m.size:  # zipfile verifies the CRC-32 once the stream is read to its end
                 try:
                     extra = f.read(1)
