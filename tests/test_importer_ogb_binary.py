@@ -183,3 +183,40 @@ def test_cli_imports_the_binary_layout(tmp_path, capsys):
     ds = open_dataset(tmp_path / "out")
     ref = scipy_csr(*edges_in_memory(40, 200, 1), 40)
     assert np.array_equal(ds.indices, ref.indices) and ds.features.dtype == np.float16
+
+
+def test_cli_imports_igb_full_layout(tmp_path, capsys):
+    """IGB large/full: headerless features and labels, [E, 2] edges; the CLI end to end."""
+    from bench_import import write_igb
+
+    from moment.cli import main
+
+    src = write_igb(tmp_path, 60, 500, seed=2)
+    assert main(["data", "import", str(src), str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "(igb)" in out and "60 nodes" in out and "1024 × float32 features" in out
+    ds = open_dataset(tmp_path / "out")
+    ref = scipy_csr(*edges_in_memory(60, 500, 2), 60)
+    assert np.array_equal(ds.indptr, ref.indptr) and np.array_equal(ds.indices, ref.indices)
+
+
+@pytest.mark.parametrize("fmt, make, message", [
+    ("auto", "truncated", "data.npz: not a readable .npz (zip) file"),
+    ("auto", "no_split", "split/time: test.csv.gz is missing"),
+    ("webgraph", "no_graph", "g.graph: no such file"),
+])
+def test_cli_errors_are_one_line(tmp_path, capsys, fmt, make, message):
+    from moment.cli import main
+
+    if make == "no_graph":
+        (tmp_path / "g.properties").write_text("graphclass=it.unimi.dsi.webgraph.BVGraph\nnodes=1\narcs=0\n")
+        src = tmp_path / "g"
+    else:
+        src = small(tmp_path, splits=("train", "valid") if make == "no_split" else ("train", "valid", "test"))
+        if make == "truncated":
+            data = src / "raw" / "data.npz"
+            data.write_bytes(data.read_bytes()[:1000])
+    assert main(["data", "import", "--format", fmt, str(src), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("moment data: error:") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
