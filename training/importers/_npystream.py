@@ -173,7 +173,8 @@ def iter_items(m: NpyMember, start: int = 0, stop: int | None = None, *,
             raise _corrupt(m, exc) from None
         with f:
             skip = m.header_bytes + start * item
-            scratch = np.empty(min(skip, READ_PIECE_BYTES), dtype=np.uint8)
+            # skipped in pieces no larger than a chunk, so that the chunk bounds memory here too
+            scratch = np.empty(min(skip, READ_PIECE_BYTES, chunk_items * item), dtype=np.uint8)
             while skip:
                 piece = min(skip, scratch.size)
                 _read_into(f, memoryview(scratch)[:piece], m)
