@@ -147,8 +147,9 @@ def write_bv(base, lists, *, window=7, min_len=4, k=3, codes=None, cls="it.unimi
     return base
 
 
-def web_like(n: int, seed: int) -> list[list[int]]:
-    """Lists that share structure with their neighbours' (copies) and hold runs (intervals), as web pages do."""
+def web_like(n: int, seed: int, scale: int = 1) -> list[list[int]]:
+    """Lists that share structure with their neighbours' (copies) and hold runs (intervals), as web pages do;
+    ``scale`` multiplies the run lengths and the random successors (about ``7 * scale`` arcs a node)."""
     rng = np.random.default_rng(seed)
     lists: list[list[int]] = []
     for x in range(n):
@@ -158,8 +159,8 @@ def web_like(n: int, seed: int) -> list[list[int]]:
             s |= {y for y in src if rng.random() < 0.8}
         if rng.random() < 0.4:
             a = int(rng.integers(0, n))
-            s |= set(range(a, min(n, a + int(rng.integers(1, 12)))))
-        s |= set(rng.integers(0, n, int(rng.integers(0, 6))).tolist())
+            s |= set(range(a, min(n, a + int(rng.integers(1, 12 * scale)))))
+        s |= set(rng.integers(0, n, int(rng.integers(0, 6 * scale))).tolist())
         if rng.random() < 0.15:
             s = set()
         lists.append(sorted(s))
