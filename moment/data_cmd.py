@@ -17,7 +17,7 @@ from moment.errors import CommandError
 #: options of `data import` and the formats they apply to (dest -> formats)
 _FORMAT_OPTIONS = {
     "dataset": ("planetoid",),
-    "undirected": ("ogb", "igb", "edgelist", "hdf5"),
+    "undirected": ("ogb", "igb", "edgelist", "hdf5", "webgraph"),
     "hdf5_key": ("hdf5",),
     "directed": ("npz",),
     "lcc": ("npz",),
@@ -145,15 +145,17 @@ def register(subparsers) -> None:
 
     imp = data_sub.add_parser(
         "import", help="convert a public graph format into a dataset directory",
-        description="Convert Planetoid, gnn-benchmark .npz, OGB node-property, IGB, HDF5 or edge-list "
-                    "data into a dataset directory. Large inputs are converted in chunks with bounded memory; "
+        description="Convert Planetoid, gnn-benchmark .npz, OGB node-property (CSV or papers100M's binary "
+                    "data.npz), IGB, HDF5, edge-list or WebGraph BV data into a dataset directory. Large inputs are converted in chunks with bounded memory; "
                     "DST appears only when complete.",
         **examples("moment data import ../shared/fixtures/graphs/cora cora   # Planetoid, format detected",
                    "moment data import --format npz --lcc amazon_photo.npz photo",
                    "moment data import --format edgelist --undirected soc-Slashdot0902.txt.gz slashdot",
-                   "moment data import --format hdf5 --hdf5-key features=/node/x graph.h5 mygraph"),
+                   "moment data import --format hdf5 --hdf5-key features=/node/x graph.h5 mygraph",
+                   "moment data import papers100M-bin papers100M   # OGB binary: raw/data.npz, streamed",
+                   "moment data import --format webgraph uk-2014 uk2014   # uk-2014.graph + .properties"),
     )
-    imp.add_argument("src", metavar="SRC", help="source file or directory")
+    imp.add_argument("src", metavar="SRC", help="source file or directory (webgraph: the BASENAME)")
     imp.add_argument("dst", metavar="DST", help="dataset directory to create")
     imp.add_argument("--format", choices=("auto", *FORMATS), default="auto",
                      help="source format (default: detect from the file names)")
@@ -164,7 +166,7 @@ def register(subparsers) -> None:
     g = imp.add_argument_group("format options")
     g.add_argument("--dataset", metavar="NAME", help="planetoid: which ind.NAME.* when SRC holds several")
     g.add_argument("--undirected", action="store_true", default=None,
-                   help="ogb/igb/edgelist/hdf5: store every edge in both directions "
+                   help="ogb/igb/edgelist/hdf5/webgraph: store every edge in both directions "
                         "(ogb default: as OGB does, for ogbn-products/proteins)")
     g.add_argument("--directed", action="store_true", help="npz: keep the raw direction (default: symmetrise)")
     g.add_argument("--lcc", action="store_true", help="npz: keep only the largest connected component")

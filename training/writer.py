@@ -269,7 +269,7 @@ class DatasetWriter:
                 out = self.open_features(block.shape[1], dtype or block.dtype)
             if row + block.shape[0] > self.num_nodes:
                 raise DatasetError(f"feature blocks hold more than num_nodes={self.num_nodes} rows")
-            out[row : row + block.shape[0]] = block
+            self.write_feature_rows(row, block)  # pwrite: the written pages never count in this RSS
             row += block.shape[0]
         if out is None or row != self.num_nodes:
             raise DatasetError(f"feature blocks hold {row} rows, expected num_nodes={self.num_nodes}")

@@ -8,10 +8,12 @@ format     source                                       module
 ========== ============================================ ==========================================
 planetoid  directory of ``ind.<name>.*`` pickles         :mod:`training.importers.planetoid`
 npz        gnn-benchmark ``.npz`` file                  :mod:`training.importers.npz`
-ogb        OGB node-property directory (raw/, split/)   :mod:`training.importers.ogb`
+ogb        OGB node-property directory (raw/, split/;  :mod:`training.importers.ogb`,
+           CSV or papers100M's binary raw/data.npz)     :mod:`training.importers.ogb_binary`
 igb        IGB directory (processed/paper/...)          :mod:`training.importers.igb`
 hdf5       HDF5 file (CSR or edge list, features, ...)  :mod:`training.importers.hdf5`
 edgelist   SNAP text edge list, optionally gzipped      :mod:`training.importers.edgelist`
+webgraph   WebGraph BV graph (BASENAME.graph/.properties) :mod:`training.importers.webgraph`
 ========== ============================================ ==========================================
 
 >>> import_dataset  # doctest: +ELLIPSIS
@@ -31,6 +33,7 @@ FORMATS: dict[str, tuple[str, str]] = {
     "igb": ("training.importers.igb", "import_igb"),
     "npz": ("training.importers.npz", "import_npz"),
     "hdf5": ("training.importers.hdf5", "import_hdf5"),
+    "webgraph": ("training.importers.webgraph", "import_webgraph"),
     "edgelist": ("training.importers.edgelist", "import_edgelist"),
 }
 
@@ -40,14 +43,15 @@ def detect_format(src: str | Path) -> str:
     from training.data import DatasetError  # here, not above: FORMATS is read by `moment --help`
 
     src = Path(src)
-    if not src.exists():
+    if not src.exists() and not Path(f"{src}.properties").exists():  # a WebGraph basename names no file
         raise DatasetError(f"{src}: no such file or directory")
     for fmt, (mod, _) in FORMATS.items():
         if importlib.import_module(mod).detect(src):
             return fmt
     raise DatasetError(
         f"{src}: cannot tell its format (expected ind.<name>.* files, an OGB raw/ + split/ directory, an IGB "
-        f"processed/ directory, a gnn-benchmark .npz, an HDF5 file or a text edge list); pass `format={{{','.join(FORMATS)}}}`"
+        "processed/ directory, a gnn-benchmark .npz, an HDF5 file, a text edge list or a WebGraph BASENAME); "
+        f"pass `format={{{','.join(FORMATS)}}}`"
     )
 
 

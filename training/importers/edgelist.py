@@ -49,9 +49,9 @@ def detect(src: Path) -> bool:
     return False
 
 
-def _sorted_unique(x: np.ndarray) -> np.ndarray:
+def _sorted_unique(x: np.ndarray, *, kind: str | None = None) -> np.ndarray:
     """``np.unique`` by sorting (numpy 2's hash-based unique is several times slower on ids)."""
-    x = np.sort(x)
+    x = np.sort(x, kind=kind)
     keep = np.ones(x.size, dtype=bool)
     keep[1:] = x[1:] != x[:-1]
     return x[keep]
@@ -165,7 +165,10 @@ def _parse(src: Path, pairs_path: Path, relabel: bool, chunk_bytes: int, progres
             self_loops += int((arr[:, 0] == arr[:, 1]).sum())
             lo = min(lo, int(arr.min()))
             if relabel:
-                ids = _sorted_unique(np.concatenate([ids, _sorted_unique(arr.ravel())]))
+                # two sorted runs: timsort ("stable") merges them in linear time, where the default
+                # quicksort re-sorts all ids seen so far for every block (40x slower at 2e7 ids,
+                # quadratic in the file over a billion-edge list)
+                ids = _sorted_unique(np.concatenate([ids, _sorted_unique(arr.ravel())]), kind="stable")
             else:
                 ids = np.array([max(int(ids.max()) if ids.size else -1, int(arr.max()))])
             if progress:

@@ -10,7 +10,10 @@ Layout, as the IGB download scripts and ``igb/dataloader.py`` use it::
 ``src`` may be ``<root>/<size>``, its ``processed`` directory, or ``<root>`` when
 it holds one size. The large and full sizes ship ``node_feat.npy`` and the label
 files as raw arrays without a ``.npy`` header; those are read as raw float32.
-Arrays are memory-mapped and copied in blocks, so memory stays bounded.
+Arrays are memory-mapped and copied in blocks (features with ``pwrite``, so
+neither side's pages stay in this process), so memory does not grow with the
+edges: a chunk of edges, the labels (int64 x N) and the CSR build's per-node
+arrays (:mod:`training.csr`).
 
 Edges are kept as IGB's loader builds its DGL graph, ``edge_index[:, 0] ->
 edge_index[:, 1]`` (``undirected=True`` adds the reverse). Labels that are NaN or
@@ -60,6 +63,28 @@ def _array(path: Path, what: str, *, raw_dtype: str, raw_cols: int | None = None
     return np.memmap(path, dtype=raw_dtype, mode="r", shape=shape)
 
 
+def _labels(lab: np.ndarray, n: int, progress: Progress | None) -> np.ndarray:
+    """The first ``n`` float labels as int64 class ids (NaN or negative -> -1), converted block by block
+    (a whole-array conversion would hold three float64/int64 copies of 269 M labels for IGB full)."""
+    out = np.empty(n, dtype=np.int64)
+    step = FEATURE_BLOCK_ROWS * 32
+    for a in range(0, n, step):
+        blk = np.asarray(lab[a : min(a + step, n)], dtype=np.float64)
+        out[a : a + blk.size] = np.where(np.isfinite(blk) & (blk >= 0), blk, -1)
+        if progress is not None:
+            progress("reading labels", a + blk.size, n)
+    return out
+
+
+def _feature_blocks(feat: np.ndarray, progress: Progress | None):
+    """Row blocks of the memory-mapped features, with progress."""
+    n = feat.shape[0]
+    for a in range(0, n, FEATURE_BLOCK_ROWS):
+        yield feat[a : a + FEATURE_BLOCK_ROWS]
+        if progress is not None:
+            progress("copying features", min(n, a + FEATURE_BLOCK_ROWS), n)
+
+
 def import_igb(
     src: str | Path,
     dst: str | Path,
@@ -95,8 +120,7 @@ def import_igb(
         lab = _array(label_path, "label", raw_dtype="float32")
         if lab.shape[0] < n:
             raise DatasetError(f"{label_path}: {lab.shape[0]} labels, the features have {n} rows")
-        lab = np.asarray(lab[:n], dtype=np.float64)
-        labels = np.where(np.isfinite(lab) & (lab >= 0), lab, -1).astype(np.int64)
+        labels = _labels(lab, n, progress)
 
     def chunks():
         for a in range(0, edges.shape[0], chunk_edges):
@@ -116,7 +140,7 @@ def import_igb(
     with DatasetWriter(dst, num_nodes=n, name=name or f"igb-{proc.parent.name}", source=source,
                        overwrite=overwrite, progress=progress, chunk_edges=chunk_edges) as w:
         w.write_edges(chunks, undirected=undirected, drop_self_loops=True, dedup=True)
-        w.write_features((feat[a : a + FEATURE_BLOCK_ROWS] for a in range(0, n, FEATURE_BLOCK_ROWS)),
+        w.write_features(_feature_blocks(feat, progress),
                          dtype=feature_dtype or feat.dtype)
         if labels is not None:
             w.write_labels(labels, num_classes=int(labels.max()) + 1 if (labels >= 0).any() else 0)

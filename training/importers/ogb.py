@@ -15,6 +15,10 @@ OGB adds the reverse edges itself for the datasets whose ``master.csv`` says
 ``add_inverse_edge`` (ogbn-products, ogbn-proteins); ``undirected=None`` does the
 same by the directory name, ``True``/``False`` decide explicitly.
 Heterogeneous datasets (ogbn-mag) are not supported.
+
+The binary layout OGB ships for ogbn-papers100M (``raw/data.npz``,
+``raw/node-label.npz``) is read by :mod:`training.importers.ogb_binary`, as
+streams, when the directory has no ``raw/edge.csv.gz``.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.progress import Progress
-from training.data import DatasetError
+from training.data import DEFAULT_CHUNK_EDGES, DatasetError
 from training.importers._text import DEFAULT_CHUNK_BYTES, iter_rows
 from training.writer import DatasetWriter
 
@@ -40,7 +44,7 @@ def _file(raw: Path, stem: str) -> Path | None:
 
 
 def detect(src: Path) -> bool:
-    return src.is_dir() and _file(src / "raw", "edge") is not None
+    return src.is_dir() and (_file(src / "raw", "edge") is not None or (src / "raw" / "data.npz").is_file())
 
 
 def _ids(path: Path, n: int, what: str, chunk_bytes: int) -> np.ndarray:
@@ -63,19 +67,27 @@ def import_ogb(
     overwrite: bool = False,
     progress: Progress | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    chunk_edges: int = DEFAULT_CHUNK_EDGES,
 ) -> Path:
     """Convert the OGB node-property directory ``src`` into the dataset directory ``dst``. Returns ``dst``."""
     src, dst = Path(src), Path(dst)
     raw = src / "raw"
     edge_file = _file(raw, "edge")
-    if edge_file is None:
-        raise DatasetError(f"{src}: no raw/edge.csv.gz; not an OGB node-property dataset directory")
     if (raw / "relations").is_dir() or _file(raw, "triplet-type-list") is not None:
         raise DatasetError(f"{src}: a heterogeneous OGB dataset (e.g. ogbn-mag); only homogeneous graphs are supported")
-    feat_file, label_file = _file(raw, "node-feat"), _file(raw, "node-label")
-    n = _num_nodes(raw, edge_file, feat_file or label_file, chunk_bytes)
     if undirected is None:
         undirected = src.resolve().name.replace("-", "_") in INVERSE_EDGE_DATASETS
+    if edge_file is None and (raw / "data.npz").is_file():
+        from training.importers.ogb_binary import import_ogb_binary
+
+        return import_ogb_binary(src, dst, name=name, undirected=undirected, split_name=split_name,
+                                 feature_dtype=feature_dtype, overwrite=overwrite, progress=progress,
+                                 chunk_bytes=chunk_bytes, chunk_edges=chunk_edges)
+    if edge_file is None:
+        raise DatasetError(f"{src}: neither raw/edge.csv.gz nor raw/data.npz; not an OGB node-property "
+                           "dataset directory (point at the directory that holds raw/ and split/)")
+    feat_file, label_file = _file(raw, "node-feat"), _file(raw, "node-label")
+    n = _num_nodes(raw, edge_file, feat_file or label_file, chunk_bytes)
     rows = [0]
 
     def edge_chunks():
