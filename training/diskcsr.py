@@ -52,10 +52,13 @@ from training.errors import TrainingError
 #: where a CSR may live for ``moment train --graph-on``
 GRAPH_ON = ("memory", "disk")
 
-#: vertices per step of the passes over ``indptr`` (32 MiB of int64 degrees)
-CHUNK_VERTICES = 1 << 22
+#: vertices per step of the passes over ``indptr`` (8 MiB of int64 degrees; each step's temporaries are
+#: a few times that, which must fit beside the cache under a tight memory limit)
+CHUNK_VERTICES = 1 << 20
+#: positions per step while the adjacency cache is filled (each costs ~60 bytes of temporaries)
+FILL_CHUNK_ITEMS = 1 << 20
 
-__all__ = ["CHUNK_VERTICES", "GRAPH_ON", "AdjacencyCache", "CsrReadStats", "DiskCsrError", "DiskNeighbours",
+__all__ = ["CHUNK_VERTICES", "FILL_CHUNK_ITEMS", "GRAPH_ON", "AdjacencyCache", "CsrReadStats", "DiskCsrError", "DiskNeighbours",
            "hot_vertices", "npy_layout", "open_disk_csr"]
 
 
@@ -246,8 +249,7 @@ class DiskNeighbours:
         hot = hot_vertices(indptr, int(cache_bytes), dtype.itemsize)
         starts = np.asarray(indptr[hot], np.int64) if hot.size else np.zeros(0, np.int64)
         ends = np.asarray(indptr[hot + 1], np.int64) if hot.size else np.zeros(0, np.int64)
-        values, self.fill_reads = _read_lists(self.file, self.data_offset, dtype, starts, ends,
-                                              max(1, max_buffer_bytes // dtype.itemsize))
+        values, self.fill_reads = _read_lists(self.file, self.data_offset, dtype, starts, ends, FILL_CHUNK_ITEMS)
         self.cache = AdjacencyCache(hot, starts, ends, np.cumsum(ends - starts) - (ends - starts), values)
         self._stats = CsrReadStats()
         self._lock = threading.Lock()
