@@ -85,16 +85,17 @@ def test_disk_batches_equal_memory_batches(big_graph, direct, cache_bytes):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**31), n=st.integers(1, 300), max_deg=st.integers(0, 2500),
        fanouts=st.lists(st.sampled_from([-1, 1, 2, 5, 30]), min_size=1, max_size=3), replace=st.booleans(),
-       cache_items=st.integers(0, 4000), batch=st.integers(4, 50), buffer_pages=st.integers(1, 3))
+       cache_items=st.integers(0, 4000), batch=st.integers(4, 50), buffer_pages=st.integers(1, 3),
+       gap=st.integers(0, 8))
 def test_property_disk_and_memory_sample_alike(tmp_path, seed, n, max_deg, fanouts, replace, cache_items, batch,
-                                               buffer_pages):
+                                               buffer_pages, gap):
     rng = np.random.default_rng(seed)
     indptr, indices = _graph(rng, n, max_deg)
     path = tmp_path / f"indices-{seed}-{n}.npy"
     np.save(path, indices)
     train = rng.permutation(n)[: max(1, n // 2)]
     with DiskNeighbours(path, indptr, PosixBackend(processes=0, threads=2), cache_bytes=cache_items * 4,
-                        max_buffer_bytes=buffer_pages * 4096) as disk:
+                        max_buffer_bytes=buffer_pages * 4096, max_gap_pages=gap) as disk:
         mem_src, disk_src = _sources(indptr, indices, disk, train, tuple(fanouts), batch, replace, seed % 1000)
         edges = sum(_assert_same_batches(mem_src, disk_src, epoch)[1] for epoch in (0, 1))
         s = disk.stats()

@@ -53,17 +53,34 @@ def test_gather_gives_what_numpy_reads(array_file, direct):
 
 @settings(max_examples=30, deadline=None)
 @given(n=st.integers(1, 3000), picks=st.lists(st.integers(0, 10**9), min_size=0, max_size=200),
-       buffer_pages=st.integers(1, 4), itemsize=st.sampled_from([4, 8]))
-def test_gather_property_any_file_size(tmp_path_factory, n, picks, buffer_pages, itemsize):
+       buffer_pages=st.integers(1, 4), itemsize=st.sampled_from([4, 8]), gap=st.integers(0, 3))
+def test_gather_property_any_file_size(tmp_path_factory, n, picks, buffer_pages, itemsize, gap):
     dtype = np.dtype(f"int{8 * itemsize}")
     path = tmp_path_factory.mktemp("prop") / "x.bin"
     values = np.random.default_rng(n).integers(-(2**31), 2**31 - 1, n).astype(dtype)
     values.tofile(path)
     positions = np.array([p % n for p in picks], np.int64)
-    with PosixBackend(processes=0, threads=2) as be, PagedFile(path, be, max_buffer_bytes=buffer_pages * PAGE) as f:
+    with PosixBackend(processes=0, threads=2) as be, PagedFile(path, be, max_buffer_bytes=buffer_pages * PAGE,
+                                                               max_gap_pages=gap) as f:
         got, reads = f.gather(positions * itemsize, dtype)
     np.testing.assert_array_equal(got, values[positions])
-    assert reads.pages == np.unique(positions * itemsize // PAGE).size
+    pages = np.unique(positions * itemsize // PAGE)
+    spans = pages[-1] - pages[0] + 1 if pages.size else 0
+    assert pages.size <= reads.pages <= spans  # the needed pages, plus at most the gaps between them
+    if gap == 0:
+        assert reads.pages == pages.size
+
+
+def test_short_gaps_are_read_over_in_one_request(array_file):
+    offsets = np.array([0, 2, 4, 10]) * PAGE  # pages 0, 2, 4 and 10 (gaps of 1, 1 and 5 pages)
+    raw = np.frombuffer(array_file.read_bytes(), np.uint8)
+    want = np.array([raw[o:o + 8].view(np.int64)[0] for o in offsets])
+    with PosixBackend(processes=0, threads=1) as be:
+        for gap, pages, requests in ((0, 4, 4), (1, 6, 2), (5, 11, 1)):
+            with PagedFile(array_file, be, max_gap_pages=gap) as f:
+                got, reads = f.gather(offsets, np.int64)
+            np.testing.assert_array_equal(got, want)
+            assert (reads.pages, reads.requests) == (pages, requests)
 
 
 def test_bad_requests_are_store_errors(array_file):
