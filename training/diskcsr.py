@@ -16,9 +16,9 @@ of a whole hop at once, and this reads them:
   ``min(fanout, d / items per page)`` pages, so the reads saved per cached
   byte never fall as the degree grows;
 - else from ``indices.npy`` through :class:`iostack.pagefile.PagedFile`: the
-  distinct pages holding the hop's positions, sorted, neighbouring pages (and
-  gaps of up to :data:`DEFAULT_GAP_PAGES` between them) coalesced into one
-  request, read with O_DIRECT through the feature store's engines (native
+  distinct pages holding the hop's positions, sorted, neighbouring pages
+  coalesced into one request (optionally gaps of a few pages too:
+  :data:`DEFAULT_GAP_PAGES`), read with O_DIRECT through the feature store's engines (native
   AIO / io_uring), buffered where the file system refuses O_DIRECT.
 
 Only the pages holding *sampled* positions are read, not each frontier
@@ -56,11 +56,12 @@ GRAPH_ON = ("memory", "disk")
 #: vertices per step of the passes over ``indptr`` (8 MiB of int64 degrees; each step's temporaries are
 #: a few times that, which must fit beside the cache under a tight memory limit)
 CHUNK_VERTICES = 1 << 20
-#: pages of a gap between two needed pages that a lookup reads rather than split the request there: this
-#: virtual disk caps requests per second, not bytes. Measured on a 1.9e8-edge R-MAT graph (25,10, batch
-#: 1024, 10 batches, 2 interleaved rounds, load 10): gaps of 0, 2, 6, 14 pages gave 1, 1.35, 1.70, 1.38x
-#: the edges/s of no gap. On a larger CSR a batch's pages lie further apart and fewer gaps are this short
-DEFAULT_GAP_PAGES = 6
+#: pages of a gap between two needed pages that a lookup reads rather than split the request there (a disk
+#: that caps requests per second, not bytes, gains). Off: on a 1.9e8-edge R-MAT graph (25,10, batch 1024,
+#: 64 MiB cache, 512 MiB cgroup, tools/bench_csr_ssd.py) 6-page gaps gave 1.05x and then 0.90x the edges/s
+#: of none (medians of 3 and 5 interleaved rounds, load 7-11); only a first, unpaired try under heavier
+#: load gave 1.7x. ``open_disk_csr(max_gap_pages=...)`` and the bench's ``disk-gap`` mode keep it measurable
+DEFAULT_GAP_PAGES = 0
 #: positions per step while the adjacency cache is filled (each costs ~60 bytes of temporaries)
 FILL_CHUNK_ITEMS = 1 << 20
 
