@@ -22,6 +22,7 @@ mode sampled the same batches (a hash of each batch's ``n_id`` and ``edge_index`
   call, as many calls as the sampler made (the device's ceiling for this access);
 - ``disk-gap``: the same, also reading over gaps of up to ``--gap`` pages
   between needed pages (fewer, longer requests; off in ``disk``, the default);
+- ``disk-nocache``: the same as ``disk`` without the adjacency cache;
 - ``mmap``: the naive out-of-core way, both files memory-mapped (with
   ``madvise(MADV_RANDOM)``: without it each fault reads up to ``read_ahead_kb``
   around it, 8 MiB on this VM), in the same cgroup limit: every sampled
@@ -56,7 +57,7 @@ sys.path.insert(0, str(REPO))
 
 from _results import Figure, write  # noqa: E402
 
-MODES = ("memory", "disk", "disk-gap", "mmap")
+MODES = ("memory", "disk", "disk-gap", "disk-nocache", "mmap")
 
 
 def _size(text: str) -> int:
@@ -98,8 +99,9 @@ def _open_csr(mode: str, dataset: Path, cache_bytes: int, gap: int):
         # the fair naive reference: no read-around on a fault (this VM's read_ahead_kb reads up to 8 MiB)
         for name in ("indptr", "indices"):
             getattr(ds, name)._mmap.madvise(mmap.MADV_RANDOM)
-    else:  # disk-gap: requests over gaps of up to ``gap`` pages between needed ones too (the variant)
-        csr = open_disk_csr(ds, cache_bytes=cache_bytes, **({"max_gap_pages": gap} if mode == "disk-gap" else {}))
+    else:  # disk-gap: requests over gaps of up to ``gap`` pages too; disk-nocache: no adjacency cache
+        csr = open_disk_csr(ds, cache_bytes=0 if mode == "disk-nocache" else cache_bytes,
+                            **({"max_gap_pages": gap} if mode == "disk-gap" else {}))
     return ds, csr, time.perf_counter() - t0
 
 
@@ -167,7 +169,7 @@ def _run_mode(args: argparse.Namespace, mode: str, epoch: int, cgroup) -> dict:
            "--cache", str(args.cache), "--batches", str(args.mmap_batches if mode == "mmap" else args.batches),
            "--batch-size", str(args.batch_size),
            "--fanouts", args.fanouts, "--seed", str(args.seed), "--threads", str(args.threads), "--gap", str(args.gap)]
-    limited = cgroup is not None and mode != "memory"  # disk, disk-gap, mmap
+    limited = cgroup is not None and mode != "memory"  # the disk modes and mmap
     if limited:
         cgroup.drop_cache()
         cgroup.reset_peak()
@@ -204,7 +206,8 @@ def _figures(args, rounds: list[dict[str, dict]]) -> tuple[dict, list[Figure]]:
         out["cache_hit_rate"] = _summary([c["cache_hit_rate"] for c in csr])
         lim = f"under a {args.memory_limit_text} memory limit" if args.memory_limit else "no memory limit"
         names = {"memory": "in memory", "mmap": "memory-mapped (MADV_RANDOM), same limit",
-                 "disk-gap": "on SSD with gap reads, same limit"}
+                 "disk-gap": "on SSD with gap reads, same limit",
+                 "disk-nocache": "on SSD without the adjacency cache, same limit"}
         for ref, name in names.items():
             if ref in per:
                 figs.append(Figure("csr_ssd", f"sampler edges/s, CSR on SSD ({lim}, cache {args.cache_text}) vs "
@@ -230,7 +233,7 @@ def _print(args, rounds: list[dict[str, dict]], summary: dict) -> None:
         print(f"{m:<8}{e['median']:>14,.0f} ({e['min']:,.0f}-{e['max']:,.0f}){statistics.median(x['open_s'] for x in recs):>9.1f}"
               f"{peak:>10.0f}")
     if "disk" in args.modes:
-        for m in ("memory", "disk-gap", "mmap"):
+        for m in ("memory", "disk-gap", "disk-nocache", "mmap"):
             if m in args.modes:
                 print(f"disk / {m}: {summary['edges_per_s']['disk']['median'] / summary['edges_per_s'][m]['median']:.2f}x")
         s = summary

@@ -145,6 +145,8 @@ def hot_vertices(indptr: np.ndarray, budget_bytes: int, itemsize: int, *,
     """
     if budget_bytes < 0:
         raise DiskCsrError(f"adjacency cache: the budget must be >= 0 bytes, got {budget_bytes}")
+    if budget_bytes == 0:
+        return np.zeros(0, np.int64)
     deg_u, count_u = _degree_classes(indptr, chunk)
     limit = np.zeros(deg_u.size, np.int64)  # vertices taken of each degree class
     left = int(budget_bytes)
@@ -183,12 +185,6 @@ class AdjacencyCache:
     ends: np.ndarray
     offsets: np.ndarray
     values: np.ndarray
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the cache holds (its lists and its four index arrays)."""
-        return int(self.values.nbytes + self.vertices.nbytes + self.starts.nbytes + self.ends.nbytes
-                   + self.offsets.nbytes)
 
     def lookup(self, pos: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Write ``indices[pos[i]]`` into ``out[i]`` wherever a cached list holds ``pos[i]``; returns that mask."""
