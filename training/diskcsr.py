@@ -58,9 +58,9 @@ GRAPH_ON = ("memory", "disk")
 CHUNK_VERTICES = 1 << 20
 #: pages of a gap between two needed pages that a lookup reads rather than split the request there (a disk
 #: that caps requests per second, not bytes, gains). Off: on a 1.9e8-edge R-MAT graph (25,10, batch 1024,
-#: 64 MiB cache, 512 MiB cgroup, tools/bench_csr_ssd.py) 6-page gaps gave 1.05x and then 0.90x the edges/s
-#: of none (medians of 3 and 5 interleaved rounds, load 7-11); only a first, unpaired try under heavier
-#: load gave 1.7x. ``open_disk_csr(max_gap_pages=...)`` and the bench's ``disk-gap`` mode keep it measurable
+#: 64 MiB cache, 512 MiB cgroup, tools/bench_csr_ssd.py) 6-page gaps gave 1.05, 0.90, 0.94 and 1.16x the
+#: edges/s of none (medians of four interleaved runs of 3-5 rounds, load 3-11): no gain beyond noise.
+#: ``open_disk_csr(max_gap_pages=...)`` and the bench's ``disk-gap`` mode keep it measurable
 DEFAULT_GAP_PAGES = 0
 #: positions per step while the adjacency cache is filled (each costs ~60 bytes of temporaries)
 FILL_CHUNK_ITEMS = 1 << 20
