@@ -179,7 +179,16 @@ def test_cli_graph_on_disk_trains_like_memory(cora, tmp_path, capsys):
     assert runs["disk"] == runs["memory"]  # the same batches, the same seeds: the same steps
 
 
-def test_cli_graph_on_disk_refuses_a_server_in_one_line(cora, capsys):
-    assert main(["train", "--dataset", str(cora), "--graph-on", "disk", "--server", "localhost:1"]) == 2
+@pytest.mark.parametrize("extra", [["--server", "localhost:1"], ["--sample-on", "gpu"]], ids=["server", "gpu"])
+def test_cli_graph_on_disk_refuses_other_samplers_in_one_line(cora, capsys, extra):
+    assert main(["train", "--dataset", str(cora), "--graph-on", "disk", *extra]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--graph-on disk" in err
+    assert len(err.splitlines()) == 1 and "--graph-on disk" in err and extra[0] in err
+
+
+def test_csr_on_refuses_an_unknown_place(cora):
+    from training.errors import TrainError
+    from training.pipeline import csr_on
+
+    with pytest.raises(TrainError, match="graph_on"):
+        csr_on(open_dataset(cora), torch.device("cpu"), "tape")
