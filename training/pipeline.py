@@ -303,8 +303,8 @@ def sampling(spec: SamplingSpec, ds: Dataset, labels: np.ndarray, memory: Device
     if spec.server:
         return torch.device("cpu"), "in the sampling server", Lookups(labels_t, indptr if gcn_global else None)
     if spec.graph_on == "disk":  # the lists are read into host memory: sampled there
-        why = f"the graph's neighbour lists are read from disk (--graph-on disk, adjacency cache " \
-              f"{format_size(spec.graph_cache_bytes)})"
+        why = f"--graph-on disk: the graph's neighbour lists are read from disk, adjacency cache " \
+              f"{format_size(spec.graph_cache_bytes)}"
         return torch.device("cpu"), why, Lookups(labels_t, indptr if gcn_global else None)
     dev = memory.device if isinstance(memory, CudaMemory) else torch.device("cpu")
     # the CSR, the vertex maps of the training and the evaluation sampler, the labels (int64 each)
