@@ -28,7 +28,8 @@ def _spec(args: argparse.Namespace):
                               eval_fanouts=parse_fanouts(args.eval_fanouts, "--eval-fanouts")
                               if args.eval_fanouts else None,
                               batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
-                              sample_on=args.sample_on, server=args.server),
+                              sample_on=args.sample_on, server=args.server, graph_on=args.graph_on,
+                              graph_cache_bytes=_size(args.graph_cache, "--graph-cache")),
         io=IOSpec(placement=args.placement, backend=args.backend, capacities=args.capacities, prefetch=args.prefetch,
                   node_shared_reads=not args.no_node_shared_reads, exchange=args.exchange,
                   remote_cache_bytes=_size(args.remote_cache, "--remote-cache"),
@@ -233,6 +234,10 @@ def register(subparsers) -> None:
     r.add_argument("--sample-on", choices=("auto", "cpu", "gpu"), default="auto",
                    help="where to sample: auto (default) = on the GPU when the graph fits there, else the CPU")
     r.add_argument("--server", metavar="HOST:PORT", help="take batches from a `moment serve` sampling server")
+    r.add_argument("--graph-on", choices=("memory", "disk"), default="memory", help="memory (default): sample "
+                   "from the CSR's memory maps; disk: read the sampled lists of indices.npy with direct I/O (on CPU)")
+    r.add_argument("--graph-cache", default="0", metavar="SIZE", help="with --graph-on disk: hold the highest-"
+                   "degree vertices' lists in memory up to SIZE, e.g. 512MiB (default 0: none)")
     r.add_argument("--eval-fanouts", metavar="F1,F2,..", help="fan-outs of evaluation (default: --fanouts)")
     r.add_argument("--eval-batch-size", type=int, default=4096, metavar="N", help="default 4096")
     r.add_argument("--eval-every", type=int, default=1, metavar="E",

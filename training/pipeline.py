@@ -22,9 +22,12 @@ import torch
 from torch import Tensor
 
 from iostack.transfer import Batch, CudaMemory, DeviceMemory, Landing, Transfer
+from momentbase.units import format_size
 from training.batches import BatchSource, LocalBatchSource
 from training.data import Dataset
 from training.devices import sampling_device
+from training.diskcsr import GRAPH_ON, DiskNeighbours, open_disk_csr
+from training.errors import TrainError
 from training.features import FeatureSource
 from training.sampler import NeighborSampler, SampledBatch
 from training.specs import SamplingSpec
@@ -299,6 +302,10 @@ def sampling(spec: SamplingSpec, ds: Dataset, labels: np.ndarray, memory: Device
     gcn_global = global_degrees
     if spec.server:
         return torch.device("cpu"), "in the sampling server", Lookups(labels_t, indptr if gcn_global else None)
+    if spec.graph_on == "disk":  # the lists are read into host memory: sampled there
+        why = f"--graph-on disk: the graph's neighbour lists are read from disk, adjacency cache " \
+              f"{format_size(spec.graph_cache_bytes)}"
+        return torch.device("cpu"), why, Lookups(labels_t, indptr if gcn_global else None)
     dev = memory.device if isinstance(memory, CudaMemory) else torch.device("cpu")
     # the CSR, the vertex maps of the training and the evaluation sampler, the labels (int64 each)
     need = indptr.numel() * 8 + int(np.asarray(ds.indices[:1]).itemsize) * ds.num_edges + 3 * 8 * ds.num_nodes
@@ -320,15 +327,26 @@ def _readonly_tensor(a: np.ndarray) -> Tensor:
         return torch.from_numpy(a)
 
 
-def csr_on(ds: Dataset, device: torch.device) -> tuple[Tensor, Tensor]:
-    """The graph's CSR as tensors on ``device`` (copied up once when that is a GPU)."""
+def csr_on(ds: Dataset, device: torch.device, graph_on: str = "memory", cache_bytes: int = 0
+           ) -> tuple[Tensor, Tensor | DiskNeighbours]:
+    """The graph's CSR as tensors on ``device`` (copied up once when that is a GPU).
+
+    ``graph_on="disk"``: ``indices`` is a :class:`training.diskcsr.DiskNeighbours`
+    reading the lists from ``indices.npy`` (host sampling), with an adjacency
+    cache of ``cache_bytes``; the caller closes it.
+    """
+    if graph_on not in GRAPH_ON:
+        raise TrainError(f"graph_on: expected one of {', '.join(GRAPH_ON)}, got {graph_on!r}")
+    if graph_on == "disk":
+        return open_disk_csr(ds, cache_bytes=cache_bytes)
     indptr, indices = _readonly_tensor(np.asarray(ds.indptr)), _readonly_tensor(np.asarray(ds.indices))
     if device.type == "cpu":
         return indptr, indices
     return indptr.to(device, torch.int64), indices.to(device)
 
 
-def open_source(spec: SamplingSpec, seed: int, train_idx: np.ndarray, world: World, csr: tuple[Tensor, Tensor]
+def open_source(spec: SamplingSpec, seed: int, train_idx: np.ndarray, world: World,
+                csr: tuple[Tensor, Tensor | DiskNeighbours]
                 ) -> BatchSource:
     """This rank's batches: from the sampling server ``spec`` names, else sampled here on ``csr``.
 

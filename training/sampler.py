@@ -38,6 +38,7 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -47,6 +48,7 @@ from training.errors import TrainingError
 
 __all__ = [
     "NeighborSampler",
+    "NeighbourSource",
     "SampledBatch",
     "SamplerError",
     "count_accesses",
@@ -132,6 +134,26 @@ class SampledBatch:
         )
 
 
+@runtime_checkable
+class NeighbourSource(Protocol):
+    """The CSR's ``indices`` when they are not a tensor: ``take(pos)`` is ``indices[pos]``.
+
+    ``num_edges`` is ``len(indices)``, ``dtype`` its torch dtype, ``device`` where
+    ``take`` returns (the sampler's device). The sampler draws its positions from
+    ``indptr`` alone and looks up a whole hop's at once, so a source on disk
+    (:class:`training.diskcsr.DiskNeighbours`) reads them in one batch, and the
+    batches are the same as over the tensor.
+    """
+
+    num_edges: int
+    dtype: torch.dtype
+    device: torch.device
+
+    def take(self, pos: Tensor) -> Tensor:
+        """``indices[pos]`` for int64 positions, in ``dtype``."""
+        ...
+
+
 def _nbytes(t: Tensor) -> int:
     return t.numel() * t.element_size()
 
@@ -150,7 +172,7 @@ def _as_tensor(a: Tensor | np.ndarray | Sequence[int], what: str) -> Tensor:
 
 def sample_neighbors(
     indptr: Tensor,
-    indices: Tensor,
+    indices: Tensor | NeighbourSource,
     nodes: Tensor,
     fanout: int,
     *,
@@ -214,7 +236,7 @@ def sample_neighbors(
             if partial.numel():
                 subset = _subset_floyd(deg.index_select(0, partial), fanout, generator)
                 _put_rows(pos, first.index_select(0, partial), start.index_select(0, partial), subset)
-    nbr = indices.index_select(0, pos)
+    nbr = indices.index_select(0, pos) if isinstance(indices, Tensor) else indices.take(pos)
     return row, nbr
 
 
@@ -276,7 +298,8 @@ class NeighborSampler:
         indptr: int64 ``[num_nodes + 1]`` CSR row pointers (torch tensor or numpy array,
             memory maps welcome).
         indices: int32/int64 ``[num_edges]``; ``indices[indptr[v]:indptr[v + 1]]`` are the
-            vertices ``v`` aggregates from.
+            vertices ``v`` aggregates from. Or a :class:`NeighbourSource` (lists on the SSD:
+            :class:`training.diskcsr.DiskNeighbours`), with the same batches.
         fanouts: neighbours per vertex per hop, hop 1 (the seeds' own) first; ``-1`` = all.
         replace: sample with replacement (exactly ``fanout`` draws per non-isolated
             vertex) instead of without (the default).
@@ -311,7 +334,7 @@ class NeighborSampler:
     def __init__(
         self,
         indptr: Tensor | np.ndarray,
-        indices: Tensor | np.ndarray,
+        indices: Tensor | np.ndarray | NeighbourSource,
         fanouts: Sequence[int] = (25, 10),
         replace: bool = False,
         seed: int | None = None,
@@ -320,16 +343,18 @@ class NeighborSampler:
         num_threads: int | None = None,
     ) -> None:
         indptr = _as_tensor(indptr, "indptr")
-        indices = _as_tensor(indices, "indices")
+        if not isinstance(indices, NeighbourSource):
+            indices = _as_tensor(indices, "indices")
+            if indices.dim() != 1:
+                raise SamplerError(f"indices: expected a 1-D tensor, got shape {tuple(indices.shape)}")
         if indptr.dim() != 1 or indptr.numel() < 1:
             raise SamplerError(f"indptr: expected a 1-D tensor of num_nodes + 1 entries, got shape {tuple(indptr.shape)}")
-        if indices.dim() != 1:
-            raise SamplerError(f"indices: expected a 1-D tensor, got shape {tuple(indices.shape)}")
         if indptr.dtype.is_floating_point or indices.dtype.is_floating_point:
             raise SamplerError("indptr/indices: expected integer tensors, got floating point")
-        if int(indptr[0]) != 0 or int(indptr[-1]) != indices.numel():
+        num_edges = indices.numel() if isinstance(indices, Tensor) else int(indices.num_edges)
+        if int(indptr[0]) != 0 or int(indptr[-1]) != num_edges:
             raise SamplerError(
-                f"indptr: must run from 0 to len(indices) = {indices.numel()}, "
+                f"indptr: must run from 0 to len(indices) = {num_edges}, "
                 f"got {int(indptr[0])} .. {int(indptr[-1])}"
             )
         if indices.device != indptr.device:

@@ -40,6 +40,7 @@ from typing import Any  # the run's record: JSON values of several types
 
 from iostack.backends import BACKENDS
 from training.devices import SAMPLE_ON
+from training.diskcsr import GRAPH_ON
 from training.errors import TrainError
 from training.exchange import EXCHANGES
 from training.models import MODELS
@@ -104,7 +105,9 @@ class SamplingSpec:
     ``eval_fanouts``: evaluation's (``None``: ``fanouts``). ``batch_size``: global seeds per step.
     ``sample_on``: ``auto`` samples on the GPU when the graph fits there, else on the host; ``cpu``;
     ``gpu`` (an error when it cannot). ``server``: ``HOST:PORT`` of a sampling server to take the
-    training batches from, waited on for ``server_timeout_s``."""
+    training batches from, waited on for ``server_timeout_s``. ``graph_on``: ``memory`` (the CSR's
+    memory maps) or ``disk`` (the sampled neighbour lists read from ``indices.npy`` with direct I/O,
+    sampled on the host: :mod:`training.diskcsr`), with an adjacency cache of ``graph_cache_bytes``."""
 
     fanouts: tuple[int, ...] = (25, 10)
     eval_fanouts: tuple[int, ...] | None = None
@@ -113,6 +116,8 @@ class SamplingSpec:
     sample_on: str = "auto"
     server: str | None = None
     server_timeout_s: float = 30.0
+    graph_on: str = "memory"
+    graph_cache_bytes: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
@@ -128,6 +133,17 @@ class SamplingSpec:
             raise TrainError(f"`sample_on` {self.sample_on!r}: expected one of {', '.join(SAMPLE_ON)}")
         if not 0 < self.server_timeout_s < math.inf:
             raise TrainError(f"`server_timeout_s` {self.server_timeout_s}: expected a positive number of seconds")
+        self._check_graph_on()
+
+    def _check_graph_on(self) -> None:
+        if self.graph_on not in GRAPH_ON:
+            raise TrainError(f"`graph_on` {self.graph_on!r}: expected one of {', '.join(GRAPH_ON)}")
+        _non_negative(self, "graph_cache_bytes")
+        if self.graph_on == "disk" and self.server:
+            raise TrainError("--graph-on disk samples in this process: drop --server, or --graph-on")
+        if self.graph_on == "disk" and self.sample_on == "gpu":
+            raise TrainError("--graph-on disk samples on the host's CPU: drop --sample-on gpu, or keep the graph "
+                             "in memory (--graph-on memory)")
 
     @property
     def layers(self) -> int:
@@ -215,12 +231,12 @@ RECORD_FIELDS = (
     "weight_decay", "dropout", "attn_dropout", "hidden", "heads", "out_heads", "gcn_norm", "normalize_features",
     "seed", "prefetch", "eval_every_epochs", "metrics_path", "checkpoint_dir", "checkpoint_every_steps", "resume",
     "server", "backend", "server_timeout_s", "sample_on", "capacities", "timeout_s", "exchange", "remote_cache",
-    "remote_cache_dir", "node_shared_reads")
+    "remote_cache_dir", "node_shared_reads", "graph_on", "graph_cache")
 
 _GROUPS: dict[str, type] = {"model": ModelSpec, "sampling": SamplingSpec, "io": IOSpec,
                             "distributed": DistributedSpec, "run": RunSpec}
 #: record fields whose name in their spec differs
-_RENAMED = {"model": "arch", "remote_cache": "remote_cache_bytes"}
+_RENAMED = {"model": "arch", "remote_cache": "remote_cache_bytes", "graph_cache": "graph_cache_bytes"}
 
 
 def _where() -> dict[str, tuple[str, str]]:

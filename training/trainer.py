@@ -227,6 +227,7 @@ def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarr
             progress(rec)
 
     features, source = given.features, given.source
+    csr: tuple | None = None
     try:
         # before the caches fill: will they and training fit in the memory there is? (a warning, never a refusal)
         memory_note = check_host_memory(spec.io, spec.sampling, ds, hidden=spec.model.hidden,
@@ -237,7 +238,7 @@ def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarr
         predictor = Predictor.for_run(spec.io, features, ds)
         sample_dev, sample_why, lookups = sampling(spec.sampling, ds, labels, memory,
                                                    global_degrees=spec.model.global_degrees)
-        csr = csr_on(ds, sample_dev)
+        csr = csr_on(ds, sample_dev, spec.sampling.graph_on, spec.sampling.graph_cache_bytes)
         if source is None:
             source = open_source(spec.sampling, run_spec.seed, train_idx, world, csr)
         shared = setup_node_shared_reads(spec.io.node_shared_reads, world, features, source.steps(0),
@@ -267,6 +268,8 @@ def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarr
             source.close()
         if features is not None and given.features is None:
             features.close()
+        if csr is not None and not isinstance(csr[1], Tensor):
+            csr[1].close()  # neighbour lists on disk: their file and reader
         if metrics_file is not None:
             metrics_file.close()
 
