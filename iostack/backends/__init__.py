@@ -11,26 +11,70 @@ both backends reading random rows into GPU memory
 (:data:`TOOL_POSIX_TO_GPU`, :data:`TOOL_KVIKIO_TO_GPU`), and ``kvikio`` is
 chosen only where it measured faster on every SSD holding bins.
 
+Each backend is a :class:`ReadBackend` subclass named in :data:`READ_BACKENDS`; what a
+caller may rely on is said by flags on the class (``device_reads``, ``needs_cuda``,
+``direct``), never by its name.
+
 >>> get_backend("posix", processes=0).name
 'posix'
 >>> choose_backend("auto", cuda=False).name
 'posix'
+>>> backend_choices()
+('auto', 'posix', 'kvikio')
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from iostack.backends.base import BinHandle, ReadBackend
 from iostack.errors import StoreError
+from momentbase.registry import Registry
 
-BACKENDS = ("auto", "posix", "kvikio")
+if TYPE_CHECKING:
+    from iostack.backends.base import BinHandle, ReadBackend
+
+#: the read backends by name: each a :class:`ReadBackend` subclass, imported when first built
+#: (listing the names, as ``--backend``'s choices do, imports neither torch nor KvikIO)
+READ_BACKENDS: Registry[type[ReadBackend]] = Registry("read backend", StoreError)
+READ_BACKENDS.register("posix", "iostack.backends.posix:PosixBackend")
+READ_BACKENDS.register("kvikio", "iostack.backends.kvikio_backend:KvikioBackend")
+
+#: ``auto``: not a backend but the choice :func:`choose_backend` makes among them
+AUTO = "auto"
+
+
+def backend_choices() -> tuple[str, ...]:
+    """What a ``backend`` option accepts: ``auto`` and every registered backend."""
+    return (AUTO, *READ_BACKENDS.names())
+
+
+def tool_to_gpu(name: str) -> str:
+    """The capacities-file tool of backend ``name``'s measured random reads into GPU memory."""
+    return f"moment-{name}-to-gpu"
+
 
 #: tools of the capacities-file measurements ``auto`` compares: random rows into GPU memory
-TOOL_POSIX_TO_GPU = "moment-posix-to-gpu"
-TOOL_KVIKIO_TO_GPU = "moment-kvikio-to-gpu"
+TOOL_POSIX_TO_GPU = tool_to_gpu("posix")
+TOOL_KVIKIO_TO_GPU = tool_to_gpu("kvikio")
+
+# the base classes load on first use (PEP 562): they import torch
+_LAZY = {"BinHandle": "iostack.backends.base", "ReadBackend": "iostack.backends.base"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _check_name(name: str) -> str:
+    if name != AUTO and name not in READ_BACKENDS:
+        raise StoreError(f"unknown read backend {name!r} (known: {', '.join(backend_choices())})")
+    return name
 
 
 @dataclass(frozen=True)
@@ -55,9 +99,7 @@ def choose_backend(name: str = "auto", *, cuda: bool, capacities: Any = None,
     holds both backends' into-GPU measurements for the SSD of every path and
     KvikIO's is the faster on each; otherwise ``posix``, saying why.
     """
-    if name not in BACKENDS:
-        raise StoreError(f"unknown read backend {name!r}: choose one of {', '.join(BACKENDS)}")
-    if name != "auto":
+    if _check_name(name) != AUTO:
         return BackendChoice(name, "asked for")
     if not cuda:
         return BackendChoice("posix", "no CUDA device: rows are read into host memory")
@@ -92,20 +134,15 @@ def get_backend(name: str = "auto", **options: Any) -> ReadBackend:
 
     ``options`` go to the backend's constructor (e.g. ``queue_depth``,
     ``processes``, ``direct`` for ``posix``; ``device``, ``threads`` for
-    ``kvikio``). Raises :class:`StoreError` for an unknown name or a backend
-    this machine cannot run.
+    ``kvikio``); ``device`` only to a backend with ``device_reads`` (the others
+    read into host memory). Raises :class:`StoreError` for an unknown name or a
+    backend this machine cannot run.
     """
-    if name not in BACKENDS:
-        raise StoreError(f"unknown read backend {name!r}: choose one of {', '.join(BACKENDS)}")
-    if name == "kvikio":
-        from iostack.backends.kvikio_backend import KvikioBackend
-
-        return KvikioBackend(**options)
-    from iostack.backends.posix import PosixBackend
-
-    options = {k: v for k, v in options.items() if k != "device"}  # a posix read goes to host memory
-    return PosixBackend(**options)
+    cls = READ_BACKENDS.get("posix" if _check_name(name) == AUTO else name)
+    if not cls.device_reads:
+        options = {k: v for k, v in options.items() if k != "device"}
+    return cls(**options)
 
 
-__all__ = ["BACKENDS", "TOOL_KVIKIO_TO_GPU", "TOOL_POSIX_TO_GPU", "BackendChoice", "BinHandle", "ReadBackend",
-           "choose_backend", "get_backend"]
+__all__ = ["AUTO", "READ_BACKENDS", "TOOL_KVIKIO_TO_GPU", "TOOL_POSIX_TO_GPU", "BackendChoice", "BinHandle",
+           "ReadBackend", "backend_choices", "choose_backend", "get_backend", "tool_to_gpu"]
