@@ -19,9 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from moment._args import (
-    FILE_OPTIONS,
     add_source_args,
     examples,
+    file_options,
     load_topology,
     parse_fanouts,
     parse_nvlink,
@@ -120,7 +120,7 @@ def _handoff(args: argparse.Namespace):
 
     if args.plan:
         named = [f"--{k.replace('_', '-')}" for k in ("machine", "capacities", "nvlink", "unknown_link_gbps",
-                                                       *FILE_OPTIONS) if getattr(args, k, None)]
+                                                       *file_options()) if getattr(args, k, None)]
         if named:
             raise PlannerError(f"--plan {args.plan} fixes the machine and its figures already; drop "
                                f"{', '.join(named)} (or drop --plan to plan now with them)")
