@@ -85,6 +85,8 @@ def test_flow_model_recipe(recipe):
     assert bound.seconds_per_iteration == pytest.approx(1.5)  # 12 GB at 8 GB/s
     assert bound.seconds_per_iteration <= exact.seconds_per_iteration * (1 + 1e-6)
     assert sum(bound.store_bytes.values()) == pytest.approx(12e9)
+    # or handed over as the function itself, networkx's flow_func= way: the same answer
+    assert solve(topo, w, model=recipe["solve_store_bound"]) == bound
     # plan() takes the name from the same registry: no list of its own to extend
     res = plan(load_machine("moment-b"), inventory_from_counts(gpus=2, ssds=4), Demand(bytes_per_consumer=3e9),
                model="store-bound", top=2)

@@ -99,14 +99,15 @@ class HotnessSpec:
         if self.method not in HOTNESS_METHODS:
             raise HotnessError(f"hotness method {self.method!r}: expected one of {', '.join(HOTNESS_METHODS)}")
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
-        if self.method == "presample":
+        params = HOTNESS_METHODS.caps(self.method).get("params", ())  # a field is checked where it matters
+        if "batch_size" in params:
             if self.batch_size < 1:
                 raise HotnessError(f"batch size {self.batch_size}: expected a positive number of vertices")
             if self.num_batches is None and not (self.epochs > 0 and math.isfinite(self.epochs)):
                 raise HotnessError(f"pre-sampling epochs {self.epochs}: expected a positive number")
             if self.num_batches is not None and self.num_batches < 1:
                 raise HotnessError(f"pre-sampling batches {self.num_batches}: expected at least 1")
-        if self.method == "pagerank" and not 0 < self.damping < 1:
+        if "damping" in params and not 0 < self.damping < 1:
             raise HotnessError(f"PageRank damping {self.damping}: expected a number in (0, 1)")
 
     def params(self) -> dict[str, Any]:

@@ -76,6 +76,7 @@ solvers' numbers turned into it); :data:`FLOW_MODELS` and :func:`solve` are here
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from momentbase.registry import Registry
@@ -110,8 +111,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def solve(topo: Topology, workload: Workload, model: str = "maxflow", **options: Any) -> FlowResult:
-    """Solve ``workload`` on ``topo`` with the flow model named ``model`` (one of :data:`FLOW_MODELS`).
+def solve(topo: Topology, workload: Workload, model: str | Callable[..., FlowResult] = "maxflow",
+          **options: Any) -> FlowResult:
+    """Solve ``workload`` on ``topo`` with the flow model ``model``: a name of :data:`FLOW_MODELS`, or the
+    model itself (a function ``(topo, workload, **options) -> FlowResult``, as networkx's ``flow_func=``).
 
     ``options`` go to the model (``tie_break``, ``unknown_link_bytes_per_s``, ... for
     :func:`solve_maxflow` and :func:`solve_concurrent`).
@@ -121,4 +124,4 @@ def solve(topo: Topology, workload: Workload, model: str = "maxflow", **options:
         ...
     planner.errors.PlannerError: unknown flow model 'fastest' (known: maxflow, concurrent)
     """
-    return FLOW_MODELS.get(model)(topo, workload, **options)
+    return (model if callable(model) else FLOW_MODELS.get(model))(topo, workload, **options)
