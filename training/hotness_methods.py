@@ -8,7 +8,9 @@ the epochs a read count amounts to (``None`` when the values are not read
 counts). Each is registered in :data:`HOTNESS_METHODS` with capability
 ``params``: the :class:`~training.hotness.HotnessSpec` fields its result
 depends on (saved with it, so a cached hotness of other parameters is not
-reused). The table imports nothing heavy: the command line lists its names
+reused) and optionally ``sampled``: its values are one random draw of
+training's reads, so another ``seed`` gives an independent draw (``moment
+place`` measures its placement's shares on one). The table imports nothing heavy: the command line lists its names
 without numpy.
 
 >>> HOTNESS_METHODS.names()
@@ -28,7 +30,7 @@ from training.errors import TrainingError
 __all__ = ["HOTNESS_METHODS"]
 
 HOTNESS_METHODS: Registry[Callable[..., tuple[Any, float | None]]] = Registry("hotness method", TrainingError)
-HOTNESS_METHODS.register("presample", "training.hotness:presample_counts",
+HOTNESS_METHODS.register("presample", "training.hotness:presample_counts", sampled=True,
                          params=("fanouts", "batch_size", "epochs", "num_batches", "seed"))
 HOTNESS_METHODS.register("degree", "training.hotness:degree_hotness", params=())
 HOTNESS_METHODS.register("pagerank", "training.hotness:pagerank_hotness", params=("damping", "tol", "max_iter"))
