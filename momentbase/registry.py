@@ -33,6 +33,7 @@ momentbase.registry.ShapeError: unknown shape 'toy' (known: circle, square)
 from __future__ import annotations
 
 import importlib
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -45,6 +46,9 @@ from momentbase.errors import MomentError
 __all__ = ["Entry", "Registry", "RegistryError", "resolve"]
 
 T = TypeVar("T")
+
+#: a lazily imported entry: ``package.module:attr`` (dotted on both sides of the colon)
+_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 class RegistryError(MomentError, LookupError):
@@ -109,6 +113,8 @@ class Registry(Generic[T]):
             return decorate
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {self.kind} needs a non-empty name, got {name!r}")
+        if isinstance(target, str) and not _TARGET.fullmatch(target):
+            raise ValueError(f"{self.kind} {name!r}: {target!r} is not 'package.module:attr'")
         with self._lock:
             if name in self._entries and not replace:
                 raise ValueError(f"{self.kind} {name!r} is registered already (pass replace=True to replace it)")

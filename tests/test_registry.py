@@ -59,6 +59,8 @@ def test_register_refuses_a_taken_name_unless_replacing_and_bad_targets():
         r.register("", abs)
     with pytest.raises(ValueError, match="expected 'package.module:attr'"):
         resolve("os.path.join")
+    with pytest.raises(ValueError, match="is not 'package.module:attr'"):
+        r.register("b", "os.path.join")  # refused when registered, not when first used
 
 
 def test_decorator_and_context_manager():

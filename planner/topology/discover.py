@@ -64,12 +64,10 @@ def topology_from_files(*, machine: str | Path | None = None, name: str | None =
                                          -CAPTURE_SOURCES.caps(n)["priority"]))
     topo: Topology | None = None
     for src in order:
-        parsed = CAPTURE_SOURCES.get(src)(None if CAPTURE_SOURCES.caps(src)["phase"] == "tree" else topo,
-                                          given[src], name)
-        if CAPTURE_SOURCES.caps(src)["phase"] == "tree" and topo is not None:
-            topo = _adopt_nvlinks(topo, parsed)  # a second tree source lends its NVLinks
-        else:
-            topo = parsed
+        tree = CAPTURE_SOURCES.caps(src)["phase"] == "tree"
+        parsed = CAPTURE_SOURCES.get(src)(None if tree else topo, given[src], name)
+        # the first tree source builds the tree; a later one lends its NVLinks
+        topo = _adopt_nvlinks(topo, parsed) if tree and topo is not None else parsed
     assert topo is not None
     if name:
         topo.name = name
