@@ -236,7 +236,7 @@ def bench_gather(store, *, batch: int = 8192, seconds: float = 5.0, alpha: float
 
 
 def bench_device_reads(directory: str | os.PathLike[str], device: str = "cuda", *,
-                       backends: tuple[str, ...] = ("posix", "kvikio"), file_bytes: int = 1 << 30,
+                       backends: tuple[str, ...] | None = None, file_bytes: int = 1 << 30,
                        row_bytes: int = PAGE, seconds: float = 3.0, batch: int = 65536, runs: int = 3,
                        keep_file: bool = False, progress: Progress | None = None) -> tuple[list, list[str]]:
     """Random rows of one bin file read into GPU memory by each backend, through the feature store.
@@ -254,7 +254,7 @@ def bench_device_reads(directory: str | os.PathLike[str], device: str = "cuda", 
 
     import torch
 
-    from iostack.backends import TOOL_KVIKIO_TO_GPU, TOOL_POSIX_TO_GPU
+    from iostack.backends import READ_BACKENDS, tool_to_gpu
     from iostack.placement import Placement
     from iostack.store import FeatureStore
     from planner.capacities import ReadMeasurement
@@ -266,7 +266,7 @@ def bench_device_reads(directory: str | os.PathLike[str], device: str = "cuda", 
     rows = b.capacity_rows
     p = Placement((b,), np.zeros(rows, np.int16), np.arange(rows))
     stores, notes = {}, []
-    for name in backends:
+    for name in READ_BACKENDS.names() if backends is None else backends:
         try:
             stores[name] = FeatureStore(p, directory, backend=name, device=device)
         except StoreError as exc:
@@ -291,7 +291,7 @@ def bench_device_reads(directory: str | os.PathLike[str], device: str = "cuda", 
             rps = statistics.median(rates[name])
             out.append(ReadMeasurement(rps * row_bytes, rps, row_bytes, getattr(s.backend, "queue_depth", None)
                                        or getattr(s.backend, "threads", None),
-                                       TOOL_KVIKIO_TO_GPU if name == "kvikio" else TOOL_POSIX_TO_GPU,
+                                       tool_to_gpu(name),
                                        "direct" if direct else "buffered", int(b.capacity_rows * row_bytes),
                                        seconds, note=f"into {device}, batches of {batch} random rows, median of "
                                                      f"{runs} runs" + (f"; {note}" if note else "")))

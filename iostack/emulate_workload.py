@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from iostack.backends import backend_choices
 from iostack.errors import StoreError
 
 
@@ -179,8 +180,8 @@ def workload_from_dict(d: Mapping[str, Any], base: str | os.PathLike[str] = ".")
     if checkpoint.bytes and checkpoint.every_steps and checkpoint.dir is None:
         raise WorkloadError("checkpoint.dir: missing; name where checkpoints are written")
     backend = str(d.get("backend", "auto"))
-    if backend not in ("auto", "posix", "kvikio"):
-        raise WorkloadError(f"backend: {backend!r}; expected auto, posix or kvikio")
+    if backend not in backend_choices():
+        raise WorkloadError(f"backend: {backend!r}; expected one of {', '.join(backend_choices())}")
     return Workload(str(d.get("name", "workload")), placement, synthetic, stream, compute,
                     _num(d, "readers", "", int, 1, minimum=1), _num(d, "prefetch", "", int, 2),
                     _num(d, "epochs", "", int, 1, minimum=1), checkpoint, backend, features)

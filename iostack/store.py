@@ -235,8 +235,8 @@ class FeatureStore(SsdReads, StoreStats):
             raise StoreError("the placement has SSD bins: pass bin_dir, the directory of the bin files")
         if isinstance(backend, str):
             options = dict(options or {})
-            if backend == "kvikio" and self.memory.accelerated:
-                options.setdefault("device", self.device)
+            if self.memory.accelerated:
+                options.setdefault("device", self.device)  # taken by a backend with device reads only
             self.backend = get_backend(backend, **options)
         else:
             self.backend = backend
@@ -253,10 +253,7 @@ class FeatureStore(SsdReads, StoreStats):
                 # no buffered-read worker processes started for it in the memory the caches could use
                 continue
             h = self._handles[b.id] = self.backend.open(info)
-            if self.backend.name == "kvikio" and h.direct:
-                self.notes.append(f"SSD bin {b.id}: KvikIO through cuFile (GPUDirect Storage where the driver "
-                                  "allows it: `gdscheck -p` tells)")
-            elif h.note:
+            if h.note:
                 self.notes.append(f"SSD bin {b.id}: {h.note}")
         return dtype, dim
 

@@ -123,14 +123,13 @@ def add_source_args(parser: argparse.ArgumentParser, *, planning: bool = False) 
     ``planning`` adds what changes its figures for a plan: ``--capacities``,
     ``--unknown-link-gbps`` and ``--nvlink`` (what-if bridges).
     """
+    from planner.topology.sources import CAPTURE_SOURCES
+
     src = parser.add_argument_group("sources (captured on the machine; combine those of one machine)")
-    src.add_argument("--lspci", metavar="FILE", help="output of `lspci -tv` (or `lspci -t`)")
-    src.add_argument("--lspci-vvv", metavar="FILE", action="extend", nargs="+",
-                     help="output of `lspci -vvv` / `-vvnn`, whole or per device (several files allowed)")
-    src.add_argument("--dmidecode", metavar="FILE", help="output of `dmidecode` or `dmidecode -t 9`")
-    src.add_argument("--nvidia-smi", metavar="FILE", help="output of `nvidia-smi topo -m`")
-    src.add_argument("--hwloc", metavar="FILE", help="hwloc XML (`lstopo --of xml`)")
-    src.add_argument("--nccl-topo", metavar="FILE", help="NCCL topology XML (NCCL_TOPO_FILE format)")
+    for source in CAPTURE_SOURCES:  # one option per file a capture source reads
+        for f in CAPTURE_SOURCES.caps(source)["files"]:
+            many = {"action": "extend", "nargs": "+"} if f.many else {}
+            src.add_argument(f.flag, metavar="FILE", help=f.help, **many)
     src.add_argument("--machine", metavar="NAME|FILE",
                      help="a bundled machine spec (moment-a, moment-b) or a YAML spec file")
     src.add_argument("--name", help="name to give the machine")
@@ -147,10 +146,14 @@ def add_source_args(parser: argparse.ArgumentParser, *, planning: bool = False) 
 
 def machine_named(args: argparse.Namespace) -> bool:
     """Whether any source option names a machine (else: this machine)."""
-    return getattr(args, "machine", None) is not None or any(getattr(args, k, None) for k in FILE_OPTIONS)
+    return getattr(args, "machine", None) is not None or any(getattr(args, k, None) for k in file_options())
 
 
-FILE_OPTIONS = ("lspci", "lspci_vvv", "dmidecode", "nvidia_smi", "hwloc", "nccl_topo")
+def file_options() -> tuple[str, ...]:
+    """The ``args`` attributes of the captured-file options (one per file of each capture source)."""
+    from planner.topology.sources import file_keywords
+
+    return file_keywords()
 
 
 def load_topology(args: argparse.Namespace):
@@ -164,8 +167,7 @@ def load_topology(args: argparse.Namespace):
     """
     from planner.topology.discover import live_topology, topology_from_files
 
-    files = {k: getattr(args, k, None) for k in FILE_OPTIONS}
-    files["lspci_vvv"] = files["lspci_vvv"] or ()
+    files = {k: getattr(args, k, None) for k in file_options()}
     name = getattr(args, "name", None)
     if machine_named(args):
         topo = topology_from_files(machine=getattr(args, "machine", None), name=name, **files)

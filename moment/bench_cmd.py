@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from iostack.backends import backend_choices
 from moment._args import examples
 from moment.bars import Bars
 from moment.errors import CommandError
@@ -70,7 +71,7 @@ def register(subparsers) -> None:
     g.add_argument("--seconds", type=float, default=5.0)
     g.add_argument("--alpha", type=float, default=1.0, help="Zipf exponent of the ids (default 1.0)")
     g.add_argument("--ids", help="a .npy of vertex ids to replay instead of Zipf ids")
-    g.add_argument("--backend", default="auto", choices=("auto", "posix", "kvikio"))
+    g.add_argument("--backend", default="auto", choices=backend_choices())
     g.set_defaults(func=_gather)
 
     em = groups.add_parser(

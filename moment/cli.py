@@ -20,6 +20,7 @@ from moment._args import (
     load_topology,
 )
 from momentbase.errors import MomentError
+from planner.flow import FLOW_MODELS
 
 EXIT_USAGE = 2
 
@@ -139,7 +140,7 @@ def _add_plan(sub) -> None:
     wl.add_argument("--cpu-cache-share", type=float, default=0.0, metavar="S",
                     help="share of reads served by host memory (default 0)")
     how = pl.add_argument_group("search and output")
-    how.add_argument("--model", choices=("maxflow", "concurrent"), default="maxflow",
+    how.add_argument("--model", choices=FLOW_MODELS.names(), default="maxflow",
                      help="flow model: the paper's max-flow, or the stricter concurrent LP")
     how.add_argument("--top", type=int, default=5, metavar="K", help="layouts to list (default 5)")
     how.add_argument("--exhaustive", action="store_true",

@@ -19,9 +19,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from moment._args import (
-    FILE_OPTIONS,
     add_source_args,
     examples,
+    file_options,
     load_topology,
     parse_fanouts,
     parse_nvlink,
@@ -29,6 +29,9 @@ from moment._args import (
 )
 from moment._args import size_arg as _size
 from planner.errors import PlannerError
+from planner.flow import FLOW_MODELS
+from planner.policies import PLACEMENT_POLICIES
+from training.hotness_methods import HOTNESS_METHODS
 
 
 def register(subparsers) -> None:
@@ -54,7 +57,7 @@ def register(subparsers) -> None:
     src.add_argument("--plan", metavar="FILE",
                      help="a plan written by `moment plan --json > FILE` ('-': standard input); without it a "
                           "plan is made now for the machine the source options name, as `moment plan` would")
-    src.add_argument("--model", choices=("maxflow", "concurrent"), default="maxflow",
+    src.add_argument("--model", choices=FLOW_MODELS.names(), default="maxflow",
                      help="flow model of a plan made now (default maxflow)")
     add_source_args(p, planning=True)
     caches = p.add_argument_group("where the rows go")
@@ -81,7 +84,7 @@ def register(subparsers) -> None:
     caches.add_argument("--out", required=True, metavar="DIR", help="where the placement is written")
     caches.add_argument("--force", action="store_true", help="replace an existing placement and bin files")
     hot = p.add_argument_group("hotness")
-    hot.add_argument("--hotness", choices=("presample", "degree", "pagerank"), default="presample",
+    hot.add_argument("--hotness", choices=HOTNESS_METHODS.names(), default="presample",
                      help="how hot each row is (default presample)")
     hot.add_argument("--hotness-dir", metavar="DIR",
                      help="keep the hotness here instead of <dataset>/hotness (for a read-only dataset)")
@@ -96,7 +99,7 @@ def register(subparsers) -> None:
                      help="pre-sample this many mini-batches instead of whole epochs")
     hot.add_argument("--seed", type=int, default=0, help="seed of the pre-sampling and of --strategy random")
     alg = p.add_argument_group("placement")
-    alg.add_argument("--strategy", choices=("ddak", "hash", "hot-first", "random"), default="ddak",
+    alg.add_argument("--strategy", choices=PLACEMENT_POLICIES.names(), default="ddak",
                      help="DDAK (default) or a baseline")
     alg.add_argument("--pool", type=int, metavar="N",
                      help="DDAK pool size in rows (default 100, smaller for small graphs: >= 100 pools per bin)")
@@ -120,7 +123,7 @@ def _handoff(args: argparse.Namespace):
 
     if args.plan:
         named = [f"--{k.replace('_', '-')}" for k in ("machine", "capacities", "nvlink", "unknown_link_gbps",
-                                                       *FILE_OPTIONS) if getattr(args, k, None)]
+                                                       *file_options()) if getattr(args, k, None)]
         if named:
             raise PlannerError(f"--plan {args.plan} fixes the machine and its figures already; drop "
                                f"{', '.join(named)} (or drop --plan to plan now with them)")

@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 
+from iostack.backends import backend_choices
 from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
 from moment.errors import CommandError
@@ -227,7 +228,7 @@ def register(subparsers) -> None:
                         "on a machine of 2 cores with small rows in memory, inline can be faster; each batch ahead "
                         "holds its gathered features, e.g. 217 MB for 1024 seeds at 25,10 and 512 floats: with "
                         "SSD-bound steps under a memory limit, 1 leaves that room to --cpu-cache)")
-    r.add_argument("--backend", choices=("auto", "posix", "kvikio"), default="auto",
+    r.add_argument("--backend", choices=backend_choices(), default="auto",
                    help="SSD read backend: kvikio reads into GPU memory (needs CUDA and KvikIO); auto (default) "
                         "takes kvikio only where --capacities measured it faster, else posix")
     r.add_argument("--capacities", metavar="FILE", help="a `moment profile` file: its figures choose --backend auto")

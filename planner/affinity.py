@@ -14,7 +14,7 @@ import numpy as np
 
 from planner.ddak import ddak
 from planner.errors import PlannerError
-from planner.placement import _CHUNK_ITEMS, DdakBin, DdakResult, _check, _deviation, _targets
+from planner.placement import _CHUNK_ITEMS, DdakBin, DdakResult, _deviation, _targets, check_inputs
 from planner.progress import Progress
 
 
@@ -80,7 +80,7 @@ def ddak_affinity(hotness: np.ndarray, bins: Sequence[DdakBin], affinity: Affini
         raise PlannerError(f"pool: {pool} items; must be ≥ 1")
     if affinity is None or affinity.groups < 2:
         return ddak(hotness, bins, pool=pool, progress=progress)
-    h = _check(hotness, bins)
+    h = check_inputs(hotness, bins)
     aff = affinity
     n, m = h.shape[0], len(bins)
     reads = np.asarray(aff.item_reads)

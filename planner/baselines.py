@@ -16,44 +16,16 @@ from planner.placement import (
     TIERS,
     DdakBin,
     DdakResult,
-    _check,
     _codes,
     _deviation,
     _hot_order,
     _split_codes,
     _targets,
+    check_inputs,
+    result_from_bins,
 )
 
 __all__ = ["hash_placement", "hot_first_placement", "random_placement"]
-
-
-def _traffic(h: np.ndarray, bin_of: np.ndarray, m: int) -> np.ndarray:
-    out = np.zeros(m, dtype=np.float64)
-    for a in range(0, h.shape[0], _CHUNK_ITEMS):
-        out += np.bincount(
-            bin_of[a : a + _CHUNK_ITEMS], weights=h[a : a + _CHUNK_ITEMS], minlength=m
-        )
-    return out
-
-
-def _from_bins(h: np.ndarray, bins: Sequence[DdakBin], bin_of: np.ndarray) -> DdakResult:
-    """Rows in id order within each bin, traffic and deviation, for a given ``bin_of``."""
-    n, m = h.shape[0], len(bins)
-    row_of = np.empty(n, dtype=np.int64)
-    nxt = np.zeros(m, dtype=np.int64)
-    for a in range(0, n, _CHUNK_ITEMS):
-        b = bin_of[a : a + _CHUNK_ITEMS]
-        # rank of each item among the chunk's items of its bin, in id order
-        srt = np.argsort(b, kind="stable")
-        cnt = np.bincount(b, minlength=m)
-        first = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-        r = np.empty(b.shape[0], dtype=np.int64)
-        r[srt] = np.arange(b.shape[0], dtype=np.int64) - np.repeat(first, cnt)
-        row_of[a : a + b.shape[0]] = r + nxt[b]
-        nxt += cnt
-    traffic = _traffic(h, bin_of, m)
-    target = _targets(float(traffic.sum()), bins)
-    return DdakResult(bin_of, row_of, traffic, target, nxt, _deviation(traffic, target))
 
 
 def hash_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakResult:
@@ -67,7 +39,7 @@ def hash_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakResult:
     >>> hash_placement(np.ones(6), bins).bin_of.tolist()
     [0, 1, 0, 1, 1, 1]
     """
-    h = _check(hotness, bins)
+    h = check_inputs(hotness, bins)
     n, m = h.shape[0], len(bins)
     cap = np.array([b.capacity_items for b in bins], dtype=np.int64)
     bin_of = np.empty(n, dtype=np.int32)
@@ -85,7 +57,7 @@ def hash_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakResult:
         natural = np.minimum(n // m + (np.arange(m) < n % m), cap)
         spare = cap - natural
         bin_of[ov] = np.repeat(np.arange(m, dtype=np.int32), spare)[: ov.shape[0]]
-    return _from_bins(h, bins, bin_of)
+    return result_from_bins(h, bins, bin_of)
 
 
 def hot_first_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakResult:
@@ -98,7 +70,7 @@ def hot_first_placement(hotness: np.ndarray, bins: Sequence[DdakBin]) -> DdakRes
     >>> hot_first_placement(np.array([1.0, 3.0, 2.0]), bins).bin_of.tolist()
     [0, 1, 0]
     """
-    h = _check(hotness, bins)
+    h = check_inputs(hotness, bins)
     n, m = h.shape[0], len(bins)
     order, hs = _hot_order(h)
     seq = sorted(range(m), key=lambda j: (TIERS.index(bins[j].kind), j))
@@ -134,7 +106,7 @@ def random_placement(hotness: np.ndarray, bins: Sequence[DdakBin], seed: int = 0
     >>> r.items_per_bin.tolist()
     [5, 5]
     """
-    h = _check(hotness, bins)
+    h = check_inputs(hotness, bins)
     n, m = h.shape[0], len(bins)
     cap = np.array([b.capacity_items for b in bins], dtype=np.int64)
     want = cap / cap.sum() * n if cap.sum() else np.zeros(m)
@@ -149,4 +121,4 @@ def random_placement(hotness: np.ndarray, bins: Sequence[DdakBin], seed: int = 0
     perm = np.random.default_rng(seed).permutation(n)
     bin_of = np.empty(n, dtype=np.int32)
     bin_of[perm] = np.repeat(np.arange(m, dtype=np.int32), size)
-    return _from_bins(h, bins, bin_of)
+    return result_from_bins(h, bins, bin_of)

@@ -136,7 +136,6 @@ from planner.placement import (
     TIERS,
     DdakBin,
     DdakResult,
-    _check,
     _codes,
     _deviation,
     _hot_keys,
@@ -144,6 +143,7 @@ from planner.placement import (
     _split_codes,
     _targets,
     _use_compiled,
+    check_inputs,
 )
 from planner.progress import Progress, report
 
@@ -183,7 +183,7 @@ def ddak(
     >>> r.traffic_per_bin.tolist(), r.target_per_bin.tolist()
     ([16.0, 12.0, 12.0], [10.0, 10.0, 20.0])
     """
-    h = _check(hotness, bins)
+    h = check_inputs(hotness, bins)
     if pool < 1:
         raise PlannerError(f"pool: {pool} items; must be ≥ 1")
     n = h.shape[0]

@@ -18,7 +18,7 @@ import numpy as np
 from planner import compiled
 from planner.errors import PlannerError
 
-__all__ = ["TIERS", "DdakBin", "DdakResult"]
+__all__ = ["TIERS", "DdakBin", "DdakResult", "check_inputs", "result_from_bins"]
 
 #: the storage hierarchy, fastest first
 TIERS: tuple[str, ...] = ("gpu", "cpu", "ssd")
@@ -75,7 +75,13 @@ class DdakResult:
     max_relative_deviation: float
 
 
-def _check(hotness: np.ndarray, bins: Sequence[DdakBin]) -> np.ndarray:
+def check_inputs(hotness: np.ndarray, bins: Sequence[DdakBin]) -> np.ndarray:
+    """``hotness`` as an array after the checks every placement policy owes its caller.
+
+    One dimension of non-negative finite numbers, at least one bin, each of a
+    known tier with a capacity ≥ 0 and a positive finite target, and room for
+    every item; else :class:`~planner.errors.PlannerError` naming the input.
+    """
     h = np.asarray(hotness)
     if h.ndim != 1:
         raise PlannerError(f"hotness: expected a 1-d array, got shape {h.shape}")
@@ -273,3 +279,37 @@ def _deviation(traffic: np.ndarray, target: np.ndarray) -> float:
     if target.sum() <= 0:
         return 0.0
     return float(np.max(np.abs(traffic - target) / target))
+
+
+def _traffic(h: np.ndarray, bin_of: np.ndarray, m: int) -> np.ndarray:
+    out = np.zeros(m, dtype=np.float64)
+    for a in range(0, h.shape[0], _CHUNK_ITEMS):
+        out += np.bincount(
+            bin_of[a : a + _CHUNK_ITEMS], weights=h[a : a + _CHUNK_ITEMS], minlength=m
+        )
+    return out
+
+
+def result_from_bins(h: np.ndarray, bins: Sequence[DdakBin], bin_of: np.ndarray) -> DdakResult:
+    """The :class:`DdakResult` of a policy that chose each item's bin: rows in id order within each bin.
+
+    ``h``: the checked hotness (:func:`check_inputs`), ``[n]``; ``bin_of``: int ``[n]``, each
+    item's index into ``bins``. Adds each bin's traffic, target and the largest relative
+    deviation from the targets, as DDAK reports them.
+    """
+    n, m = h.shape[0], len(bins)
+    row_of = np.empty(n, dtype=np.int64)
+    nxt = np.zeros(m, dtype=np.int64)
+    for a in range(0, n, _CHUNK_ITEMS):
+        b = bin_of[a : a + _CHUNK_ITEMS]
+        # rank of each item among the chunk's items of its bin, in id order
+        srt = np.argsort(b, kind="stable")
+        cnt = np.bincount(b, minlength=m)
+        first = np.concatenate(([0], np.cumsum(cnt)[:-1]))
+        r = np.empty(b.shape[0], dtype=np.int64)
+        r[srt] = np.arange(b.shape[0], dtype=np.int64) - np.repeat(first, cnt)
+        row_of[a : a + b.shape[0]] = r + nxt[b]
+        nxt += cnt
+    traffic = _traffic(h, bin_of, m)
+    target = _targets(float(traffic.sum()), bins)
+    return DdakResult(bin_of, row_of, traffic, target, nxt, _deviation(traffic, target))

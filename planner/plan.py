@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from planner.bound import _Bounder
 from planner.errors import PlannerError
-from planner.flow import FlowResult, solve
+from planner.flow import FLOW_MODELS, FlowResult, solve
 from planner.inventory import Inventory
 from planner.layout import (
     Layout,
@@ -40,8 +40,6 @@ from planner.layout import (
 )
 from planner.topology.model import Link, LinkKind, NodeKind, Topology
 from planner.workload import Consumer, Demand, Store, Tier, Workload
-
-MODELS = ("maxflow", "concurrent")
 
 #: relative slack when comparing a solved T with a bound: the solvers return T
 #: within 1e-4 of the optimum, so a layout is skipped only when it cannot beat
@@ -259,8 +257,7 @@ def plan(
 def _check_plan_args(topology: Topology, model: str, top: int,
                      unknown_link_bytes_per_s: float | None) -> dict[str, float]:
     """The options every solve gets; raises on a bad model, ``top`` or unknown links."""
-    if model not in MODELS:
-        raise PlannerError(f"unknown flow model {model!r}; choose one of {', '.join(MODELS)}")
+    FLOW_MODELS.check(model)
     if top < 1:
         raise PlannerError(f"top must be at least 1, got {top}")
     unknown = [lk for lk in topology.links() if lk.bytes_per_s is None]

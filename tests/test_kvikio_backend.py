@@ -195,3 +195,28 @@ def test_store_says_whether_kvikio_reads_through_gds(monkeypatch, bins, cufile):
         assert s.direct_io()[0][0] is cufile
         note = next(n for n in s.notes if n.startswith("SSD bin 0"))
         assert ("GPUDirect Storage where" in note) if cufile else ("compatibility mode" in note)
+
+
+def test_auto_weighs_any_registered_backend_with_device_reads(monkeypatch, tmp_path):
+    """A new backend whose reads land on the device competes in ``auto`` by its flag, not by its name."""
+    from iostack.backends import READ_BACKENDS, choose_backend, tool_to_gpu
+    from iostack.backends.base import ReadBackend
+    from planner import hostinfo
+    from planner.capacities import Capacities, DeviceCapacity, ReadMeasurement
+    from planner.hostinfo import BlockDevice
+
+    class Direct(ReadBackend):  # never built here: auto reads the class's flag only
+        device_reads = True
+
+    monkeypatch.setattr(hostinfo, "block_device_of", lambda p, sys_root="/sys": BlockDevice("nvme0n1"))
+    figures = {"posix": 3e9, "kvikio": 4e9, "toy-direct": 5e9}
+    caps = Capacities(devices=(DeviceCapacity(
+        "0000:3b:00.0", ReadMeasurement(3e9, tool="fio-io_uring"), block_device="nvme0n1", path=str(tmp_path),
+        others=tuple(ReadMeasurement(v, tool=tool_to_gpu(n)) for n, v in figures.items())),))
+    paths = [str(tmp_path / "bin3.dat")]
+    assert choose_backend("auto", cuda=True, capacities=caps, paths=paths).name == "kvikio"
+    with READ_BACKENDS.registered("toy-direct", Direct):
+        chosen = choose_backend("auto", cuda=True, capacities=caps, paths=paths)
+        assert chosen.name == "toy-direct" and "toy-direct 5.00 GB/s" in chosen.reason
+    with READ_BACKENDS.registered("toy-host", type("Host", (Direct,), {"device_reads": False})):
+        assert choose_backend("auto", cuda=True, capacities=caps, paths=paths).name == "kvikio"

@@ -14,6 +14,8 @@ so with full neighbourhoods; with sampled fan-outs the neighbour draws differ
 A :class:`BatchSource` yields one rank's sampled batches of an epoch in step
 order. :class:`LocalBatchSource` samples in the trainer's own process; the
 sampling server's client (:mod:`training.serve`) implements the same protocol.
+:data:`BATCH_SOURCES` names the sources a run can be given by name, each a
+factory ``(SourceRequest) -> BatchSource``.
 
 >>> import torch
 >>> shares = [epoch_seeds(torch.arange(10), 0, 4, rank=r, world_size=2, seed=1) for r in range(2)]
@@ -26,14 +28,19 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from momentbase.registry import Registry
 from training.sampler import NeighborSampler, SampledBatch, SamplerError
+
+if TYPE_CHECKING:
+    from training.diskcsr import DiskNeighbours
 
 
 def num_steps(num_seeds: int, batch_size: int) -> int:
@@ -128,3 +135,50 @@ class LocalBatchSource:
 
     def close(self) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class SourceRequest:
+    """What a batch source is built from, for one rank of a run.
+
+    ``train_idx``: the training vertices (int ``[n]``); ``csr``: the graph's
+    ``(indptr, indices)`` on the sampling device (``indices`` a tensor, or a
+    :class:`~training.diskcsr.DiskNeighbours` reading them off the SSD); ``batch_size``: the
+    global batch, in seed vertices; ``fanouts``: neighbours per hop (``-1``:
+    all); ``seed``: the run's; ``rank`` of ``world_size``; ``server``: the
+    sampling server's ``HOST:PORT`` when there is one, ``timeout_s`` how long
+    to wait on it.
+    """
+
+    train_idx: np.ndarray
+    csr: tuple[Tensor, Tensor | DiskNeighbours]
+    batch_size: int
+    fanouts: tuple[int, ...]
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+    server: str | None = None
+    timeout_s: float = 30.0
+
+
+def local_source(req: SourceRequest) -> LocalBatchSource:
+    """The ``local`` source: uniform neighbour sampling in this process (:class:`LocalBatchSource`)."""
+    sampler = NeighborSampler(*req.csr, req.fanouts, seed=req.seed)
+    return LocalBatchSource(sampler, req.train_idx, req.batch_size, rank=req.rank, world_size=req.world_size,
+                            seed=req.seed)
+
+
+def server_source(req: SourceRequest) -> BatchSource:
+    """The ``server`` source: batches sampled by the ``moment serve`` server at ``req.server``."""
+    if not req.server:
+        raise SamplerError("the server batch source needs the sampling server's HOST:PORT")
+    from training.serve import RemoteBatchSource  # only with a server: the module pulls in rpc
+
+    return RemoteBatchSource(req.server, rank=req.rank, world_size=req.world_size, batch_size=req.batch_size,
+                             fanouts=req.fanouts, seed=req.seed, timeout_s=req.timeout_s)
+
+
+#: the batch sources by name: ``factory(SourceRequest) -> BatchSource``
+BATCH_SOURCES: Registry[Callable[[SourceRequest], BatchSource]] = Registry("batch source", SamplerError)
+BATCH_SOURCES.register("local", local_source)
+BATCH_SOURCES.register("server", server_source)

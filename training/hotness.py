@@ -56,8 +56,7 @@ import numpy as np
 from planner.progress import Progress
 from training.data import Dataset
 from training.errors import TrainingError
-
-METHODS = ("presample", "degree", "pagerank")
+from training.hotness_methods import HOTNESS_METHODS
 
 #: edges per block for the degree count and the PageRank iteration; the
 #: cached PageRank blocks of a graph up to this size take about 12 bytes per edge
@@ -97,28 +96,30 @@ class HotnessSpec:
     max_iter: int = 200
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise HotnessError(f"hotness method {self.method!r}: expected one of {', '.join(METHODS)}")
+        if self.method not in HOTNESS_METHODS:
+            raise HotnessError(f"hotness method {self.method!r}: expected one of {', '.join(HOTNESS_METHODS)}")
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
-        if self.method == "presample":
+        params = HOTNESS_METHODS.caps(self.method).get("params", ())  # a field is checked where it matters
+        if "batch_size" in params:
             if self.batch_size < 1:
                 raise HotnessError(f"batch size {self.batch_size}: expected a positive number of vertices")
             if self.num_batches is None and not (self.epochs > 0 and math.isfinite(self.epochs)):
                 raise HotnessError(f"pre-sampling epochs {self.epochs}: expected a positive number")
             if self.num_batches is not None and self.num_batches < 1:
                 raise HotnessError(f"pre-sampling batches {self.num_batches}: expected at least 1")
-        if self.method == "pagerank" and not 0 < self.damping < 1:
+        if "damping" in params and not 0 < self.damping < 1:
             raise HotnessError(f"PageRank damping {self.damping}: expected a number in (0, 1)")
 
     def params(self) -> dict[str, Any]:
-        """The parameters that determine the result (what a saved hotness must match)."""
-        if self.method == "presample":
-            return {"method": self.method, "fanouts": list(self.fanouts), "batch_size": self.batch_size,
-                    "epochs": None if self.num_batches is not None else self.epochs,
-                    "num_batches": self.num_batches, "seed": self.seed}
-        if self.method == "pagerank":
-            return {"method": self.method, "damping": self.damping, "tol": self.tol, "max_iter": self.max_iter}
-        return {"method": self.method}
+        """The parameters that determine the result (what a saved hotness must match): the method's
+        ``params`` (:data:`~training.hotness_methods.HOTNESS_METHODS`), tuples as lists."""
+        out: dict[str, Any] = {"method": self.method}
+        for name in HOTNESS_METHODS.caps(self.method).get("params", ()):
+            value = getattr(self, name)
+            out[name] = list(value) if isinstance(value, tuple) else value
+        if "epochs" in out and self.num_batches is not None:
+            out["epochs"] = None  # num_batches wins over epochs: the epochs asked for do not matter
+        return out
 
 
 @dataclass(frozen=True)
@@ -248,15 +249,20 @@ def presample_counts(ds: Dataset, spec: HotnessSpec, *, progress: Progress | Non
 def compute_hotness(ds: Dataset, spec: HotnessSpec, *, progress: Progress | None = None) -> Hotness:
     """Compute ``spec``'s hotness of ``ds`` (not saved; see :func:`get_hotness`)."""
     t = time.perf_counter()
-    epochs = None
-    if spec.method == "presample":
-        values, epochs = presample_counts(ds, spec, progress=progress)
-    elif spec.method == "degree":
-        values = degree_from_csr(ds.indptr, ds.indices)
-    else:
-        values = pagerank_from_csr(ds.indptr, ds.indices, damping=spec.damping, tol=spec.tol,
-                                   max_iter=spec.max_iter, progress=progress)
+    values, epochs = HOTNESS_METHODS.get(spec.method)(ds, spec, progress=progress)
     return Hotness(values, spec, epochs, seconds=time.perf_counter() - t)
+
+
+def degree_hotness(ds: Dataset, spec: HotnessSpec, *, progress: Progress | None = None) -> tuple[np.ndarray, None]:
+    """The ``degree`` method: :func:`degree_from_csr` of the dataset's graph (not a read count)."""
+    return degree_from_csr(ds.indptr, ds.indices), None
+
+
+def pagerank_hotness(ds: Dataset, spec: HotnessSpec, *, progress: Progress | None = None
+                     ) -> tuple[np.ndarray, None]:
+    """The ``pagerank`` method: :func:`pagerank_from_csr` with ``spec``'s damping, tolerance and iterations."""
+    return pagerank_from_csr(ds.indptr, ds.indices, damping=spec.damping, tol=spec.tol, max_iter=spec.max_iter,
+                             progress=progress), None
 
 
 # --- saved with the dataset -------------------------------------------------------------
@@ -361,17 +367,18 @@ def hot_share(values: np.ndarray, sizes: Sequence[int]) -> list[float]:
 
 
 __all__ = [
-    "METHODS",
     "Hotness",
     "HotnessError",
     "HotnessSpec",
     "compute_hotness",
     "degree_from_csr",
+    "degree_hotness",
     "get_hotness",
     "hot_share",
     "hotness_dir",
     "load_hotness",
     "pagerank_from_csr",
+    "pagerank_hotness",
     "presample_counts",
     "save_hotness",
 ]

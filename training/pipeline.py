@@ -23,13 +23,13 @@ from torch import Tensor
 
 from iostack.transfer import Batch, CudaMemory, DeviceMemory, Landing, Transfer
 from momentbase.units import format_size
-from training.batches import BatchSource, LocalBatchSource
+from training.batches import BATCH_SOURCES, BatchSource, SourceRequest
 from training.data import Dataset
 from training.devices import sampling_device
 from training.diskcsr import GRAPH_ON, DiskNeighbours, open_disk_csr
 from training.errors import TrainError
 from training.features import FeatureSource
-from training.sampler import NeighborSampler, SampledBatch
+from training.sampler import SampledBatch
 from training.specs import SamplingSpec
 
 if TYPE_CHECKING:
@@ -346,21 +346,15 @@ def csr_on(ds: Dataset, device: torch.device, graph_on: str = "memory", cache_by
 
 
 def open_source(spec: SamplingSpec, seed: int, train_idx: np.ndarray, world: World,
-                csr: tuple[Tensor, Tensor | DiskNeighbours]
-                ) -> BatchSource:
-    """This rank's batches: from the sampling server ``spec`` names, else sampled here on ``csr``.
+                csr: tuple[Tensor, Tensor | DiskNeighbours], *, name: str | None = None) -> BatchSource:
+    """This rank's batches from the source called ``name`` (:data:`~training.batches.BATCH_SOURCES`).
 
+    Default: ``server`` when ``spec`` names a sampling server, else ``local`` (sampled here on ``csr``).
     ``seed``: the run's (:attr:`training.specs.RunSpec.seed`); batches depend on ``(seed, epoch, step)``.
     """
-    if spec.server:
-        from training.serve import RemoteBatchSource  # only with a server: the module pulls in rpc
-
-        return RemoteBatchSource(spec.server, rank=world.rank, world_size=world.size,
-                                 batch_size=spec.batch_size, fanouts=spec.fanouts, seed=seed,
-                                 timeout_s=spec.server_timeout_s)
-    sampler = NeighborSampler(*csr, spec.fanouts, seed=seed)
-    return LocalBatchSource(sampler, train_idx, spec.batch_size, rank=world.rank, world_size=world.size,
-                            seed=seed)
+    request = SourceRequest(train_idx, csr, spec.batch_size, tuple(spec.fanouts), seed, world.rank, world.size,
+                            spec.server, spec.server_timeout_s)
+    return BATCH_SOURCES.get(name or ("server" if spec.server else "local"))(request)
 
 
 __all__ = ["Lookups", "Prefetcher", "Prepared", "csr_on", "open_source", "prefetch_workers", "preparer", "sampling"]

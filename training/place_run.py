@@ -34,6 +34,7 @@ from planner.handoff import PlanHandoff, PlanTargets
 from planner.progress import Progress, report
 from training.data import Dataset, fingerprint, open_dataset
 from training.hotness import Hotness, get_hotness
+from training.hotness_methods import HOTNESS_METHODS
 from training.memplan import CacheSizing
 from training.place_specs import PlaceSpec
 from training.placing import (
@@ -288,7 +289,8 @@ def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedData
     if job.in_place_shift is None:
         check_free_space(res.placement, row_bytes, job.out)
     held = None
-    if hot.spec.method == "presample":  # what the run will read, from a sample DDAK was not fitted to
+    # a sampled hotness: what the run will read, from an independent sample DDAK was not fitted to
+    if HOTNESS_METHODS.caps(hot.spec.method).get("sampled"):
         report(job.progress, "an independent pre-sample (the expected shares that training's prediction uses)")
         other = get_hotness(ds, replace(hot.spec, seed=hot.spec.seed + 1), save=False, progress=job.progress)
         held = expected_shares(res.placement.bin_of, other.values, len(res.placement.bins))

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from iostack.codec import STORAGE_DTYPES
+from planner.policies import PLACEMENT_POLICIES
 from training.hotness import HotnessSpec
-from training.placing import GPU_MODES, STRATEGIES, PlacingError
+from training.placing import GPU_MODES, PlacingError
 
 __all__ = ["PlaceSpec", "PolicySpec", "ShardSpec", "TierSpec"]
 
@@ -60,8 +61,8 @@ class PolicySpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise PlacingError(f"`strategy` {self.strategy!r}: expected one of {', '.join(STRATEGIES)}")
+        if self.strategy not in PLACEMENT_POLICIES:
+            raise PlacingError(f"`strategy` {self.strategy!r}: expected one of {', '.join(PLACEMENT_POLICIES)}")
         if self.pool is not None and int(self.pool) < 1:
             raise PlacingError(f"`pool` {self.pool}: expected at least 1")
 

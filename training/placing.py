@@ -57,19 +57,18 @@ import numpy as np
 
 from iostack.bins import file_bytes_for
 from iostack.placement import Bin, Placement
-from planner.affinity import Affinity, ddak_affinity
-from planner.baselines import hash_placement, hot_first_placement, random_placement
-from planner.ddak import ddak
+from planner.affinity import Affinity
+from planner.baselines import hash_placement
 from planner.handoff import (
     PlanHandoff,
     PlanTargets,
     StoreTarget,
 )
 from planner.placement import DdakBin, DdakResult
+from planner.policies import place_items
 from planner.progress import Progress
 from training.errors import TrainingError
 
-STRATEGIES = ("ddak", "hash", "hot-first", "random")
 GPU_MODES = ("replicate", "partition")
 
 #: target share given to a plan store whose target is 0 (DDAK needs positive targets)
@@ -270,19 +269,6 @@ class PlacementReport:
     cross_socket_share: float
     seconds: float
     socket_reads: tuple[tuple[str | None, str | None, float], ...] = ()
-
-
-def _placer(strategy: str, hotness: np.ndarray, dbins: list[DdakBin], pool: int, seed: int,
-            progress: Progress | None = None) -> DdakResult:
-    if strategy == "ddak":
-        return ddak(hotness, dbins, pool=pool, progress=progress)
-    if strategy == "hash":
-        return hash_placement(hotness, dbins)
-    if strategy == "hot-first":
-        return hot_first_placement(hotness, dbins)
-    if strategy == "random":
-        return random_placement(hotness, dbins, seed=seed)
-    raise PlacingError(f"placement strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
 
 
 def reader_sockets(targets: PlanTargets) -> tuple[str | None, ...]:
@@ -491,10 +477,7 @@ def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *,
         if group_reads.shape[1] > 1:
             affinity = Affinity(group_reads, bin_split(targets, bins))
     t = time.perf_counter()
-    if strategy == "ddak" and affinity is not None:
-        result = ddak_affinity(h, dbins, affinity, pool=pool, progress=progress)
-    else:
-        result = _placer(strategy, h, dbins, pool, seed, progress)
+    result = place_items(strategy, h, dbins, pool=pool, seed=seed, progress=progress, affinity=affinity)
     sec = time.perf_counter() - t
     rep = report_for(result, bins, targets, strategy=strategy, row_bytes=row_bytes,
                      reads_per_epoch=reads_per_epoch, seconds=sec, group_reads=group_reads)
@@ -556,7 +539,7 @@ def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.Pat
 
 
 __all__ = [
-    "GPU_MODES", "STRATEGIES", "BinPlan", "BinReport", "PlaceResult", "PlacementReport",
+    "GPU_MODES", "BinPlan", "BinReport", "PlaceResult", "PlacementReport",
     "PlacingError", "bin_split", "build_bins", "cache_shares", "check_free_space",
     "expected_shares", "place", "plan_now", "reader_sockets", "report_for", "socket_reads",
     "ssd_bin_path", "targets_for_caches"

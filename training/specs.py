@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any  # the run's record: JSON values of several types
 
-from iostack.backends import BACKENDS
+from iostack.backends import backend_choices
 from training.devices import SAMPLE_ON
 from training.diskcsr import GRAPH_ON
 from training.errors import TrainError
@@ -177,8 +177,8 @@ class IOSpec:
 
     def __post_init__(self) -> None:
         _path(self, "placement", "capacities", "remote_cache_dir")
-        if self.backend not in BACKENDS:
-            raise TrainError(f"`backend` {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        if self.backend not in backend_choices():
+            raise TrainError(f"`backend` {self.backend!r}: expected one of {', '.join(backend_choices())}")
         _non_negative(self, "prefetch")
         if self.exchange not in EXCHANGES:
             raise TrainError(f"`exchange` {self.exchange!r}: expected one of {', '.join(EXCHANGES)}")

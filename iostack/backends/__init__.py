@@ -11,26 +11,70 @@ both backends reading random rows into GPU memory
 (:data:`TOOL_POSIX_TO_GPU`, :data:`TOOL_KVIKIO_TO_GPU`), and ``kvikio`` is
 chosen only where it measured faster on every SSD holding bins.
 
+Each backend is a :class:`ReadBackend` subclass named in :data:`READ_BACKENDS`; what a
+caller may rely on is said by flags on the class (``device_reads``, ``needs_cuda``,
+``direct``), never by its name.
+
 >>> get_backend("posix", processes=0).name
 'posix'
 >>> choose_backend("auto", cuda=False).name
 'posix'
+>>> backend_choices()
+('auto', 'posix', 'kvikio')
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from iostack.backends.base import BinHandle, ReadBackend
 from iostack.errors import StoreError
+from momentbase.registry import Registry
 
-BACKENDS = ("auto", "posix", "kvikio")
+if TYPE_CHECKING:
+    from iostack.backends.base import BinHandle, ReadBackend
+
+#: the read backends by name: each a :class:`ReadBackend` subclass, imported when first built
+#: (listing the names, as ``--backend``'s choices do, imports neither torch nor KvikIO)
+READ_BACKENDS: Registry[type[ReadBackend]] = Registry("read backend", StoreError)
+READ_BACKENDS.register("posix", "iostack.backends.posix:PosixBackend")
+READ_BACKENDS.register("kvikio", "iostack.backends.kvikio_backend:KvikioBackend")
+
+#: ``auto``: not a backend but the choice :func:`choose_backend` makes among them
+AUTO = "auto"
+
+
+def backend_choices() -> tuple[str, ...]:
+    """What a ``backend`` option accepts: ``auto`` and every registered backend."""
+    return (AUTO, *READ_BACKENDS.names())
+
+
+def tool_to_gpu(name: str) -> str:
+    """The capacities-file tool of backend ``name``'s measured random reads into GPU memory."""
+    return f"moment-{name}-to-gpu"
+
 
 #: tools of the capacities-file measurements ``auto`` compares: random rows into GPU memory
-TOOL_POSIX_TO_GPU = "moment-posix-to-gpu"
-TOOL_KVIKIO_TO_GPU = "moment-kvikio-to-gpu"
+TOOL_POSIX_TO_GPU = tool_to_gpu("posix")
+TOOL_KVIKIO_TO_GPU = tool_to_gpu("kvikio")
+
+# the base classes load on first use (PEP 562): they import torch
+_LAZY = {"BinHandle": "iostack.backends.base", "ReadBackend": "iostack.backends.base"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _check_name(name: str) -> str:
+    if name != AUTO and name not in READ_BACKENDS:
+        raise StoreError(f"unknown read backend {name!r} (known: {', '.join(backend_choices())})")
+    return name
 
 
 @dataclass(frozen=True)
@@ -46,45 +90,59 @@ def _best(measurements: Iterable[Any], tool: str) -> float | None:
     return max(rates) if rates else None
 
 
+def _host_default() -> str:
+    """The backend ``auto`` falls back on: the first registered (``posix``), whose reads run anywhere."""
+    return READ_BACKENDS.names()[0]
+
+
+def _device_candidates() -> list[str]:
+    """The registered backends ``auto`` may prefer on a CUDA machine: those whose reads land on the device."""
+    return [n for n in READ_BACKENDS.names()[1:] if READ_BACKENDS.get(n).device_reads]
+
+
 def choose_backend(name: str = "auto", *, cuda: bool, capacities: Any = None,
                    paths: Iterable[str] = (), sys_root: str = "/sys") -> BackendChoice:
     """The read backend for bins at ``paths``: ``name`` itself unless it is ``auto``.
 
-    ``auto``: ``posix`` without CUDA (reads go to host memory anyway), else
-    ``kvikio`` only if ``capacities`` (a :class:`planner.capacities.Capacities`)
-    holds both backends' into-GPU measurements for the SSD of every path and
-    KvikIO's is the faster on each; otherwise ``posix``, saying why.
+    ``auto``: the host default (``posix``) without CUDA (reads go to host
+    memory anyway), else a backend with ``device_reads`` (``kvikio``) only if
+    ``capacities`` (a :class:`planner.capacities.Capacities`) holds its and the
+    default's into-GPU measurements (:func:`tool_to_gpu`) for the SSD of every
+    path and it is the faster on each (of several such, the one ahead by the
+    largest least margin); otherwise the default, saying why.
     """
-    if name not in BACKENDS:
-        raise StoreError(f"unknown read backend {name!r}: choose one of {', '.join(BACKENDS)}")
-    if name != "auto":
+    if _check_name(name) != AUTO:
         return BackendChoice(name, "asked for")
+    default = _host_default()
     if not cuda:
-        return BackendChoice("posix", "no CUDA device: rows are read into host memory")
+        return BackendChoice(default, "no CUDA device: rows are read into host memory")
     hint = "run `moment profile --ssd DIR --out caps.yaml` on this machine and pass --capacities caps.yaml"
-    if capacities is None:
-        return BackendChoice("posix", f"no measurement says KvikIO is faster here ({hint})")
+    candidates = _device_candidates()
+    if capacities is None or not candidates:
+        return BackendChoice(default, f"no measurement says {' or '.join(candidates) or 'another backend'} is "
+                                      f"faster here ({hint})")
     from planner.hostinfo import block_device_of
 
-    paths = list(paths)
-    verdicts = []
+    verdicts = []  # (disk, {backend: bytes/s}) per path
     for path in paths:
         disk = block_device_of(path, sys_root).name
         dev = next((d for d in capacities.devices if disk and d.block_device == disk), None)
         if dev is None:
-            return BackendChoice("posix", f"{path}: the capacities have no figures for its disk {disk or '?'} ({hint})")
-        kv, px = _best(dev.measurements(), TOOL_KVIKIO_TO_GPU), _best(dev.measurements(), TOOL_POSIX_TO_GPU)
-        if kv is None or px is None:
-            return BackendChoice("posix", f"{disk}: reads into GPU memory were not measured for both backends "
-                                          f"({hint})")
-        verdicts.append((disk, kv, px))
+            return BackendChoice(default, f"{path}: the capacities have no figures for its disk {disk or '?'} ({hint})")
+        rates = {n: _best(dev.measurements(), tool_to_gpu(n)) for n in (*candidates, default)}
+        if rates[default] is None or all(rates[c] is None for c in candidates):
+            return BackendChoice(default, f"{disk}: reads into GPU memory were not measured for both "
+                                          f"{' or '.join(candidates)} and {default} ({hint})")
+        verdicts.append((disk, rates))
     if not verdicts:
-        return BackendChoice("posix", "no SSD bins")
-    slower = [(d, kv, px) for d, kv, px in verdicts if kv <= px]
-    figures = "; ".join(f"{d}: kvikio {kv / 1e9:.2f} GB/s, posix {px / 1e9:.2f} GB/s" for d, kv, px in verdicts)
-    if slower:
-        return BackendChoice("posix", f"measured into GPU memory, posix is as fast or faster ({figures})")
-    return BackendChoice("kvikio", f"measured into GPU memory, KvikIO is faster ({figures})")
+        return BackendChoice(default, "no SSD bins")
+    figures = "; ".join(f"{d}: " + ", ".join(f"{n} {r / 1e9:.2f} GB/s" for n, r in rates.items() if r is not None)
+                        for d, rates in verdicts)
+    margins = {c: min((r[c] or 0.0) / max(r[default], 1e-9) for _, r in verdicts) for c in candidates}
+    best = max(candidates, key=lambda c: margins[c])
+    if margins[best] <= 1.0:
+        return BackendChoice(default, f"measured into GPU memory, {default} is as fast or faster ({figures})")
+    return BackendChoice(best, f"measured into GPU memory, {best} is faster ({figures})")
 
 
 def get_backend(name: str = "auto", **options: Any) -> ReadBackend:
@@ -92,20 +150,15 @@ def get_backend(name: str = "auto", **options: Any) -> ReadBackend:
 
     ``options`` go to the backend's constructor (e.g. ``queue_depth``,
     ``processes``, ``direct`` for ``posix``; ``device``, ``threads`` for
-    ``kvikio``). Raises :class:`StoreError` for an unknown name or a backend
-    this machine cannot run.
+    ``kvikio``); ``device`` only to a backend with ``device_reads`` (the others
+    read into host memory). Raises :class:`StoreError` for an unknown name or a
+    backend this machine cannot run.
     """
-    if name not in BACKENDS:
-        raise StoreError(f"unknown read backend {name!r}: choose one of {', '.join(BACKENDS)}")
-    if name == "kvikio":
-        from iostack.backends.kvikio_backend import KvikioBackend
-
-        return KvikioBackend(**options)
-    from iostack.backends.posix import PosixBackend
-
-    options = {k: v for k, v in options.items() if k != "device"}  # a posix read goes to host memory
-    return PosixBackend(**options)
+    cls = READ_BACKENDS.get(_host_default() if _check_name(name) == AUTO else name)
+    if not cls.device_reads:
+        options = {k: v for k, v in options.items() if k != "device"}
+    return cls(**options)
 
 
-__all__ = ["BACKENDS", "TOOL_KVIKIO_TO_GPU", "TOOL_POSIX_TO_GPU", "BackendChoice", "BinHandle", "ReadBackend",
-           "choose_backend", "get_backend"]
+__all__ = ["AUTO", "READ_BACKENDS", "TOOL_KVIKIO_TO_GPU", "TOOL_POSIX_TO_GPU", "BackendChoice", "BinHandle",
+           "ReadBackend", "backend_choices", "choose_backend", "get_backend", "tool_to_gpu"]

@@ -133,6 +133,10 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return dev
 
 
+#: what a bin read through cuFile is told (the store's notes)
+_CUFILE_NOTE = "KvikIO through cuFile (GPUDirect Storage where the driver allows it: `gdscheck -p` tells)"
+
+
 class KvikioBackend(ReadBackend):
     """``CuFile.pread`` of coalesced extents, all of a round in flight, into a staging buffer on ``out``'s device.
 
@@ -178,7 +182,7 @@ class KvikioBackend(ReadBackend):
             fid = self._next
             self._next += 1
             self._files[fid] = f
-        return BinHandle(info=info, fid=fid, direct=self.gds, note=self.gds_note)
+        return BinHandle(info=info, fid=fid, direct=self.gds, note=self.gds_note or _CUFILE_NOTE)
 
     def _read(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray, positions: np.ndarray | None) -> int:
         return self._read_into(handle, rows, torch.from_numpy(out), positions, None)

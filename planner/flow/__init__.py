@@ -71,35 +71,57 @@ The package, one job a module: :mod:`~planner.flow.net` (the topology as a
 flow network, shared by both models), :mod:`~planner.flow.maxflow` (the
 paper's model), :mod:`~planner.flow.lp` (the concurrent model and the
 tie-break LP), :mod:`~planner.flow.result` (:class:`FlowResult` and the
-solvers' numbers turned into it); ``MODELS`` and :func:`solve` are here.
+solvers' numbers turned into it); :data:`FLOW_MODELS` and :func:`solve` are here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from momentbase.registry import Registry
 from planner.errors import PlannerError
-from planner.flow.lp import solve_concurrent
-from planner.flow.maxflow import solve_maxflow
-from planner.flow.result import FlowResult
-from planner.topology.model import Topology
-from planner.workload import Workload
 
-__all__ = ["MODELS", "FlowResult", "solve", "solve_concurrent", "solve_maxflow"]
+if TYPE_CHECKING:
+    from planner.flow.lp import solve_concurrent
+    from planner.flow.maxflow import solve_maxflow
+    from planner.flow.result import FlowResult
+    from planner.topology.model import Topology
+    from planner.workload import Workload
 
-MODELS = ("maxflow", "concurrent")
+__all__ = ["FLOW_MODELS", "FlowResult", "solve", "solve_concurrent", "solve_maxflow"]
+
+#: the flow models by name: ``model(topo, workload, **options) -> FlowResult``. Listing them
+#: imports nothing (the command line's ``--model`` choices); a model loads when first solved.
+FLOW_MODELS: Registry[Any] = Registry("flow model", PlannerError)
+FLOW_MODELS.register("maxflow", "planner.flow.maxflow:solve_maxflow")
+FLOW_MODELS.register("concurrent", "planner.flow.lp:solve_concurrent")
+
+# The solvers load on first use (PEP 562): the model names above must be listable without
+# networkx and scipy (``moment --help`` imports nothing heavy).
+_LAZY = {"FlowResult": "planner.flow.result", "solve_maxflow": "planner.flow.maxflow",
+         "solve_concurrent": "planner.flow.lp"}
 
 
-def solve(topo: Topology, workload: Workload, model: str = "maxflow", **options) -> FlowResult:
-    """Solve ``workload`` on ``topo`` with the flow model named ``model``.
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
 
-    ``options`` go to :func:`solve_maxflow` or :func:`solve_concurrent`.
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def solve(topo: Topology, workload: Workload, model: str | Callable[..., FlowResult] = "maxflow",
+          **options: Any) -> FlowResult:
+    """Solve ``workload`` on ``topo`` with the flow model ``model``: a name of :data:`FLOW_MODELS`, or the
+    model itself (a function ``(topo, workload, **options) -> FlowResult``, as networkx's ``flow_func=``).
+
+    ``options`` go to the model (``tie_break``, ``unknown_link_bytes_per_s``, ... for
+    :func:`solve_maxflow` and :func:`solve_concurrent`).
 
     >>> solve(None, None, model="fastest")
     Traceback (most recent call last):
         ...
     planner.errors.PlannerError: unknown flow model 'fastest' (known: maxflow, concurrent)
     """
-    if model == "maxflow":
-        return solve_maxflow(topo, workload, **options)
-    if model == "concurrent":
-        return solve_concurrent(topo, workload, **options)
-    raise PlannerError(f"unknown flow model {model!r} (known: {', '.join(MODELS)})")
+    return (model if callable(model) else FLOW_MODELS.get(model))(topo, workload, **options)

@@ -1,6 +1,7 @@
 """One topology from everything known about a machine.
 
-Sources of one machine merge in a fixed order, each adding what only it knows:
+Sources of one machine (:data:`planner.topology.sources.CAPTURE_SOURCES`: each
+declares a phase and a priority) merge in a fixed order, each adding what only it knows:
 
 1. the PCI tree: ``lspci -tv`` and/or ``lspci -vvv`` text, else hwloc XML,
    else NCCL topology XML (a tree source given beside the chosen one adds
@@ -23,61 +24,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from planner.errors import PlannerError
 from planner.topology.model import Link, LinkKind, NodeKind, Topology
+from planner.topology.sources import CAPTURE_SOURCES, PHASES, source_of
 from planner.topology.textio import read_text
 
 
-def _pci_tree(lspci: str | Path | None, lspci_vvv: Sequence[str | Path], hwloc: str | Path | None,
-              nccl_topo: str | Path | None) -> Topology | None:
-    """The PCI tree from lspci, else hwloc, else NCCL's topology; the others lend their NVLinks."""
-    topo: Topology | None = None
-    extra_trees: list[Topology] = []
-    if lspci is not None or lspci_vvv:
-        from planner.topology.lspci import topology_from_lspci
-
-        tree_text = read_text(lspci) if lspci is not None else None
-        verbose = [(read_text(p), str(p)) for p in lspci_vvv]
-        topo = topology_from_lspci(
-            tree_text=tree_text,
-            verbose_texts=verbose,
-            source=str(lspci) if lspci is not None else str(lspci_vvv[0]),
-        )
-    for path, parse in ((hwloc, _hwloc), (nccl_topo, _nccl)):
-        if path is None:
-            continue
-        parsed = parse(read_text(path), str(path))
-        if topo is None:
-            topo = parsed
-        else:
-            extra_trees.append(parsed)
-    for other in extra_trees:
-        topo = _adopt_nvlinks(topo, other)
-    return topo
-
-
-def topology_from_files(
-    *,
-    lspci: str | Path | None = None,
-    lspci_vvv: Sequence[str | Path] = (),
-    dmidecode: str | Path | None = None,
-    nvidia_smi: str | Path | None = None,
-    hwloc: str | Path | None = None,
-    nccl_topo: str | Path | None = None,
-    machine: str | Path | None = None,
-    name: str | None = None,
-) -> Topology:
+def topology_from_files(*, machine: str | Path | None = None, name: str | None = None,
+                        **captures: str | Path | Sequence[str | Path] | None) -> Topology:
     """Merge captured outputs of one machine (or load a machine spec) into one topology.
 
+    ``captures``: files by keyword of their source (:data:`~planner.topology.sources.CAPTURE_SOURCES`):
     ``lspci`` is ``lspci -tv`` (or ``-t``) output; ``lspci_vvv`` are
     ``lspci -vvv``/``-vvnn`` outputs (a whole dump or per-device ``-s``
-    dumps). ``machine`` is a bundled spec name or a YAML spec path and
-    cannot be combined with captures.
+    dumps); ``dmidecode``, ``nvidia_smi``, ``hwloc``, ``nccl_topo``; ``None``
+    or an empty list is not given. The sources run phase by phase, tree
+    sources by priority. ``machine`` is a bundled spec name or a YAML spec
+    path and cannot be combined with captures.
     """
-    captures = [lspci, *lspci_vvv, dmidecode, nvidia_smi, hwloc, nccl_topo]
+    given: dict[str, dict[str, Any]] = {}
+    for keyword, value in captures.items():
+        if value is not None and not (isinstance(value, (list, tuple)) and not value):
+            given.setdefault(source_of(keyword), {})[keyword] = value
     if machine is not None:
-        if any(c is not None for c in captures):
+        if given:
             raise PlannerError("a machine spec describes the whole machine: give it alone, without captured files")
         from planner.topology.spec import load_machine
 
@@ -85,39 +57,80 @@ def topology_from_files(
         if name:
             topo.name = name
         return topo
-    if all(c is None for c in captures):
+    if not given:
         raise PlannerError("no source given: name captured files, a machine spec, or run live")
-
-    topo = _pci_tree(lspci, lspci_vvv, hwloc, nccl_topo)
-    if dmidecode is not None:
-        from planner.topology.dmi_join import apply_dmi_slots
-        from planner.topology.dmidecode import parse_dmidecode
-
-        dmi = parse_dmidecode(read_text(dmidecode), str(dmidecode))
-        if topo is None:
-            raise PlannerError(
-                f"{dmidecode}: dmidecode lists slots but not what hangs under them; "
-                "give a PCI tree too (`lspci`, `lspci_vvv`, `hwloc` or `nccl_topo`)"
-            )
-        topo = apply_dmi_slots(topo, dmi)
-        topo.sources.append(str(dmidecode))
-
-    if nvidia_smi is not None:
-        from planner.topology.nvidia_smi import apply_nvidia_smi, topology_from_nvidia_smi
-        from planner.topology.nvsmi_matrix import parse_nvidia_smi_topo
-
-        matrix = parse_nvidia_smi_topo(read_text(nvidia_smi), str(nvidia_smi))
-        if topo is None:
-            topo = topology_from_nvidia_smi(matrix, name=name or "", source=str(nvidia_smi))
-        else:
-            topo = apply_nvidia_smi(topo, matrix)
-            topo.sources.append(str(nvidia_smi))
-
+    rank = {p: i for i, p in enumerate(PHASES)}
+    order = sorted(given, key=lambda n: (rank[CAPTURE_SOURCES.caps(n)["phase"]],
+                                         -CAPTURE_SOURCES.caps(n)["priority"]))
+    topo: Topology | None = None
+    for src in order:
+        tree = CAPTURE_SOURCES.caps(src)["phase"] == "tree"
+        parsed = CAPTURE_SOURCES.get(src)(None if tree else topo, given[src], name)
+        # the first tree source builds the tree; a later one lends its NVLinks
+        topo = _adopt_nvlinks(topo, parsed) if tree and topo is not None else parsed
     assert topo is not None
     if name:
         topo.name = name
     elif not topo.name:
         topo.name = Path(str(topo.sources[0])).parent.name if topo.sources else "machine"
+    return topo
+
+
+# --- the readers of the capture sources (planner.topology.sources names them) ---------------
+
+
+def read_lspci(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
+    """``lspci -tv`` and/or ``lspci -vvv`` outputs: the PCI tree."""
+    from planner.topology.lspci import topology_from_lspci
+
+    lspci, vvv = given.get("lspci"), list(given.get("lspci_vvv") or ())
+    return topology_from_lspci(tree_text=read_text(lspci) if lspci is not None else None,
+                               verbose_texts=[(read_text(p), str(p)) for p in vvv],
+                               source=str(lspci) if lspci is not None else str(vvv[0]))
+
+
+def read_hwloc(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
+    """hwloc XML: the PCI tree."""
+    from planner.topology.hwloc import parse_hwloc_xml
+
+    return parse_hwloc_xml(read_text(given["hwloc"]), str(given["hwloc"]))
+
+
+def read_nccl(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
+    """NCCL's topology XML: the PCI tree."""
+    from planner.topology.nccl import parse_nccl_topo
+
+    return parse_nccl_topo(read_text(given["nccl_topo"]), str(given["nccl_topo"]))
+
+
+def read_dmidecode(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
+    """``dmidecode``: slot designations, form factors and empty slots, joined to the tree by bus address."""
+    from planner.topology.dmi_join import apply_dmi_slots
+    from planner.topology.dmidecode import parse_dmidecode
+
+    path = given["dmidecode"]
+    dmi = parse_dmidecode(read_text(path), str(path))
+    if topo is None:
+        raise PlannerError(
+            f"{path}: dmidecode lists slots but not what hangs under them; "
+            "give a PCI tree too (`lspci`, `lspci_vvv`, `hwloc` or `nccl_topo`)"
+        )
+    topo = apply_dmi_slots(topo, dmi)
+    topo.sources.append(str(path))
+    return topo
+
+
+def read_nvidia_smi(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
+    """``nvidia-smi topo -m``: NVLinks and GPU order onto the tree, or alone a coarse topology."""
+    from planner.topology.nvidia_smi import apply_nvidia_smi, topology_from_nvidia_smi
+    from planner.topology.nvsmi_matrix import parse_nvidia_smi_topo
+
+    path = given["nvidia_smi"]
+    matrix = parse_nvidia_smi_topo(read_text(path), str(path))
+    if topo is None:
+        return topology_from_nvidia_smi(matrix, name=name or "", source=str(path))
+    topo = apply_nvidia_smi(topo, matrix)
+    topo.sources.append(str(path))
     return topo
 
 
@@ -134,18 +147,6 @@ def live_topology(sys_root: str | Path = "/sys", *, use_nvml: bool = True) -> To
         else:
             topo.notes.append("NVIDIA GPUs found but NVML is not usable: NVLink links unknown")
     return topo
-
-
-def _hwloc(text: str, source: str) -> Topology:
-    from planner.topology.hwloc import parse_hwloc_xml
-
-    return parse_hwloc_xml(text, source)
-
-
-def _nccl(text: str, source: str) -> Topology:
-    from planner.topology.nccl import parse_nccl_topo
-
-    return parse_nccl_topo(text, source)
 
 
 def _adopt_nvlinks(base: Topology, other: Topology) -> Topology:
