@@ -183,7 +183,7 @@ def test_cli_graph_on_disk_trains_like_memory(cora, tmp_path, capsys):
 def test_cli_graph_on_disk_refuses_other_samplers_in_one_line(cora, capsys, extra):
     assert main(["train", "--dataset", str(cora), "--graph-on", "disk", *extra]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--graph-on disk" in err and extra[0] in err
+    assert len(err.splitlines()) == 1 and "--graph-on 'disk'" in err and extra[0] in err
 
 
 def test_csr_on_refuses_an_unknown_place(cora):

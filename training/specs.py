@@ -140,10 +140,11 @@ class SamplingSpec:
             raise TrainError(f"`graph_on` {self.graph_on!r}: expected one of {', '.join(GRAPH_ON)}")
         _non_negative(self, "graph_cache_bytes")
         if self.graph_on == "disk" and self.server:
-            raise TrainError("--graph-on disk samples in this process: drop --server, or --graph-on")
+            raise TrainError("`graph_on` 'disk' samples in this process: drop `server`, or keep the graph in "
+                             "memory (`graph_on` 'memory')")
         if self.graph_on == "disk" and self.sample_on == "gpu":
-            raise TrainError("--graph-on disk samples on the host's CPU: drop --sample-on gpu, or keep the graph "
-                             "in memory (--graph-on memory)")
+            raise TrainError("`graph_on` 'disk' samples on the host's CPU: drop `sample_on` 'gpu', or keep the "
+                             "graph in memory (`graph_on` 'memory')")
 
     @property
     def layers(self) -> int:
