@@ -1,0 +1,313 @@
+"""A papers100M-shaped graph end to end on one machine, phase by phase (a benchmark run by hand, not a test).
+
+    PYTHONPATH=. python tools/bench_billion.py --dir /var/tmp/billion --nodes 1e6 --edges 1.5e7   # smoke test
+    PYTHONPATH=. nohup nice -n 5 python tools/bench_billion.py --dir /var/tmp/billion --resume --json F &  # full size
+
+The default size is ogbn-papers100M's: 111,059,956 vertices, 1,615,685,872
+directed edges (R-MAT at Graph500's skew, a = 0.57), 128-dimensional
+features, 172 classes, and papers100M's split sizes (train 1,207,179, valid
+125,265, test 214,338; scaled by ``--nodes`` on a smaller run). The features
+are **float16 on disk** because of the disk: 111 M x 128 x 2 bytes is 28 GB,
+float32 would be 57 GB, more than the 50 GB this run may use beside the CSR.
+
+Phases, each its own process (``moment ...``) so that its wall time and peak
+RSS (``os.wait4``) are its own; each is recorded in ``<dir>/bench_state.json``
+when it ends, and ``--resume`` skips the recorded ones (``moment data synth``
+itself resumes a killed run from its checkpoint):
+
+1. ``synth``: ``moment data synth`` (bound: :mod:`training.synth_run`);
+2. ``verify``: ``moment data info --verify`` (every CRC block, chunked range checks);
+3. ``place``: ``moment place --in-place`` on a one-SSD machine: hotness by
+   pre-sampling (``--presample-batches``), DDAK over every row, a
+   ``--cpu-cache`` host cache; the SSD bin is the dataset's ``features.npy``;
+4. ``profile``: ``moment profile`` of that very file at the row size;
+5. ``train``: ``moment train`` GraphSAGE fan-outs 25,10 for ``--steps`` steps
+   (a view of the dataset whose train split is ``steps x batch`` of the real
+   one: the files are links to the dataset's own), CPU only;
+6. the same synth / place / train on a ``--small-edges`` graph of the same
+   mean degree: the cost of scale per stage (seeds/s);
+7. ``replay``: the training's gather stream through the feature store (SSD
+   bytes / SSD read seconds against the profile, goal >= 0.8);
+8. ``sampler``: the same sampler on the big graph's memory-mapped CSR (cold:
+   its pages dropped with ``posix_fadvise``; warm: again) and on the small
+   graph's CSR loaded into memory: sampled edges/s per hop, and the major page
+   faults the cold run took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from _results import Figure, write
+from bench_outofcore import ONE_SSD, phase, profile_rate, replay
+
+PAPERS = {"nodes": 111_059_956, "edges": 1_615_685_872, "train": 1_207_179, "valid": 125_265, "test": 214_338}
+
+
+def _count(text: str) -> int:
+    return int(float(text)) if any(c in text for c in ".eE") else int(text)
+
+
+def _load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+class State:
+    """``bench_state.json``: the recorded phases (seconds, peak RSS, stdout, load), kept across runs."""
+
+    def __init__(self, path: Path, resume: bool) -> None:
+        self.path = path
+        self.data = json.loads(path.read_text()) if resume and path.exists() else {"phases": {}}
+
+    def run(self, name: str, args: list[str], work: Path) -> dict:
+        if name in self.data["phases"]:
+            print(f"== {name}: recorded, skipped (--resume)", flush=True)
+            return self.data["phases"][name]
+        before = _load()
+        rec = phase(name, args, work / f"{name}.log")
+        rec.update(load_before=before, load_after=_load(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+        self.record(name, rec)
+        return rec
+
+    def record(self, name: str, rec: dict) -> None:
+        self.data["phases"][name] = rec
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1))
+        os.replace(tmp, self.path)
+
+
+def synth_args(ds: Path, nodes: int, edges: int, a: argparse.Namespace) -> list[str]:
+    share = {k: PAPERS[k] / PAPERS["nodes"] for k in ("train", "valid", "test")}
+    return ["data", "synth", str(ds), "--nodes", str(nodes), "--edges", str(edges), "--generator", a.generator,
+            "--feature-dim", str(a.feature_dim), "--feature-dtype", "float16", "--classes", "172",
+            "--train-share", repr(share["train"]), "--valid-share", repr(share["valid"]),
+            "--test-share", repr(share["test"]), "--seed", "0"]
+
+
+def train_view(ds: Path, view: Path, train_seeds: int, valid_seeds: int) -> None:
+    """A dataset directory whose files link to ``ds``'s but whose train (valid) split is ``train_seeds``
+    (``valid_seeds``) of the real one's ids, drawn with a fixed seed: a fixed number of steps of
+    ``moment train`` and a short evaluation, without copying a byte of the graph or the features."""
+    if view.exists():
+        shutil.rmtree(view)
+    view.mkdir()
+    meta = json.loads((ds / "meta.json").read_text())
+    subsets = {"train_idx": train_seeds, "valid_idx": valid_seeds}
+    for f in ds.iterdir():
+        if f.suffix == ".npy" and f.stem not in subsets:
+            (view / f.name).symlink_to(f.resolve())
+    for key, count in subsets.items():
+        ids = np.load(ds / f"{key}.npy")
+        pick = np.sort(ids[np.random.default_rng(0).permutation(ids.size)[:count]])
+        np.save(view / f"{key}.npy", pick)
+        meta["files"][key]["shape"] = [int(pick.size)]
+        # the view's own splits are not what the checksums cover; the other files still are
+        meta.get("checksums", {}).get("files", {}).pop(key, None)
+    (view / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def drop_cache(paths: list[Path]) -> None:
+    """Ask the kernel to drop ``paths``' clean pages (``posix_fadvise DONTNEED``): a cold start for them only."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def sampler_rates(ds: Path, *, in_memory: bool, fanouts: tuple[int, ...], batch_size: int, batches: int,
+                  seed: int = 0) -> dict:
+    """Sampled edges/s per hop of ``NeighborSampler`` over ``batches`` batches of train seeds, with the
+    CSR memory-mapped (``in_memory=False``) or read into memory first; the major page faults taken."""
+    import resource
+
+    import torch
+
+    from training.data import open_dataset
+    from training.sampler import NeighborSampler
+
+    d = open_dataset(ds, verify="none", validate=False)
+    indptr, indices = d.indptr, d.indices
+    if in_memory:
+        indptr, indices = np.array(indptr), np.array(indices)
+    s = NeighborSampler(indptr, indices, fanouts=fanouts, seed=seed, num_threads=1)
+    train = np.asarray(d.train_idx)
+    order = torch.from_numpy(train[np.random.default_rng(seed).permutation(train.size)])
+    edges = np.zeros(len(fanouts))
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+    t = time.perf_counter()
+    for i in range(batches):
+        b = s.sample(order[(i * batch_size) % order.numel():][:batch_size])
+        edges += b.num_sampled_edges
+    wall = time.perf_counter() - t
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_majflt - faults
+    return {"edges_per_s": float(edges.sum() / wall), "hop_edges": edges.tolist(), "wall_s": wall,
+            "major_faults": int(faults), "batches": batches, "in_memory": in_memory}
+
+
+def pipeline(st: State, tag: str, ds: Path, nodes: int, edges: int, a: argparse.Namespace, work: Path) -> None:
+    """synth, verify, place, train of one graph (phase names prefixed by ``tag``)."""
+    st.run(f"{tag}synth", synth_args(ds, nodes, edges, a), work)
+    st.run(f"{tag}verify", ["data", "info", str(ds), "--verify", "--json"], work)
+    if tag == "" and a.ready_file:  # others may now read the dataset (read-only)
+        Path(a.ready_file).write_text(str(ds) + "\n")
+    pl = work / f"{tag}pl"
+    st.run(f"{tag}place", [
+        "place", "--dataset", str(ds), "--machine", str(work / "one-ssd.yaml"), "--gpu-cache", "0",
+        "--cpu-cache", a.cpu_cache, "--ssd", str(work / f"{tag}ssd"), "--in-place", "--fanouts", a.fanouts,
+        "--batch-size", str(a.batch_size), "--presample-batches", str(a.presample_batches),
+        "--hotness-dir", str(work / f"{tag}hotness"), "--out", str(pl), "--force", "--json"], work)
+    view = work / f"{tag}view"
+    if f"{tag}train" not in st.data["phases"]:
+        train_view(ds, view, a.steps * a.batch_size, a.batch_size)
+    st.run(f"{tag}train", [
+        "train", "--dataset", str(view), "--placement", str(pl), "--epochs", "1", "--fanouts", a.fanouts,
+        "--batch-size", str(a.batch_size), "--eval-every", "0", "--json"], work)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default="/var/tmp/billion", help="work directory (datasets, placements, logs)")
+    ap.add_argument("--nodes", default=str(PAPERS["nodes"]), help="vertices (default papers100M's 111,059,956)")
+    ap.add_argument("--edges", default=str(PAPERS["edges"]), help="edges (default papers100M's 1,615,685,872)")
+    ap.add_argument("--small-edges", default="1e8", help="the cost-of-scale graph's edges, same mean degree")
+    ap.add_argument("--generator", default="rmat", help="rmat (Graph500 skew, default) or chung-lu")
+    ap.add_argument("--feature-dim", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--fanouts", default="25,10")
+    ap.add_argument("--cpu-cache", default="2GiB", help="host cache for the hottest rows (default 2GiB)")
+    ap.add_argument("--presample-batches", type=int, default=200, help="pre-sampling batches for the hotness")
+    ap.add_argument("--sampler-batches", type=int, default=40)
+    ap.add_argument("--replay-batches", type=int, default=40)
+    ap.add_argument("--runtime-gib", type=float, default=3.0,
+                    help="train RSS allowed beyond cache + CSR + labels: torch, model, batches (default 3)")
+    ap.add_argument("--phases", default="all", help="stop after this phase group: synth, big, small, all")
+    ap.add_argument("--resume", action="store_true", help="skip the phases bench_state.json records")
+    ap.add_argument("--json", help="write the figures here (tools/_results.py rows)")
+    ap.add_argument("--ready-file", help="write the dataset's path here once it is generated and verified")
+    a = ap.parse_args()
+
+    work = Path(a.dir)
+    work.mkdir(parents=True, exist_ok=True)
+    nodes, edges = _count(a.nodes), _count(a.edges)
+    small_edges = _count(a.small_edges)
+    small_nodes = max(1000, round(nodes * small_edges / edges))
+    (work / "one-ssd.yaml").write_text(ONE_SSD)
+    st = State(work / "bench_state.json", a.resume)
+    st.data.setdefault("started", time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    print(f"{nodes:,} nodes, {edges:,} edges; small graph {small_nodes:,} nodes, {small_edges:,} edges; "
+          f"load {_load()}; disk free {shutil.disk_usage(work).free / 2**30:.0f} GiB", flush=True)
+    big, small = work / "papers", work / "small"
+    if a.phases == "synth":
+        st.run("synth", synth_args(big, nodes, edges, a), work)
+        return
+    pipeline(st, "", big, nodes, edges, a, work)
+    # the store reads whole 4 KiB pages with O_DIRECT (rows of 256 B share them), so the profile
+    # measures 4 KiB random reads of the same file
+    st.run("profile", ["profile", "--ssd", str(big / "features.npy"), "--block-size", "4096",
+                       "--no-memory", "--seconds", "5", "--out", str(work / "caps.json")], work)
+    if a.phases != "big":
+        pipeline(st, "small-", small, small_nodes, small_edges, a, work)
+    fanouts = tuple(int(f) for f in a.fanouts.split(","))
+    if "replay" not in st.data["phases"]:
+        t = time.perf_counter()
+        rp = replay(work / "view", work / "pl", fanouts=fanouts, batch_size=a.batch_size, batches=a.replay_batches)
+        st.record("replay", {**rp, "seconds": time.perf_counter() - t, "load_after": _load()})
+    if "sampler" not in st.data["phases"]:
+        csr = [big / "indptr.npy", big / "indices.npy"]
+        drop_cache(csr)
+        cold = sampler_rates(big, in_memory=False, fanouts=fanouts, batch_size=a.batch_size, batches=a.sampler_batches)
+        warm = sampler_rates(big, in_memory=False, fanouts=fanouts, batch_size=a.batch_size, batches=a.sampler_batches)
+        mem = (sampler_rates(small, in_memory=True, fanouts=fanouts, batch_size=a.batch_size,
+                             batches=a.sampler_batches) if a.phases != "big" else None)
+        st.record("sampler", {"cold_mmap": cold, "warm_mmap": warm, "small_in_memory": mem, "load_after": _load()})
+    report(st, a, work, nodes, edges, small_nodes, small_edges)
+
+
+def _epoch(rec: dict) -> dict:
+    return json.loads(rec["stdout"])["epochs"][-1]
+
+
+def _seeds_s(ep: dict) -> float:
+    return (ep.get("seeds") or 0) / ep["epoch_s"] if ep.get("epoch_s") else 0.0
+
+
+def report(st: State, a: argparse.Namespace, work: Path, nodes: int, edges: int, small_nodes: int,
+           small_edges: int) -> None:
+    """Print the table and write the figures (``--json``)."""
+    ph = st.data["phases"]
+    what = f"{nodes / 1e6:.0f}M nodes, {edges / 1e9:.2f}B edges"
+    figs: list[Figure] = []
+    print(f"\n{what}; {'phase':14}{'seconds':>10}{'peak RSS GiB':>14}  load before | after")
+    for k, rec in ph.items():
+        if "peak_rss_bytes" in rec:
+            print(f"{k:14}{rec['seconds']:10.1f}{rec['peak_rss_bytes'] / 2**30:14.2f}  "
+                  f"{rec.get('load_before', '')} | {rec.get('load_after', '')}")
+    synth_meta = json.loads((work / "papers" / "meta.json").read_text())
+    gen = ph["synth"]
+    # the synth bound (training/synth_run.py): model 22 B/node (+30 while built), a chunk ~60 B/edge
+    # of 2**22, a bucket ~40 B/edge of its largest, degree statistics ~24 B/node
+    synth_bound = nodes * 52 + (1 << 22) * 60 + 40 * (1 << 24) * 1.25 + (1 << 29)
+    figs.append(Figure("billion", f"{what}: synth peak RSS", "GiB", gen["peak_rss_bytes"] / 2**30,
+                       synth_bound / 2**30, "bound: 52 B/node + chunk + bucket + 0.5 GiB interpreter",
+                       higher_is_better=False, target="ours <= bound",
+                       note=f"{gen['seconds']:.0f} s; {synth_meta['num_edges']:,} edges stored"))
+    for k in ("synth", "verify", "place", "profile", "train"):
+        if k in ph:
+            figs.append(Figure("billion", f"{what}: {k} wall time", "s", ph[k]["seconds"], None, "",
+                               higher_is_better=False, target="minutes",
+                               note=f"peak RSS {ph[k]['peak_rss_bytes'] / 2**30:.2f} GiB; load {ph[k].get('load_before')}"))
+    prof_bps, prof_tool = profile_rate(work / "caps.json")
+    ep = _epoch(ph["train"])
+    row_bytes = a.feature_dim * 2
+    import iostack.placement as ipl
+
+    cache_rows = sum(b.capacity_rows for b in ipl.load_placement(work / "pl").bins if b.kind == "cpu")
+    csr = sum((work / "papers" / f).stat().st_size for f in ("indptr.npy", "indices.npy"))
+    bound = cache_rows * row_bytes + csr + nodes * 8 + a.runtime_gib * 2**30
+    figs.append(Figure("billion", f"{what}: train peak RSS", "GiB", ph["train"]["peak_rss_bytes"] / 2**30,
+                       bound / 2**30, "bound: cpu cache + CSR pages (mmap) + labels + runtime",
+                       higher_is_better=False, target="ours <= bound", note=f"{a.steps} steps of {a.batch_size}"))
+    rp = ph.get("replay")
+    if rp and rp["seconds"]:
+        ours = rp["bytes"] / rp["seconds"] if rp.get("seconds") else 0.0
+        figs.append(Figure("billion", f"{what}: SSD read rate, training's gather stream vs moment profile", "MB/s",
+                           ours / 1e6, prof_bps / 1e6, f"moment profile ({prof_tool}), same file, {row_bytes} B reads",
+                           target="ratio >= 0.8", note=f"{rp['requests']:,} requests; O_DIRECT {rp['direct']}"))
+    if "small-train" in ph:
+        sep = _epoch(ph["small-train"])
+        figs.append(Figure("billion", f"seeds/s, {what} vs {small_nodes / 1e6:.1f}M nodes, {small_edges / 1e8:.0f}e8 edges",
+                           "seeds/s", _seeds_s(ep), _seeds_s(sep), "same train on the 1e8-edge graph",
+                           target="the cost of scale", note=f"{a.steps} steps, fan-outs {a.fanouts}, CPU"))
+        for k in ("synth", "verify", "place", "train"):
+            figs.append(Figure("billion", f"{k}: seconds, {what} vs 1e8 edges", "s", ph[k]["seconds"],
+                               ph[f"small-{k}"]["seconds"], "same phase on the 1e8-edge graph",
+                               higher_is_better=False, target="the cost of scale (~edges ratio)"))
+    sm = ph.get("sampler")
+    if sm:
+        ref = sm["small_in_memory"]
+        for mode in ("cold_mmap", "warm_mmap"):
+            r = sm[mode]
+            figs.append(Figure("billion", f"sampler edges/s, {what} mmap CSR ({mode.split('_')[0]})", "edges/s",
+                               r["edges_per_s"], ref["edges_per_s"] if ref else None,
+                               "same sampler, in-memory CSR of the 1e8-edge graph",
+                               note=f"hop edges {r['hop_edges']}; {r['major_faults']:,} major faults"))
+    print()
+    for f in figs:
+        ratio = f" ratio {f.ratio:.2f}" if f.ratio else ""
+        ref = f" vs {f.reference:,.2f} ({f.reference_name})" if f.reference is not None else ""
+        print(f"{f.figure}: {f.ours:,.2f} {f.unit}{ref}{ratio} {f.note}")
+    write(a.json, "bench_billion", figs, " ".join(sys.argv))
+
+
+if __name__ == "__main__":
+    main()
