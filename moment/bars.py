@@ -52,7 +52,8 @@ class Bars:
         rate = (done - first) / (now - started) if now > started else 0.0
         eta = f", eta {(total - done) / rate:,.0f} s" if total is not None and rate > 0 else ""
         of = f" / {total:,}" if total is not None else ""
-        sys.stderr.write(f"{time.strftime('%H:%M:%S')} {stage}: {done:,}{of} ({rate:,.0f}/s, "
+        shown = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"  # a few buckets a second is not "0/s"
+        sys.stderr.write(f"{time.strftime('%H:%M:%S')} {stage}: {done:,}{of} ({shown}/s, "
                          f"{now - started:,.0f} s{eta})\n")
         sys.stderr.flush()
 

@@ -71,12 +71,13 @@ def _rss_kinds(pid: int) -> tuple[int, int]:
     return tuple(int(fields.get(k, "0 kB").split()[0]) * 1024 for k in ("RssAnon", "RssFile"))
 
 
-def phase(name: str, args: list[str], log: Path) -> dict:
+def phase(name: str, args: list[str], log: Path, tree: Path | None = None) -> dict:
     """Run ``python -m moment ARGS`` as its own process: seconds, peak RSS (``wait4``), and the peaks of its
     anonymous and file-backed resident memory (polled every 0.5 s): the file-backed part is memory-mapped
-    dataset pages, the kernel's page cache, which the kernel takes back under pressure."""
+    dataset pages, the kernel's page cache, which the kernel takes back under pressure. ``tree``: the
+    checkout whose ``moment`` runs (default this one)."""
     print(f"\n== {name}: moment {' '.join(args)}", flush=True)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(tree or Path(__file__).resolve().parents[1])}
     t = time.perf_counter()
     peaks = [0, 0]
     with open(log, "w") as out:
