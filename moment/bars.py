@@ -8,7 +8,13 @@ is not a terminal, so piped output and logs carry only the results.
 
 from __future__ import annotations
 
+import os
 import sys
+import time
+
+#: set to a number of seconds to get one progress line per stage at most that often on stderr
+#: when it is not a terminal (a run under nohup, logging to a file): done/total, rate and ETA
+LOG_ENV = "MOMENT_PROGRESS_LOG"
 
 
 def is_terminal() -> bool:
@@ -29,6 +35,27 @@ class Bars:
         self.transient = transient
         self.progress = None
         self.tasks: dict[str, int] = {}
+        every = os.environ.get(LOG_ENV, "")
+        # asked for by name, so even with --json or --quiet (the lines go to stderr, not stdout)
+        self.log_every_s = float(every) if not self.enabled and every else None
+        self._logged: dict[str, tuple[float, float, int]] = {}  # stage -> (started, last line, first done)
+
+    def _log(self, stage: str, done: int, total: int | None) -> None:
+        """One line now and then for a log file: the stage, done/total, rate and time left."""
+        now = time.monotonic()
+        started, last, first = self._logged.setdefault(stage, (now, 0.0, done))
+        final = total is not None and done >= total
+        if now - last < self.log_every_s and not final:
+            return
+        self._logged[stage] = (started, now, first)
+        # from the first count seen: a resumed run starts part-way and must not claim that part
+        rate = (done - first) / (now - started) if now > started else 0.0
+        eta = f", eta {(total - done) / rate:,.0f} s" if total is not None and rate > 0 else ""
+        of = f" / {total:,}" if total is not None else ""
+        shown = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"  # a few buckets a second is not "0/s"
+        sys.stderr.write(f"{time.strftime('%H:%M:%S')} {stage}: {done:,}{of} ({shown}/s, "
+                         f"{now - started:,.0f} s{eta})\n")
+        sys.stderr.flush()
 
     def __enter__(self) -> Bars:
         if self.enabled and self.progress is None:
@@ -57,6 +84,8 @@ class Bars:
             self.progress = None
 
     def __call__(self, stage: str, done: int, total: int | None, info: str = "") -> None:
+        if self.log_every_s is not None:
+            self._log(stage, done, total)
         if self.progress is None:
             return
         if total is None and done == 0 and stage not in self.tasks:

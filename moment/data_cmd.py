@@ -86,10 +86,13 @@ def _info_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from moment.bars import Bars
     from momentbase.units import format_size
     from training.data import dataset_info, open_dataset
 
-    info = dataset_info(open_dataset(args.dir, verify="full" if args.verify else "sample"))
+    with Bars(quiet=args.json, transient=True) as bars:
+        info = dataset_info(open_dataset(args.dir, verify="full" if args.verify else "sample", progress=bars),
+                            progress=bars)
     if args.json:
         sys.stdout.write(json.dumps(info.to_dict(), indent=2) + "\n")
         return 0

@@ -115,7 +115,8 @@ def replay(dataset: Path, placement: Path, *, fanouts: tuple[int, ...], batch_si
         ssd = store.tier_stats().get("ssd", {})
         direct = all(d for d, _ in store.direct_io().values())
     return {"bytes": int(ssd.get("bytes", 0)), "seconds": float(ssd.get("seconds", 0.0)),
-            "requests": int(ssd.get("requests", 0)), "wall_s": wall, "direct": direct}
+            "requests": int(ssd.get("requests", 0)), "pages": int(ssd.get("pages", 0)), "wall_s": wall,
+            "direct": direct}
 
 
 def main() -> None:

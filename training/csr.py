@@ -70,10 +70,20 @@ def count_rows(chunks: EdgeChunks, num_nodes: int, report: Report = _quiet) -> n
     """Pass 1: the row pointers (int64 ``[num_nodes + 1]``) from the in-degrees."""
     counts = np.zeros(num_nodes, dtype=np.int64)
     seen = 0
+    # targets are pooled to at least num_nodes / 4 before a bincount: each bincount costs
+    # O(num_nodes), so one per small chunk would be O(edges / chunk * num_nodes)
+    pool: list[np.ndarray] = []
+    pooled = 0
     for s, d in chunks():
-        counts += np.bincount(d, minlength=num_nodes)
+        pool.append(d)
+        pooled += d.size
         seen += s.size
+        if pooled >= num_nodes // 4:
+            np.add(counts, np.bincount(np.concatenate(pool), minlength=num_nodes), out=counts)
+            pool, pooled = [], 0
         report("counting edges", seen, None)
+    if pool:
+        np.add(counts, np.bincount(np.concatenate(pool), minlength=num_nodes), out=counts)
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     return indptr

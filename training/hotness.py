@@ -167,12 +167,11 @@ def _edge_blocks(indptr: np.ndarray, chunk_edges: int) -> list[tuple[int, int]]:
 
 
 def degree_from_csr(indptr: np.ndarray, indices: np.ndarray, *, chunk_edges: int = CHUNK_EDGES) -> np.ndarray:
-    """How many CSR rows list each vertex (int64 ``[num_nodes]``), counted ``chunk_edges`` at a time."""
-    n = indptr.shape[0] - 1
-    out = np.zeros(n, dtype=np.int64)
-    for a in range(0, indices.shape[0], chunk_edges):
-        out += np.bincount(np.asarray(indices[a : a + chunk_edges]), minlength=n)
-    return out
+    """How many CSR rows list each vertex (int64 ``[num_nodes]``), counted in slices of at least
+    ``chunk_edges`` (and ``num_nodes / 4``: see :func:`training.data.count_ids`)."""
+    from training.data import count_ids
+
+    return count_ids(lambda a, b: indices[a:b], int(indices.shape[0]), indptr.shape[0] - 1, chunk=chunk_edges)
 
 
 def pagerank_from_csr(indptr: np.ndarray, indices: np.ndarray, *, damping: float = 0.85, tol: float = 1e-10,

@@ -91,8 +91,12 @@ class DatasetWriter:
         overwrite: bool = False,
         chunk_edges: int = DEFAULT_CHUNK_EDGES,
         progress: Progress | None = None,
+        work_dir: str | os.PathLike | None = None,
     ) -> None:
         self.path = Path(path)
+        #: a fixed directory to build in that outlives a failed run (a resumable writer's); the
+        #: default is a fresh temporary sibling, removed on failure
+        self.work_dir = None if work_dir is None else Path(work_dir)
         if num_nodes < 0:
             raise DatasetError(f"num_nodes must be >= 0, got {num_nodes}")
         self.num_nodes = int(num_nodes)
@@ -120,6 +124,10 @@ class DatasetWriter:
     # -- context manager -----------------------------------------------------------------------
     def __enter__(self) -> DatasetWriter:
         try:
+            if self.work_dir is not None:
+                self.work_dir.mkdir(exist_ok=True)
+                self._tmp = self.work_dir
+                return self
             self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
         except OSError as exc:
             raise DatasetError(f"{self.path.parent}: cannot create a directory there ({exc})") from None
@@ -134,7 +142,8 @@ class DatasetWriter:
                 self._commit(tmp)
         finally:
             self._features = None
-            if tmp.exists():
+            # a work_dir is kept for the next run to resume from (a commit has renamed it away)
+            if tmp.exists() and self.work_dir is None:
                 shutil.rmtree(tmp, ignore_errors=True)
             self._tmp = None
 
@@ -155,6 +164,17 @@ class DatasetWriter:
     def _save(self, key: str, arr: np.ndarray) -> None:
         np.save(self.tmp_dir / f"{key}.npy", arr, allow_pickle=False)
         self._record(key, arr)
+
+    def record_file(self, key: str, dtype: str | np.dtype, shape: Sequence[int]) -> None:
+        """Declare ``<key>.npy``, written into :attr:`tmp_dir` by the caller, with its dtype and shape."""
+        self.files[key] = {"dtype": str(np.dtype(dtype)), "shape": [int(s) for s in shape]}
+
+    def record_csr(self, num_edges: int, idt: np.dtype, *, directed: bool) -> None:
+        """Declare ``indptr.npy`` and ``indices.npy``, written into :attr:`tmp_dir` by the caller."""
+        self.record_file("indptr", np.int64, [self.num_nodes + 1])
+        self.record_file("indices", idt, [num_edges])
+        self.num_edges = int(num_edges)
+        self.directed = directed
 
     def set_meta(self, **extra: Any) -> None:
         """Add JSON-able keys to ``meta.json`` (not the reserved ones the writer computes)."""
@@ -218,12 +238,28 @@ class DatasetWriter:
         self.directed = not undirected
 
     # -- node data -----------------------------------------------------------------------------
-    def open_features(self, feature_dim: int, dtype: str | np.dtype = "float32") -> np.memmap:
-        """A writable [num_nodes, feature_dim] memmap of ``features.npy`` to fill by row blocks."""
+    def open_features(self, feature_dim: int, dtype: str | np.dtype = "float32", *,
+                      reuse: bool = False) -> np.memmap:
+        """A writable [num_nodes, feature_dim] memmap of ``features.npy`` to fill by row blocks.
+
+        ``reuse``: keep a ``features.npy`` of that dtype and shape already in :attr:`tmp_dir`
+        (a resumed run's), rows and all, instead of making a fresh one.
+        """
         dt = np.dtype(dtype)
         if dt.name not in DATASET_FEATURE_DTYPES:
             raise DatasetError(f"feature dtype {dt.name} is not one of {', '.join(DATASET_FEATURE_DTYPES)}")
-        self._features = open_paged_npy(self.tmp_dir / "features.npy", dt, (self.num_nodes, int(feature_dim)))
+        shape = (self.num_nodes, int(feature_dim))
+        fpath = self.tmp_dir / "features.npy"
+        old = None
+        if reuse and fpath.exists():
+            try:
+                old = np.load(fpath, mmap_mode="r+")
+            except (ValueError, OSError):
+                old = None
+        if old is not None and old.dtype == dt and old.shape == shape:
+            self._features = old
+        else:
+            self._features = open_paged_npy(fpath, dt, shape)
         self.feature_dim, self.feature_dtype = int(feature_dim), dt.name
         self._record("features", self._features)
         return self._features
