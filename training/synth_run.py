@@ -90,7 +90,7 @@ class Checkpoint:
             saved = json.loads(self.path.read_text())
             if saved.get("source") != source:
                 raise DatasetError(
-                    f"{work}: holds an unfinished run of a different spec; pass --force to start over, "
+                    f"{work}: holds an unfinished run of a different spec; pass `overwrite=True` to start over, "
                     "or re-run with the spec it was started with")
             self.state = saved.get("state", {})
 
@@ -225,7 +225,7 @@ def synthesize(path, spec, *, chunk_edges: int = 1 << 22, feature_chunk_bytes: i
     n, source = spec.num_nodes, source_block(spec)
     work = work_dir_of(path)
     if path.exists() and not overwrite:
-        raise DatasetError(f"{path}: already exists; remove it or pass --force to replace it")
+        raise DatasetError(f"{path}: already exists; remove it or pass `overwrite=True` to replace it")
     try:
         ck = Checkpoint(work, source) if work.is_dir() else None
     except DatasetError:
