@@ -147,8 +147,9 @@ def _host_links(torch: ModuleType, i: int, topo: Topology | None, n: int, repeat
     return key, links, notes, eff
 
 
-def _peer_links(torch: ModuleType, keys: list[str], n: int, repeats: int, progress: Progress | None, host: str, date: str
-                ) -> tuple[list[LinkCapacity], list[str]]:
+def _peer_links(
+    torch: ModuleType, keys: list[str], n: int, repeats: int, progress: Progress | None, host: str, date: str
+) -> tuple[list[LinkCapacity], list[str]]:
     """GPU → GPU copy figures of every ordered pair with peer access; notes for the pairs without."""
     links: list[LinkCapacity] = []
     notes: list[str] = []

@@ -146,7 +146,9 @@ def metrics_times(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]
     rows = [(r.get("epoch", 0), r["step"], r["compute_s"] + r.get("allreduce_s", 0.0), r["sample_s"])
             for r in _metrics_records(path) if r.get("kind") == "step"]
     if not rows:
-        raise WorkloadError(f"compute.from_metrics {path}: no step records; give a training run's metrics file (`metrics_path`)")
+        raise WorkloadError(
+            f"compute.from_metrics {path}: no step records; give a training run's metrics file (`metrics_path`)"
+        )
     first = min(e for e, *_ in rows)
     rows = sorted(r for r in rows if r[0] == first)
     return np.array([r[2] for r in rows]), np.array([r[3] for r in rows])

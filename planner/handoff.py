@@ -371,7 +371,9 @@ def read_plan_file(data: Mapping[str, Any] | str | Path, source: str | None = No
         except FileNotFoundError:
             raise PlanFileError(f"{source}: no such file; write one with `planner.handoff.plan_document`") from None
         except (OSError, ValueError) as exc:
-            raise PlanFileError(f"{source}: not readable JSON ({exc}); write it with `planner.handoff.plan_document`") from None
+            raise PlanFileError(
+                f"{source}: not readable JSON ({exc}); write it with `planner.handoff.plan_document`"
+            ) from None
     source = source or "plan"
     fix = "write it again with `planner.handoff.plan_document`"
     if not isinstance(data, Mapping) or data.get("schema") != PLAN_SCHEMA:

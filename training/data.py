@@ -180,7 +180,9 @@ def read_meta(path: str | os.PathLike) -> dict:
     """``meta.json`` of a dataset directory, with its schema and version checked."""
     meta_path = Path(path) / "meta.json"
     if not Path(path).is_dir():
-        raise DatasetError(f"{path}: no such dataset directory (create one with `moment data import` or `moment data synth`)")
+        raise DatasetError(
+            f"{path}: no such dataset directory (create one with `moment data import` or `moment data synth`)"
+        )
     try:
         meta = json.loads(meta_path.read_text())
     except FileNotFoundError:
@@ -188,7 +190,9 @@ def read_meta(path: str | os.PathLike) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{meta_path}: not valid JSON ({exc}); re-import the dataset") from None
     if not isinstance(meta, dict) or meta.get("schema") != SCHEMA:
-        raise DatasetError(f"{meta_path}: schema is {meta.get('schema') if isinstance(meta, dict) else None!r}, expected {SCHEMA!r}")
+        raise DatasetError(
+            f"{meta_path}: schema is {meta.get('schema') if isinstance(meta, dict) else None!r}, expected {SCHEMA!r}"
+        )
     if meta.get("version") != VERSION:
         raise DatasetError(
             f"{meta_path}: dataset format version {meta.get('version')!r}, this Moment reads version {VERSION}; "
@@ -227,7 +231,8 @@ def validate_dataset(ds: Dataset, *, chunk: int = DEFAULT_CHUNK_EDGES) -> None:
     ip = ds.indptr
     if int(ip[0]) != 0 or int(ip[-1]) != e:
         raise DatasetError(
-            f"{p / 'indptr.npy'}: must run from 0 to num_edges={e}, runs from {int(ip[0])} to {int(ip[-1])}; re-import the dataset"
+            f"{p / 'indptr.npy'}: must run from 0 to num_edges={e}, runs from {int(ip[0])} to {int(ip[-1])}; "
+            "re-import the dataset"
         )
     for a in range(0, n, chunk):
         block = np.asarray(ip[a : a + chunk + 1])
@@ -373,7 +378,9 @@ def open_dataset(path: str | os.PathLike, *, validate: bool = True, verify: str 
     if arrays["indices"].dtype not in (np.int32, np.int64) or (n >= 2**31 and arrays["indices"].dtype != np.int64):
         raise DatasetError(f"{root / 'indices.npy'}: dtype {arrays['indices'].dtype} cannot hold ids of {n} nodes")
     if "features" in arrays and str(arrays["features"].dtype) not in DATASET_FEATURE_DTYPES:
-        raise DatasetError(f"{root / 'features.npy'}: dtype {arrays['features'].dtype} is not one of {DATASET_FEATURE_DTYPES}")
+        raise DatasetError(
+            f"{root / 'features.npy'}: dtype {arrays['features'].dtype} is not one of {DATASET_FEATURE_DTYPES}"
+        )
     for s in SPLITS:
         if s in arrays and arrays[s].ndim != 1:
             raise DatasetError(f"{root / f'{s}.npy'}: must be one-dimensional, has shape {list(arrays[s].shape)}")

@@ -203,9 +203,18 @@ def batch_rows(batch_size: int, fanouts: Sequence[int], num_nodes: int) -> list[
     return rows
 
 
-def training_reserve(g: GraphSizes, *, batch_size: int, fanouts: Sequence[int], prefetch: int = 2,
-                     workers: int = 1, hidden: int = HIDDEN, eval_batch_size: int = EVAL_BATCH_SIZE, runtime_bytes: int = RUNTIME_BYTES,
-                     read_buffer_bytes: int = READ_STAGING_BYTES) -> TrainingReserve:
+def training_reserve(
+    g: GraphSizes,
+    *,
+    batch_size: int,
+    fanouts: Sequence[int],
+    prefetch: int = 2,
+    workers: int = 1,
+    hidden: int = HIDDEN,
+    eval_batch_size: int = EVAL_BATCH_SIZE,
+    runtime_bytes: int = RUNTIME_BYTES,
+    read_buffer_bytes: int = READ_STAGING_BYTES,
+) -> TrainingReserve:
     """The host memory a ``moment train`` process of these sizes holds besides its CPU cache.
 
     Parameters
@@ -251,7 +260,9 @@ def _rest(g: GraphSizes, rows: list[int], fanouts: Sequence[int], hidden: int, b
           read_buffer_bytes: int) -> dict[str, int]:
     """Every reserve item from the batch's working set on (the model from a training batch's ``rows``)."""
     widths = [g.feature_dim, *([hidden] * (len(rows) - 2)), g.num_classes]
-    params = sum(2 * a * b + b for a, b in zip(widths, widths[1:], strict=False))  # SAGEConv: lin_l (with bias) and lin_r
+    params = sum(
+        2 * a * b + b for a, b in zip(widths, widths[1:], strict=False)
+    )  # SAGEConv: lin_l (with bias) and lin_r
     activ = 0
     for h in range(len(rows) - 1, 0, -1):  # the layer from hop h's rows to hop h-1's, outermost first
         w_in, w_out = widths[len(rows) - 1 - h], widths[len(rows) - h]
@@ -507,6 +518,22 @@ def available_memory(override: int | None = None, *, proc_cgroup: str | os.PathL
     return min(found, key=lambda m: m.bytes)
 
 
-__all__ = ["CacheSizing", "check_host_memory", "cpu_cache_for", "GraphSizes", "MemoryLimit", "MemoryPlanError", "RUNTIME_BYTES", "TrainingReserve",
-           "available_memory", "available_now", "batch_rows", "host_cache_bytes", "check_training_memory", "read_cgroup_limit", "read_mem_available",
-           "size_cpu_cache", "training_reserve"]
+__all__ = [
+    "CacheSizing",
+    "check_host_memory",
+    "cpu_cache_for",
+    "GraphSizes",
+    "MemoryLimit",
+    "MemoryPlanError",
+    "RUNTIME_BYTES",
+    "TrainingReserve",
+    "available_memory",
+    "available_now",
+    "batch_rows",
+    "host_cache_bytes",
+    "check_training_memory",
+    "read_cgroup_limit",
+    "read_mem_available",
+    "size_cpu_cache",
+    "training_reserve",
+]

@@ -180,7 +180,9 @@ def predicted_vs_measured(run: RunMetrics) -> list[tuple[str, float, float]]:
             if t.get("predicted_s") is not None and t.get("measured_s"):
                 out.append((f"{t['tier']} read s", float(t["predicted_s"]), float(t["measured_s"])))
             if t.get("measured_bytes"):
-                out.append((f"{t['tier']} MB read", float(t["predicted_bytes"]) / 1e6, float(t["measured_bytes"]) / 1e6))
+                out.append(
+                    (f"{t['tier']} MB read", float(t["predicted_bytes"]) / 1e6, float(t["measured_bytes"]) / 1e6)
+                )
         return out
     if not run.predictions:
         return []

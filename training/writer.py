@@ -276,7 +276,9 @@ class DatasetWriter:
             raise DatasetError("write_feature_rows: call open_features first")
         rows = np.ascontiguousarray(rows, dtype=f.dtype)
         if rows.ndim != 2 or rows.shape[1] != f.shape[1] or not 0 <= start <= f.shape[0] - rows.shape[0]:
-            raise DatasetError(f"feature rows of shape {rows.shape} at row {start} do not fit [{f.shape[0]}, {f.shape[1]}]")
+            raise DatasetError(
+                f"feature rows of shape {rows.shape} at row {start} do not fit [{f.shape[0]}, {f.shape[1]}]"
+            )
         data = memoryview(rows).cast("B")
         at = f.offset + start * f.shape[1] * f.dtype.itemsize
         fd = os.open(f.filename, os.O_WRONLY)

@@ -140,7 +140,7 @@ def apply_capacities_report(topo: Topology, caps: Capacities) -> AppliedCapaciti
     3000000000.0
     >>> [(r.element, r.field) for r in replaced]
     [('socket0→pci:0000:01:00.0', 'bytes_per_s'), ('socket0→mem0', 'bytes_per_s'), ('pci:0000:01:00.0', 'read_bytes_per_s')]
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     new = topo.copy()
     replaced: list[Replacement] = []
     unused: list[str] = []

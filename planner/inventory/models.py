@@ -178,7 +178,7 @@ def device_model(name: str | DeviceModel) -> DeviceModel:
     Traceback (most recent call last):
     ...
     planner.errors.PlannerError: unknown device model 'a200' (known: a100-40gb-pcie, generic-gpu, generic-nvme, h100-pcie, h100-sxm, p5510, samsung-980-pro)
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     if isinstance(name, DeviceModel):
         return name
     if not isinstance(name, str):

@@ -319,7 +319,7 @@ def parse_dmidecode(text: str, source: str) -> DmiInfo:
     Traceback (most recent call last):
     ...
     planner.errors.ParseError: lspci.txt:1: expected a dmidecode line ('Handle 0x0900, DMI type 9, 17 bytes', a record title or a banner); the input looks like the output of lspci, not dmidecode, found '00:00.0 Host bridge: Intel Corporation'
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     if not isinstance(text, str):
         raise ParseError(source, None, "dmidecode text output", type(text).__name__)
     if not text.strip():

@@ -419,7 +419,7 @@ def parse_lspci(text: str, source: str = "<lspci>", *, notes: list[str] | None =
     Traceback (most recent call last):
       ...
     planner.errors.ParseError: topo.json:1: expected lspci -t or lspci -v output (this looks like a JSON document, not lspci), found '{"nodes": []}'
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     for lineno, raw in enumerate(text_lines(text), 1):
         line = raw.rstrip()
         if not line.strip() or _STRAY.match(line):
