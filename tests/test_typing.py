@@ -84,8 +84,8 @@ ALLOWED_TODAY: dict[str, int] = {
     "training/writer.py": 6,
 }
 
-#: modules in pyproject.toml's mypy ``ignore_errors`` allowlist when the checker came (issue 27)
-MYPY_ALLOWLIST_TODAY = 63
+#: modules in pyproject.toml's mypy ``ignore_errors`` allowlist (63 when the checker came, issue 27)
+MYPY_ALLOWLIST_TODAY = 58
 
 
 def _annotations(tree: ast.Module) -> Iterator[ast.expr]:
@@ -175,8 +175,8 @@ def test_mypy_allowlist_only_shrinks() -> None:
     conf = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
     allowed = [m for o in conf["overrides"] if o.get("ignore_errors") for m in o["module"]]
     assert len(allowed) <= MYPY_ALLOWLIST_TODAY, (
-        f"{len(allowed)} modules skip the type checker's errors; it was {MYPY_ALLOWLIST_TODAY} when "
-        "the checker came: fix the new module's errors instead of listing it")
+        f"{len(allowed)} modules skip the type checker's errors; MYPY_ALLOWLIST_TODAY says {MYPY_ALLOWLIST_TODAY}: "
+        "fix the new module's errors instead of listing it")
     assert len(allowed) == MYPY_ALLOWLIST_TODAY, (
         f"the mypy allowlist is down to {len(allowed)}: lower MYPY_ALLOWLIST_TODAY to match")
     missing = [m for m in allowed

@@ -93,8 +93,8 @@ class EpochPrediction:
 
     @property
     def predicted_io_s(self) -> float | None:
-        ssd = [t for t in self.tiers if t.tier == "ssd"]
-        return sum(t.predicted_s for t in ssd) if ssd and all(t.predicted_s is not None for t in ssd) else None
+        times = [t.predicted_s for t in self.tiers if t.tier == "ssd"]
+        return None if not times or None in times else sum(s for s in times if s is not None)
 
     @property
     def measured_io_s(self) -> float | None:

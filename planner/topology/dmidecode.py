@@ -251,7 +251,7 @@ def _processor(rec: _Record) -> DmiProcessor:
         return f.value if f is not None else None
 
     status = _clean(val("Status"))
-    populated = bool(status) and status.lower().startswith("populated")
+    populated = status is not None and status.lower().startswith("populated")
     return DmiProcessor(
         socket_designation=(val("Socket Designation") or "").strip(),
         version=_clean(val("Version")),

@@ -91,7 +91,7 @@ def from_dict(data: object, source: str = "<json>") -> Topology:
             ))
         for i, ld in enumerate(data.get("links", [])):
             try:
-                kind = LinkKind(ld["kind"])
+                link_kind = LinkKind(ld["kind"])
             except ValueError:
                 raise TopologyError(
                     f"{source}: link {i} has kind {ld.get('kind')!r}; "
@@ -99,7 +99,7 @@ def from_dict(data: object, source: str = "<json>") -> Topology:
                 ) from None
             bw = ld.get("bytes_per_s")
             topo.add_link(Link(
-                str(ld["src"]), str(ld["dst"]), kind, float(bw) if bw is not None else None,
+                str(ld["src"]), str(ld["dst"]), link_kind, float(bw) if bw is not None else None,
                 ld.get("pcie_gen"), ld.get("lanes"), ld.get("bandwidth_source", "unknown"),
                 dict(ld.get("attrs", {})),
             ))
