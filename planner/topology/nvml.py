@@ -454,7 +454,7 @@ def _refine_gpu(out: Topology, g: NvmlGpu, ids: dict[int, str], p2p: Mapping[tup
     ))
     parent = out.parent(node.id)
     up = out.link_between(parent.id, node.id) if parent is not None else None
-    if (up is not None and up.kind == LinkKind.PCIE and up.bytes_per_s is None
+    if (up is not None and parent is not None and up.kind == LinkKind.PCIE and up.bytes_per_s is None
             and g.max_link_gen and g.max_link_width and up.src == parent.id):
         extra = dict(up.attrs)
         if g.current_link_gen and g.current_link_width:
