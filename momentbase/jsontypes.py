@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-#: a JSON object: ``json.load``'s dict, or a dict about to be ``json.dump``-ed
-JsonObject = dict[str, Any]  # Any: JSON values, checked field by field where they are read
+#: a JSON value (str, int, float, bool, None, list or dict of them), as ``json.load`` gives it
+JsonValue = Any  # Any: JSON values, checked field by field where they are read
 
-__all__ = ["JsonObject"]
+#: a JSON object: ``json.load``'s dict, or a dict about to be ``json.dump``-ed
+JsonObject = dict[str, JsonValue]
+
+__all__ = ["JsonObject", "JsonValue"]

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from momentbase.jsontypes import JsonObject
 from momentbase.units import format_size
 from planner.capacities import ReadMeasurement
 from planner.errors import ParseError, ProfileError
@@ -146,7 +147,7 @@ def parse_fio_json(text: str, source: str = "<fio output>") -> FioRun:
         err = job.get("error", 0)
         if isinstance(err, int) and not isinstance(err, bool) and err:
             error = error or err
-    opts: dict[str, Any] = {}
+    opts: JsonObject = {}
     for src in (data.get("global options"), jobs[0].get("job options")):
         if isinstance(src, dict):
             opts.update(src)

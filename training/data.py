@@ -43,11 +43,11 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from iostack.checksums import BlockSums, bad_blocks
+from momentbase.jsontypes import JsonObject, JsonValue
 from planner.progress import Progress
 from training.errors import TrainingError
 
@@ -104,7 +104,7 @@ class Dataset:
     """
 
     path: Path
-    meta: Mapping[str, Any]
+    meta: Mapping[str, JsonValue]
     indptr: np.ndarray
     indices: np.ndarray
     features: np.ndarray | None = None
@@ -265,7 +265,7 @@ def validate_dataset(ds: Dataset, *, chunk: int = DEFAULT_CHUNK_EDGES) -> None:
             seen[uniq] = True
 
 
-def verify_checksums(root: Path, meta: Mapping[str, Any], mode: str = "sample",
+def verify_checksums(root: Path, meta: Mapping[str, JsonValue], mode: str = "sample",
                      progress: Progress | None = None) -> str:
     """Check the dataset files against the CRC-32s ``meta.json`` records; say what was checked.
 
@@ -554,12 +554,12 @@ def dataset_info(ds: Dataset, *, chunk: int = DEFAULT_CHUNK_EDGES, progress: Pro
     )
 
 
-def fingerprint(ds: Dataset, sample_bytes: int = 1 << 16) -> dict[str, Any]:
+def fingerprint(ds: Dataset, sample_bytes: int = 1 << 16) -> JsonObject:
     """A cheap identity of a dataset: its counts and a CRC-32 of the first and last ``sample_bytes``
     of its feature rows (reads at most ``2 * sample_bytes``). Two datasets with the same counts
     but different features almost surely differ; a placement records it to refuse the wrong one.
     """
-    out: dict[str, Any] = {"num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
+    out: JsonObject = {"num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
                            "feature_dim": ds.feature_dim, "feature_dtype": ds.feature_dtype}
     if ds.features is not None and ds.features.size:
         flat = np.asarray(ds.features).reshape(-1).view(np.uint8)

@@ -28,6 +28,7 @@ import numpy as np
 
 import training.data as _data
 from iostack.checksums import block_sums
+from momentbase.jsontypes import JsonObject, JsonValue
 from planner.progress import Progress
 from training.data import (
     DATASET_FEATURE_DTYPES,
@@ -87,7 +88,7 @@ class DatasetWriter:
         *,
         num_nodes: int,
         name: str | None = None,
-        source: Mapping[str, Any] | None = None,
+        source: Mapping[str, JsonValue] | None = None,
         overwrite: bool = False,
         chunk_edges: int = DEFAULT_CHUNK_EDGES,
         progress: Progress | None = None,
@@ -105,8 +106,8 @@ class DatasetWriter:
         self.overwrite = overwrite
         self.chunk_edges = int(chunk_edges)
         self.progress = progress
-        self.meta: dict[str, Any] = {}
-        self.files: dict[str, dict[str, Any]] = {}
+        self.meta: JsonObject = {}
+        self.files: dict[str, JsonObject] = {}
         self.num_edges: int | None = None
         #: the CSR row pointers once a graph is written (in-degree = np.diff(indptr))
         self.indptr: np.ndarray | None = None
@@ -328,10 +329,10 @@ class DatasetWriter:
                 self._save(key, np.asarray(ids, dtype=np.int64).ravel())
 
     # -- commit --------------------------------------------------------------------------------
-    def _checksums(self, tmp: Path) -> dict[str, Any]:
+    def _checksums(self, tmp: Path) -> JsonObject:
         """One CRC-32 per block of every file written (read back once, mostly from the page cache)."""
         block = _data.CHECKSUM_BLOCK_BYTES  # read at the call: a test sets small blocks there
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         total = sum((tmp / f"{k}.npy").stat().st_size for k in self.files)
         done = 0
         for key in self.files:
