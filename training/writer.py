@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 import training.data as _data
 from iostack.checksums import block_sums
@@ -166,7 +167,7 @@ class DatasetWriter:
         np.save(self.tmp_dir / f"{key}.npy", arr, allow_pickle=False)
         self._record(key, arr)
 
-    def record_file(self, key: str, dtype: str | np.dtype, shape: Sequence[int]) -> None:
+    def record_file(self, key: str, dtype: DTypeLike, shape: Sequence[int]) -> None:
         """Declare ``<key>.npy``, written into :attr:`tmp_dir` by the caller, with its dtype and shape."""
         self.files[key] = {"dtype": str(np.dtype(dtype)), "shape": [int(s) for s in shape]}
 
