@@ -7,6 +7,7 @@ import math
 import os
 import socket
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any
 
 from hwprofile._common import _now
@@ -98,7 +99,7 @@ def cuda_bandwidths(topo: Topology | None = None, bytes: int = 256 << 20, repeat
     return links, eff, notes
 
 
-def _best_bytes_per_s(torch: Any, copy: Callable[[], Any], device: int, n: int, repeats: int) -> float:
+def _best_bytes_per_s(torch: ModuleType, copy: Callable[[], object], device: int, n: int, repeats: int) -> float:
     """``n`` bytes over the fastest of ``repeats`` runs of ``copy`` (after a warm-up), timed with CUDA events."""
     best = math.inf
     with torch.cuda.device(device):
@@ -113,7 +114,7 @@ def _best_bytes_per_s(torch: Any, copy: Callable[[], Any], device: int, n: int, 
     return n / best
 
 
-def _host_links(torch: Any, i: int, topo: Topology | None, n: int, repeats: int, progress: Progress | None,
+def _host_links(torch: ModuleType, i: int, topo: Topology | None, n: int, repeats: int, progress: Progress | None,
                 sys_root: str | os.PathLike[str], host: str, date: str
                 ) -> tuple[str, list[LinkCapacity], list[str], float | None]:
     """GPU ``i``'s host→device and device→host figures from its own NUMA node: its key, links, notes, efficiency.
@@ -146,8 +147,9 @@ def _host_links(torch: Any, i: int, topo: Topology | None, n: int, repeats: int,
     return key, links, notes, eff
 
 
-def _peer_links(torch: Any, keys: list[str], n: int, repeats: int, progress: Progress | None, host: str, date: str
-                ) -> tuple[list[LinkCapacity], list[str]]:
+def _peer_links(
+    torch: ModuleType, keys: list[str], n: int, repeats: int, progress: Progress | None, host: str, date: str
+) -> tuple[list[LinkCapacity], list[str]]:
     """GPU → GPU copy figures of every ordered pair with peer access; notes for the pairs without."""
     links: list[LinkCapacity] = []
     notes: list[str] = []

@@ -26,7 +26,8 @@ from planner.progress import Progress
 
 @dataclass(frozen=True)
 class RawRun:
-    """One engine in one round of ``raw``: its random-read IOPS and fio's of the same round, same file, block size and depth."""
+    """One engine in one round of ``raw``: its random-read IOPS and fio's of the same round, same file, block size
+    and depth."""
 
     fio_iops: float
     fio_engine: str

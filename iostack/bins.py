@@ -262,7 +262,9 @@ def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str
     if full_check:
         crc = crc32_of(path)
         if crc != info.crc32:
-            raise StoreError(f"{path}: bin {b.id} is corrupt (CRC-32 {crc:#010x}, manifest says {info.crc32:#010x}); {fix}")
+            raise StoreError(
+                f"{path}: bin {b.id} is corrupt (CRC-32 {crc:#010x}, manifest says {info.crc32:#010x}); {fix}"
+            )
     return info
 
 

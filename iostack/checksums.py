@@ -25,7 +25,8 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from momentbase.jsontypes import JsonObject, JsonValue
 
 __all__ = ["READ_CHUNK_BYTES", "BlockSums", "bad_blocks", "block_sums", "crc32_of"]
 
@@ -69,13 +70,13 @@ class BlockSums:
         start = i * self.block_bytes
         return start, min(self.size_bytes, start + self.block_bytes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """``{"bytes", "block_bytes", "crc32"}``, the CRCs as one string of 8 hex digits each (compact)."""
         return {"bytes": self.size_bytes, "block_bytes": self.block_bytes,
                 "crc32": "".join(f"{c:08x}" for c in self.crcs)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BlockSums:
+    def from_json(cls, data: Mapping[str, JsonValue]) -> BlockSums:
         """The inverse of :meth:`to_json`; ``ValueError`` when ``data`` is malformed."""
         try:
             size, block, text = int(data["bytes"]), int(data["block_bytes"]), str(data["crc32"])

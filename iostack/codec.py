@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from iostack.errors import StoreError
+from momentbase.jsontypes import JsonObject
 
 #: the types a placement may store its rows in (a dataset's own feature types are
 #: training.data.DATASET_FEATURE_DTYPES: float64 and uint8 there, bfloat16 here)
@@ -183,9 +184,9 @@ class FeatureCodec:
                 crc = zlib.crc32(np.ascontiguousarray(a, "<f4").tobytes(), crc)
         return crc
 
-    def to_manifest(self) -> dict[str, Any]:
+    def to_manifest(self) -> JsonObject:
         """A JSON-able dict (float32 values written exactly, as Python floats)."""
-        d: dict[str, Any] = {"dtype": self.dtype, "dim": self.dim, "source_dtype": self.source_dtype}
+        d: JsonObject = {"dtype": self.dtype, "dim": self.dim, "source_dtype": self.source_dtype}
         if self.scale is not None and self.zero_point is not None:
             d["scale"] = self.scale.astype(np.float64).tolist()
             d["zero_point"] = self.zero_point.astype(np.float64).tolist()

@@ -60,6 +60,7 @@ from iostack.emulate_workload import (
     WorkloadError,
 )
 from iostack.errors import StoreError
+from momentbase.jsontypes import JsonObject, JsonValue
 from planner.progress import Progress
 
 #: latency samples each reader returns (a uniform subsample beyond this)
@@ -67,7 +68,7 @@ _LATENCY_SAMPLES = 4096
 
 
 def save_stream(path: str | os.PathLike[str], batches: list[np.ndarray], sample_s: list[float] | None = None,
-                meta: Mapping[str, Any] | None = None) -> Path:
+                meta: Mapping[str, JsonValue] | None = None) -> Path:
     """Write a recorded stream: the row ids each step reads (``batches``), optionally each step's sampling time."""
     p = Path(path)
     ids = np.concatenate(batches) if batches else np.zeros(0, np.int64)
@@ -126,7 +127,7 @@ def make_stream(spec: StreamSpec, num_rows: int) -> Stream:
     return Stream(ids, np.arange(0, n + 1, spec.rows_per_step, dtype=np.int64))
 
 
-def _metrics_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def _metrics_records(path: str | os.PathLike[str]) -> list[JsonObject]:
     """The JSON records of a ``moment train`` metrics file (lines that are not JSON skipped)."""
     try:
         lines = Path(path).read_text().splitlines()
@@ -146,7 +147,9 @@ def metrics_times(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]
     rows = [(r.get("epoch", 0), r["step"], r["compute_s"] + r.get("allreduce_s", 0.0), r["sample_s"])
             for r in _metrics_records(path) if r.get("kind") == "step"]
     if not rows:
-        raise WorkloadError(f"compute.from_metrics {path}: no step records; give a training run's metrics file (`metrics_path`)")
+        raise WorkloadError(
+            f"compute.from_metrics {path}: no step records; give a training run's metrics file (`metrics_path`)"
+        )
     first = min(e for e, *_ in rows)
     rows = sorted(r for r in rows if r[0] == first)
     return np.array([r[2] for r in rows]), np.array([r[3] for r in rows])
@@ -241,7 +244,7 @@ class EmulateResult:
     step_compute_s: tuple[float, ...] = ()
     compute_on: str = "device"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -297,7 +300,7 @@ def _tier_totals(store) -> dict[str, list[int]]:
     return tiers
 
 
-def _replay(w: Workload, rank: int, progress: Progress | None = None) -> dict[str, Any]:
+def _replay(w: Workload, rank: int, progress: Progress | None = None) -> JsonObject:
     """One reader: its steps of every epoch through its own store; raw figures for :func:`_combine`."""
     import torch
 
@@ -383,7 +386,7 @@ def _reader_main(w: Workload, rank: int, out: Any) -> None:
         out.put((rank, f"{type(exc).__name__}: {exc}"))
 
 
-def _combine(w: Workload, parts: list[dict[str, Any]]) -> EmulateResult:
+def _combine(w: Workload, parts: list[JsonObject]) -> EmulateResult:
     seconds = max(p["seconds"] for p in parts)
     steps = sum(p["steps"] for p in parts)
     wait = sum(sum(p["waits"]) for p in parts)

@@ -21,6 +21,7 @@ from typing import Any
 
 from iostack.backends import backend_choices
 from iostack.errors import StoreError
+from momentbase.jsontypes import JsonValue
 
 
 class WorkloadError(StoreError):
@@ -95,7 +96,7 @@ class Workload:
     features: str | None = None
 
 
-def _num(section: Mapping[str, Any], key: str, where: str, kind: type = int, default: Any = None,
+def _num(section: Mapping[str, JsonValue], key: str, where: str, kind: type = int, default: Any = None,
          minimum: float = 0) -> Any:
     v = section.get(key, default)
     if v is None:
@@ -116,14 +117,14 @@ def _num(section: Mapping[str, Any], key: str, where: str, kind: type = int, def
     return x
 
 
-def _section(d: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any]:
+def _section(d: Mapping[str, JsonValue], key: str, where: str = "") -> Mapping[str, JsonValue]:
     v = d.get(key) or {}
     if not isinstance(v, Mapping):
         raise WorkloadError(f"{where}{key}: expected a mapping of keys, got {type(v).__name__}")
     return v
 
 
-def workload_from_dict(d: Mapping[str, Any], base: str | os.PathLike[str] = ".") -> Workload:
+def workload_from_dict(d: Mapping[str, JsonValue], base: str | os.PathLike[str] = ".") -> Workload:
     """A validated :class:`Workload` from parsed YAML; relative paths resolve against ``base``.
 
     Raises :class:`WorkloadError` naming the key for a missing or bad value.

@@ -129,6 +129,11 @@ class PagedFile:
 
         The array is a page-aligned buffer of the file's pool: keep it only
         while you use it (the next call may reuse it once it is freed).
+
+        Raises
+        ------
+        StoreError
+            A page lies outside the file, or the file was closed.
         """
         pages = np.asarray(pages, np.int64)
         if pages.size and (pages[0] < 0 or pages[-1] > self.full_pages or pages[-1] * PAGE >= self.file_bytes):
@@ -139,6 +144,8 @@ class PagedFile:
         t0 = time.perf_counter()
         requests = 0
         if whole:
+            if self.handle is None:
+                raise StoreError(f"{self.path}: read after close; open the page file again")
             requests = self.backend.read_rows(self.handle, pages[:whole], out[:whole])
         read_s = time.perf_counter() - t0
         if whole < pages.size:
@@ -152,6 +159,11 @@ class PagedFile:
         numeric dtype: its data start is 64-byte aligned). Pages are read in
         rounds of at most ``max_buffer_bytes``, each sorted and coalesced.
         Returns the values (in the order of ``offsets``) and what was read.
+
+        Raises
+        ------
+        StoreError
+            An offset lies outside the file, or is not aligned to the item size.
         """
         dtype = np.dtype(dtype)
         offsets = np.asarray(offsets, np.int64).reshape(-1)

@@ -19,11 +19,12 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from iostack.errors import StoreError
+from momentbase.jsontypes import JsonValue
 
 if TYPE_CHECKING:
     from iostack.codec import FeatureCodec
@@ -107,7 +108,7 @@ class Placement:
     bin_of: np.ndarray
     row_of: np.ndarray
     codec: FeatureCodec | None = None
-    dataset_fingerprint: Mapping[str, Any] | None = None
+    dataset_fingerprint: Mapping[str, JsonValue] | None = None
 
     def __post_init__(self) -> None:
         bins = tuple(self.bins)
@@ -154,7 +155,7 @@ class Placement:
         return v[np.argsort(self.row_of[v], kind="stable")]
 
     def save(self, directory: str | os.PathLike[str], *,
-             dataset_fingerprint: Mapping[str, Any] | None = None) -> Path:
+             dataset_fingerprint: Mapping[str, JsonValue] | None = None) -> Path:
         """Write ``bin_of.npy``, ``row_of.npy`` and ``placement.json`` to ``directory``; returns the manifest path.
 
         ``dataset_fingerprint`` (default: the placement's own) goes into the

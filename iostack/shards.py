@@ -161,7 +161,9 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise StoreError(f"{p}: cannot read the shard manifest ({exc}); place again over nodes (`place_sharded`)") from None
+        raise StoreError(
+            f"{p}: cannot read the shard manifest ({exc}); place again over nodes (`place_sharded`)"
+        ) from None
     if not isinstance(data, dict) or data.get("format") != "moment-shards":
         raise StoreError(f"{p}: not a shard manifest (no \"format\": \"moment-shards\")")
     return data

@@ -53,6 +53,11 @@ from torch import Tensor
 
 from iostack.errors import StoreError
 
+#: a copy stream: ``torch.cuda.Stream`` on a CUDA device, None on the host
+Stream = Any  # Any: torch.cuda.Stream and None share no type that has the calls each side makes
+#: a point in a stream's work: ``torch.cuda.Event`` on a CUDA device, ``time.perf_counter()`` on the host
+Mark = Any  # Any: an Event and a float share no type with elapsed_time/synchronize and subtraction
+
 #: memory kinds a copy is counted by
 KINDS = ("pinned", "pageable", "device")
 
@@ -107,26 +112,26 @@ class DeviceMemory:
         return None
 
     # -- streams and events --------------------------------------------------------------------
-    def new_stream(self) -> Any:
+    def new_stream(self) -> Stream:
         """A stream for copies (None: everything runs in order on the host)."""
         return None
 
-    def on_stream(self, stream: Any) -> contextlib.AbstractContextManager:
+    def on_stream(self, stream: Stream) -> contextlib.AbstractContextManager:
         """Make ``stream`` current (and the device current) inside the block."""
         return contextlib.nullcontext()
 
-    def mark(self, stream: Any = None) -> Any:
+    def mark(self, stream: Stream = None) -> Mark:
         """An event recorded now on ``stream`` (the current stream if None); on the host, the time."""
         return time.perf_counter()
 
-    def seconds(self, start: Any, end: Any) -> float:
+    def seconds(self, start: Mark, end: Mark) -> float:
         """Seconds between two marks (waits for ``end`` to complete on a device)."""
         return float(end - start)
 
-    def host_wait(self, mark: Any) -> None:
+    def host_wait(self, mark: Mark) -> None:
         """Block this thread until the work before ``mark`` has completed."""
 
-    def consumer_wait(self, mark: Any, tensors: tuple[Tensor, ...]) -> None:
+    def consumer_wait(self, mark: Mark, tensors: tuple[Tensor, ...]) -> None:
         """Make the calling thread's current stream wait for ``mark`` and own ``tensors`` from now on."""
 
     def set_device(self) -> None:
@@ -194,11 +199,11 @@ class CudaMemory(DeviceMemory):
     def free_bytes(self) -> int:
         return int(torch.cuda.mem_get_info(self.device)[0])
 
-    def new_stream(self) -> Any:
+    def new_stream(self) -> Stream:
         return torch.cuda.Stream(device=self.device)
 
     @contextlib.contextmanager
-    def on_stream(self, stream: Any) -> Iterator[None]:
+    def on_stream(self, stream: Stream) -> Iterator[None]:
         with torch.cuda.device(self.device):
             current = torch.cuda.current_stream(self.device)
             if current != stream:
@@ -207,19 +212,19 @@ class CudaMemory(DeviceMemory):
             with torch.cuda.stream(stream):
                 yield
 
-    def mark(self, stream: Any = None) -> Any:
+    def mark(self, stream: Stream = None) -> Mark:
         ev = torch.cuda.Event(enable_timing=True)
         ev.record(stream if stream is not None else torch.cuda.current_stream(self.device))
         return ev
 
-    def seconds(self, start: Any, end: Any) -> float:
+    def seconds(self, start: Mark, end: Mark) -> float:
         end.synchronize()
         return start.elapsed_time(end) / 1000.0
 
-    def host_wait(self, mark: Any) -> None:
+    def host_wait(self, mark: Mark) -> None:
         mark.synchronize()
 
-    def consumer_wait(self, mark: Any, tensors: tuple[Tensor, ...]) -> None:
+    def consumer_wait(self, mark: Mark, tensors: tuple[Tensor, ...]) -> None:
         stream = torch.cuda.current_stream(self.device)
         stream.wait_event(mark)
         for t in tensors:
@@ -280,7 +285,7 @@ class Landing:
 
     __slots__ = ("_memory", "_mark", "_tensors", "_waited")
 
-    def __init__(self, memory: DeviceMemory, mark: Any, tensors: tuple[Tensor, ...]) -> None:
+    def __init__(self, memory: DeviceMemory, mark: Mark, tensors: tuple[Tensor, ...]) -> None:
         self._memory, self._mark, self._tensors, self._waited = memory, mark, tensors, False
 
     def wait(self) -> None:
@@ -309,7 +314,7 @@ class _Slot:
 
     def __init__(self) -> None:
         self.buf: Tensor | None = None
-        self.mark: Any = None
+        self.mark: Mark = None
 
 
 class _Ring:
@@ -402,7 +407,7 @@ class Transfer:
             c[0] += 1
             c[1] += src.numel() * src.element_size()
 
-    def _thread(self) -> Any:
+    def _thread(self) -> threading.local:
         loc = self._local
         if not hasattr(loc, "rings"):
             loc.rings = {}
@@ -466,7 +471,7 @@ class Batch:
         self._slots: list[_Slot] = []
         self._tensors: list[Tensor] = []
         self._ctx: contextlib.AbstractContextManager | None = None
-        self._stream: Any = None
+        self._stream: Stream = None
         self.landing: Landing | None = None
 
     def __enter__(self) -> Batch:

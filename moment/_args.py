@@ -15,7 +15,8 @@ T = TypeVar("T")
 
 
 def parse_fanouts(text: str, flag: str = "--fanouts") -> tuple[int, ...]:
-    """``"25,10"`` -> ``(25, 10)``; ``-1`` means all neighbours. :class:`~moment.errors.CommandError` naming ``flag`` otherwise.
+    """``"25,10"`` -> ``(25, 10)``; ``-1`` means all neighbours. :class:`~moment.errors.CommandError` naming
+    ``flag`` otherwise.
 
     >>> parse_fanouts("25,10"), parse_fanouts("-1, 5")
     ((25, 10), (-1, 5))
@@ -30,7 +31,8 @@ def parse_fanouts(text: str, flag: str = "--fanouts") -> tuple[int, ...]:
 
 
 def size_arg(text: str, flag: str) -> int:
-    """A size like ``8GiB`` in bytes (``0``, ``0B``, ``none``: 0); :class:`~moment.errors.CommandError` naming ``flag`` otherwise.
+    """A size like ``8GiB`` in bytes (``0``, ``0B``, ``none``: 0); :class:`~moment.errors.CommandError` naming
+    ``flag`` otherwise.
 
     >>> size_arg("2KiB", "--remote-cache"), size_arg("none", "--cpu-cache")
     (2048, 0)

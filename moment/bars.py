@@ -11,10 +11,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 #: set to a number of seconds to get one progress line per stage at most that often on stderr
 #: when it is not a terminal (a run under nohup, logging to a file): done/total, rate and ETA
 LOG_ENV = "MOMENT_PROGRESS_LOG"
+
+if TYPE_CHECKING:  # rich is imported when bars are first shown
+    from rich.progress import Progress, TaskID
 
 
 def is_terminal() -> bool:
@@ -33,8 +37,8 @@ class Bars:
         self.enabled = not quiet and is_terminal()
         self.unit = unit
         self.transient = transient
-        self.progress = None
-        self.tasks: dict[str, int] = {}
+        self.progress: Progress | None = None
+        self.tasks: dict[str, TaskID] = {}
         every = os.environ.get(LOG_ENV, "")
         # asked for by name, so even with --json or --quiet (the lines go to stderr, not stdout)
         self.log_every_s = float(every) if not self.enabled and every else None
@@ -45,7 +49,7 @@ class Bars:
         now = time.monotonic()
         started, last, first = self._logged.setdefault(stage, (now, 0.0, done))
         final = total is not None and done >= total
-        if now - last < self.log_every_s and not final:
+        if now - last < (self.log_every_s or 0.0) and not final:  # set whenever _log is called
             return
         self._logged[stage] = (started, now, first)
         # from the first count seen: a resumed run starts part-way and must not claim that part

@@ -45,7 +45,8 @@ def register(subparsers) -> None:
                            **examples("moment bench io raw --dir /mnt/nvme0 --runs 6   # each engine vs fio",
                                       "moment bench io raw --dir /var/tmp --file-size 1GiB --engine auto --runs 1"))
     raw.add_argument("--dir", required=True, help="directory on the SSD to test (a bin file is written there)")
-    raw.add_argument("--file-size", default="4GiB", help="bin file size (default 4GiB; larger than the page cache or O_DIRECT)")
+    raw.add_argument("--file-size", default="4GiB",
+                     help="bin file size (default 4GiB; larger than the page cache or O_DIRECT)")
     raw.add_argument("--row-size", default="4KiB", help="row = block size (default 4KiB)")
     raw.add_argument("--queue-depth", type=int, default=64, help="reads in flight, both tools (default 64)")
     raw.add_argument("--seconds", type=float, default=5.0, help="per tool per run (default 5)")
@@ -61,7 +62,8 @@ def register(subparsers) -> None:
                          description="Gather Zipf-skewed batches of ids (or a recorded stream) through a feature "
                                      "store with GPU, CPU and SSD bins, without training.",
                          **examples("moment bench io gather --dir /mnt/nvme0",
-                                    "moment bench io gather --vertices 100000 --cpu-rows 50000 --alpha 0.8 --seconds 3"))
+                                    "moment bench io gather --vertices 100000 --cpu-rows 50000 --alpha 0.8 "
+                                    "--seconds 3"))
     g.add_argument("--dir", help="where the bins are written (default: a temporary directory)")
     g.add_argument("--vertices", type=int, default=200_000, help="vertices (default 200000)")
     g.add_argument("--dim", type=int, default=1024, help="float32 features per row (default 1024 = 4 KiB rows)")

@@ -101,16 +101,19 @@ def _info_command(args: argparse.Namespace) -> int:
     t.add_column("value", overflow="fold")
     d = info.in_degree
     t.add_row("nodes", f"{info.num_nodes:,}")
-    t.add_row("edges (CSR entries)", f"{info.num_edges:,} ({'directed' if info.directed else 'undirected: each edge twice'})")
+    t.add_row("edges (CSR entries)",
+              f"{info.num_edges:,} ({'directed' if info.directed else 'undirected: each edge twice'})")
     t.add_row("in-degree", f"min {d.min:,} · median {d.median:g} · mean {d.mean:.2f} · p99 {d.p99:g} · max {d.max:,}")
     t.add_row("isolated nodes", f"{info.isolated_nodes:,}")
-    t.add_row("skew", f"top 1% of vertices hold {100 * info.top1pct_endpoint_share:.1f}% of edge endpoints · Gini {info.gini:.3f}")
+    t.add_row("skew", f"top 1% of vertices hold {100 * info.top1pct_endpoint_share:.1f}% of edge endpoints "
+                      f"· Gini {info.gini:.3f}")
     t.add_row("features", f"{info.feature_dim} × {info.feature_dtype} = {format_size(info.feature_bytes)}"
               if info.feature_dim else "none")
     t.add_row("graph (indptr + indices)", format_size(info.graph_bytes))
     t.add_row("labels", f"{info.num_classes} classes, {info.labelled_nodes:,} labelled nodes"
               if info.num_classes else "none")
-    t.add_row("split (train / valid / test)", " / ".join(f"{info.split_sizes.get(k, 0):,}" for k in ("train", "valid", "test"))
+    t.add_row("split (train / valid / test)",
+              " / ".join(f"{info.split_sizes.get(k, 0):,}" for k in ("train", "valid", "test"))
               if info.split_sizes else "none")
     if info.source:
         flat = {k: v for k, v in info.source.items() if k != "path" and not isinstance(v, (dict, list))}
@@ -149,7 +152,8 @@ def register(subparsers) -> None:
     imp = data_sub.add_parser(
         "import", help="convert a public graph format into a dataset directory",
         description="Convert Planetoid, gnn-benchmark .npz, OGB node-property (CSV or papers100M's binary "
-                    "data.npz), IGB, HDF5, edge-list or WebGraph BV data into a dataset directory. Large inputs are converted in chunks with bounded memory; "
+                    "data.npz), IGB, HDF5, edge-list or WebGraph BV data into a dataset directory. "
+                    "Large inputs are converted in chunks with bounded memory; "
                     "DST appears only when complete.",
         **examples("moment data import ../shared/fixtures/graphs/cora cora   # Planetoid, format detected",
                    "moment data import --format npz --lcc amazon_photo.npz photo",

@@ -111,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
             if float(getattr(args, name)) < 1:
                 raise ValueError
         except ValueError:
-            raise CommandError(f"--{name.replace('_', '-')} {getattr(args, name)}: expected a positive number") from None
+            raise CommandError(
+                f"--{name.replace('_', '-')} {getattr(args, name)}: expected a positive number"
+            ) from None
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out}: exists and is not a directory")

@@ -78,7 +78,7 @@ def command_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         sub = _subparsers(p)
         word = getattr(args, sub.dest, None) if sub is not None else None
         p = sub.choices.get(word) if sub is not None and word is not None else None
-        if p is not None:
+        if p is not None and word is not None:
             words.append(word)
     return " ".join(words), options
 

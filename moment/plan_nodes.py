@@ -1,4 +1,5 @@
-"""``moment plan --nodes N``: the recommended layout as one node of N, and where NICs should go (see planner.multinode)."""
+"""``moment plan --nodes N``: the recommended layout as one node of N, and where NICs should go (see
+planner.multinode)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,11 @@ Imported only by the commands that draw, so ``moment --help`` never loads matplo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from iostack.emulate import EmulateResult
+    from training.runreport import RunMetrics
 
 
 def _pyplot():
@@ -19,7 +23,7 @@ def _pyplot():
     return plt
 
 
-def plot_emulation(result: Any, path: str | Path) -> Path:
+def plot_emulation(result: EmulateResult, path: str | Path) -> Path:
     """Per-step I/O wait and compute of reader 0, and bytes per tier, of an :class:`~iostack.emulate.EmulateResult`."""
     plt = _pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
@@ -47,7 +51,7 @@ _PARTS = {"compute_s": ("compute", "#4c72b0"), "allreduce_s": ("all-reduce", "#8
           "gather_s": ("gather (background)", "#c44e52")}
 
 
-def _time_panel(ax, run: Any) -> None:
+def _time_panel(ax, run: RunMetrics) -> None:
     from training.runreport import BACKGROUND, FOREGROUND, time_split
 
     epochs = [e["epoch"] for e in run.epochs]
@@ -103,7 +107,7 @@ def _prediction_panel(ax, pvm: list[tuple[str, float, float]]) -> None:
     ax.set_title("predicted vs measured (1 = exact)", fontsize=10)
 
 
-def plot_report(run: Any, out_dir: str | Path, formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
+def plot_report(run: RunMetrics, out_dir: str | Path, formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
     """The pictures of a :class:`training.runreport.RunMetrics`: the time split per epoch, reads per
     tier (and per bin) against the plan's targets when known, and predicted vs measured when the
     metrics hold a prediction; one figure, written as ``report.<fmt>`` in ``out_dir`` per format."""

@@ -110,7 +110,8 @@ def _rate(bps: float) -> str:
 
 
 def _table(caps):
-    """The figures of ``caps`` as a rich table: per SSD each tool's reads (and our reader against fio), memory, links."""
+    """The figures of ``caps`` as a rich table: per SSD each tool's reads (and our reader against fio), memory,
+    links."""
     from rich.table import Table
 
     from momentbase.units import format_size

@@ -64,10 +64,20 @@ def _serve_command(args: argparse.Namespace) -> int:
         stop.set()
 
     params = SamplingParams(batch_size=args.batch_size, fanouts=args.fanouts, seed=args.seed)
-    server = SamplingServer(args.dataset, params, host=args.host, port=args.port, workers=args.workers, lanes=args.lanes,
-                            threads=args.threads, device=args.device, timeout_s=args.timeout,
-                            trainer_timeout_s=args.trainer_timeout, on_event=lambda e: say(_describe(e)),
-                            validate=not args.no_validate)
+    server = SamplingServer(
+        args.dataset,
+        params,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        lanes=args.lanes,
+        threads=args.threads,
+        device=args.device,
+        timeout_s=args.timeout,
+        trainer_timeout_s=args.trainer_timeout,
+        on_event=lambda e: say(_describe(e)),
+        validate=not args.no_validate,
+    )
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         server.start()

@@ -76,7 +76,8 @@ def _train_command(args: argparse.Namespace) -> int:
     from training.trainer import train
 
     if not Path(args.dataset).is_dir():
-        raise CommandError(f"--dataset {args.dataset}: no such dataset directory (create one with `moment data import`)")
+        raise CommandError(f"--dataset {args.dataset}: no such dataset directory "
+                           "(create one with `moment data import`)")
     spec = _spec(args)
     err = Console(stderr=True, highlight=False, emoji=False, width=None if sys.stderr.isatty() else 160)
     out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
@@ -214,7 +215,8 @@ def register(subparsers) -> None:
     m.add_argument("--epochs", type=int, default=1, metavar="N", help="epochs to reach (default 1)")
     m.add_argument("--lr", type=float, default=0.003, help="Adam learning rate (default 0.003)")
     m.add_argument("--weight-decay", type=float, default=0.0, help="Adam weight decay (default 0)")
-    m.add_argument("--dropout", type=float, default=0.5, help="dropout between layers, and on the input features for gat/gcn (default 0.5)")
+    m.add_argument("--dropout", type=float, default=0.5,
+                   help="dropout between layers, and on the input features for gat/gcn (default 0.5)")
     m.add_argument("--attn-dropout", type=float, default=0.0, help="GAT: dropout on attention (default 0)")
     m.add_argument("--hidden", type=int, metavar="N", help="hidden units (default: sage/gcn 256, gat 64 per head)")
     m.add_argument("--heads", type=int, metavar="N", help="GAT heads of the hidden layers (default 8)")

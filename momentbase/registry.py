@@ -47,6 +47,9 @@ __all__ = ["Entry", "Registry", "RegistryError", "resolve"]
 
 T = TypeVar("T")
 
+#: a capability flag's value (``device_reads=True``, ``options=("seed",)``): each registry declares its own
+Cap = Any  # Any: the flags' types differ per registry and are read by the code that declared them
+
 #: a lazily imported entry: ``package.module:attr`` (dotted on both sides of the colon)
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
@@ -55,12 +58,18 @@ class RegistryError(MomentError, LookupError):
     """An unknown or unloadable name in a registry that was given no error class of its own."""
 
 
-def resolve(target: str) -> Any:
-    """The object a ``"package.module:attr"`` (or ``"package.module:Class.attr"``) string names."""
+def resolve(target: str) -> Any:  # Any: whatever the dotted path names (a class, a function)
+    """The object a ``"package.module:attr"`` (or ``"package.module:Class.attr"``) string names.
+
+    Raises
+    ------
+    ValueError
+        ``target`` is not ``package.module:attr``.
+    """
     module, sep, attr = target.partition(":")
     if not sep or not module or not attr:
         raise ValueError(f"{target!r}: expected 'package.module:attr'")
-    obj: Any = importlib.import_module(module)
+    obj: Any = importlib.import_module(module)  # Any: each attribute step may yield any object
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj
@@ -72,7 +81,7 @@ class Entry(Generic[T]):
 
     name: str
     target: T | str
-    caps: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    caps: Mapping[str, Cap] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class Registry(Generic[T]):
@@ -93,18 +102,23 @@ class Registry(Generic[T]):
 
     @overload
     def register(self, name: str, target: None = None, *, replace: bool = False,
-                 **caps: Any) -> Callable[[T], T]: ...
+                 **caps: Cap) -> Callable[[T], T]: ...
 
     @overload
-    def register(self, name: str, target: T | str, *, replace: bool = False, **caps: Any) -> None: ...
+    def register(self, name: str, target: T | str, *, replace: bool = False, **caps: Cap) -> None: ...
 
     def register(self, name: str, target: T | str | None = None, *, replace: bool = False,
-                 **caps: Any) -> Callable[[T], T] | None:
+                 **caps: Cap) -> Callable[[T], T] | None:
         """Add ``target`` (an object or a ``"module:attr"`` string) under ``name``, with capabilities ``caps``.
 
         Without ``target``, returns a decorator that registers what it
         decorates and returns it unchanged. A name already taken is refused
         unless ``replace=True``.
+
+        Raises
+        ------
+        ValueError
+            ``name`` is empty, ``target`` is a malformed string, or ``name`` is taken.
         """
         if target is None:
             def decorate(obj: T) -> T:
@@ -130,7 +144,7 @@ class Registry(Generic[T]):
             self._loaded.pop(name, None)
 
     @contextmanager
-    def registered(self, name: str, target: T | str, **caps: Any) -> Iterator[None]:
+    def registered(self, name: str, target: T | str, **caps: Cap) -> Iterator[None]:
         """Register ``name`` for the duration of a ``with`` block (tests, one-off experiments)."""
         self.register(name, target, **caps)
         try:
@@ -143,7 +157,13 @@ class Registry(Generic[T]):
         return tuple(self._entries)
 
     def check(self, name: str) -> str:
-        """``name`` itself if registered, else the one-line error listing the known names. Imports nothing."""
+        """``name`` itself if registered, else the one-line error listing the known names. Imports nothing.
+
+        Raises
+        ------
+        RegistryError
+            ``name`` is not registered (the registry's own error class, when it was given one).
+        """
         if name not in self._entries:
             raise self.error(f"unknown {self.kind} {name!r} (known: {', '.join(self._entries) or 'none'})")
         return name
@@ -152,12 +172,19 @@ class Registry(Generic[T]):
         """The entry of ``name`` as registered (its target not imported)."""
         return self._entries[self.check(name)]
 
-    def caps(self, name: str) -> Mapping[str, Any]:
+    def caps(self, name: str) -> Mapping[str, Cap]:
         """The capabilities ``name`` was registered with (read-only; imports nothing)."""
         return self.entry(name).caps
 
     def get(self, name: str) -> T:
-        """The implementation called ``name``, imported on first use."""
+        """The implementation called ``name``, imported on first use.
+
+        Raises
+        ------
+        RegistryError
+            ``name`` is not registered, or its target cannot be imported (the registry's own error
+            class, when it was given one).
+        """
         target = self.entry(name).target
         if not isinstance(target, str):
             return target

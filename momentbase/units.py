@@ -41,7 +41,7 @@ def parse_size(text: str) -> int:
     Traceback (most recent call last):
     ...
     momentbase.units.SizeError: '4 parsecs' is not a size: write a number of bytes with an optional unit, like 4096, 4KiB, 64MiB, 1GiB or 1GB
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     m = _SIZE_TEXT.match(str(text))
     unit = m.group(2).lower() if m else None
     if m is None or unit not in _SIZE_UNITS:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from momentbase.jsontypes import JsonObject
 from momentbase.units import format_size
 from planner.capacities import ReadMeasurement
 from planner.errors import ParseError, ProfileError
@@ -109,7 +110,7 @@ def parse_fio_json(text: str, source: str = "<fio output>") -> FioRun:
     Traceback (most recent call last):
     ...
     planner.errors.ParseError: <fio output>:1: expected fio JSON output (--output-format=json), found 'fio: engine x not loadable'
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     data, first = _fio_object(text, source)
 
     def fail(expected: str, found: Any = None) -> ParseError:
@@ -146,7 +147,7 @@ def parse_fio_json(text: str, source: str = "<fio output>") -> FioRun:
         err = job.get("error", 0)
         if isinstance(err, int) and not isinstance(err, bool) and err:
             error = error or err
-    opts: dict[str, Any] = {}
+    opts: JsonObject = {}
     for src in (data.get("global options"), jobs[0].get("job options")):
         if isinstance(src, dict):
             opts.update(src)
@@ -215,11 +216,18 @@ def run_fio(path: str | os.PathLike[str], *, block_bytes: int, queue_depth: int,
         jobs = (f"{run.numjobs} threads, 1 read each" if engine in ("psync", "sync", "pvsync", "pvsync2")
                 else f"1 job, iodepth {run.iodepth or queue_depth}")
         return ReadMeasurement(
-            read_bytes_per_s=run.read_bytes_per_s, read_iops=run.read_iops,
-            block_bytes=block_bytes, queue_depth=queue_depth, tool=f"fio-{engine}",
-            mode="direct" if direct else "buffered", file_bytes=file_bytes,
-            seconds=run.runtime_s, jobs=f"{jobs} ({run.version})", date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            host=socket.gethostname()), failures
+            read_bytes_per_s=run.read_bytes_per_s,
+            read_iops=run.read_iops,
+            block_bytes=block_bytes,
+            queue_depth=queue_depth,
+            tool=f"fio-{engine}",
+            mode="direct" if direct else "buffered",
+            file_bytes=file_bytes,
+            seconds=run.runtime_s,
+            jobs=f"{jobs} ({run.version})",
+            date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            host=socket.gethostname(),
+        ), failures
     raise ProfileError("failed with every engine: " + "; ".join(failures))
 
 

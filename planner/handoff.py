@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from momentbase.jsontypes import JsonObject, JsonValue
 from planner.errors import PlannerError
 from planner.topology.model import LinkKind, NodeKind, Topology
 
@@ -121,9 +122,9 @@ def natural_key(text: str) -> tuple:
 _KIND_OF_NODE = {NodeKind.GPU: "gpu", NodeKind.MEMORY: "cpu", NodeKind.NVME: "ssd"}
 
 
-def devices_of(placed: Topology) -> dict[str, dict[str, Any]]:
+def devices_of(placed: Topology) -> dict[str, JsonObject]:
     """Kind, socket and NUMA node of every GPU, memory and NVMe device of a placed topology."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     for kind in (NodeKind.GPU, NodeKind.MEMORY, NodeKind.NVME):
         for n in placed.nodes(kind):
             s = placed.socket_of(n.id)
@@ -254,7 +255,7 @@ def handoff_from_plan(result, source: str = "", unknown_link_bytes_per_s: float 
                        unknown_link_bytes_per_s, source or result.machine, layout)
 
 
-def _targets_dict(t: PlanTargets) -> dict[str, Any]:
+def _targets_dict(t: PlanTargets) -> JsonObject:
     return {"machine": t.machine, "gpus": [list(g) for g in t.gpus],
             "stores": [{"id": s.id, "kind": s.kind, "node": s.node, "socket": s.socket,
                         "target_bytes": s.target_bytes, "numa_node": s.numa_node,
@@ -262,7 +263,7 @@ def _targets_dict(t: PlanTargets) -> dict[str, Any]:
             "nvlink_pairs": [list(p) for p in t.nvlink_pairs]}
 
 
-def plan_file_dict(h: PlanHandoff) -> dict[str, Any]:
+def plan_file_dict(h: PlanHandoff) -> JsonObject:
     """The ``handoff`` part of a plan file, with the schema and version (JSON-able)."""
     from planner.topology.jsonio import to_dict
 
@@ -277,7 +278,7 @@ def plan_file_dict(h: PlanHandoff) -> dict[str, Any]:
                         "topology": to_dict(h.placed)}}
 
 
-def _ranked_dict(e) -> dict[str, Any]:
+def _ranked_dict(e) -> JsonObject:
     """One ranked layout of a plan (a :class:`planner.plan.RankedLayout`), JSON-able."""
     from planner.plan import layout_summary
 
@@ -300,7 +301,7 @@ def _ranked_dict(e) -> dict[str, Any]:
 
 def plan_document(result, *, top: int, layout: str = "recommended",
                   unknown_link_bytes_per_s: float | None = None,
-                  nodes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  nodes: Mapping[str, JsonValue] | None = None) -> JsonObject:
     """The whole plan file (``moment plan --json``) of a :class:`planner.plan.PlanResult`, JSON-able.
 
     Parameters
@@ -355,7 +356,7 @@ def plan_document(result, *, top: int, layout: str = "recommended",
     return {**summary, **plan_file_dict(h), **({"nodes": dict(nodes)} if nodes else {})}
 
 
-def read_plan_file(data: Mapping[str, Any] | str | Path, source: str | None = None) -> PlanHandoff:
+def read_plan_file(data: Mapping[str, JsonValue] | str | Path, source: str | None = None) -> PlanHandoff:
     """A :class:`PlanHandoff` from a plan file's data (a parsed JSON object) or path.
 
     Raises :class:`PlanFileError` naming ``source`` for anything but a
@@ -371,7 +372,9 @@ def read_plan_file(data: Mapping[str, Any] | str | Path, source: str | None = No
         except FileNotFoundError:
             raise PlanFileError(f"{source}: no such file; write one with `planner.handoff.plan_document`") from None
         except (OSError, ValueError) as exc:
-            raise PlanFileError(f"{source}: not readable JSON ({exc}); write it with `planner.handoff.plan_document`") from None
+            raise PlanFileError(
+                f"{source}: not readable JSON ({exc}); write it with `planner.handoff.plan_document`"
+            ) from None
     source = source or "plan"
     fix = "write it again with `planner.handoff.plan_document`"
     if not isinstance(data, Mapping) or data.get("schema") != PLAN_SCHEMA:

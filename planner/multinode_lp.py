@@ -17,8 +17,8 @@ from planner.topology.model import Node, NodeKind, Topology
 
 def _memory_of(topo: Topology, node_id: str) -> str:
     sock = topo.socket_of(node_id)
-    mems = [m for m in topo.nodes(NodeKind.MEMORY) if sock is not None and topo.parent(m.id) is not None
-            and topo.parent(m.id).id == sock.id] or topo.nodes(NodeKind.MEMORY)
+    mems = [m for m in topo.nodes(NodeKind.MEMORY) if sock is not None and (p := topo.parent(m.id)) is not None
+            and p.id == sock.id] or topo.nodes(NodeKind.MEMORY)
     if not mems:
         raise PlannerError(f"{topo.name}: without GPUDirect RDMA the network's bytes land in host memory, and the "
                            "machine has no memory node")
@@ -48,8 +48,15 @@ class _LP:
     def __init__(self, edges: list[tuple[str, str]]) -> None:
         self.edges = edges
         self.n = 0
-        self.eq_rows, self.eq_cols, self.eq_vals, self.eq_rhs = [], [], [], []
-        self.ub_rows, self.ub_cols, self.ub_vals, self.ub_rhs = [], [], [], []
+        # the constraint matrices in COO form (row, column, value) and their right-hand sides
+        self.eq_rows: list[int] = []
+        self.eq_cols: list[int] = []
+        self.eq_vals: list[float] = []
+        self.eq_rhs: list[float] = []
+        self.ub_rows: list[int] = []
+        self.ub_cols: list[int] = []
+        self.ub_vals: list[float] = []
+        self.ub_rhs: list[float] = []
         self.bounds: list[tuple[float, float | None]] = []
 
     def var(self, count: int = 1, hi: float | None = None) -> int:

@@ -81,6 +81,11 @@ def check_inputs(hotness: np.ndarray, bins: Sequence[DdakBin]) -> np.ndarray:
     One dimension of non-negative finite numbers, at least one bin, each of a
     known tier with a capacity ≥ 0 and a positive finite target, and room for
     every item; else :class:`~planner.errors.PlannerError` naming the input.
+
+    Raises
+    ------
+    PlannerError
+        ``hotness`` is not one dimension of non-negative finite numbers, or the bins are empty, too small or malformed.
     """
     h = np.asarray(hotness)
     if h.ndim != 1:

@@ -47,6 +47,7 @@ PLACEMENT_POLICIES.register("random", "planner.baselines:random_placement", opti
 
 
 def place_items(name: str, hotness: np.ndarray, bins: Sequence[DdakBin], *, pool: int = 100, seed: int = 0,
+                # Any: each policy's own affinity structure, passed through
                 progress: Progress | None = None, affinity: Any = None) -> DdakResult:
     """Place ``hotness`` (``[n]``) into ``bins`` with the policy called ``name``.
 

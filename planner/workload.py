@@ -35,7 +35,7 @@ nodes absorbs 30% of the reads.
 Traceback (most recent call last):
     ...
 planner.errors.PlannerError: workload 'unnamed': the tiers can absorb at most 30% of the accesses (page-cache 30%), they must reach 100%; raise a tier's max_share or add a tier (an SSD tier usually takes max_share=1.0)
-"""
+"""  # noqa: E501 (a doctest's or a capture's line, as printed)
 
 from __future__ import annotations
 

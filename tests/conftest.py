@@ -29,7 +29,8 @@ def expected_counts() -> dict[str, dict[str, int]]:
 
 
 def graph_fixture(name: str, filename: str = "") -> Path:
-    """Path of a real graph under ``../shared/fixtures/graphs`` (a folder when ``filename`` is empty); skips if absent."""
+    """Path of a real graph under ``../shared/fixtures/graphs`` (a folder when ``filename`` is empty); skips if
+    absent."""
     path = GRAPH_FIXTURES / name / filename if filename else GRAPH_FIXTURES / name
     if not path.exists():
         pytest.skip(f"fixture {path} not present (is ../shared beside the repository?)")

@@ -97,14 +97,20 @@ BAD_INPUTS = {
 }
 
 
-@pytest.mark.parametrize("option", ["--lspci", "--lspci-vvv", "--dmidecode", "--nvidia-smi", "--hwloc", "--nccl-topo", "--machine"])
+@pytest.mark.parametrize(
+    "option", ["--lspci", "--lspci-vvv", "--dmidecode", "--nvidia-smi", "--hwloc", "--nccl-topo", "--machine"]
+)
 @pytest.mark.parametrize("kind", sorted(BAD_INPUTS))
 def test_bad_input_is_a_clear_error_with_status_2(tmp_path, option, kind):
     bad = tmp_path / f"{kind}.txt"
     bad.write_bytes(BAD_INPUTS[kind])
     argv = [option, str(bad)]
     if option == "--dmidecode":  # dmidecode needs a PCI tree beside it; give a good one
-        argv = ["--lspci-vvv", str(topology_fixture("dell-poweredge-r640-2x-xeon-gold6230-nvme", "lspci-vvnn.txt")), *argv]
+        argv = [
+            "--lspci-vvv",
+            str(topology_fixture("dell-poweredge-r640-2x-xeon-gold6230-nvme", "lspci-vvnn.txt")),
+            *argv,
+        ]
     code, out, err = _run_main(argv)
     assert code == 2, (option, kind, out, err)
     assert "Traceback" not in err and "internal error" not in err

@@ -151,13 +151,25 @@ def edit_meta(path, **changes):
     "corrupt, message",
     [
         (lambda p: (p / "indices.npy").unlink(), r"indices\.npy: indices file is missing"),
-        (lambda p: rewrite(p, "indices", np.array([1, 2, 3, 4, 0, 7], dtype=np.int32)), r"indices\.npy: neighbour id at position 5 is 7"),
-        (lambda p: rewrite(p, "indices", np.zeros(6, dtype=np.int64)), r"indices\.npy: dtype int64, meta\.json declares int32"),
+        (
+            lambda p: rewrite(p, "indices", np.array([1, 2, 3, 4, 0, 7], dtype=np.int32)),
+            r"indices\.npy: neighbour id at position 5 is 7",
+        ),
+        (
+            lambda p: rewrite(p, "indices", np.zeros(6, dtype=np.int64)),
+            r"indices\.npy: dtype int64, meta\.json declares int32",
+        ),
         (lambda p: rewrite(p, "indices", np.zeros(5, dtype=np.int32)), r"indices\.npy: shape \[5\].*truncated"),
-        (lambda p: rewrite(p, "indptr", np.array([0, 1, 3, 2, 5, 6], dtype=np.int64)), r"indptr\.npy: decreases at row 2"),
+        (
+            lambda p: rewrite(p, "indptr", np.array([0, 1, 3, 2, 5, 6], dtype=np.int64)),
+            r"indptr\.npy: decreases at row 2",
+        ),
         (lambda p: rewrite(p, "indptr", np.array([1, 1, 2, 4, 5, 6], dtype=np.int64)), r"indptr\.npy: must run from 0"),
         (lambda p: rewrite(p, "labels", np.array([0, 1, 3, -1, 0])), r"labels\.npy: label at position 2 is 3"),
-        (lambda p: rewrite(p, "test_idx", np.array([1])), r"test_idx\.npy: node 1 appears twice or also in another split"),
+        (
+            lambda p: rewrite(p, "test_idx", np.array([1])),
+            r"test_idx\.npy: node 1 appears twice or also in another split",
+        ),
         (lambda p: rewrite(p, "valid_idx", np.array([9])), r"valid_idx\.npy: node id at position 0 is 9"),
         (lambda p: (p / "features.npy").write_bytes(b"\x93NUMPY garbage"), r"features\.npy: not a readable \.npy"),
         (lambda p: edit_meta(p, version=99), r"meta\.json: dataset format version 99"),

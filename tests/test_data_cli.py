@@ -55,12 +55,20 @@ def test_import_edgelist_undirected_info_json(tmp_path, capsys):
         (["data", "import", "{cora}", "{out}", "--lcc"], "--lcc does not apply to --format planetoid"),
         (["data", "import", "{missing}", "{out}"], "no such file or directory"),
         (["data", "info", "{out}"], "no such dataset directory"),
-        (["data", "import", "{bad}", "{out}", "--format", "edgelist"], "bad.txt:2: expected 2 whitespace-separated integers"),
+        (
+            ["data", "import", "{bad}", "{out}", "--format", "edgelist"],
+            "bad.txt:2: expected 2 whitespace-separated integers",
+        ),
     ],
 )
 def test_user_errors_are_one_line_exit_2(tmp_path, capsys, argv, message):
     (tmp_path / "bad.txt").write_text("0 1\n1 two\n")
-    names = {"cora": graph_fixture("cora"), "out": tmp_path / "out", "missing": tmp_path / "nope", "bad": tmp_path / "bad.txt"}
+    names = {
+        "cora": graph_fixture("cora"),
+        "out": tmp_path / "out",
+        "missing": tmp_path / "nope",
+        "bad": tmp_path / "bad.txt",
+    }
     assert main([a.format(**names) for a in argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.startswith("moment data: error:") and "Traceback" not in err

@@ -61,7 +61,10 @@ def test_synthetic_replay_counts_every_row_and_the_checkpoints(tmp_path):
     assert set(r.tiers) == {"ssd"} and r.tiers["ssd"].rows == r.rows
     # uniform draws repeat some rows within a step; requests are the distinct pages read
     assert 0 < r.tiers["ssd"].requests <= r.rows
-    assert r.checkpoint_bytes == 3 * (1 << 20) and (tmp_path / "ck" / "emulated-checkpoint-0.bin").stat().st_size == 1 << 20
+    assert (
+        r.checkpoint_bytes == 3 * (1 << 20)
+        and (tmp_path / "ck" / "emulated-checkpoint-0.bin").stat().st_size == 1 << 20
+    )
     assert r.compute_s == pytest.approx(0.12)
     # the shares are of the wall time: compute + waiting + checkpoints (+ loop overhead) add up to it
     assert r.accelerator_utilisation + r.io_wait_share <= 1.0 + 1e-9

@@ -113,4 +113,6 @@ def test_the_cli_says_options_where_the_library_says_parameters(capsys, tmp_path
     # a parameter another command's option sets: that command, the value inside its quotes
     assert cli.main(["report", str(tmp_path / "m.jsonl")]) == cli.EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].endswith(f"(write one by training with `moment train --metrics {tmp_path}/m.jsonl`)")
+    assert len(err) == 1 and err[0].endswith(
+        f"(write one by training with `moment train --metrics {tmp_path}/m.jsonl`)"
+    )

@@ -111,19 +111,25 @@ def bad_file(path, **datasets):
     return path
 
 
-@pytest.mark.parametrize("datasets, message", [
-    ({}, "no graph"),
-    ({"graph__indptr": [0, 1], "graph__indices": [0], "graph__src": [0], "graph__dst": [0]}, "both a CSR"),
-    ({"graph__indptr": [0, 2, 1], "graph__indices": [0, 1]}, "not a CSR row pointer"),
-    ({"graph__indptr": [0, 1], "graph__indices": [0.5]}, "expected CSR column ids"),
-    ({"graph__edge_index": [[0, 1, 2]]}, "expected (2, E)"),
-    ({"graph__src": [0, 1], "graph__dst": [1]}, "pair up"),
-    ({"graph__indptr": [0, 1, 2], "graph__indices": [1, 0], "features": np.ones((3, 2))}, "has 3 rows; expected one per node (2)"),
-    ({"graph__src": [0, 1], "graph__dst": [1, 0], "features": np.ones(2)}, "expected features (N, F)"),
-    ({"graph__src": [0, 1], "graph__dst": [1, 0], "labels": [0, -2]}, "use -1 for unlabelled"),
-    ({"graph__src": [0, 1], "graph__dst": [1, 0], "split__train": [5]}, "outside [0, 2)"),
-    ({"graph__src": [0, 1], "graph__dst": [1, 0], "split__test": [True, False, True]}, "one per node (2)"),
-])
+@pytest.mark.parametrize(
+    "datasets, message",
+    [
+        ({}, "no graph"),
+        ({"graph__indptr": [0, 1], "graph__indices": [0], "graph__src": [0], "graph__dst": [0]}, "both a CSR"),
+        ({"graph__indptr": [0, 2, 1], "graph__indices": [0, 1]}, "not a CSR row pointer"),
+        ({"graph__indptr": [0, 1], "graph__indices": [0.5]}, "expected CSR column ids"),
+        ({"graph__edge_index": [[0, 1, 2]]}, "expected (2, E)"),
+        ({"graph__src": [0, 1], "graph__dst": [1]}, "pair up"),
+        (
+            {"graph__indptr": [0, 1, 2], "graph__indices": [1, 0], "features": np.ones((3, 2))},
+            "has 3 rows; expected one per node (2)",
+        ),
+        ({"graph__src": [0, 1], "graph__dst": [1, 0], "features": np.ones(2)}, "expected features (N, F)"),
+        ({"graph__src": [0, 1], "graph__dst": [1, 0], "labels": [0, -2]}, "use -1 for unlabelled"),
+        ({"graph__src": [0, 1], "graph__dst": [1, 0], "split__train": [5]}, "outside [0, 2)"),
+        ({"graph__src": [0, 1], "graph__dst": [1, 0], "split__test": [True, False, True]}, "one per node (2)"),
+    ],
+)
 def test_bad_files_name_the_dataset_and_the_fix(tmp_path, datasets, message):
     with pytest.raises(DatasetError) as err:
         import_hdf5(bad_file(tmp_path / "bad.h5", **datasets), tmp_path / "out")

@@ -98,7 +98,9 @@ def test_truncated_npz_is_named(tmp_path):
     d = small(tmp_path)
     data = (d / "raw" / "data.npz").read_bytes()
     (d / "raw" / "data.npz").write_bytes(data[: len(data) // 2])
-    with pytest.raises(DatasetError, match=r"data\.npz: not a readable \.npz .*truncated or damaged, download it again"):
+    with pytest.raises(
+        DatasetError, match=r"data\.npz: not a readable \.npz .*truncated or damaged, download it again"
+    ):
         import_ogb(d, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

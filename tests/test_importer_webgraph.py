@@ -187,7 +187,9 @@ def test_codes_decode_what_the_writer_wrote(values, code, k):
     data = np.frombuffer(w.bytes(), dtype=np.uint8)
     pos, got = 0, []
     for _ in values:
-        v, pos = bv._read_code(data, pos, {"UNARY": bv.UNARY, "GAMMA": bv.GAMMA, "DELTA": bv.DELTA, "ZETA": bv.ZETA}[code], k)
+        v, pos = bv._read_code(
+            data, pos, {"UNARY": bv.UNARY, "GAMMA": bv.GAMMA, "DELTA": bv.DELTA, "ZETA": bv.ZETA}[code], k
+        )
         got.append(v)
     assert got == values and pos == len(w.bits)
 
@@ -241,7 +243,9 @@ def test_bad_inputs_are_named(tmp_path):
     graph = tmp_path / "g.graph"
     whole = graph.read_bytes()
     graph.write_bytes(whole[: len(whole) // 2])
-    with pytest.raises(DatasetError, match=r"g\.graph: node [\d,]+ \(bit [\d,]+\): the bit stream ends early .*download"):
+    with pytest.raises(
+        DatasetError, match=r"g\.graph: node [\d,]+ \(bit [\d,]+\): the bit stream ends early .*download"
+    ):
         import_webgraph(base, tmp_path / "out")
     graph.write_bytes(whole)
     props = tmp_path / "g.properties"

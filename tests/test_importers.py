@@ -87,7 +87,11 @@ def test_planetoid_with_gaps_in_test_index_like_citeseer(tmp_path):
 @pytest.mark.parametrize(
     "part, payload, message",
     [
-        ("x", pickle.dumps({"not": "a matrix"}, protocol=2), r"ind\.cora\.x: holds a dict, expected a sparse feature matrix"),
+        (
+            "x",
+            pickle.dumps({"not": "a matrix"}, protocol=2),
+            r"ind\.cora\.x: holds a dict, expected a sparse feature matrix",
+        ),
         ("graph", pickle.dumps([1, 2, 3], protocol=2), r"ind\.cora\.graph: holds a list, expected a dict"),
         ("ally", pickle.dumps(np.zeros(3), protocol=2), r"ind\.cora\.ally: holds a ndarray, expected a one-hot"),
         ("graph", None, r"ind\.cora\.graph: not a readable pickle.*truncated"),
@@ -167,7 +171,12 @@ def test_npz_missing_key_and_truncated(tmp_path):
     with pytest.raises(DatasetError, match=r"cut\.npz: not an \.npz"):
         import_npz(tmp_path / "cut.npz", tmp_path / "out")
     with zipfile.ZipFile(tmp_path / "evil.npz", "w") as zf:
-        zf.writestr("adj_matrix.npy", b"\x93NUMPY\x01\x00v\x00{'descr': '|O', 'fortran_order': False, 'shape': (), }".ljust(128, b" ")[:127] + b"\n" + pickle.dumps(np.array(print, dtype=object)))
+        zf.writestr(
+            "adj_matrix.npy",
+            b"\x93NUMPY\x01\x00v\x00{'descr': '|O', 'fortran_order': False, 'shape': (), }".ljust(128, b" ")[:127]
+            + b"\n"
+            + pickle.dumps(np.array(print, dtype=object)),
+        )
     with pytest.raises(DatasetError, match="refusing"):
         import_npz(tmp_path / "evil.npz", tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -197,7 +206,9 @@ def test_slashdot_directed(tmp_path):
 
 
 def test_edgelist_relabels_sparse_ids(tmp_path):
-    (tmp_path / "e.txt").write_text("% konect-style header\n# comment\n100 7\n7 100\n100 5000000000\n\n5000000000 5000000000\n")
+    (tmp_path / "e.txt").write_text(
+        "% konect-style header\n# comment\n100 7\n7 100\n100 5000000000\n\n5000000000 5000000000\n"
+    )
     ds = open_dataset(import_edgelist(tmp_path / "e.txt", tmp_path / "g", features="random", feature_dim=4, seed=1))
     assert ds.num_nodes == 3 and ds.meta["source"]["relabelled"]
     ids = np.load(tmp_path / "g" / "node_ids.npy")

@@ -205,8 +205,13 @@ def random_trees(draw):
             bus = bus_of[b]
             dev = dev_counter.get(bus, 0)
             dev_counter[bus] = dev + 1
-            fns.append(_f(f"0000:{bus:02x}:{dev:02x}.0", class_code=draw(st.sampled_from(["0108", "0302", "0200", "0604"])),
-                          vendor_id="10de"))
+            fns.append(
+                _f(
+                    f"0000:{bus:02x}:{dev:02x}.0",
+                    class_code=draw(st.sampled_from(["0108", "0302", "0200", "0604"])),
+                    vendor_id="10de",
+                )
+            )
     return [f for f in fns if not (f.class_code == "0604" and not f.is_bridge)]
 
 

@@ -159,7 +159,7 @@ DUMP = """<system version="1">
     </pci>
   </cpu>
 </system>
-"""
+"""  # noqa: E501 (a doctest's or a capture's line, as printed)
 
 
 @pytest.fixture(scope="module")

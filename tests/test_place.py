@@ -68,13 +68,18 @@ def test_partitioned_gpu_caches_need_nvlink(tmp_path):
         build_bins(two_socket_plan(), **kw)
     bins = build_bins(two_socket_plan(nvlink=True), **kw)
     gpu = [b for b in bins if b.kind == "gpu"]
-    assert [(b.device, b.socket, b.capacity_rows) for b in gpu] == [("cuda:0", "socket0", 50), ("cuda:1", "socket1", 50)]
+    assert [(b.device, b.socket, b.capacity_rows) for b in gpu] == [
+        ("cuda:0", "socket0", 50),
+        ("cuda:1", "socket1", 50),
+    ]
     assert sum(b.target_share for b in gpu) == pytest.approx(0.2)
     assert not any(b.kind == "cpu" for b in bins)  # no CPU cache asked for
 
 
 def test_ssd_count_must_match_the_plan(tmp_path):
-    with pytest.raises(PlacingError, match=r"2 `ssd_dirs` path\(s\) given, the plan \(toy plan\) has 3 SSD\(s\).*ssd0, ssd1, ssd2"):
+    with pytest.raises(
+        PlacingError, match=r"2 `ssd_dirs` path\(s\) given, the plan \(toy plan\) has 3 SSD\(s\).*ssd0, ssd1, ssd2"
+    ):
         build_bins(two_socket_plan(), num_rows=10, row_bytes=4, gpu_cache_bytes=0, cpu_cache_bytes=0,
                    ssd_dirs=[tmp_path, tmp_path], out_dir=tmp_path)
 

@@ -92,9 +92,29 @@ def small_graph(tmp_path_factory):
 
 
 def _place(graph, tmp_path, *extra):
-    return main(["place", "--dataset", str(graph), "--machine", "moment-b", "--gpu-cache", "0", "--cpu-cache",
-                 "16KiB", *[a for _ in range(8) for a in ("--ssd", str(tmp_path / "ssd"))], "--out", str(tmp_path / "out"), "--fanouts", "5,5",
-                 "--batch-size", "64", "--hotness-dir", str(tmp_path / "hot"), *extra])
+    return main(
+        [
+            "place",
+            "--dataset",
+            str(graph),
+            "--machine",
+            "moment-b",
+            "--gpu-cache",
+            "0",
+            "--cpu-cache",
+            "16KiB",
+            *[a for _ in range(8) for a in ("--ssd", str(tmp_path / "ssd"))],
+            "--out",
+            str(tmp_path / "out"),
+            "--fanouts",
+            "5,5",
+            "--batch-size",
+            "64",
+            "--hotness-dir",
+            str(tmp_path / "hot"),
+            *extra,
+        ]
+    )
 
 
 def test_place_draws_bars_on_a_terminal_and_none_with_json(small_graph, tmp_path, monkeypatch, capsys):

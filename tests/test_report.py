@@ -1,4 +1,5 @@
-"""`moment report METRICS`: the metrics file read back, plotted and summarised; the dataset check `moment train` prints."""
+"""`moment report METRICS`: the metrics file read back, plotted and summarised; the dataset check `moment train`
+prints."""
 
 from __future__ import annotations
 

@@ -176,7 +176,9 @@ def test_subsets_are_uniform(degree, rows_per_call):
     ]
     row = torch.cat([r for r, _ in parts])
     nbr = torch.cat([n for _, n in parts])
-    assert torch.equal(torch.bincount(row, minlength=rows_per_call), torch.full((rows_per_call,), 3 * (rows // rows_per_call)))
+    assert torch.equal(
+        torch.bincount(row, minlength=rows_per_call), torch.full((rows_per_call,), 3 * (rows // rows_per_call))
+    )
     picks = nbr.view(rows, 3).sort(dim=1).values
     assert bool((picks[:, 0] < picks[:, 1]).all() and (picks[:, 1] < picks[:, 2]).all())
     if degree < 10:
@@ -289,7 +291,10 @@ def test_numpy_and_memory_mapped_csr(tmp_path):
     np.save(tmp_path / "indptr.npy", indptr.numpy())
     np.save(tmp_path / "indices.npy", indices.numpy())
     s = NeighborSampler(
-        np.load(tmp_path / "indptr.npy", mmap_mode="r"), np.load(tmp_path / "indices.npy", mmap_mode="r"), (3, 2), seed=0
+        np.load(tmp_path / "indptr.npy", mmap_mode="r"),
+        np.load(tmp_path / "indices.npy", mmap_mode="r"),
+        (3, 2),
+        seed=0,
     )
     seeds = torch.tensor([1, 2, 3])
     check_batch(s.sample(seeds.numpy()), indptr, indices, seeds, (3, 2))

@@ -218,8 +218,13 @@ def test_serving_a_row_the_node_does_not_hold_is_refused(two_nodes):
 
 
 def test_a_broken_collective_is_one_line_naming_when():
-    err = PeerLostError.of(RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
-                                        "peer [127.0.0.1]:6560. This is typically caused by a crash"), "epoch 1, step 3")
+    err = PeerLostError.of(
+        RuntimeError(
+            "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
+            "peer [127.0.0.1]:6560. This is typically caused by a crash"
+        ),
+        "epoch 1, step 3",
+    )
     assert str(err).startswith("epoch 1, step 3: another rank died or stopped answering (Connection closed by peer "
                                "[127.0.0.1]:6560); ")
     assert "`resume`" in str(err) and "\n" not in str(err)

@@ -85,9 +85,14 @@ def test_record_is_the_flat_dict_it_always_was():
        placement=st.none() | st.text(st.characters(codec="utf-8"), min_size=1, max_size=20),
        timeout=st.floats(1e-3, 1e6), cache=st.integers(0, 2**40))
 def test_record_round_trips(arch, hidden, fanouts, batch, prefetch, seed, placement, timeout, cache):
-    spec = TrainSpec("ds", model=ModelSpec(arch, hidden=hidden), sampling=SamplingSpec(tuple(fanouts), batch_size=batch),
-                     io=IOSpec(placement=placement, prefetch=prefetch, remote_cache_bytes=cache),
-                     distributed=DistributedSpec(timeout), run=RunSpec(seed=seed))
+    spec = TrainSpec(
+        "ds",
+        model=ModelSpec(arch, hidden=hidden),
+        sampling=SamplingSpec(tuple(fanouts), batch_size=batch),
+        io=IOSpec(placement=placement, prefetch=prefetch, remote_cache_bytes=cache),
+        distributed=DistributedSpec(timeout),
+        run=RunSpec(seed=seed),
+    )
     assert TrainSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
 
 

@@ -1,4 +1,5 @@
-"""Generation at scale, at a small size: resume after ``kill -9``, the bucketed CSR, and the faults that scale showed."""
+"""Generation at scale, at a small size: resume after ``kill -9``, the bucketed CSR, and the faults that scale
+showed."""
 
 from __future__ import annotations
 

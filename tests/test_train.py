@@ -322,7 +322,9 @@ def test_cli_bad_input_is_one_line_exit_2(cora, cora_placement, tmp_path, capsys
     _one_line_error(["train", "--dataset", str(cora), "--placement", str(tmp_path / "nope")], capsys,
                     "no such placement directory")
     _one_line_error(["train", "--dataset", str(cora), "--batch-size", "0"], capsys, "--batch-size 0")
-    _one_line_error(["train", "--dataset", str(cora), "--resume"], capsys, "needs a checkpoint directory (--checkpoint)")
+    _one_line_error(
+        ["train", "--dataset", str(cora), "--resume"], capsys, "needs a checkpoint directory (--checkpoint)"
+    )
     _one_line_error(["train", "--dataset", str(cora), "--hidden", "0"], capsys, "hidden")
     # a checkpoint directory under a regular file fails before training, not after an epoch
     _one_line_error(["train", "--dataset", str(cora), "--checkpoint", str(cora / "meta.json" / "ck")], capsys,

@@ -316,7 +316,9 @@ def report(st: State, a: argparse.Namespace, work: Path, nodes: int, edges: int,
         poll = work / f"{k}.rsspoll"
         if "peak_rss_bytes" in rec and "peak_anon_bytes" not in rec and poll.exists():
             got = dict(x.split("=") for x in poll.read_text().split())
-            rec.update(peak_anon_bytes=int(got["peak_anon_kib"]) * 1024, peak_file_bytes=int(got["peak_file_kib"]) * 1024)
+            rec.update(
+                peak_anon_bytes=int(got["peak_anon_kib"]) * 1024, peak_file_bytes=int(got["peak_file_kib"]) * 1024
+            )
     gen = ph["synth"]
     # the synth bound (docs/scale.md): 52 B a node (the model and its build), ~100 B per chunk edge
     # (2**22), ~40 B per edge of the largest bucket (~2**24), the interpreter
@@ -344,21 +346,38 @@ def report(st: State, a: argparse.Namespace, work: Path, nodes: int, edges: int,
     # placement's bin_of int16 and row_of int64), the runtime; mapped files: the CSR's pages
     bound = cache_rows * row_bytes + nodes * 26 + a.runtime_gib * 2**30
     tr = ph["train"]
-    figs.append(Figure("billion", f"{what}: train peak anonymous RSS", "GiB", tr.get("peak_anon_bytes", 0) / 2**30,
-                       bound / 2**30, "bound: cpu cache + 26 B/node + runtime", higher_is_better=False,
-                       target="ours <= bound",
-                       note=f"{a.steps} steps of {a.batch_size}; mapped files peak {tr.get('peak_file_bytes', 0) / 2**30:.2f} "
-                            f"GiB of a {csr / 2**30:.2f} GiB CSR; peak RSS {tr['peak_rss_bytes'] / 2**30:.2f} GiB"))
+    figs.append(
+        Figure(
+            "billion",
+            f"{what}: train peak anonymous RSS",
+            "GiB",
+            tr.get("peak_anon_bytes", 0) / 2**30,
+            bound / 2**30,
+            "bound: cpu cache + 26 B/node + runtime",
+            higher_is_better=False,
+            target="ours <= bound",
+            note=f"{a.steps} steps of {a.batch_size}; mapped files peak {tr.get('peak_file_bytes', 0) / 2**30:.2f} "
+            f"GiB of a {csr / 2**30:.2f} GiB CSR; peak RSS {tr['peak_rss_bytes'] / 2**30:.2f} GiB",
+        )
+    )
     # rows of 256 B are read as whole 4 KiB pages (O_DIRECT): the device moves pages, so the rate to
     # hold against the profile's 4 KiB random reads is pages x 4 KiB per second of SSD reading
     t_ssd = next((t for t in (ep.get("prediction") or {}).get("tiers", []) if t.get("tier") == "ssd"), {})
     pages = (ep.get("ssd_reads") or {}).get("pages", 0)
     if t_ssd.get("measured_s"):
-        figs.append(Figure("billion", f"{what}: SSD read rate inside moment train (4 KiB pages) vs moment profile",
-                           "MB/s", pages * 4096 / t_ssd["measured_s"] / 1e6, prof_bps / 1e6,
-                           f"moment profile ({prof_tool}), same file, 4 KiB random reads", target="ratio >= 0.8",
-                           note=f"{pages:,} pages in {t_ssd['measured_s']:.1f} s of the trainer's SSD reads "
-                                f"({t_ssd['measured_bytes'] / 1e6:,.0f} MB of rows); load {ph['train'].get('load_before')}"))
+        figs.append(
+            Figure(
+                "billion",
+                f"{what}: SSD read rate inside moment train (4 KiB pages) vs moment profile",
+                "MB/s",
+                pages * 4096 / t_ssd["measured_s"] / 1e6,
+                prof_bps / 1e6,
+                f"moment profile ({prof_tool}), same file, 4 KiB random reads",
+                target="ratio >= 0.8",
+                note=f"{pages:,} pages in {t_ssd['measured_s']:.1f} s of the trainer's SSD reads "
+                f"({t_ssd['measured_bytes'] / 1e6:,.0f} MB of rows); load {ph['train'].get('load_before')}",
+            )
+        )
     rp = ph.get("replay")
     if rp and rp.get("wall_s"):
         # the replay's per-bin seconds add up reads in flight, so its wall time (sampling included)

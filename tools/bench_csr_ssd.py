@@ -230,18 +230,27 @@ def _print(args, rounds: list[dict[str, dict]], summary: dict) -> None:
         e = summary["edges_per_s"][m]
         recs = [r[m] for r in rounds]
         peak = max((x.get("cgroup_peak_bytes") or x["maxrss_bytes"]) for x in recs) / 2**20
-        print(f"{m:<8}{e['median']:>14,.0f} ({e['min']:,.0f}-{e['max']:,.0f}){statistics.median(x['open_s'] for x in recs):>9.1f}"
-              f"{peak:>10.0f}")
+        print(
+            f"{m:<8}{e['median']:>14,.0f} ({e['min']:,.0f}-{e['max']:,.0f})"
+            f"{statistics.median(x['open_s'] for x in recs):>9.1f}"
+            f"{peak:>10.0f}"
+        )
     if "disk" in args.modes:
         for m in ("memory", "disk-gap", "disk-nocache", "mmap"):
             if m in args.modes:
-                print(f"disk / {m}: {summary['edges_per_s']['disk']['median'] / summary['edges_per_s'][m]['median']:.2f}x")
+                print(
+                    f"disk / {m}: {summary['edges_per_s']['disk']['median'] / summary['edges_per_s'][m]['median']:.2f}x"
+                )
         s = summary
-        print(f"SSD while sampling: {s['ssd_mb_per_s']['median']:.0f} MB/s ({s['ssd_mb_per_s']['min']:.0f}-"
-              f"{s['ssd_mb_per_s']['max']:.0f}), {s['ssd_iops']['median']:,.0f} requests/s, "
-              f"{s['ssd_pages_per_s']['median']:,.0f} pages/s; reads {100 * s['ssd_read_share_of_sampling']['median']:.0f}% "
-              f"of sampling time; raw random pages {s['raw_mb_per_s']['median']:.0f} MB/s, {s['raw_iops']['median']:,.0f} "
-              f"requests/s; cache hit rate {100 * s['cache_hit_rate']['median']:.1f}% of sampled edges")
+        print(
+            f"SSD while sampling: {s['ssd_mb_per_s']['median']:.0f} MB/s ({s['ssd_mb_per_s']['min']:.0f}-"
+            f"{s['ssd_mb_per_s']['max']:.0f}), {s['ssd_iops']['median']:,.0f} requests/s, "
+            f"{s['ssd_pages_per_s']['median']:,.0f} pages/s; "
+            f"reads {100 * s['ssd_read_share_of_sampling']['median']:.0f}% "
+            f"of sampling time; raw random pages {s['raw_mb_per_s']['median']:.0f} MB/s, "
+            f"{s['raw_iops']['median']:,.0f} "
+            f"requests/s; cache hit rate {100 * s['cache_hit_rate']['median']:.1f}% of sampled edges"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

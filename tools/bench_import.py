@@ -288,7 +288,9 @@ def print_size(row: dict, base_kib: int) -> None:
 
 
 def figures(args, rows: list[dict], base_kib: int) -> list[Figure]:
-    name = {"edgelist": "edge list", "ogb-binary": "OGB binary (papers100M layout)", "igb": "IGB full layout"}[args.layout]
+    name = {"edgelist": "edge list", "ogb-binary": "OGB binary (papers100M layout)", "igb": "IGB full layout"}[
+        args.layout
+    ]
     ref_name = {"edgelist": "np.loadtxt + scipy COO->CSR", "ogb-binary": "np.load(data.npz) + scipy COO->CSR",
                 "igb": "np.load/np.fromfile + scipy COO->CSR"}[args.layout]
     out = []

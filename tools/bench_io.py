@@ -196,10 +196,14 @@ def binding(args: argparse.Namespace) -> list[Figure]:
                     iops[name].append(n / (time.perf_counter() - t0))
             med = {k: statistics.median(v) for k, v in iops.items()}
             ratios = sorted(a / b for a, b in zip(iops["ours"], iops["liburing (PyPI)"], strict=True))
-            print(f"binding, {case}: buffered random 4 KiB reads, QD {args.queue_depth}, {args.runs} alternating "
-                  f"runs; {load0}: " + ", ".join(f"{k} {med[k] / 1e3:.1f} k IOPS ({min(v) / 1e3:.1f}..{max(v) / 1e3:.1f})"
-                                                  for k, v in iops.items())
-                  + f"; ours/binding {statistics.median(ratios):.2f} ({ratios[0]:.2f}..{ratios[-1]:.2f})")
+            print(
+                f"binding, {case}: buffered random 4 KiB reads, QD {args.queue_depth}, {args.runs} alternating "
+                f"runs; {load0}: "
+                + ", ".join(
+                    f"{k} {med[k] / 1e3:.1f} k IOPS ({min(v) / 1e3:.1f}..{max(v) / 1e3:.1f})" for k, v in iops.items()
+                )
+                + f"; ours/binding {statistics.median(ratios):.2f} ({ratios[0]:.2f}..{ratios[-1]:.2f})"
+            )
             what = ("page cache dropped before each run" if case == "cold"
                     else f"all reads within {args.hot_mib} MiB already in the page cache: engine cost only")
             figures.append(Figure("io", f"buffered random 4096 B reads, {case}, QD {args.queue_depth}: our io_uring "

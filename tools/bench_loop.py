@@ -220,13 +220,22 @@ def training_figures(args, d: Path, dataset: Path, row: int, small: int) -> list
     seeds = {k: [x["seeds_per_s"] for x in v] for k, v in runs.items()}
     split = runs["ddak"][-1]
     hsplit = runs["hash"][-1]
-    figures.append(Figure("loop", "seeds/s, SSD-bound skewed graph: DDAK vs hash", "seeds/s", med(seeds["ddak"]),
-                          med(seeds["hash"]), "hash placement", target=">= 1.3x",
-                          note=f"hidden {args.hidden}; median of {args.rounds}; ranges {rng(seeds['ddak'], '{:.0f}')} vs "
-                               f"{rng(seeds['hash'], '{:.0f}')}; split (s) DDAK / hash: sample {split['sample_s']:.2f} / "
-                               f"{hsplit['sample_s']:.2f}, gather {split['gather_s']:.2f} / {hsplit['gather_s']:.2f}, "
-                               f"compute {split['compute_s']:.2f} / {hsplit['compute_s']:.2f}, I/O wait "
-                               f"{split['io_wait_s']:.2f} / {hsplit['io_wait_s']:.2f}; {load}"))
+    figures.append(
+        Figure(
+            "loop",
+            "seeds/s, SSD-bound skewed graph: DDAK vs hash",
+            "seeds/s",
+            med(seeds["ddak"]),
+            med(seeds["hash"]),
+            "hash placement",
+            target=">= 1.3x",
+            note=f"hidden {args.hidden}; median of {args.rounds}; ranges {rng(seeds['ddak'], '{:.0f}')} vs "
+            f"{rng(seeds['hash'], '{:.0f}')}; split (s) DDAK / hash: sample {split['sample_s']:.2f} / "
+            f"{hsplit['sample_s']:.2f}, gather {split['gather_s']:.2f} / {hsplit['gather_s']:.2f}, "
+            f"compute {split['compute_s']:.2f} / {hsplit['compute_s']:.2f}, I/O wait "
+            f"{split['io_wait_s']:.2f} / {hsplit['io_wait_s']:.2f}; {load}",
+        )
+    )
     csplit, msplit = runs["ddak-compute"][-1], runs["memory"][-1]
     figures.append(Figure("loop", "seeds/s, compute-bound: DDAK (cache-heavy) vs all features in memory", "seeds/s",
                           med(seeds["ddak-compute"]), med(seeds["memory"]), "features in memory",

@@ -300,11 +300,19 @@ def _bench(args, work: Path) -> list[Figure]:
         figs.append(Figure("multinode", f"seeds/s, {n} nodes: all_to_all exchange vs RPC", "seeds/s", ma, mr,
                            "RPC (TensorPipe, one rpc_async per peer)",
                            note=f"median of {len(rpc[n])}; ranges {la:,.0f}-{ha:,.0f} vs {lr:,.0f}-{hr:,.0f}"))
-        figs.append(Figure("multinode", f"seconds per exchange, {n} nodes: all_to_all vs RPC", "s",
-                           med(per), med(per_rpc), "RPC (TensorPipe, one rpc_async per peer)",
-                           higher_is_better=False,
-                           note=f"median of {len(per)}; {a2a['remote_rows'] / max(1, a2a['exchange_calls']):,.0f} "
-                                f"remote rows per exchange; seeds/s {sps(sh[n, 1, 0])[0]:,.0f} vs {sps(rpc[n])[0]:,.0f}"))
+        figs.append(
+            Figure(
+                "multinode",
+                f"seconds per exchange, {n} nodes: all_to_all vs RPC",
+                "s",
+                med(per),
+                med(per_rpc),
+                "RPC (TensorPipe, one rpc_async per peer)",
+                higher_is_better=False,
+                note=f"median of {len(per)}; {a2a['remote_rows'] / max(1, a2a['exchange_calls']):,.0f} "
+                f"remote rows per exchange; seeds/s {sps(sh[n, 1, 0])[0]:,.0f} vs {sps(rpc[n])[0]:,.0f}",
+            )
+        )
         del rp
     tier = ds.num_nodes * ds.row_bytes
     ps, rs_ = tier_pss(shared[0])

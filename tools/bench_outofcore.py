@@ -201,8 +201,10 @@ def main() -> None:
     print(f"train RSS bound: cache {cache_rows * row_bytes / 2**30:.2f} + CSR {csr / 2**30:.2f} + runtime "
           f"{args.runtime_gib:.1f} = {bound / 2**30:.2f} GiB; peak {peak / 2**30:.2f} GiB "
           f"({'within' if peak <= bound else 'ABOVE'})")
-    print(f"train: {seeds:,} seeds in {epoch.get('epoch_s', 0):.1f} s = {seeds_s:,.0f} seeds/s; SSD "
-          f"{epoch['tiers'].get('ssd', {}).get('bytes', 0) / 2**20:,.0f} MiB; I/O wait {epoch.get('io_wait_s', 0):.1f} s")
+    print(
+        f"train: {seeds:,} seeds in {epoch.get('epoch_s', 0):.1f} s = {seeds_s:,.0f} seeds/s; SSD "
+        f"{epoch['tiers'].get('ssd', {}).get('bytes', 0) / 2**20:,.0f} MiB; I/O wait {epoch.get('io_wait_s', 0):.1f} s"
+    )
     # the gather merges adjacent rows into one read, so its requests average more than one row
     per_req = rp["bytes"] / rp["requests"] if rp["requests"] else 0.0
     print(f"SSD rate, {row_bytes} B rows: ours (training's gather stream, {rp['requests']:,} requests of "
@@ -214,16 +216,38 @@ def main() -> None:
     print(f"load average before, after training, after the replay: {' | '.join(load)}")
     what = f"{feats / 2**30:.1f} GiB features ({feats / mem:.1f}x RAM), {row_bytes} B rows"
     figures = [
-        Figure("outofcore", f"{what}: SSD read rate, training's stream vs moment profile", "MB/s",
-               ours_bps / 1e6, prof_bps / 1e6, f"moment profile ({prof_tool}), same file, same request size",
-               target="ratio >= 0.8", note=f"O_DIRECT {rp['direct']}; {rp['requests']:,} requests, {per_req / 1024:.1f} KiB on average; "
-                                          f"load {' | '.join(load)}"),
-        Figure("outofcore", f"{what}: SSD read rate inside moment train vs moment profile", "MB/s",
-               train_bps / 1e6, prof_bps / 1e6, f"moment profile ({prof_tool}), same file, same request size",
-               target="ratio >= 0.8", note="the trainer's own timing of its SSD reads (prefetch overlaps them)"),
-        Figure("outofcore", f"{what}: train peak RSS", "GiB", peak / 2**30, bound / 2**30,
-               "bound: cache + CSR + runtime", higher_is_better=False, target="ours <= bound",
-               note=f"{args.steps} steps; {seeds_s:,.0f} seeds/s"),
+        Figure(
+            "outofcore",
+            f"{what}: SSD read rate, training's stream vs moment profile",
+            "MB/s",
+            ours_bps / 1e6,
+            prof_bps / 1e6,
+            f"moment profile ({prof_tool}), same file, same request size",
+            target="ratio >= 0.8",
+            note=f"O_DIRECT {rp['direct']}; {rp['requests']:,} requests, {per_req / 1024:.1f} KiB on average; "
+            f"load {' | '.join(load)}",
+        ),
+        Figure(
+            "outofcore",
+            f"{what}: SSD read rate inside moment train vs moment profile",
+            "MB/s",
+            train_bps / 1e6,
+            prof_bps / 1e6,
+            f"moment profile ({prof_tool}), same file, same request size",
+            target="ratio >= 0.8",
+            note="the trainer's own timing of its SSD reads (prefetch overlaps them)",
+        ),
+        Figure(
+            "outofcore",
+            f"{what}: train peak RSS",
+            "GiB",
+            peak / 2**30,
+            bound / 2**30,
+            "bound: cache + CSR + runtime",
+            higher_is_better=False,
+            target="ours <= bound",
+            note=f"{args.steps} steps; {seeds_s:,.0f} seeds/s",
+        ),
     ]
     for k in ("generate", "place", "profile", "train"):
         figures.append(Figure("outofcore", f"{what}: {k} time", "s", res[k]["seconds"], None, "",

@@ -54,7 +54,8 @@ DGL_SIDE = textwrap.dedent(
     import numpy as np, torch
     os.environ.setdefault("DGLBACKEND", "pytorch")
     import dgl
-    workdir, fanouts, rounds, warmup, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    workdir, fanouts = sys.argv[1], sys.argv[2]
+    rounds, warmup, threads = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     torch.set_num_threads(threads)
     indptr = torch.from_numpy(np.load(f"{workdir}/indptr.npy"))
     indices = torch.from_numpy(np.load(f"{workdir}/indices.npy").astype(np.int64))
@@ -162,7 +163,9 @@ def peak_bytes(sampler: NeighborSampler, seeds: torch.Tensor) -> tuple[int, int]
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--nodes", type=int, default=1_000_000)
-    p.add_argument("--edges", type=int, default=12_000_000, help="generated edges (>= 10**7 kept after dedup at the default)")
+    p.add_argument(
+        "--edges", type=int, default=12_000_000, help="generated edges (>= 10**7 kept after dedup at the default)"
+    )
     p.add_argument("--skew", type=float, default=0.7, help="Chung-Lu weight exponent")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8000)
@@ -170,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=10, help="timed batches per round")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5, help="alternating ours/DGL rounds; the median is shown")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads, both sides (1: see NeighborSampler num_threads)")
+    p.add_argument(
+        "--threads", type=int, default=1, help="intra-op threads, both sides (1: see NeighborSampler num_threads)"
+    )
     p.add_argument("--dgl-threads", type=int, help="DGL's threads, if not --threads")
     p.add_argument("--relabel", choices=("map", "unique", "both"), default="both")
     p.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")

@@ -6,7 +6,8 @@ Generates (once, cached in ``--workdir``) a synthetic power-law graph, then for 
 trainer processes measures the same batches (same seed, epoch, ranks and steps) two
 ways: each trainer samples itself (``LocalBatchSource``, one intra-op thread, as the
 server's samplers use), or a ``moment serve`` process with ``--workers`` sampler
-processes sends them (``RemoteBatchSource``, its default prefetch unless ``--prefetch``, through the trainers' shared-memory
+processes sends them (``RemoteBatchSource``, its default prefetch unless ``--prefetch``, through the trainers'
+shared-memory
 rings; ``--transport rpc`` for the copy through rpc instead), each worker sampling up to
 ``--lanes`` waiting requests in one pass (``--lanes 1``: one at a time). Both sides run one
 torch thread per process (a trainer sets it, the sampler and the workers too): neither is
@@ -64,9 +65,16 @@ def trainer(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
     if args.server:
-        src = RemoteBatchSource(args.server, rank=args.rank, world_size=args.world_size,
-                                batch_size=args.batch_size, fanouts=fanouts, seed=args.seed, prefetch=args.prefetch or None,
-                                transport=args.transport)
+        src = RemoteBatchSource(
+            args.server,
+            rank=args.rank,
+            world_size=args.world_size,
+            batch_size=args.batch_size,
+            fanouts=fanouts,
+            seed=args.seed,
+            prefetch=args.prefetch or None,
+            transport=args.transport,
+        )
     else:
         ds = open_dataset(args.dataset, validate=False)
         sampler = NeighborSampler(ds.indptr, ds.indices, fanouts, seed=0, num_threads=1)
@@ -111,10 +119,29 @@ def run_trainers(args, n: int, server: str | None, server_pid: int | None = None
     CPU milliseconds per batch of the trainers plus (served) the server and its workers."""
     procs = []
     for rank in range(n):
-        cmd = [sys.executable, __file__, "--as-trainer", "--dataset", str(args.dataset_dir), "--rank", str(rank),
-               "--world-size", str(n), "--steps", str(args.steps), "--fanouts", args.fanouts,
-               "--batch-size", str(args.batch_size), "--seed", "1",
-               "--transport", args.transport, "--prefetch", str(args.prefetch)] + (["--server", server] if server else [])
+        cmd = [
+            sys.executable,
+            __file__,
+            "--as-trainer",
+            "--dataset",
+            str(args.dataset_dir),
+            "--rank",
+            str(rank),
+            "--world-size",
+            str(n),
+            "--steps",
+            str(args.steps),
+            "--fanouts",
+            args.fanouts,
+            "--batch-size",
+            str(args.batch_size),
+            "--seed",
+            "1",
+            "--transport",
+            args.transport,
+            "--prefetch",
+            str(args.prefetch),
+        ] + (["--server", server] if server else [])
         procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV))
     for p in procs:
         line = p.stdout.readline()
@@ -200,22 +227,35 @@ def main() -> int:
         server.terminate()
         server.wait(timeout=30)
     load1 = _load()
-    print(f"\nfan-out {args.fanouts}, global batch {args.batch_size}, {args.steps} batches per trainer, "
-          f"server workers {args.workers or os.cpu_count()}, lanes {args.lanes}, prefetch {args.prefetch or 'default'}, transport {args.transport}, {os.cpu_count()} CPUs, "
-          f"median of {args.rounds} rounds; {load0} before, {load1} after")
+    print(
+        f"\nfan-out {args.fanouts}, global batch {args.batch_size}, {args.steps} batches per trainer, "
+        f"server workers {args.workers or os.cpu_count()}, lanes {args.lanes}, "
+        f"prefetch {args.prefetch or 'default'}, transport {args.transport}, {os.cpu_count()} CPUs, "
+        f"median of {args.rounds} rounds; {load0} before, {load1} after"
+    )
     print(f"{'trainers':>8} {'local b/s':>10} {'local MB/s':>11} {'served b/s':>11} {'served MB/s':>12} "
           f"{'served/local':>13} {'range':>12} {'CPU ms/batch local, served':>27}")
     figures = []
     for n, lb, lm, sb, sm, ratios, cpu in rows:
         print(f"{n:>8} {lb:>10.1f} {lm:>11.1f} {sb:>11.1f} {sm:>12.1f} {sb / lb:>13.2f} "
               f"{ratios[0]:>5.2f}..{ratios[-1]:.2f} {cpu[0]:>18.2f}, {cpu[1]:.2f}")
-        figures.append(Figure("serve", f"{n} trainer(s), fan-out {args.fanouts}, batch {args.batch_size}",
-                              "batches/s", sb, lb, "local sampling in the trainer", target="ratio >= 1.0",
-                              note=f"served {sm:.1f} MB/s vs local {lm:.1f} MB/s; CPU per batch (all processes) "
-                                   f"served {cpu[1]:.2f} ms vs local {cpu[0]:.2f} ms; server workers "
-                                   f"{args.workers or os.cpu_count()}, lanes {args.lanes}, prefetch {args.prefetch or 'default'}; paired ratios "
-                                   f"{ratios[0]:.2f}..{ratios[-1]:.2f} over {args.rounds} rounds; {load0} before, "
-                                   f"{load1} after"))
+        figures.append(
+            Figure(
+                "serve",
+                f"{n} trainer(s), fan-out {args.fanouts}, batch {args.batch_size}",
+                "batches/s",
+                sb,
+                lb,
+                "local sampling in the trainer",
+                target="ratio >= 1.0",
+                note=f"served {sm:.1f} MB/s vs local {lm:.1f} MB/s; CPU per batch (all processes) "
+                f"served {cpu[1]:.2f} ms vs local {cpu[0]:.2f} ms; server workers "
+                f"{args.workers or os.cpu_count()}, lanes {args.lanes}, "
+                f"prefetch {args.prefetch or 'default'}; paired ratios "
+                f"{ratios[0]:.2f}..{ratios[-1]:.2f} over {args.rounds} rounds; {load0} before, "
+                f"{load1} after",
+            )
+        )
     write(args.json, "bench_serve", figures, shlex.join(sys.argv))
     return 0
 

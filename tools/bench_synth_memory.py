@@ -55,12 +55,24 @@ def main() -> None:
     figs = []
     for edges in a.edges:
         o, r = rows["ours", edges], rows["reference", edges]
-        print(f"{edges:>8}{o['peak_rss_bytes'] / 2**20:10.0f}{o['peak_anon_bytes'] / 2**20:8.0f}"
-              f"{r['peak_rss_bytes'] / 2**20:10.0f}{r['peak_anon_bytes'] / 2**20:8.0f}{o['seconds']:8.1f}{r['seconds']:8.1f}")
-        figs.append(Figure("synth_memory", f"synth peak RSS, {a.nodes} nodes, {edges} edges", "MiB",
-                           o["peak_rss_bytes"] / 2**20, r["peak_rss_bytes"] / 2**20,
-                           f"moment data synth from {a.ref_tree}", higher_is_better=False,
-                           target="flat in the edges", note=f"wall {o['seconds']:.0f} s vs {r['seconds']:.0f} s; load {load}"))
+        print(
+            f"{edges:>8}{o['peak_rss_bytes'] / 2**20:10.0f}{o['peak_anon_bytes'] / 2**20:8.0f}"
+            f"{r['peak_rss_bytes'] / 2**20:10.0f}{r['peak_anon_bytes'] / 2**20:8.0f}"
+            f"{o['seconds']:8.1f}{r['seconds']:8.1f}"
+        )
+        figs.append(
+            Figure(
+                "synth_memory",
+                f"synth peak RSS, {a.nodes} nodes, {edges} edges",
+                "MiB",
+                o["peak_rss_bytes"] / 2**20,
+                r["peak_rss_bytes"] / 2**20,
+                f"moment data synth from {a.ref_tree}",
+                higher_is_better=False,
+                target="flat in the edges",
+                note=f"wall {o['seconds']:.0f} s vs {r['seconds']:.0f} s; load {load}",
+            )
+        )
     write(a.json, "bench_synth_memory", figs, " ".join(sys.argv))
     if not a.dir:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -193,7 +193,9 @@ def main() -> int:
     ap.add_argument("--edges", default="10000000")
     ap.add_argument("--feature-dim", type=int, default=256, help="float32 features per row (default 256: 1 KiB)")
     ap.add_argument("--batch-size", type=int, default=1000)
-    ap.add_argument("--train-share", default="0.01", help="training vertices, share of all (default 0.01, as the paper)")
+    ap.add_argument(
+        "--train-share", default="0.01", help="training vertices, share of all (default 0.01, as the paper)"
+    )
     ap.add_argument("--epochs", type=int, default=2, help="epochs per run; the last is measured (default 2)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of 1-rank, 2-rank shared and 2-rank private runs (default 3)")
@@ -224,11 +226,19 @@ def main() -> int:
                     for name, ranks, more in MODES}
             rounds.append(runs)
             one = runs["1 rank"]
-            print(f"round {r + 1}: " + "; ".join(
-                f"{name} {x['seeds_per_s']:.0f} seeds/s ({split_text(x)} ms/step"
-                + (f", waited for the other rank {x.get('share_wait_s', 0.0):.2f} s" if "shared" in name else "")
-                + (f"; {prediction_text(x)}" if prediction_text(x) else "") + ")" + (f" {x['seeds_per_s'] / one['seeds_per_s']:.2f}x" if name != "1 rank" else "")
-                for name, x in runs.items()) + f"; load {os.getloadavg()[0]:.2f}", flush=True)
+            print(
+                f"round {r + 1}: "
+                + "; ".join(
+                    f"{name} {x['seeds_per_s']:.0f} seeds/s ({split_text(x)} ms/step"
+                    + (f", waited for the other rank {x.get('share_wait_s', 0.0):.2f} s" if "shared" in name else "")
+                    + (f"; {prediction_text(x)}" if prediction_text(x) else "")
+                    + ")"
+                    + (f" {x['seeds_per_s'] / one['seeds_per_s']:.2f}x" if name != "1 rank" else "")
+                    for name, x in runs.items()
+                )
+                + f"; load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
         work = disk_work(args, g, base / "place-ddak", args.epochs - 1)
     finally:
         if not args.dir:

@@ -59,7 +59,8 @@ DGL_SIDE = textwrap.dedent(
     import dgl, dgl.nn as dglnn
     from dgl.dataloading import DataLoader, NeighborSampler
     d, fanouts, batch, hidden, threads, workers, feats_mode, lr, seed = sys.argv[1:10]
-    batch, hidden, threads, workers, lr, seed = int(batch), int(hidden), int(threads), int(workers), float(lr), int(seed)
+    batch, hidden, threads, workers = int(batch), int(hidden), int(threads), int(workers)
+    lr, seed = float(lr), int(seed)
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     load = lambda name, **kw: np.load(os.path.join(d, name + ".npy"), **kw)
@@ -114,7 +115,8 @@ DGL_SIDE = textwrap.dedent(
             opt.step()
             seeds += int(output_nodes.numel())
         dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-        print(json.dumps({"seconds": dt, "cpu_s": cpu, "seeds": seeds, "loss": float(loss), "dgl": dgl.__version__}), flush=True)
+        print(json.dumps({"seconds": dt, "cpu_s": cpu, "seeds": seeds, "loss": float(loss),
+                          "dgl": dgl.__version__}), flush=True)
     """
 )
 

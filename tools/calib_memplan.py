@@ -54,8 +54,11 @@ def main() -> int:
         cache = host_cache_bytes(load_placement(pl), sizing["row_bytes"], gpu_bins_on_host=True)  # rows held
         reserve = sizing["reserve"]["total_bytes"]
         mib = 1 << 20
-        print(f"{name:7} {nodes:>6} {limit:>8} {sizing['per_node_bytes'] / mib:9.0f}M {cache / mib:5.0f}M {reserve / mib:7.0f}M "
-              f"{(cache + reserve) / mib:8.0f}M {peak / mib:8.0f}M  {(cache + reserve) / peak:6.2f}")
+        print(
+            f"{name:7} {nodes:>6} {limit:>8} {sizing['per_node_bytes'] / mib:9.0f}M "
+            f"{cache / mib:5.0f}M {reserve / mib:7.0f}M "
+            f"{(cache + reserve) / mib:8.0f}M {peak / mib:8.0f}M  {(cache + reserve) / peak:6.2f}"
+        )
     return 0
 
 

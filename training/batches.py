@@ -169,7 +169,13 @@ def local_source(req: SourceRequest) -> LocalBatchSource:
 
 
 def server_source(req: SourceRequest) -> BatchSource:
-    """The ``server`` source: batches sampled by the ``moment serve`` server at ``req.server``."""
+    """The ``server`` source: batches sampled by the ``moment serve`` server at ``req.server``.
+
+    Raises
+    ------
+    SamplerError
+        ``req.server`` is not set.
+    """
     if not req.server:
         raise SamplerError("the server batch source needs the sampling server's HOST:PORT")
     from training.serve import RemoteBatchSource  # only with a server: the module pulls in rpc

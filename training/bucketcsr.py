@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from planner.progress import Progress, report
 
@@ -119,6 +120,11 @@ def spill(root: Path, plan: BucketPlan, chunks: Iterable[tuple[np.ndarray, np.nd
     the count is capped at ``total_blocks``). ``checkpoint(state)`` is called after each
     chunk is on disk (in the page cache: a killed process loses nothing written, a power
     cut may). Bucket files longer than ``state`` says (a chunk cut short) are truncated first.
+
+    Raises
+    ------
+    FileNotFoundError
+        A bucket file the checkpoint records is missing.
     """
     root = Path(root)
     n = plan.num_nodes
@@ -148,7 +154,7 @@ def spill(root: Path, plan: BucketPlan, chunks: Iterable[tuple[np.ndarray, np.nd
             start = 0
             for b, end in enumerate(ends.tolist()):
                 if end > start:
-                    data = memoryview(keys[start:end]).cast("B")
+                    data = keys[start:end].data.cast("B")
                     written = 0
                     while written < len(data):
                         written += os.write(fds[b], data[written:])
@@ -184,8 +190,14 @@ class BuildState:
         return cls(int(d["buckets_done"]), int(d["edges"]), int(d.get("largest_bucket", 0)))
 
 
-def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
-    """The version 1.0 ``.npy`` header of a C-ordered array, exactly :data:`NPY_HEADER_BYTES` long."""
+def npy_header(dtype: DTypeLike, shape: tuple[int, ...]) -> bytes:
+    """The version 1.0 ``.npy`` header of a C-ordered array, exactly :data:`NPY_HEADER_BYTES` long.
+
+    Raises
+    ------
+    ValueError
+        The header would not be :data:`NPY_HEADER_BYTES` long (a shape numpy cannot pad to it).
+    """
     buf = io.BytesIO()
     np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
                                                 "fortran_order": False, "shape": tuple(shape)})
@@ -196,7 +208,7 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
 
 
 def _pwrite_all(fd: int, arr: np.ndarray, at: int) -> None:
-    data = memoryview(np.ascontiguousarray(arr)).cast("B")
+    data = np.ascontiguousarray(arr).data.cast("B")
     done = 0
     while done < len(data):
         done += os.pwrite(fd, data[done:], at + done)

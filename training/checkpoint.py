@@ -13,12 +13,15 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from training.errors import TrainError
+
+if TYPE_CHECKING:
+    from training.distributed import World
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -29,6 +32,7 @@ IDENTITY = ("model", "fanouts", "batch_size", "seed", "hidden", "heads", "out_he
 
 
 
+# Any: a checkpoint's torch.save record (states of torch, numpy, random)
 def rng_state(device: torch.device) -> dict[str, Any]:
     """This process's random streams (dropout draws from torch's; CUDA's on a GPU)."""
     state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
@@ -37,6 +41,7 @@ def rng_state(device: torch.device) -> dict[str, Any]:
     return state
 
 
+# Any: a checkpoint's torch.save record (states of torch, numpy, random)
 def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
@@ -46,7 +51,8 @@ def _set_rng_state(state: dict[str, Any], device: torch.device) -> None:
         torch.cuda.set_rng_state(cuda, device)
 
 
-def restore_rng(saved: Any, world: Any) -> str:
+# Any: the RNG states of torch, numpy and random, as their own get_state functions return them
+def restore_rng(saved: list[dict[str, Any]] | dict[str, Any], world: World) -> str:
     """Each rank's own streams from a checkpoint's ``rng`` (a list, one per rank; older ones hold rank 0's).
 
     Returns how: ``per-rank``, or why not (another world size restarts every rank from rank 0's).
@@ -61,6 +67,7 @@ def restore_rng(saved: Any, world: Any) -> str:
     return "per-rank" if world.size == 1 else "an older checkpoint with rank 0's streams only"
 
 
+# Any: a checkpoint's torch.save record (states of torch, numpy, random)
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """``torch.save`` to a temporary sibling, fsync, rename: a crash never leaves half a checkpoint."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,6 +79,7 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+# Any: a checkpoint's torch.save record (states of torch, numpy, random)
 def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
@@ -107,8 +115,9 @@ class Resumed:
     rng_note: str
 
 
+# Any: a checkpoint's torch.save record (states of torch, numpy, random)
 def resume(path: Path, config: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-           world: Any) -> Resumed:
+           world: World) -> Resumed:
     """Load the checkpoint at ``path`` into ``model`` and ``optimizer``; refuse one of other settings.
 
     ``config``: this run's :meth:`~training.specs.TrainSpec.to_dict` (the flat record); the

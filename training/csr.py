@@ -91,7 +91,8 @@ def count_rows(chunks: EdgeChunks, num_nodes: int, report: Report = _quiet) -> n
 
 def place_edges(chunks: EdgeChunks, indptr: np.ndarray, path: Path, idt: np.dtype,
                 report: Report = _quiet) -> None:
-    """Pass 2: every source at its row's next free slot of ``path`` (a ``.npy`` of ``indptr[-1]`` ids; a counting sort)."""
+    """Pass 2: every source at its row's next free slot of ``path`` (a ``.npy`` of ``indptr[-1]`` ids; a counting
+    sort)."""
     n, total = indptr.size - 1, int(indptr[-1])
     raw = np.lib.format.open_memmap(path, mode="w+", dtype=idt, shape=(total,))
     cursor = indptr[:-1].copy()

@@ -43,11 +43,11 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from iostack.checksums import BlockSums, bad_blocks
+from momentbase.jsontypes import JsonObject, JsonValue
 from planner.progress import Progress
 from training.errors import TrainingError
 
@@ -104,7 +104,7 @@ class Dataset:
     """
 
     path: Path
-    meta: Mapping[str, Any]
+    meta: Mapping[str, JsonValue]
     indptr: np.ndarray
     indices: np.ndarray
     features: np.ndarray | None = None
@@ -180,7 +180,9 @@ def read_meta(path: str | os.PathLike) -> dict:
     """``meta.json`` of a dataset directory, with its schema and version checked."""
     meta_path = Path(path) / "meta.json"
     if not Path(path).is_dir():
-        raise DatasetError(f"{path}: no such dataset directory (create one with `moment data import` or `moment data synth`)")
+        raise DatasetError(
+            f"{path}: no such dataset directory (create one with `moment data import` or `moment data synth`)"
+        )
     try:
         meta = json.loads(meta_path.read_text())
     except FileNotFoundError:
@@ -188,7 +190,9 @@ def read_meta(path: str | os.PathLike) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{meta_path}: not valid JSON ({exc}); re-import the dataset") from None
     if not isinstance(meta, dict) or meta.get("schema") != SCHEMA:
-        raise DatasetError(f"{meta_path}: schema is {meta.get('schema') if isinstance(meta, dict) else None!r}, expected {SCHEMA!r}")
+        raise DatasetError(
+            f"{meta_path}: schema is {meta.get('schema') if isinstance(meta, dict) else None!r}, expected {SCHEMA!r}"
+        )
     if meta.get("version") != VERSION:
         raise DatasetError(
             f"{meta_path}: dataset format version {meta.get('version')!r}, this Moment reads version {VERSION}; "
@@ -227,7 +231,8 @@ def validate_dataset(ds: Dataset, *, chunk: int = DEFAULT_CHUNK_EDGES) -> None:
     ip = ds.indptr
     if int(ip[0]) != 0 or int(ip[-1]) != e:
         raise DatasetError(
-            f"{p / 'indptr.npy'}: must run from 0 to num_edges={e}, runs from {int(ip[0])} to {int(ip[-1])}; re-import the dataset"
+            f"{p / 'indptr.npy'}: must run from 0 to num_edges={e}, runs from {int(ip[0])} to {int(ip[-1])}; "
+            "re-import the dataset"
         )
     for a in range(0, n, chunk):
         block = np.asarray(ip[a : a + chunk + 1])
@@ -260,7 +265,7 @@ def validate_dataset(ds: Dataset, *, chunk: int = DEFAULT_CHUNK_EDGES) -> None:
             seen[uniq] = True
 
 
-def verify_checksums(root: Path, meta: Mapping[str, Any], mode: str = "sample",
+def verify_checksums(root: Path, meta: Mapping[str, JsonValue], mode: str = "sample",
                      progress: Progress | None = None) -> str:
     """Check the dataset files against the CRC-32s ``meta.json`` records; say what was checked.
 
@@ -373,7 +378,9 @@ def open_dataset(path: str | os.PathLike, *, validate: bool = True, verify: str 
     if arrays["indices"].dtype not in (np.int32, np.int64) or (n >= 2**31 and arrays["indices"].dtype != np.int64):
         raise DatasetError(f"{root / 'indices.npy'}: dtype {arrays['indices'].dtype} cannot hold ids of {n} nodes")
     if "features" in arrays and str(arrays["features"].dtype) not in DATASET_FEATURE_DTYPES:
-        raise DatasetError(f"{root / 'features.npy'}: dtype {arrays['features'].dtype} is not one of {DATASET_FEATURE_DTYPES}")
+        raise DatasetError(
+            f"{root / 'features.npy'}: dtype {arrays['features'].dtype} is not one of {DATASET_FEATURE_DTYPES}"
+        )
     for s in SPLITS:
         if s in arrays and arrays[s].ndim != 1:
             raise DatasetError(f"{root / f'{s}.npy'}: must be one-dimensional, has shape {list(arrays[s].shape)}")
@@ -547,12 +554,12 @@ def dataset_info(ds: Dataset, *, chunk: int = DEFAULT_CHUNK_EDGES, progress: Pro
     )
 
 
-def fingerprint(ds: Dataset, sample_bytes: int = 1 << 16) -> dict[str, Any]:
+def fingerprint(ds: Dataset, sample_bytes: int = 1 << 16) -> JsonObject:
     """A cheap identity of a dataset: its counts and a CRC-32 of the first and last ``sample_bytes``
     of its feature rows (reads at most ``2 * sample_bytes``). Two datasets with the same counts
     but different features almost surely differ; a placement records it to refuse the wrong one.
     """
-    out: dict[str, Any] = {"num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
+    out: JsonObject = {"num_nodes": ds.num_nodes, "num_edges": ds.num_edges,
                            "feature_dim": ds.feature_dim, "feature_dtype": ds.feature_dtype}
     if ds.features is not None and ds.features.size:
         flat = np.asarray(ds.features).reshape(-1).view(np.uint8)

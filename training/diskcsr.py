@@ -65,8 +65,8 @@ DEFAULT_GAP_PAGES = 0
 #: positions per step while the adjacency cache is filled (each costs ~60 bytes of temporaries)
 FILL_CHUNK_ITEMS = 1 << 20
 
-__all__ = ["CHUNK_VERTICES", "DEFAULT_GAP_PAGES", "FILL_CHUNK_ITEMS", "GRAPH_ON", "AdjacencyCache", "CsrReadStats", "DiskCsrError", "DiskNeighbours",
-           "hot_vertices", "npy_layout", "open_disk_csr"]
+__all__ = ["CHUNK_VERTICES", "DEFAULT_GAP_PAGES", "FILL_CHUNK_ITEMS", "GRAPH_ON", "AdjacencyCache", "CsrReadStats",
+           "DiskCsrError", "DiskNeighbours", "hot_vertices", "npy_layout", "open_disk_csr"]
 
 
 class DiskCsrError(TrainingError):
@@ -102,7 +102,13 @@ class CsrReadStats:
 
 
 def npy_layout(path: str | Path) -> tuple[np.dtype, tuple[int, ...], int]:
-    """``(dtype, shape, byte offset of the data)`` of a C-ordered ``.npy`` file, from its header alone."""
+    """``(dtype, shape, byte offset of the data)`` of a C-ordered ``.npy`` file, from its header alone.
+
+    Raises
+    ------
+    DiskCsrError
+        The file is not a readable ``.npy``, or is Fortran-ordered.
+    """
     try:
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
@@ -142,6 +148,11 @@ def hot_vertices(indptr: np.ndarray, budget_bytes: int, itemsize: int, *,
 
     >>> hot_vertices(np.array([0, 3, 4, 9, 9, 11]), 7 * 4, 4).tolist()   # degrees 3, 1, 5, 0, 2
     [2, 4]
+
+    Raises
+    ------
+    DiskCsrError
+        ``budget_bytes`` is negative.
     """
     if budget_bytes < 0:
         raise DiskCsrError(f"adjacency cache: the budget must be >= 0 bytes, got {budget_bytes}")
@@ -278,7 +289,13 @@ class DiskNeighbours:
             return self._stats
 
     def take(self, pos: Tensor) -> Tensor:
-        """``indices[pos]`` (int64 positions, any order, repeats allowed), on ``pos``'s device."""
+        """``indices[pos]`` (int64 positions, any order, repeats allowed), on ``pos``'s device.
+
+        Raises
+        ------
+        DiskCsrError
+            A position lies outside the edges, or the read fails.
+        """
         p = pos.detach().to("cpu", torch.int64).numpy().reshape(-1)
         out = np.empty(p.size, self.np_dtype)
         if p.size and (p.min() < 0 or p.max() >= self.num_edges):
@@ -320,6 +337,11 @@ def open_disk_csr(dataset, *, cache_bytes: int = 0, direct: bool | str = "auto",
     from ``indices.npy`` with a ``posix`` backend in this process (its
     asynchronous engine with O_DIRECT; ``direct``: ``"auto"``, True to
     require O_DIRECT, False for buffered reads).
+
+    Raises
+    ------
+    DiskCsrError
+        The CSR files cannot be opened or read.
     """
     from iostack.backends.posix import PosixBackend
 

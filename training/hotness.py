@@ -49,10 +49,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from momentbase.jsontypes import JsonObject
 from planner.progress import Progress
 from training.data import Dataset
 from training.errors import TrainingError
@@ -110,10 +110,10 @@ class HotnessSpec:
         if "damping" in params and not 0 < self.damping < 1:
             raise HotnessError(f"PageRank damping {self.damping}: expected a number in (0, 1)")
 
-    def params(self) -> dict[str, Any]:
+    def params(self) -> JsonObject:
         """The parameters that determine the result (what a saved hotness must match): the method's
         ``params`` (:data:`~training.hotness_methods.HOTNESS_METHODS`), tuples as lists."""
-        out: dict[str, Any] = {"method": self.method}
+        out: JsonObject = {"method": self.method}
         for name in HOTNESS_METHODS.caps(self.method).get("params", ()):
             value = getattr(self, name)
             out[name] = list(value) if isinstance(value, tuple) else value
@@ -272,7 +272,7 @@ def hotness_dir(ds: Dataset, directory: str | os.PathLike[str] | None = None) ->
     return Path(directory) if directory is not None else ds.path / "hotness"
 
 
-def _identity(ds: Dataset) -> dict[str, Any]:
+def _identity(ds: Dataset) -> JsonObject:
     return {"dataset": str(ds.name), "num_nodes": ds.num_nodes, "num_edges": ds.num_edges}
 
 

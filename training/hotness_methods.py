@@ -29,6 +29,7 @@ from training.errors import TrainingError
 
 __all__ = ["HOTNESS_METHODS"]
 
+# Any: each method's own hotness array or tensor
 HOTNESS_METHODS: Registry[Callable[..., tuple[Any, float | None]]] = Registry("hotness method", TrainingError)
 HOTNESS_METHODS.register("presample", "training.hotness:presample_counts", sampled=True,
                          params=("fanouts", "batch_size", "epochs", "num_batches", "seed"))

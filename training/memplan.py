@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,10 @@ from momentbase.units import format_size
 from training.errors import TrainingError
 
 if TYPE_CHECKING:  # the specs pull in torch's models: only for the annotations
+    import numpy as np
+
+    from iostack.placement import Placement
+    from training.data import Dataset
     from training.specs import IOSpec, SamplingSpec
 
 log = logging.getLogger(__name__)
@@ -106,9 +110,9 @@ class GraphSizes:
         return self.num_nodes * self.stored_row_bytes
 
     @classmethod
-    def of(cls, ds: Any, stored_row_bytes: int | None = None) -> GraphSizes:
+    def of(cls, ds: Dataset, stored_row_bytes: int | None = None) -> GraphSizes:
         """The sizes of an open :class:`training.data.Dataset` (arrays memory-mapped, nothing read)."""
-        def nbytes(a: Any) -> int:
+        def nbytes(a: np.ndarray | None) -> int:
             return int(a.nbytes) if a is not None else 0
 
         n = [int(a.shape[0]) if a is not None else 0 for a in (ds.train_idx, ds.valid_idx, ds.test_idx)]
@@ -199,9 +203,18 @@ def batch_rows(batch_size: int, fanouts: Sequence[int], num_nodes: int) -> list[
     return rows
 
 
-def training_reserve(g: GraphSizes, *, batch_size: int, fanouts: Sequence[int], prefetch: int = 2,
-                     workers: int = 1, hidden: int = HIDDEN, eval_batch_size: int = EVAL_BATCH_SIZE, runtime_bytes: int = RUNTIME_BYTES,
-                     read_buffer_bytes: int = READ_STAGING_BYTES) -> TrainingReserve:
+def training_reserve(
+    g: GraphSizes,
+    *,
+    batch_size: int,
+    fanouts: Sequence[int],
+    prefetch: int = 2,
+    workers: int = 1,
+    hidden: int = HIDDEN,
+    eval_batch_size: int = EVAL_BATCH_SIZE,
+    runtime_bytes: int = RUNTIME_BYTES,
+    read_buffer_bytes: int = READ_STAGING_BYTES,
+) -> TrainingReserve:
     """The host memory a ``moment train`` process of these sizes holds besides its CPU cache.
 
     Parameters
@@ -247,7 +260,9 @@ def _rest(g: GraphSizes, rows: list[int], fanouts: Sequence[int], hidden: int, b
           read_buffer_bytes: int) -> dict[str, int]:
     """Every reserve item from the batch's working set on (the model from a training batch's ``rows``)."""
     widths = [g.feature_dim, *([hidden] * (len(rows) - 2)), g.num_classes]
-    params = sum(2 * a * b + b for a, b in zip(widths, widths[1:], strict=False))  # SAGEConv: lin_l (with bias) and lin_r
+    params = sum(
+        2 * a * b + b for a, b in zip(widths, widths[1:], strict=False)
+    )  # SAGEConv: lin_l (with bias) and lin_r
     activ = 0
     for h in range(len(rows) - 1, 0, -1):  # the layer from hop h's rows to hop h-1's, outermost first
         w_in, w_out = widths[len(rows) - 1 - h], widths[len(rows) - h]
@@ -319,7 +334,7 @@ def check_training_memory(cache_bytes: int, reserve: TrainingReserve, available:
             "place again with `moment place --cpu-cache auto` (or a smaller --cpu-cache SIZE)")
 
 
-def host_cache_bytes(placement: Any, row_bytes: int, *, gpu_bins_on_host: bool) -> int:
+def host_cache_bytes(placement: Placement, row_bytes: int, *, gpu_bins_on_host: bool) -> int:
     """Bytes of host memory a placement's caches take: the rows its CPU bins hold (and its GPU bins',
     which live in host memory when training runs without a GPU).
 
@@ -334,7 +349,7 @@ def host_cache_bytes(placement: Any, row_bytes: int, *, gpu_bins_on_host: bool) 
     return int(sum(int(counts[b.id]) for b in placement.bins if b.kind in kinds)) * int(row_bytes)
 
 
-def cpu_cache_for(ds: Any, numa_nodes: int, *, batch_size: int, fanouts: Sequence[int],
+def cpu_cache_for(ds: Dataset, numa_nodes: int, *, batch_size: int, fanouts: Sequence[int],
                   feature_dtype: str | None = None, memory_limit: int | None = None) -> CacheSizing:
     """``moment place --cpu-cache auto``: the cache per NUMA node for dataset ``ds`` (a
     :class:`training.data.Dataset` with features) placed over ``numa_nodes`` host memories.
@@ -354,7 +369,7 @@ def cpu_cache_for(ds: Any, numa_nodes: int, *, batch_size: int, fanouts: Sequenc
                           feature_bytes=g.feature_bytes)
 
 
-def check_host_memory(io: IOSpec, sampling: SamplingSpec, ds: Any, *, hidden: int | None, gpu_bins_on_host: bool,
+def check_host_memory(io: IOSpec, sampling: SamplingSpec, ds: Dataset, *, hidden: int | None, gpu_bins_on_host: bool,
                       ranks: int = 1) -> str | None:
     """Warn (log, never refuse) when a run's placement's host caches plus training's reserve exceed the
     memory available now; the warning, or None. ``io``: the run's placement, prefetch and node-shared
@@ -388,7 +403,8 @@ def check_host_memory(io: IOSpec, sampling: SamplingSpec, ds: Any, *, hidden: in
 MEMORY_LIMIT_ENV = "MOMENT_MEMORY_LIMIT"
 
 
-def available_now(environ: Any = None, **paths: Any) -> MemoryLimit | None:
+def available_now(environ: Mapping[str, str] | None = None,
+                  **paths: str | os.PathLike[str]) -> MemoryLimit | None:
     """The memory available to this job now (:func:`available_memory`), ``$MOMENT_MEMORY_LIMIT`` first;
     None where it cannot be told (logged: the check is advice, never a reason to stop)."""
     from momentbase.units import SizeError, parse_size
@@ -502,6 +518,22 @@ def available_memory(override: int | None = None, *, proc_cgroup: str | os.PathL
     return min(found, key=lambda m: m.bytes)
 
 
-__all__ = ["CacheSizing", "check_host_memory", "cpu_cache_for", "GraphSizes", "MemoryLimit", "MemoryPlanError", "RUNTIME_BYTES", "TrainingReserve",
-           "available_memory", "available_now", "batch_rows", "host_cache_bytes", "check_training_memory", "read_cgroup_limit", "read_mem_available",
-           "size_cpu_cache", "training_reserve"]
+__all__ = [
+    "CacheSizing",
+    "check_host_memory",
+    "cpu_cache_for",
+    "GraphSizes",
+    "MemoryLimit",
+    "MemoryPlanError",
+    "RUNTIME_BYTES",
+    "TrainingReserve",
+    "available_memory",
+    "available_now",
+    "batch_rows",
+    "host_cache_bytes",
+    "check_training_memory",
+    "read_cgroup_limit",
+    "read_mem_available",
+    "size_cpu_cache",
+    "training_reserve",
+]

@@ -16,6 +16,7 @@ from iostack.transfer import TransferCounts
 from training.errors import TrainError
 
 if TYPE_CHECKING:  # the specs pull in torch's models: only for the annotations
+    from training.data import Dataset
     from training.specs import IOSpec
 
 
@@ -117,7 +118,7 @@ class Predictor:
         self.readers, self.shared = max(1, int(readers)), bool(shared)
 
     @classmethod
-    def for_run(cls, io: IOSpec, features: Any, ds: Any) -> Predictor | None:
+    def for_run(cls, io: IOSpec, features: Any, ds: Dataset) -> Predictor | None:
         """One where the features come through a placement that ``moment place`` reported on (``io.placement``);
         its read rates from ``io.capacities``, a ``moment profile`` file, when given."""
         from training.prediction import (

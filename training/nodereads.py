@@ -167,7 +167,9 @@ def ssd_reads(features: Any, since: dict | None = None) -> dict[str, Any]:
     out = {"ssd_reads": {k: v - since["ssd_reads"][k] for k, v in now["ssd_reads"].items()}}
     if nr is not None:
         was = since.get("node_shared_reads", {})
-        out["node_shared_reads"] = {**now["node_shared_reads"],
-                                    **{k: now["node_shared_reads"][k] - was.get(k, 0.0) for k in ("wait_s", "exchange_s")}}
+        out["node_shared_reads"] = {
+            **now["node_shared_reads"],
+            **{k: now["node_shared_reads"][k] - was.get(k, 0.0) for k in ("wait_s", "exchange_s")},
+        }
     return out
 __all__ = ["GlooNodeExchange", "NodeReads", "setup_node_shared_reads", "ssd_reads"]

@@ -334,6 +334,11 @@ def csr_on(ds: Dataset, device: torch.device, graph_on: str = "memory", cache_by
     ``graph_on="disk"``: ``indices`` is a :class:`training.diskcsr.DiskNeighbours`
     reading the lists from ``indices.npy`` (host sampling), with an adjacency
     cache of ``cache_bytes``; the caller closes it.
+
+    Raises
+    ------
+    TrainError
+        ``graph_on`` is not one of ``GRAPH_ON``.
     """
     if graph_on not in GRAPH_ON:
         raise TrainError(f"graph_on: expected one of {', '.join(GRAPH_ON)}, got {graph_on!r}")

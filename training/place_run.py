@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,11 +47,13 @@ from training.placing import (
     targets_for_caches,
 )
 
+if TYPE_CHECKING:
+    from iostack.codec import FeatureCodec
+
 log = logging.getLogger(__name__)
 
 #: files whose presence in ``out`` means a placement is there already
 HELD = (MANIFEST, "shards.json")
-
 
 @dataclass(frozen=True)
 class PlacedDataset:
@@ -202,7 +204,7 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
 
 
 def _open(dataset: str | os.PathLike[str] | Dataset, feature_dtype: str | None,
-          progress: Progress | None) -> tuple[Dataset, Any, int]:
+          progress: Progress | None) -> tuple[Dataset, FeatureCodec | None, int]:
     """The dataset, the codec of ``feature_dtype`` fitted to its features (or None), a row's bytes in the bins."""
     ds = dataset if isinstance(dataset, Dataset) else open_dataset(dataset)
     if ds.features is None:
@@ -265,7 +267,7 @@ def _report_head(job: _Job) -> dict[str, Any]:
             "cpu_cache_sizing": job.cpu_cache_sizing.to_dict() if job.cpu_cache_sizing is not None else None}
 
 
-def _place_one(job: _Job, row_bytes: int, codec: Any, force: bool) -> PlacedDataset:
+def _place_one(job: _Job, row_bytes: int, codec: FeatureCodec | None, force: bool) -> PlacedDataset:
     """One machine: bins, the placement, its SSD files, the report, and last the placement's index."""
     from iostack.bins import adopt_bin, bin_path, write_bins
 
@@ -364,7 +366,7 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def check_placement_is_for(placement: Any, placement_dir: str | os.PathLike[str], ds: Dataset) -> None:
+def check_placement_is_for(placement: Placement, placement_dir: str | os.PathLike[str], ds: Dataset) -> None:
     """Refuse a placement made from another dataset than ``ds``; its manifest records whose it is.
 
     ``placement``: the loaded :class:`iostack.placement.Placement` of

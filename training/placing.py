@@ -51,7 +51,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -69,11 +69,13 @@ from planner.policies import place_items
 from planner.progress import Progress
 from training.errors import TrainingError
 
+if TYPE_CHECKING:
+    from iostack.codec import FeatureCodec
+
 GPU_MODES = ("replicate", "partition")
 
 #: target share given to a plan store whose target is 0 (DDAK needs positive targets)
 ZERO_TARGET_SHARE = 1e-9
-
 
 class PlacingError(TrainingError):
     """A placement request that cannot be honoured (the message names the input and the fix)."""
@@ -443,7 +445,7 @@ def default_pool(num_rows: int, num_bins: int) -> int:
 
 def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *, row_bytes: int,
           strategy: str = "ddak", pool: int | None = None, seed: int = 0, reads_per_epoch: float | None = None,
-          baseline: bool = True, codec: Any = None, progress: Progress | None = None,
+          baseline: bool = True, codec: FeatureCodec | None = None, progress: Progress | None = None,
           group_reads: np.ndarray | None = None) -> PlaceResult:
     """Place every row: ``hotness`` (``[num_rows]``, any non-negative numbers) into ``bins``.
 

@@ -37,7 +37,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+
+from momentbase.jsontypes import JsonObject, JsonValue
 
 __all__ = ["EpochPrediction", "TierFigures", "TierRate", "pages_per_row", "predict_epoch", "rates_from_capacities",
            "shares_from_place_report", "ssd_bins_from_place_report", "ssd_requests"]
@@ -93,8 +94,8 @@ class EpochPrediction:
 
     @property
     def predicted_io_s(self) -> float | None:
-        ssd = [t for t in self.tiers if t.tier == "ssd"]
-        return sum(t.predicted_s for t in ssd) if ssd and all(t.predicted_s is not None for t in ssd) else None
+        times = [t.predicted_s for t in self.tiers if t.tier == "ssd"]
+        return None if not times or None in times else sum(s for s in times if s is not None)
 
     @property
     def measured_io_s(self) -> float | None:
@@ -106,7 +107,7 @@ class EpochPrediction:
         p, m = self.predicted_io_s, self.measured_io_s
         return p / m - 1.0 if p is not None and m else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"epoch": self.epoch, "predicted_io_s": self.predicted_io_s, "measured_io_s": self.measured_io_s,
                 "io_error": self.io_error,
                 "tiers": [{**asdict(t), "error": t.error, "bytes_error": t.bytes_error} for t in self.tiers]}
@@ -121,7 +122,7 @@ def pages_per_row(row_bytes: int) -> int:
     return 1 if row_bytes <= PAGE // 2 else -(-row_bytes // PAGE)
 
 
-def ssd_bins_from_place_report(report: Mapping[str, Any]) -> list[tuple[float, int]]:
+def ssd_bins_from_place_report(report: Mapping[str, JsonValue]) -> list[tuple[float, int]]:
     """``(expected share of all reads, rows)`` of every SSD bin in ``place.json``."""
     bins = report["report"]["bins"]
     held = report.get("expected_shares")
@@ -129,7 +130,7 @@ def ssd_bins_from_place_report(report: Mapping[str, Any]) -> list[tuple[float, i
             for i, b in enumerate(bins) if b["kind"] == "ssd"]
 
 
-def shares_from_place_report(report: Mapping[str, Any]) -> dict[str, float]:
+def shares_from_place_report(report: Mapping[str, JsonValue]) -> dict[str, float]:
     """Expected share of the reads per tier (``gpu``, ``cpu``, ``ssd``) from ``place.json``.
 
     The shares under the independent pre-sample where the report has them
@@ -262,7 +263,7 @@ def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str
     return EpochPrediction(epoch, tuple(out))
 
 
-def load_place_report(placement_dir: str | Path) -> dict[str, Any] | None:
+def load_place_report(placement_dir: str | Path) -> JsonObject | None:
     """``place.json`` of a placement directory, or ``None`` (a placement made through the library)."""
     try:
         return json.loads((Path(placement_dir) / "place.json").read_text())

@@ -30,8 +30,8 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from momentbase.jsontypes import JsonObject
 from training.errors import TrainingError
 
 #: the parts of an epoch's time, as the trainer records them (seconds): on the training
@@ -50,10 +50,10 @@ class RunMetrics:
     epoch number, in order), and any ``prediction`` records."""
 
     path: Path
-    start: dict[str, Any] | None
-    epochs: tuple[dict[str, Any], ...]
+    start: JsonObject | None
+    epochs: tuple[JsonObject, ...]
     steps: int
-    predictions: tuple[dict[str, Any], ...]
+    predictions: tuple[JsonObject, ...]
 
 
 def read_metrics(path: str | Path) -> RunMetrics:
@@ -92,26 +92,26 @@ def read_metrics(path: str | Path) -> RunMetrics:
     return RunMetrics(p, start, tuple(epochs[k] for k in sorted(epochs)), steps, tuple(preds))
 
 
-def time_split(epoch: dict[str, Any]) -> dict[str, float]:
+def time_split(epoch: JsonObject) -> dict[str, float]:
     """Seconds per part of one epoch record (missing parts are 0)."""
     return {k: float(epoch.get(k) or 0.0) for k in (*FOREGROUND, *BACKGROUND)}
 
 
-def tier_shares(epoch: dict[str, Any]) -> dict[str, float]:
+def tier_shares(epoch: JsonObject) -> dict[str, float]:
     """Share of the rows read from each tier in one epoch record (``{}`` when none was recorded)."""
     rows = {t: float(v.get("rows", 0)) for t, v in (epoch.get("tiers") or {}).items() if isinstance(v, dict)}
     total = sum(rows.values())
     return {t: r / total for t, r in rows.items()} if total > 0 else {}
 
 
-def bin_shares(epoch: dict[str, Any]) -> dict[str, float]:
+def bin_shares(epoch: JsonObject) -> dict[str, float]:
     """Share of the rows read from each bin, when the epoch record has ``bins`` (else ``{}``)."""
     rows = {str(b): float(v.get("rows", 0) if isinstance(v, dict) else v) for b, v in (epoch.get("bins") or {}).items()}
     total = sum(rows.values())
     return {b: r / total for b, r in rows.items()} if total > 0 else {}
 
 
-def _place_report(run: RunMetrics) -> dict[str, Any] | None:
+def _place_report(run: RunMetrics) -> JsonObject | None:
     placement = ((run.start or {}).get("config") or {}).get("placement")
     if not placement:
         return None
@@ -124,7 +124,7 @@ def _place_report(run: RunMetrics) -> dict[str, Any] | None:
         return None
 
 
-def placement_bins(run: RunMetrics) -> list[dict[str, Any]]:
+def placement_bins(run: RunMetrics) -> list[JsonObject]:
     """Per bin of the placement the run trained on: ``id``, ``kind``, ``target`` (share of reads the
     plan wants there) and ``expected`` (share the placement should draw, by its hotness); ``[]``
     without a readable ``place.json``."""
@@ -153,7 +153,7 @@ def tier_targets(run: RunMetrics) -> dict[str, float]:
     return {k: v / total for k, v in out.items()} if total > 0 else {}
 
 
-def _numbers(d: Any, prefix: str = "") -> dict[str, float]:
+def _numbers(d: object, prefix: str = "") -> dict[str, float]:
     """The finite numbers of a (nested) dict, by dotted key."""
     out: dict[str, float] = {}
     if not isinstance(d, dict):
@@ -180,7 +180,9 @@ def predicted_vs_measured(run: RunMetrics) -> list[tuple[str, float, float]]:
             if t.get("predicted_s") is not None and t.get("measured_s"):
                 out.append((f"{t['tier']} read s", float(t["predicted_s"]), float(t["measured_s"])))
             if t.get("measured_bytes"):
-                out.append((f"{t['tier']} MB read", float(t["predicted_bytes"]) / 1e6, float(t["measured_bytes"]) / 1e6))
+                out.append(
+                    (f"{t['tier']} MB read", float(t["predicted_bytes"]) / 1e6, float(t["measured_bytes"]) / 1e6)
+                )
         return out
     if not run.predictions:
         return []

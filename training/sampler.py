@@ -348,7 +348,9 @@ class NeighborSampler:
             if indices.dim() != 1:
                 raise SamplerError(f"indices: expected a 1-D tensor, got shape {tuple(indices.shape)}")
         if indptr.dim() != 1 or indptr.numel() < 1:
-            raise SamplerError(f"indptr: expected a 1-D tensor of num_nodes + 1 entries, got shape {tuple(indptr.shape)}")
+            raise SamplerError(
+                f"indptr: expected a 1-D tensor of num_nodes + 1 entries, got shape {tuple(indptr.shape)}"
+            )
         if indptr.dtype.is_floating_point or indices.dtype.is_floating_point:
             raise SamplerError("indptr/indices: expected integer tensors, got floating point")
         num_edges = indices.numel() if isinstance(indices, Tensor) else int(indices.num_edges)

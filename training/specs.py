@@ -36,9 +36,9 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any  # the run's record: JSON values of several types
 
 from iostack.backends import backend_choices
+from momentbase.jsontypes import JsonObject, JsonValue
 from training.devices import SAMPLE_ON
 from training.diskcsr import GRAPH_ON
 from training.errors import TrainError
@@ -267,16 +267,16 @@ class TrainSpec:
             if not isinstance(getattr(self, group), cls):
                 raise TrainError(f"`{group}`: expected a {cls.__name__}, got {type(getattr(self, group)).__name__}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The flat record of the run (JSON-ready: lists for fan-outs), fields in :data:`RECORD_FIELDS`' order."""
-        d: dict[str, Any] = {"dataset": self.dataset}
+        d: JsonObject = {"dataset": self.dataset}
         for key, (group, name) in _WHERE.items():
             value = getattr(getattr(self, group), name)
             d[key] = list(value) if isinstance(value, tuple) else value
         return d
 
     @classmethod
-    def from_dict(cls, record: Mapping[str, Any]) -> TrainSpec:
+    def from_dict(cls, record: Mapping[str, JsonValue]) -> TrainSpec:
         """The spec of a flat record (:meth:`to_dict`'s, or a subset: the rest default).
 
         Raises
@@ -290,7 +290,7 @@ class TrainSpec:
                              f"expected some of {', '.join(RECORD_FIELDS)}")
         if "dataset" not in record:
             raise TrainError("training settings: no dataset; name the dataset directory")
-        parts: dict[str, dict[str, Any]] = {group: {} for group in _GROUPS}
+        parts: dict[str, JsonObject] = {group: {} for group in _GROUPS}
         for key, value in record.items():
             if key != "dataset":
                 group, name = _WHERE[key]

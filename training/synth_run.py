@@ -41,6 +41,7 @@ import signal
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from planner.progress import Progress, report
 from training.bucketcsr import (
@@ -66,7 +67,7 @@ def _npy_write_slice(path: Path, arr: np.ndarray, at: int) -> None:
     """``pwrite`` ``arr`` at element ``at`` of a 1-D ``.npy`` this module made (header of fixed size)."""
     fd = os.open(path, os.O_WRONLY)
     try:
-        data = memoryview(np.ascontiguousarray(arr)).cast("B")
+        data = np.ascontiguousarray(arr).data.cast("B")
         done = 0
         while done < len(data):
             done += os.pwrite(fd, data[done:], NPY_HEADER_BYTES + at * arr.itemsize + done)
@@ -74,9 +75,11 @@ def _npy_write_slice(path: Path, arr: np.ndarray, at: int) -> None:
         os.close(fd)
 
 
-def _npy_read_slice(path: Path, dtype: np.dtype, start: int, stop: int) -> np.ndarray:
+def _npy_read_slice(path: Path, dtype: DTypeLike, start: int, stop: int) -> np.ndarray:
     """Elements ``start:stop`` of a 1-D ``.npy`` read into memory (no mapping: its pages are not kept)."""
-    return np.fromfile(path, dtype=dtype, count=stop - start, offset=NPY_HEADER_BYTES + start * np.dtype(dtype).itemsize)
+    return np.fromfile(
+        path, dtype=dtype, count=stop - start, offset=NPY_HEADER_BYTES + start * np.dtype(dtype).itemsize
+    )
 
 
 class Checkpoint:
@@ -114,7 +117,8 @@ def work_dir_of(path: Path) -> Path:
 
 def _edges(spec, model, work: Path, ck: Checkpoint, chunk_edges: int, bucket_edges: int,
            progress: Progress | None) -> tuple[int, int]:
-    """Phases "generating edges" and "sorting buckets": the CSR in the work directory; (stored edges, largest bucket)."""
+    """Phases "generating edges" and "sorting buckets": the CSR in the work directory; (stored edges, largest
+    bucket)."""
     from training.synth import EDGE_BLOCK, iter_edge_chunks
 
     n = spec.num_nodes
@@ -215,6 +219,13 @@ def synthesize(path, spec, *, chunk_edges: int = 1 << 22, feature_chunk_bytes: i
     unit, :mod:`training.bucketcsr`) bound memory and never change the files.
     ``overwrite`` replaces an existing dataset and discards an unfinished run of another
     spec. ``progress(stage, done, total)`` is called as every phase advances.
+
+    Raises
+    ------
+    SynthError
+        ``chunk_edges`` is below 1.
+    DatasetError
+        The output directory exists and may not be replaced.
     """
     from training.synth import SynthError, SynthReport, build_model, source_block
 

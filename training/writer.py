@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 import training.data as _data
 from iostack.checksums import block_sums
+from momentbase.jsontypes import JsonObject, JsonValue
 from planner.progress import Progress
 from training.data import (
     DATASET_FEATURE_DTYPES,
@@ -87,7 +89,7 @@ class DatasetWriter:
         *,
         num_nodes: int,
         name: str | None = None,
-        source: Mapping[str, Any] | None = None,
+        source: Mapping[str, JsonValue] | None = None,
         overwrite: bool = False,
         chunk_edges: int = DEFAULT_CHUNK_EDGES,
         progress: Progress | None = None,
@@ -105,8 +107,8 @@ class DatasetWriter:
         self.overwrite = overwrite
         self.chunk_edges = int(chunk_edges)
         self.progress = progress
-        self.meta: dict[str, Any] = {}
-        self.files: dict[str, dict[str, Any]] = {}
+        self.meta: JsonObject = {}
+        self.files: dict[str, JsonObject] = {}
         self.num_edges: int | None = None
         #: the CSR row pointers once a graph is written (in-degree = np.diff(indptr))
         self.indptr: np.ndarray | None = None
@@ -165,7 +167,7 @@ class DatasetWriter:
         np.save(self.tmp_dir / f"{key}.npy", arr, allow_pickle=False)
         self._record(key, arr)
 
-    def record_file(self, key: str, dtype: str | np.dtype, shape: Sequence[int]) -> None:
+    def record_file(self, key: str, dtype: DTypeLike, shape: Sequence[int]) -> None:
         """Declare ``<key>.npy``, written into :attr:`tmp_dir` by the caller, with its dtype and shape."""
         self.files[key] = {"dtype": str(np.dtype(dtype)), "shape": [int(s) for s in shape]}
 
@@ -276,7 +278,9 @@ class DatasetWriter:
             raise DatasetError("write_feature_rows: call open_features first")
         rows = np.ascontiguousarray(rows, dtype=f.dtype)
         if rows.ndim != 2 or rows.shape[1] != f.shape[1] or not 0 <= start <= f.shape[0] - rows.shape[0]:
-            raise DatasetError(f"feature rows of shape {rows.shape} at row {start} do not fit [{f.shape[0]}, {f.shape[1]}]")
+            raise DatasetError(
+                f"feature rows of shape {rows.shape} at row {start} do not fit [{f.shape[0]}, {f.shape[1]}]"
+            )
         data = memoryview(rows).cast("B")
         at = f.offset + start * f.shape[1] * f.dtype.itemsize
         fd = os.open(f.filename, os.O_WRONLY)
@@ -326,10 +330,10 @@ class DatasetWriter:
                 self._save(key, np.asarray(ids, dtype=np.int64).ravel())
 
     # -- commit --------------------------------------------------------------------------------
-    def _checksums(self, tmp: Path) -> dict[str, Any]:
+    def _checksums(self, tmp: Path) -> JsonObject:
         """One CRC-32 per block of every file written (read back once, mostly from the page cache)."""
         block = _data.CHECKSUM_BLOCK_BYTES  # read at the call: a test sets small blocks there
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         total = sum((tmp / f"{k}.npy").stat().st_size for k in self.files)
         done = 0
         for key in self.files:

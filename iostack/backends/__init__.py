@@ -34,6 +34,7 @@ from momentbase.registry import Registry
 
 if TYPE_CHECKING:
     from iostack.backends.base import BinHandle, ReadBackend
+    from planner.capacities import Capacities, ReadMeasurement
 
 #: the read backends by name: each a :class:`ReadBackend` subclass, imported when first built
 #: (listing the names, as ``--backend``'s choices do, imports neither torch nor KvikIO)
@@ -63,7 +64,7 @@ TOOL_KVIKIO_TO_GPU = tool_to_gpu("kvikio")
 _LAZY = {"BinHandle": "iostack.backends.base", "ReadBackend": "iostack.backends.base"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Any:  # Any: lazily imported names and each backend's own options
     if name in _LAZY:
         import importlib
 
@@ -85,7 +86,7 @@ class BackendChoice:
     reason: str
 
 
-def _best(measurements: Iterable[Any], tool: str) -> float | None:
+def _best(measurements: Iterable[ReadMeasurement], tool: str) -> float | None:
     rates = [m.read_bytes_per_s for m in measurements if m.tool == tool]
     return max(rates) if rates else None
 
@@ -100,7 +101,7 @@ def _device_candidates() -> list[str]:
     return [n for n in READ_BACKENDS.names()[1:] if READ_BACKENDS.get(n).device_reads]
 
 
-def choose_backend(name: str = "auto", *, cuda: bool, capacities: Any = None,
+def choose_backend(name: str = "auto", *, cuda: bool, capacities: Capacities | None = None,
                    paths: Iterable[str] = (), sys_root: str = "/sys") -> BackendChoice:
     """The read backend for bins at ``paths``: ``name`` itself unless it is ``auto``.
 
@@ -138,13 +139,15 @@ def choose_backend(name: str = "auto", *, cuda: bool, capacities: Any = None,
         return BackendChoice(default, "no SSD bins")
     figures = "; ".join(f"{d}: " + ", ".join(f"{n} {r / 1e9:.2f} GB/s" for n, r in rates.items() if r is not None)
                         for d, rates in verdicts)
-    margins = {c: min((r[c] or 0.0) / max(r[default], 1e-9) for _, r in verdicts) for c in candidates}
+    # r[default] is measured in every verdict (checked above); `or 0.0` only tells mypy so
+    margins = {c: min((r[c] or 0.0) / max(r[default] or 0.0, 1e-9) for _, r in verdicts) for c in candidates}
     best = max(candidates, key=lambda c: margins[c])
     if margins[best] <= 1.0:
         return BackendChoice(default, f"measured into GPU memory, {default} is as fast or faster ({figures})")
     return BackendChoice(best, f"measured into GPU memory, {best} is faster ({figures})")
 
 
+# Any: lazily imported names and each backend's own options
 def get_backend(name: str = "auto", **options: Any) -> ReadBackend:
     """The backend called ``name``; ``auto`` here is ``posix`` (use :func:`choose_backend` to measure).
 

@@ -9,7 +9,8 @@ Python cost per read is a few array elements (what fio's ``libaio`` engine
 does). The queue is refilled right after each reap, before any bookkeeping.
 It only runs asynchronously with O_DIRECT; buffered files use the thread
 engine. What a completion means (done, short, failed) is
-:class:`iostack.backends._inflight.Reads`'s, shared with the io_uring engine. ``ctypes`` drops the GIL during each system call, so other
+:class:`iostack.backends._inflight.Reads`'s, shared with the io_uring engine. ``ctypes`` drops the GIL during each
+system call, so other
 threads (a training step, another gather) keep running while it waits.
 """
 

@@ -40,7 +40,8 @@ DEFAULT_ORDER = ("aio", "uring")
 
 
 def record_file() -> Path:
-    """Where engine measurements are kept (``$MOMENT_CACHE_DIR``, else ``$XDG_CACHE_HOME/moment``, else ``~/.cache/moment``)."""
+    """Where engine measurements are kept (``$MOMENT_CACHE_DIR``, else ``$XDG_CACHE_HOME/moment``, else
+    ``~/.cache/moment``)."""
     base = os.environ.get("MOMENT_CACHE_DIR")
     if not base:
         base = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "moment")

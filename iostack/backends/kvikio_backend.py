@@ -36,6 +36,7 @@ this project (no GPU).
 from __future__ import annotations
 
 import threading
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,8 @@ _OLD_GETTERS = {"num_threads": ("num_threads", "get_num_threads"), "compat_mode"
                 "task_size": ("task_size",), "gds_threshold": ("gds_threshold",)}
 
 
-def kvikio_option(kvikio: Any, name: str) -> Any:
+# Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
+def kvikio_option(kvikio: ModuleType, name: str) -> Any:
     """KvikIO's setting ``name`` (``num_threads``, ``task_size``, ``gds_threshold``, ``compat_mode``), any version."""
     d = kvikio.defaults
     if hasattr(d, "get"):
@@ -62,7 +64,8 @@ def kvikio_option(kvikio: Any, name: str) -> Any:
     raise StoreError(f"this KvikIO ({getattr(kvikio, '__version__', '?')}) has no setting {name!r}")
 
 
-def set_kvikio_option(kvikio: Any, name: str, value: Any) -> None:
+# Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
+def set_kvikio_option(kvikio: ModuleType, name: str, value: Any) -> None:
     """Set KvikIO's ``name`` process-wide: ``defaults.set`` (>= 25.04) or ``defaults.<name>_reset`` (older)."""
     d = kvikio.defaults
     if hasattr(d, "set"):
@@ -75,7 +78,7 @@ def set_kvikio_option(kvikio: Any, name: str, value: Any) -> None:
     reset(value)
 
 
-def gds_status(kvikio: Any) -> tuple[bool, str | None]:
+def gds_status(kvikio: ModuleType) -> tuple[bool, str | None]:
     """Whether KvikIO reads through cuFile (GPUDirect Storage) rather than POSIX, and why not.
 
     ``is_compat_mode_preferred()`` (>= 25.04) resolves ``AUTO``; older
@@ -103,7 +106,7 @@ def gds_status(kvikio: Any) -> tuple[bool, str | None]:
     return True, None
 
 
-def _import_kvikio() -> Any:
+def _import_kvikio() -> ModuleType:
     try:
         import kvikio  # lazily: it loads libcuda
     except ImportError:
@@ -152,6 +155,7 @@ class KvikioBackend(ReadBackend):
 
     def __init__(self, *, device: str | torch.device = "cuda", threads: int | None = None, queue_depth: int = 64,
                  max_read_bytes: int = 1 << 20, staging_bytes: int = 64 << 20, configure: bool = True,
+                 # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
                  **_ignored: Any) -> None:
         self.device = resolve_device(device)
         self._kvikio = _import_kvikio()
@@ -168,6 +172,7 @@ class KvikioBackend(ReadBackend):
                 set_kvikio_option(k, "task_size", self.max_read_bytes)
         self.gds, self.gds_note = gds_status(self._kvikio)
         self.direct = self.gds
+        # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
         self._files: dict[int, Any] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -188,6 +193,7 @@ class KvikioBackend(ReadBackend):
         return self._read_into(handle, rows, torch.from_numpy(out), positions, None)
 
     def _read_device(self, handle: BinHandle, rows: np.ndarray, out: torch.Tensor, positions: np.ndarray | None,
+                     # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
                      transfer: Any) -> int:
         with torch.cuda.device(out.device):
             return self._read_into(handle, rows, out, positions, transfer)
@@ -210,6 +216,7 @@ class KvikioBackend(ReadBackend):
         return entry["buf"], entry
 
     def _read_into(self, handle: BinHandle, rows: np.ndarray, out: torch.Tensor, positions: np.ndarray | None,
+                   # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
                    transfer: Any) -> int:
         info = handle.info
         f = self._files.get(handle.fid)
@@ -256,6 +263,7 @@ class KvikioBackend(ReadBackend):
         return requests
 
     @staticmethod
+    # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
     def _to(index: np.ndarray, dev: torch.device, transfer: Any) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(index, dtype=np.int64))
         if dev.type == "cpu":

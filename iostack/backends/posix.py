@@ -331,7 +331,14 @@ class PosixBackend(ReadBackend):
                 lo, hi = np.searchsorted(sinv, [a, a + u.size])
                 pos, slot = order[lo:hi], sinv[lo:hi] - a
                 stg = self._stg[:u.size * ext].reshape(u.size, ext)
-                copy_out = _CopyOut(out, pos if positions is None else positions[pos], slot, stg, info, rows[pos] % info.rows_per_page if packed else None)
+                copy_out = _CopyOut(
+                    out,
+                    pos if positions is None else positions[pos],
+                    slot,
+                    stg,
+                    info,
+                    rows[pos] % info.rows_per_page if packed else None,
+                )
                 requests += self._read_round(handle, u, ext, copy_out)
                 copy_out(u.size)
         return requests

@@ -46,7 +46,7 @@ measured ones where a measurement exists, and says which it replaced.
 Traceback (most recent call last):
 ...
 planner.errors.ParseError: c.yaml:3: expected a memory bandwidth (bytes/s, like '6 GiB/s', '20 GB/s', '100 Gb/s'), found 'fast'
-"""
+"""  # noqa: E501 (a doctest's or a capture's line, as printed)
 
 from __future__ import annotations
 

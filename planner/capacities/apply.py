@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from momentbase.jsontypes import JsonObject
 from planner.capacities.model import (
     Capacities,
     DeviceCapacity,
@@ -140,7 +141,7 @@ def apply_capacities_report(topo: Topology, caps: Capacities) -> AppliedCapaciti
     3000000000.0
     >>> [(r.element, r.field) for r in replaced]
     [('socket0→pci:0000:01:00.0', 'bytes_per_s'), ('socket0→mem0', 'bytes_per_s'), ('pci:0000:01:00.0', 'read_bytes_per_s')]
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     new = topo.copy()
     replaced: list[Replacement] = []
     unused: list[str] = []
@@ -255,7 +256,7 @@ def _apply_link_figures(new: Topology, found: _Figures) -> list[Replacement]:
         value = min(per_dir.values())
         labels = sorted({lab.removeprefix("class:") for _, _, lab, _ in figures})
         tools = sorted({t for _, _, _, t in figures if t})
-        attrs: dict[str, Any] = {**lk.attrs, "table_bytes_per_s": lk.bytes_per_s,
+        attrs: JsonObject = {**lk.attrs, "table_bytes_per_s": lk.bytes_per_s,
                                  "table_source": lk.bandwidth_source}
         if len(per_dir) == 2 and per_dir["down"] != per_dir["up"]:
             attrs["measured_directions"] = {f"{lk.src}→{lk.dst}": per_dir["down"],
@@ -323,7 +324,7 @@ def _apply_devices(new: Topology, caps: Capacities, unused: list[str]) -> list[R
         how = {k: v for k, v in _measurement_dict(rd).items()
                if k not in ("read_bytes_per_s", "read_iops", "block_bytes")}
         how["entry"] = dc.key
-        extra: dict[str, Any] = {"read_bytes_per_s": rd.read_bytes_per_s, "read_source": "measured",
+        extra: JsonObject = {"read_bytes_per_s": rd.read_bytes_per_s, "read_source": "measured",
                                  "read_measurement": how}
         if rd.read_iops is not None:
             extra["read_iops"] = rd.read_iops
@@ -390,7 +391,7 @@ def apply_to_inventory(items: Sequence[Any], caps: Capacities) -> list[Any]:
         at_4k = rd.read_iops is not None and rd.block_bytes == 4096
         fields = getattr(item, "__dataclass_fields__", {})
         if "read_bytes_per_s" in fields:
-            changes: dict[str, Any] = {"read_bytes_per_s": rd.read_bytes_per_s}
+            changes: JsonObject = {"read_bytes_per_s": rd.read_bytes_per_s}
             if at_4k and "read_iops" in fields:
                 changes["read_iops"] = rd.read_iops
             if "source" in fields:

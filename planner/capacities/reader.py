@@ -12,6 +12,7 @@ from typing import Any
 from yaml.nodes import MappingNode, ScalarNode
 from yaml.nodes import Node as YamlNode
 
+from momentbase.jsontypes import JsonObject
 from planner.capacities.model import (
     _DEVICE_KEYS,
     _EFFICIENCY_KEYS,
@@ -132,8 +133,8 @@ def parse_capacities(text: str, source: str = "<capacities>") -> Capacities:
 
 
 def _fields(r: _CapsReader, m: dict[str, tuple[ScalarNode, YamlNode]],
-            spec: dict[str, Callable[[YamlNode, str], Any]], whats: dict[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+            spec: dict[str, Callable[[YamlNode, str], Any]], whats: dict[str, str]) -> JsonObject:
+    out: JsonObject = {}
     for key, convert in spec.items():
         if key in m and not r.is_null(m[key][1]):
             out[key] = convert(m[key][1], whats[key])

@@ -7,10 +7,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from momentbase.jsontypes import JsonObject
 from planner.capacities.model import (
     _MEASUREMENT_KEYS,
     _MEMORY_KEYS,
@@ -24,15 +24,15 @@ from planner.errors import PlannerError
 __all__ = ["dump_capacities", "save_capacities", "to_dict"]
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: object) -> object:
     """Floats that are whole numbers written as integers; everything else as is."""
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
         return int(value)
     return value
 
 
-def _measurement_dict(mm: ReadMeasurement) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _measurement_dict(mm: ReadMeasurement) -> JsonObject:
+    out: JsonObject = {}
     for key in _MEASUREMENT_KEYS:
         v = getattr(mm, key)
         if v is not None:
@@ -40,18 +40,18 @@ def _measurement_dict(mm: ReadMeasurement) -> dict[str, Any]:
     return out
 
 
-def to_dict(caps: Capacities) -> dict[str, Any]:
+def to_dict(caps: Capacities) -> JsonObject:
     """``caps`` as plain data in the file's layout (what :func:`dump_capacities` writes)."""
-    out: dict[str, Any] = {"schema": SCHEMA, "version": VERSION}
+    out: JsonObject = {"schema": SCHEMA, "version": VERSION}
     for key in ("host", "date", "tool"):
         if getattr(caps, key) is not None:
             out[key] = getattr(caps, key)
     if caps.notes:
         out["notes"] = list(caps.notes)
     if caps.devices:
-        devices: dict[str, Any] = {}
+        devices: JsonObject = {}
         for d in caps.devices:
-            entry: dict[str, Any] = {}
+            entry: JsonObject = {}
             for key in ("model", "block_device", "path"):
                 if getattr(d, key) is not None:
                     entry[key] = getattr(d, key)
@@ -63,7 +63,7 @@ def to_dict(caps: Capacities) -> dict[str, Any]:
     if caps.links:
         links = []
         for lk in caps.links:
-            e: dict[str, Any] = {}
+            e: JsonObject = {}
             for key, attr in (("class", "link_class"), ("src", "src"), ("dst", "dst"),
                               ("device", "device"), ("bytes_per_s", "bytes_per_s"),
                               ("transfer_bytes", "transfer_bytes"), ("tool", "tool"),
@@ -74,7 +74,7 @@ def to_dict(caps: Capacities) -> dict[str, Any]:
             links.append(e)
         out["links"] = links
     if caps.memory:
-        memory: dict[Any, Any] = {}
+        memory: dict[str | int, JsonObject] = {}
         for mem in caps.memory:
             e = {}
             for key in _MEMORY_KEYS:

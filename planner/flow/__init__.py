@@ -93,6 +93,7 @@ __all__ = ["FLOW_MODELS", "FlowResult", "solve", "solve_concurrent", "solve_maxf
 
 #: the flow models by name: ``model(topo, workload, **options) -> FlowResult``. Listing them
 #: imports nothing (the command line's ``--model`` choices); a model loads when first solved.
+# Any: lazily imported names and each flow model's own options
 FLOW_MODELS: Registry[Any] = Registry("flow model", PlannerError)
 FLOW_MODELS.register("maxflow", "planner.flow.maxflow:solve_maxflow")
 FLOW_MODELS.register("concurrent", "planner.flow.lp:solve_concurrent")
@@ -103,7 +104,7 @@ _LAZY = {"FlowResult": "planner.flow.result", "solve_maxflow": "planner.flow.max
          "solve_concurrent": "planner.flow.lp"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> Any:  # Any: lazily imported names and each flow model's own options
     if name in _LAZY:
         import importlib
 
@@ -112,7 +113,7 @@ def __getattr__(name: str) -> Any:
 
 
 def solve(topo: Topology, workload: Workload, model: str | Callable[..., FlowResult] = "maxflow",
-          **options: Any) -> FlowResult:
+          **options: Any) -> FlowResult:  # Any: lazily imported names and each flow model's own options
     """Solve ``workload`` on ``topo`` with the flow model ``model``: a name of :data:`FLOW_MODELS`, or the
     model itself (a function ``(topo, workload, **options) -> FlowResult``, as networkx's ``flow_func=``).
 

@@ -6,8 +6,8 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from momentbase.jsontypes import JsonObject, JsonValue
 from planner.errors import PlannerError
 from planner.topology.pcie import GT_PER_S, VALID_WIDTHS
 
@@ -178,7 +178,7 @@ def device_model(name: str | DeviceModel) -> DeviceModel:
     Traceback (most recent call last):
     ...
     planner.errors.PlannerError: unknown device model 'a200' (known: a100-40gb-pcie, generic-gpu, generic-nvme, h100-pcie, h100-sxm, p5510, samsung-980-pro)
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     if isinstance(name, DeviceModel):
         return name
     if not isinstance(name, str):
@@ -224,13 +224,13 @@ def _slug(text: str) -> str:
     return (s[:48].rstrip("-") or "device")
 
 
-def device_attrs(model: DeviceModel) -> Mapping[str, Any]:
+def device_attrs(model: DeviceModel) -> Mapping[str, JsonValue]:
     """The node attributes a placed device of ``model`` carries (unknown figures left out).
 
     >>> sorted(device_attrs(device_model("p5510")))
     ['lanes', 'model', 'pcie_gen', 'read_bytes_per_s', 'read_iops', 'title']
     """
-    out: dict[str, Any] = {"model": model.name, "title": model.title, "pcie_gen": model.pcie_gen,
+    out: JsonObject = {"model": model.name, "title": model.title, "pcie_gen": model.pcie_gen,
                            "lanes": model.lanes}
     for attr, value in (("read_bytes_per_s", model.read_bytes_per_s),
                         ("read_iops", model.read_iops), ("memory_bytes", model.memory_bytes)):

@@ -138,10 +138,7 @@ def _model_in_slot(work: Topology, dev: Node, slot: Node, notes: list[str]) -> D
     if known is not None and known.kind != dev.kind.value:
         known = None
     model = known or _derived_model(dev, slot, link)
-    if slot.attrs.get("virtual"):
-        width = link.lanes if link is not None else None
-    else:
-        width = slot.attrs.get("width_lanes")
+    width = (link.lanes if link is not None else None) if slot.attrs.get("virtual") else slot.attrs.get("width_lanes")
     if known is not None and isinstance(width, int) and width < model.lanes \
             and width in VALID_WIDTHS:
         notes.append(f"{dev.id}: {model.name} sits in a x{width} slot; "
@@ -176,7 +173,7 @@ def inventory_from_topology(
     Traceback (most recent call last):
     ...
     planner.errors.PlannerError: topology 'moment-a' has no GPU or NVMe SSD in a slot: nothing to move (give the devices to place as counts or a spec inventory)
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     keep = set(keep)
     for k in keep:
         if k not in topo:

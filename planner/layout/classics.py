@@ -215,9 +215,10 @@ class _Rules:
                 left = self.seq(left, [x for x in self.mach.candidates if self.front_rank(x) == r],
                                 free, out)
         else:
-            left = self._balanced(free, out, notes)
-            if isinstance(left, str):
-                return left
+            balanced = self._balanced(free, out, notes)
+            if isinstance(balanced, str):
+                return balanced
+            left = balanced
         left = self.seq(left, self.mach.candidates, free, out)
         if left:
             return f"not enough free slots for the {len(self.ssds)} SSDs"

@@ -44,7 +44,7 @@ def topology_from_files(*, machine: str | Path | None = None, name: str | None =
     sources by priority. ``machine`` is a bundled spec name or a YAML spec
     path and cannot be combined with captures.
     """
-    given: dict[str, dict[str, Any]] = {}
+    given: dict[str, dict[str, Any]] = {}  # Any: captures as given: paths, texts or lists of them, per source
     for keyword, value in captures.items():
         if value is not None and not (isinstance(value, (list, tuple)) and not value):
             given.setdefault(source_of(keyword), {})[keyword] = value
@@ -79,6 +79,7 @@ def topology_from_files(*, machine: str | Path | None = None, name: str | None =
 # --- the readers of the capture sources (planner.topology.sources names them) ---------------
 
 
+# Any: captures as given: paths, texts or lists of them, per source
 def read_lspci(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
     """``lspci -tv`` and/or ``lspci -vvv`` outputs: the PCI tree."""
     from planner.topology.lspci import topology_from_lspci
@@ -89,6 +90,7 @@ def read_lspci(topo: Topology | None, given: dict[str, Any], name: str | None) -
                                source=str(lspci) if lspci is not None else str(vvv[0]))
 
 
+# Any: captures as given: paths, texts or lists of them, per source
 def read_hwloc(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
     """hwloc XML: the PCI tree."""
     from planner.topology.hwloc import parse_hwloc_xml
@@ -96,6 +98,7 @@ def read_hwloc(topo: Topology | None, given: dict[str, Any], name: str | None) -
     return parse_hwloc_xml(read_text(given["hwloc"]), str(given["hwloc"]))
 
 
+# Any: captures as given: paths, texts or lists of them, per source
 def read_nccl(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
     """NCCL's topology XML: the PCI tree."""
     from planner.topology.nccl import parse_nccl_topo
@@ -103,8 +106,15 @@ def read_nccl(topo: Topology | None, given: dict[str, Any], name: str | None) ->
     return parse_nccl_topo(read_text(given["nccl_topo"]), str(given["nccl_topo"]))
 
 
+# Any: captures as given: paths, texts or lists of them, per source
 def read_dmidecode(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
-    """``dmidecode``: slot designations, form factors and empty slots, joined to the tree by bus address."""
+    """``dmidecode``: slot designations, form factors and empty slots, joined to the tree by bus address.
+
+    Raises
+    ------
+    PlannerError
+        No PCI tree was read before the dmidecode capture.
+    """
     from planner.topology.dmi_join import apply_dmi_slots
     from planner.topology.dmidecode import parse_dmidecode
 
@@ -120,6 +130,7 @@ def read_dmidecode(topo: Topology | None, given: dict[str, Any], name: str | Non
     return topo
 
 
+# Any: captures as given: paths, texts or lists of them, per source
 def read_nvidia_smi(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
     """``nvidia-smi topo -m``: NVLinks and GPU order onto the tree, or alone a coarse topology."""
     from planner.topology.nvidia_smi import apply_nvidia_smi, topology_from_nvidia_smi

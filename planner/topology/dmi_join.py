@@ -7,8 +7,8 @@ See :func:`apply_dmi_slots`; the slots come from
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
+from momentbase.jsontypes import JsonObject, JsonValue
 from planner.errors import TopologyError
 from planner.topology.dmi_records import DmiInfo, DmiSlot
 from planner.topology.model import DEVICE_KINDS, Link, Node, NodeKind, Topology
@@ -22,7 +22,7 @@ __all__ = ["apply_dmi_slots"]
 # ---------------------------------------------------------------------------
 
 
-def _slot_attrs(s: DmiSlot) -> dict[str, Any]:
+def _slot_attrs(s: DmiSlot) -> JsonObject:
     return {
         "designation": s.designation,
         "width_lanes": s.width_lanes,
@@ -256,7 +256,7 @@ class _Join:
         self.topo.add_link(Link(node_id, dev.id, old.kind, old.bytes_per_s, old.pcie_gen,
                                 old.lanes, old.bandwidth_source, dict(old.attrs)))
 
-    def _new_slot(self, s: DmiSlot, **extra: Any) -> str:
+    def _new_slot(self, s: DmiSlot, **extra: JsonValue) -> str:
         base = f"slot:dmi:{s.handle}" if s.handle else f"slot:dmi:{s.designation or 'slot'}"
         node_id, k = base, 2
         while node_id in self.topo:

@@ -251,7 +251,7 @@ def _processor(rec: _Record) -> DmiProcessor:
         return f.value if f is not None else None
 
     status = _clean(val("Status"))
-    populated = bool(status) and status.lower().startswith("populated")
+    populated = status is not None and status.lower().startswith("populated")
     return DmiProcessor(
         socket_designation=(val("Socket Designation") or "").strip(),
         version=_clean(val("Version")),
@@ -319,7 +319,7 @@ def parse_dmidecode(text: str, source: str) -> DmiInfo:
     Traceback (most recent call last):
     ...
     planner.errors.ParseError: lspci.txt:1: expected a dmidecode line ('Handle 0x0900, DMI type 9, 17 bytes', a record title or a banner); the input looks like the output of lspci, not dmidecode, found '00:00.0 Host bridge: Intel Corporation'
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     if not isinstance(text, str):
         raise ParseError(source, None, "dmidecode text output", type(text).__name__)
     if not text.strip():

@@ -75,6 +75,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
+from momentbase.jsontypes import JsonObject
 from planner.errors import ParseError
 from planner.topology.hwloc_links import (
     _add_nvlinks,
@@ -435,7 +436,7 @@ def _complete_sockets(topo: Topology, walk: _Walk, numa_to_socket: Mapping[int, 
 
 
 def _pci_function(fn: _Fn) -> PciFunction:
-    attrs: dict[str, Any] = {}
+    attrs: JsonObject = {}
     if fn.subsystem:
         attrs["subsystem"] = fn.subsystem
     if fn.revision:

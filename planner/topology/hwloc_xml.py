@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
 
+from momentbase.jsontypes import JsonObject
 from planner.errors import ParseError
 from planner.topology.xmlsafe import XmlDocument
 
@@ -90,8 +91,8 @@ class _Walk:
 
     major: int
     normals: list[_Normal] = field(default_factory=list)
-    packages: dict[int, dict[str, Any]] = field(default_factory=dict)
-    numas: dict[int, dict[str, Any]] = field(default_factory=dict)
+    packages: dict[int, JsonObject] = field(default_factory=dict)
+    numas: dict[int, JsonObject] = field(default_factory=dict)
     numa_pkg_candidates: dict[int, set[int]] = field(default_factory=dict)
     fns: dict[str, _Fn] = field(default_factory=dict)
     gp: dict[int, tuple[str, Any]] = field(default_factory=dict)

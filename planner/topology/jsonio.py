@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
+from momentbase.jsontypes import JsonObject
 from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 
@@ -22,7 +22,7 @@ SCHEMA = "moment.topology"
 VERSION = 1
 
 
-def to_dict(topo: Topology) -> dict[str, Any]:
+def to_dict(topo: Topology) -> JsonObject:
     """The topology as plain JSON-able data (see ``docs/topology-schema.md``)."""
     return {
         "schema": SCHEMA,
@@ -36,8 +36,8 @@ def to_dict(topo: Topology) -> dict[str, Any]:
     }
 
 
-def _node_dict(n: Node) -> dict[str, Any]:
-    d: dict[str, Any] = {"id": n.id, "kind": n.kind.value, "name": n.name}
+def _node_dict(n: Node) -> JsonObject:
+    d: JsonObject = {"id": n.id, "kind": n.kind.value, "name": n.name}
     for key in ("bus_address", "numa_node", "vendor_id", "device_id"):
         value = getattr(n, key)
         if value is not None:
@@ -47,8 +47,8 @@ def _node_dict(n: Node) -> dict[str, Any]:
     return d
 
 
-def _link_dict(lk: Link) -> dict[str, Any]:
-    d: dict[str, Any] = {
+def _link_dict(lk: Link) -> JsonObject:
+    d: JsonObject = {
         "src": lk.src,
         "dst": lk.dst,
         "kind": lk.kind.value,
@@ -64,7 +64,7 @@ def _link_dict(lk: Link) -> dict[str, Any]:
     return d
 
 
-def from_dict(data: Any, source: str = "<json>") -> Topology:
+def from_dict(data: object, source: str = "<json>") -> Topology:
     """Rebuild a topology from :func:`to_dict` output, checking the schema."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise TopologyError(f"{source}: not a Moment topology (expected \"schema\": \"{SCHEMA}\")")
@@ -91,7 +91,7 @@ def from_dict(data: Any, source: str = "<json>") -> Topology:
             ))
         for i, ld in enumerate(data.get("links", [])):
             try:
-                kind = LinkKind(ld["kind"])
+                link_kind = LinkKind(ld["kind"])
             except ValueError:
                 raise TopologyError(
                     f"{source}: link {i} has kind {ld.get('kind')!r}; "
@@ -99,7 +99,7 @@ def from_dict(data: Any, source: str = "<json>") -> Topology:
                 ) from None
             bw = ld.get("bytes_per_s")
             topo.add_link(Link(
-                str(ld["src"]), str(ld["dst"]), kind, float(bw) if bw is not None else None,
+                str(ld["src"]), str(ld["dst"]), link_kind, float(bw) if bw is not None else None,
                 ld.get("pcie_gen"), ld.get("lanes"), ld.get("bandwidth_source", "unknown"),
                 dict(ld.get("attrs", {})),
             ))

@@ -39,8 +39,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
 
+from momentbase.jsontypes import JsonObject
 from planner.errors import ParseError, TopologyError
 from planner.topology.lspci_tree import _STRAY, _TREE_FIRST, _hint, parse_lspci_tree
 from planner.topology.model import Topology
@@ -163,7 +163,7 @@ def _verbose_function(lineno: int, m: re.Match[str], details: list[tuple[int, st
 
 
 def _header_fields(lineno: int, m: re.Match[str], source: str
-                   ) -> tuple[str, str | None, str | None, str | None, dict[str, Any]]:
+                   ) -> tuple[str, str | None, str | None, str | None, JsonObject]:
     """(name, vendor id, device id, class code, attrs) from a device block's header line."""
     cls = m.group("cls").strip()
     text = (m.group("rest") or "").strip()
@@ -177,7 +177,7 @@ def _header_fields(lineno: int, m: re.Match[str], source: str
         # -nn prints "[vvvv:dddd]" whenever it prints "[cccc]"
         raise ParseError(source, lineno, "vendor and device ids '[vvvv:dddd]' after the name, "
                          "as lspci -nn prints them", m.group(0))
-    attrs: dict[str, Any] = {}
+    attrs: JsonObject = {}
     class_code = (m.group("cc") or "").lower() or None
     if class_code is None:
         numeric = re.fullmatch(r"(?:Class )?([0-9a-fA-F]{4})", cls)
@@ -206,7 +206,7 @@ class _Details:
     link_sta: tuple[int, int] | None = None
 
 
-def _details(details: list[tuple[int, str]], source: str, attrs: dict[str, Any]) -> _Details:
+def _details(details: list[tuple[int, str]], source: str, attrs: JsonObject) -> _Details:
     """Read a device block's indented lines (other fields go into ``attrs``)."""
     d = _Details()
     sltcap_indent: int | None = None
@@ -419,7 +419,7 @@ def parse_lspci(text: str, source: str = "<lspci>", *, notes: list[str] | None =
     Traceback (most recent call last):
       ...
     planner.errors.ParseError: topo.json:1: expected lspci -t or lspci -v output (this looks like a JSON document, not lspci), found '{"nodes": []}'
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     for lineno, raw in enumerate(text_lines(text), 1):
         line = raw.rstrip()
         if not line.strip() or _STRAY.match(line):

@@ -164,7 +164,7 @@ def parse_lspci_tree(text: str, source: str = "<lspci -t>") -> list[PciFunction]
     Traceback (most recent call last):
       ...
     planner.errors.ParseError: x.txt:1: expected lspci -t output: a first line like '-[0000:00]-+-00.0' or '-+-[0000:00]-+-00.0' (this looks like the output of dmidecode, not lspci), found 'Handle 0x0900, DMI type 9, 17 bytes'
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     parser = _TreeParser(source)
     started = False
     for lineno, raw in enumerate(text_lines(text), 1):

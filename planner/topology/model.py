@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
 
 import networkx as nx
 
+from momentbase.jsontypes import JsonValue
 from planner.errors import TopologyError
 from planner.topology.pcie import DEFAULT_EFFICIENCY, pcie_bytes_per_s
 
@@ -82,9 +82,9 @@ class Node:
     numa_node: int | None = None
     vendor_id: str | None = None
     device_id: str | None = None
-    attrs: Mapping[str, Any] = field(default_factory=dict)
+    attrs: Mapping[str, JsonValue] = field(default_factory=dict)
 
-    def with_attrs(self, **extra: Any) -> Node:
+    def with_attrs(self, **extra: JsonValue) -> Node:
         """A copy with ``extra`` merged into ``attrs``."""
         return replace(self, attrs={**self.attrs, **extra})
 
@@ -112,7 +112,7 @@ class Link:
     pcie_gen: int | None = None
     lanes: int | None = None
     bandwidth_source: str = "unknown"
-    attrs: Mapping[str, Any] = field(default_factory=dict)
+    attrs: Mapping[str, JsonValue] = field(default_factory=dict)
 
     @classmethod
     def pcie(
@@ -122,7 +122,7 @@ class Link:
         gen: int | None,
         lanes: int | None,
         efficiency: float = DEFAULT_EFFICIENCY,
-        **attrs: Any,
+        **attrs: JsonValue,
     ) -> Link:
         """A PCIe link whose capacity follows from ``gen`` and ``lanes``."""
         if gen and lanes:

@@ -68,8 +68,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
-from typing import Any
 
+from momentbase.jsontypes import JsonObject
 from planner.errors import ParseError
 from planner.topology.hwloc_links import add_cpu_nvlink
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
@@ -145,7 +145,7 @@ class _Pci:
     link: tuple[int, int] | None
     is_bridge: bool
     gpu: ET.Element | None = None
-    nets: list[dict[str, Any]] = field(default_factory=list)
+    nets: list[JsonObject] = field(default_factory=list)
     has_nic: bool = False
     pcilinks: list[str] = field(default_factory=list)
 
@@ -173,7 +173,7 @@ def _parse(doc: XmlDocument, source: str) -> Topology:
                          doc.line_text(doc.line(root)))
 
     pcis: dict[str, _Pci] = {}
-    cpu_info: dict[int | None, dict[str, Any]] = {}
+    cpu_info: dict[int | None, JsonObject] = {}
     loose_nics: list[tuple[int | None, ET.Element]] = []
     for cpu in cpus:
         numa = _int(doc, cpu, "numaid", source, required=True)
@@ -255,7 +255,7 @@ def _walk_pci(doc: XmlDocument, top: ET.Element, numa: int | None, pcis: dict[st
 def _pci_function(p: _Pci) -> PciFunction:
     digits = (p.nccl_class or "")[2:] if (p.nccl_class or "").startswith("0x") else (p.nccl_class or "")
     class_code = digits[:4] if len(digits) >= 4 else None
-    attrs: dict[str, Any] = {}
+    attrs: JsonObject = {}
     if p.nccl_class:
         attrs["nccl_class"] = p.nccl_class
     elif not p.is_bridge:
@@ -313,7 +313,7 @@ def _fix_nodes(topo: Topology, pcis: dict[str, _Pci]) -> None:
         if node.kind == NodeKind.SWITCH:
             p = pcis.get(node.bus_address or "")
             if p is not None:
-                extra: dict[str, Any] = {}
+                extra: JsonObject = {}
                 if _is_virtual(p):
                     extra["virtual"] = True
                 if p.pcilinks:
@@ -339,8 +339,8 @@ def _fix_nodes(topo: Topology, pcis: dict[str, _Pci]) -> None:
                                    node.vendor_id, node.device_id, attrs))
 
 
-def _gpu_attrs(gpu: ET.Element) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _gpu_attrs(gpu: ET.Element) -> JsonObject:
+    out: JsonObject = {}
     for attr, key in (("dev", "cuda_dev"), ("sm", "sm"), ("rank", "rank"), ("gdr", "gdr")):
         value = gpu.get(attr)
         if value is not None and _INT.match(value.strip()):
@@ -348,7 +348,7 @@ def _gpu_attrs(gpu: ET.Element) -> dict[str, Any]:
     return out
 
 
-def _complete_sockets(topo: Topology, cpu_info: dict[int | None, dict[str, Any]]) -> None:
+def _complete_sockets(topo: Topology, cpu_info: dict[int | None, JsonObject]) -> None:
     for numa in sorted(n for n in cpu_info if n is not None):
         sid = f"socket{numa}"
         if sid not in topo:
@@ -371,7 +371,7 @@ def _add_loose_nic(topo: Topology, doc: XmlDocument, nic: ET.Element, numa: int 
                            attrs={"inferred": True}))
     index = sum(1 for n in topo.nodes(NodeKind.NIC) if n.id.startswith(f"nic:{sid}:"))
     nid = f"nic:{sid}:{index}"
-    attrs: dict[str, Any] = {"nets": nets, "virtual": True}
+    attrs: JsonObject = {"nets": nets, "virtual": True}
     speeds = [n["speed_mbps"] for n in nets if isinstance(n.get("speed_mbps"), int)
               and n["speed_mbps"] > 0]
     if speeds:
@@ -466,7 +466,7 @@ def _add_nvlinks(topo: Topology, doc: XmlDocument, pcis: dict[str, _Pci], source
 
 
 def _cpu_link(topo: Topology, gpu_id: str, bytes_per_s: float, bandwidth_source: str,
-              attrs: dict[str, Any]) -> None:
+              attrs: JsonObject) -> None:
     sock = topo.socket_of(gpu_id)
     if sock is None or sock.id == "socket?":
         topo.notes.append(f"NVLink of {gpu_id} to its CPU left out: its socket is unknown")
@@ -480,8 +480,8 @@ def _cpu_link(topo: Topology, gpu_id: str, bytes_per_s: float, bandwidth_source:
 # -- small readers ---------------------------------------------------------------
 
 
-def _net(doc: XmlDocument, net: ET.Element, source: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _net(doc: XmlDocument, net: ET.Element, source: str) -> JsonObject:
+    out: JsonObject = {}
     if net.get("name") is not None:
         out["name"] = net.get("name")
     for attr, key in (("dev", "dev"), ("speed", "speed_mbps"), ("port", "port"), ("gdr", "gdr")):

@@ -42,6 +42,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 
+from momentbase.jsontypes import JsonObject
 from planner.errors import TopologyError
 from planner.topology.model import Link, Node, NodeKind, Topology
 from planner.topology.nvlink import (
@@ -205,7 +206,7 @@ class _SmiBuilder:
     def add_device(self, d: str, up: str, hb: str | None) -> None:
         matrix = self.matrix
         label = f"{d} ({matrix.nic_names[d]})" if d in matrix.nic_names else d
-        attrs = {"nvidia_smi_name": d}
+        attrs: JsonObject = {"nvidia_smi_name": d}
         for key, table in (("cpu_affinity", matrix.cpu_affinity), ("numa_affinity", matrix.numa_affinity),
                            ("gpu_numa_id", matrix.gpu_numa_id)):
             if table.get(d) is not None:
@@ -377,7 +378,7 @@ def apply_nvidia_smi(
             "are they captures of the same machine?")
     ids = {d: g.id for d, g in zip(names, gpus, strict=True)}
     for d, g in zip(names, gpus, strict=True):
-        attrs = {"nvidia_smi_name": d}
+        attrs: JsonObject = {"nvidia_smi_name": d}
         for key, table in (("cpu_affinity", matrix.cpu_affinity), ("numa_affinity", matrix.numa_affinity),
                            ("gpu_numa_id", matrix.gpu_numa_id)):
             if table.get(d) is not None:

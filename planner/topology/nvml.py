@@ -22,6 +22,7 @@ import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import ModuleType
 from typing import Any
 
 from planner.errors import PlannerError, TopologyError
@@ -135,7 +136,7 @@ def normalize_bus_id(bus_id: str | bytes) -> str:
     return f"{domain:04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4)}"
 
 
-def _import_pynvml() -> Any:
+def _import_pynvml() -> ModuleType | None:
     try:
         import pynvml  # optional dependency, imported lazily
     except ImportError:
@@ -193,7 +194,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _read(pynvml: Any) -> NvmlInfo:
+def _read(pynvml: ModuleType) -> NvmlInfo:
     nv = _Calls(pynvml)
     gpus, handles = _gpus(nv)
     notes: list[str] = []
@@ -216,16 +217,18 @@ def _read(pynvml: Any) -> NvmlInfo:
 class _Calls:
     """NVML calls that must answer (``need``: else :class:`NvmlError`) or may not (``may``: else None)."""
 
-    def __init__(self, pynvml: Any) -> None:
+    def __init__(self, pynvml: ModuleType) -> None:
         self.pynvml = pynvml
         self.error = getattr(pynvml, "NVMLError", Exception)
 
+    # Any: pynvml has no stubs; its handles and values are opaque
     def need(self, what: str, fn_name: str, *args: Any) -> Any:
         try:
             return getattr(self.pynvml, fn_name)(*args)
         except (self.error, AttributeError) as exc:
             raise NvmlError(f"NVML failed to give {what}: {fn_name} raised {_describe(exc)}") from None
 
+    # Any: pynvml has no stubs; its handles and values are opaque
     def may(self, fn_name: str, *args: Any) -> Any:
         fn = getattr(self.pynvml, fn_name, None)
         if fn is None:
@@ -236,6 +239,7 @@ class _Calls:
             return None
 
 
+# Any: pynvml has no stubs; its handles and values are opaque
 def _gpus(nv: _Calls) -> tuple[list[NvmlGpu], list[Any]]:
     """Every GPU NVML sees, and its handle."""
     need, may = nv.need, nv.may
@@ -302,6 +306,7 @@ class _Links:
         return pairs
 
 
+# Any: pynvml has no stubs; its handles and values are opaque
 def _nvlinks(nv: _Calls, gpus: list[NvmlGpu], handles: list[Any], notes: list[str]) -> _Links:
     """NVLinks, link by link from each GPU's side."""
     may = nv.may
@@ -334,6 +339,7 @@ def _nvlinks(nv: _Calls, gpus: list[NvmlGpu], handles: list[Any], notes: list[st
     return out
 
 
+# Any: pynvml has no stubs; its handles and values are opaque
 def _nvlink_generation(version: Any, arch: Any, index: int, notes: list[str]) -> int | None:
     """The NVLink generation of a link from NVML's version enum, checked against the GPU's architecture."""
     gen = _NVLINK_VERSION_GEN.get(version) if isinstance(version, int) else None
@@ -345,6 +351,7 @@ def _nvlink_generation(version: Any, arch: Any, index: int, notes: list[str]) ->
     return gen
 
 
+# Any: pynvml has no stubs; its handles and values are opaque
 def _positive(value: Any) -> int | None:
     try:
         v = int(value)
@@ -423,6 +430,7 @@ def apply_nvml(topo: Topology, info: NvmlInfo) -> Topology:
 def _refine_gpu(out: Topology, g: NvmlGpu, ids: dict[int, str], p2p: Mapping[tuple[int, int], str]) -> None:
     """One GPU's node (name, memory, NUMA, peers) and, where unknown, its PCIe link, from NVML."""
     node = out.node(ids[g.index])
+    # Any: pynvml has no stubs; its handles and values are opaque
     attrs: dict[str, Any] = {"nvml_index": g.index}
     if node.name and node.name != g.name:
         attrs["pci_name"] = node.name
@@ -446,7 +454,7 @@ def _refine_gpu(out: Topology, g: NvmlGpu, ids: dict[int, str], p2p: Mapping[tup
     ))
     parent = out.parent(node.id)
     up = out.link_between(parent.id, node.id) if parent is not None else None
-    if (up is not None and up.kind == LinkKind.PCIE and up.bytes_per_s is None
+    if (up is not None and parent is not None and up.kind == LinkKind.PCIE and up.bytes_per_s is None
             and g.max_link_gen and g.max_link_width and up.src == parent.id):
         extra = dict(up.attrs)
         if g.current_link_gen and g.current_link_width:

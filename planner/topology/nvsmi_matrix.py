@@ -176,7 +176,9 @@ def _parse_row(line: str, no: int, devices: list[str], trailing: list[str], sour
     tokens = line.split()
     name = tokens[0]
     if name not in devices:
-        raise ParseError(source, no, f"a matrix row starting with one of the header's devices ({', '.join(devices)})", line)
+        raise ParseError(
+            source, no, f"a matrix row starting with one of the header's devices ({', '.join(devices)})", line
+        )
     if name in row_line:
         raise ParseError(source, no, f"one row per device, but {name} already has a row on line {row_line[name]}", line)
     if len(tokens) < n + 1:
@@ -191,7 +193,9 @@ def _parse_row(line: str, no: int, devices: list[str], trailing: list[str], sour
             relation[(name, col)] = cell
     values = tokens[n + 1:]
     if len(values) > len(trailing):
-        raise ParseError(source, no, f"at most {len(trailing)} value(s) ({', '.join(trailing)}) after the relation cells", line)
+        raise ParseError(
+            source, no, f"at most {len(trailing)} value(s) ({', '.join(trailing)}) after the relation cells", line
+        )
     row = dict(zip(trailing, values, strict=False))
     cpu[name] = _affinity(row.get("CPU Affinity"), "a CPU list like '0-23' or '48-63,176-191'", source, no)
     numa[name] = _affinity(row.get("NUMA Affinity"), "a NUMA node list like '3'", source, no)
@@ -249,7 +253,9 @@ def _parse_legends(lines: list[str], i: int, devices: list[str], source: str) ->
         elif section == "nic" and (m := _NIC_LEGEND_LINE.match(line)):
             dev, rdma = m.group(1), m.group(2)
             if dev not in devices:
-                raise ParseError(source, no, f"a NIC legend entry for a device of the matrix ({', '.join(devices)})", line)
+                raise ParseError(
+                    source, no, f"a NIC legend entry for a device of the matrix ({', '.join(devices)})", line
+                )
             if dev in nic_names:
                 raise ParseError(source, no, f"one NIC legend entry per device, {dev} is listed twice", line)
             nic_names[dev] = rdma

@@ -45,8 +45,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from momentbase.jsontypes import JsonObject, JsonValue
 from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import DEFAULT_EFFICIENCY
@@ -109,7 +109,7 @@ class PciFunction:
     numa_node: int | None = None
     slot: str | None = None
     parent: str | None = None
-    attrs: Mapping[str, Any] = field(default_factory=dict)
+    attrs: Mapping[str, JsonValue] = field(default_factory=dict)
 
 
 _NAME_KINDS = (
@@ -488,7 +488,7 @@ def _switch_name(f: PciFunction) -> str:
     return f"switch {f.name}" if f.name else "switch"
 
 
-def _status(link_sta: tuple[int, int] | None) -> dict[str, Any]:
+def _status(link_sta: tuple[int, int] | None) -> JsonObject:
     if not link_sta:
         return {}
     return {"current_gen": link_sta[0], "current_lanes": link_sta[1]}

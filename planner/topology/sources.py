@@ -65,12 +65,20 @@ class CaptureFile:
         return "--" + self.keyword.replace("_", "-")
 
 
+# Any: each capture source's reader has its own signature
 CAPTURE_SOURCES: Registry[Callable[..., Any]] = Registry("capture source", PlannerError)
 
 
+# Any: each capture source's reader has its own signature
 def register_source(name: str, reader: Callable[..., Any] | str, *, phase: str, files: tuple[CaptureFile, ...],
                     priority: int = 0) -> None:
-    """Register a capture source: its ``reader``, the ``phase`` it serves, its ``priority`` there, its ``files``."""
+    """Register a capture source: its ``reader``, the ``phase`` it serves, its ``priority`` there, its ``files``.
+
+    Raises
+    ------
+    PlannerError
+        ``phase`` is unknown, or a file keyword belongs to another source.
+    """
     if phase not in PHASES:
         raise PlannerError(f"capture source {name!r}: phase {phase!r} is not one of {', '.join(PHASES)}")
     taken = {f.keyword: n for n in CAPTURE_SOURCES for f in CAPTURE_SOURCES.caps(n)["files"]}
@@ -86,7 +94,13 @@ def file_keywords() -> tuple[str, ...]:
 
 
 def source_of(keyword: str) -> str:
-    """The name of the source that reads files given as ``keyword``."""
+    """The name of the source that reads files given as ``keyword``.
+
+    Raises
+    ------
+    PlannerError
+        No source reads files given as ``keyword``.
+    """
     for n in CAPTURE_SOURCES:
         if any(f.keyword == keyword for f in CAPTURE_SOURCES.caps(n)["files"]):
             return n

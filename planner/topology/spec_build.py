@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from yaml.nodes import Node as YamlNode
 from yaml.nodes import ScalarNode
 
+from momentbase.jsontypes import JsonObject
 from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import DEFAULT_EFFICIENCY, GT_PER_S, VALID_WIDTHS, pcie_bytes_per_s
@@ -40,6 +40,9 @@ from planner.topology.yamlread import (
     _Reader,
 )
 
+#: a YAML mapping's entries by key: (key node, value node), as SpecReader.mapping gives them
+_YamlMap = dict[str, tuple[ScalarNode, YamlNode]]
+
 # ---------------------------------------------------------------------------
 # building the topology
 
@@ -60,8 +63,8 @@ class _Prov:
             self.notes[attr] = fig.note if attr not in self.notes else \
                 f"{self.notes[attr]}; {fig.note}"
 
-    def attrs(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def attrs(self) -> JsonObject:
+        out: JsonObject = {}
         if self.inferred:
             out["inferred_fields"] = sorted(self.inferred)
         if self.notes:
@@ -111,7 +114,7 @@ class _Builder:
         return m[key][1]
 
     def _fig(self, m: dict[str, tuple[ScalarNode, YamlNode]], key: str, what: str,
-             convert: Callable[[YamlNode, str], Any]) -> _Fig | None:
+             convert: Callable[[YamlNode, str], object]) -> _Fig | None:
         node = self._opt(m, key)
         return None if node is None else self.r.figure(node, what, convert)
 
@@ -125,8 +128,8 @@ class _Builder:
             self.r.fail(node, expected, _describe(node))
         return v
 
-    def _entry_flags(self, m: dict[str, tuple[ScalarNode, YamlNode]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
+    def _entry_flags(self, m: _YamlMap) -> JsonObject:
+        out: JsonObject = {}
         node = self._opt(m, "inferred")
         if node is not None and self.r.boolean(node, "inferred: true or false"):
             out["inferred"] = True
@@ -136,7 +139,7 @@ class _Builder:
         return out
 
     def _pcie_link(self, src: str, dst: str, gen: _Fig, lanes: _Fig, bandwidth: _Fig | None,
-                   attrs: dict[str, Any], where: YamlNode) -> Link:
+                   attrs: JsonObject, where: YamlNode) -> Link:
         """A PCIe link of ``gen`` × ``lanes``, or of an explicit ``bandwidth`` when given."""
         prov = _Prov()
         prov.add("pcie_gen", gen)
@@ -233,7 +236,7 @@ class _Builder:
         if sock_id in self.topo:
             r.fail(m["id"][1], f"a unique socket id (socket {idx} is already defined)", str(idx))
         prov = _Prov()
-        attrs: dict[str, Any] = {"source": "spec", "spec_line": r.line(entry)}
+        attrs: JsonObject = {"source": "spec", "spec_line": r.line(entry)}
         numa_fig = self._fig(m, "numa_nodes", "numa_nodes", self._numa_list)
         numa_nodes: list[int] = numa_fig.value if numa_fig else []
         taken = {n for s in self.topo.nodes(NodeKind.SOCKET) for n in s.attrs.get("numa_nodes", [])}
@@ -265,7 +268,7 @@ class _Builder:
             self.r.fail(node, "distinct NUMA node numbers", str(out))
         return out
 
-    def _memory_and_interconnect(self, sockets: list[tuple[str, dict[str, Any]]],
+    def _memory_and_interconnect(self, sockets: list[tuple[str, JsonObject]],
                                  interconnect: YamlNode | None) -> None:
         r = self.r
         pairs: dict[frozenset[str], int] = {}
@@ -292,7 +295,7 @@ class _Builder:
                               "an inter-socket bandwidth", r.bandwidth)
                 prov = _Prov()
                 prov.add("bytes_per_s", bw)
-                attrs: dict[str, Any] = {**prov.attrs(), **self._entry_flags(m)}
+                attrs: JsonObject = {**prov.attrs(), **self._entry_flags(m)}
                 for key_name in ("technology", "label"):
                     if (node := self._opt(m, key_name)) is not None:
                         attrs[key_name] = r.text(node, f"a {key_name} (text)")
@@ -335,7 +338,7 @@ class _Builder:
             else:
                 self._slot(entry, m, parent_id, socket_id)
 
-    def _switch(self, entry: YamlNode, m: dict[str, Any], parent_id: str, socket_id: str,
+    def _switch(self, entry: YamlNode, m: _YamlMap, parent_id: str, socket_id: str,
                 depth: int) -> None:
         r = self.r
         r.keys(m, _SWITCH_KEYS, "a switch")
@@ -347,7 +350,7 @@ class _Builder:
                    spec_id)
         self._claim(spec_id, m["switch"][1])
         node_id = f"switch:{spec_id}"
-        attrs: dict[str, Any] = {"source": "spec", "spec_id": spec_id, "spec_line": r.line(entry)}
+        attrs: JsonObject = {"source": "spec", "spec_id": spec_id, "spec_line": r.line(entry)}
         prov = _Prov()
         if (n := self._opt(m, "model")) is not None:
             fig = r.figure(n, "a switch model", r.text)
@@ -380,7 +383,7 @@ class _Builder:
         if (ports := self._opt(m, "ports")) is not None:
             self._ports(ports, node_id, socket_id, depth + 1)
 
-    def _address(self, m: dict[str, Any]) -> str | None:
+    def _address(self, m: _YamlMap) -> str | None:
         node = self._opt(m, "bus_address")
         if node is None:
             return None
@@ -390,7 +393,7 @@ class _Builder:
         except TopologyError:
             self.r.fail(node, "a PCI address like 0000:85:00.0", text)
 
-    def _slot(self, entry: YamlNode, m: dict[str, Any], parent_id: str, socket_id: str) -> None:
+    def _slot(self, entry: YamlNode, m: _YamlMap, parent_id: str, socket_id: str) -> None:
         r = self.r
         r.keys(m, _SLOT_KEYS, "a slot")
         id_node = m["slot"][1]
@@ -431,7 +434,7 @@ class _Builder:
                 prov.add(attr, fig)
             if count.value > 1 or count.inferred or count.note:
                 prov.add("count", count)
-            attrs: dict[str, Any] = {
+            attrs: JsonObject = {
                 "designation": _expand(designation.value, i) if designation else spec_id,
                 "width_lanes": lanes.value, "pcie_gen": gen.value, "form_factor": form.value,
                 "double_width": double.value, "front_bay": front.value,
@@ -452,10 +455,10 @@ class _Builder:
                 self._device(device_node, slot_id, spec_id, i, count.value, gen, lanes, double,
                              bandwidth, socket_id)
 
-    def _device_figs(self, m: dict[str, Any]) -> tuple[dict[str, Any], _Prov]:
+    def _device_figs(self, m: _YamlMap) -> tuple[JsonObject, _Prov]:
         """The figures a device (installed or to place) may carry, as node attributes."""
         r = self.r
-        attrs: dict[str, Any] = {}
+        attrs: JsonObject = {}
         prov = _Prov()
         for key, attr, what, conv in (
             ("capacity", "capacity_bytes", "a capacity", r.size),
@@ -543,7 +546,7 @@ class _Builder:
                       "an NVLink bandwidth per direction", r.bandwidth)
         prov = _Prov()
         prov.add("bytes_per_s", bw)
-        attrs: dict[str, Any] = {**prov.attrs(), **self._entry_flags(m)}
+        attrs: JsonObject = {**prov.attrs(), **self._entry_flags(m)}
         if (n := self._opt(m, "links")) is not None:
             attrs["nvlink_links"] = r.integer(n, "a number of NVLink links (1 to 64)", 1, 64)
         if (n := self._opt(m, "label")) is not None:

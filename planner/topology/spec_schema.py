@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
+from momentbase.jsontypes import JsonObject
 from planner.topology.model import NodeKind, Topology
 
 SCHEMA = "moment.machine"
@@ -59,7 +59,7 @@ class InventoryItem:
     double_width: bool = False
     pcie_gen: int | None = None
     lanes: int | None = None
-    attrs: dict[str, Any] = field(default_factory=dict)
+    attrs: JsonObject = field(default_factory=dict)
     line: int | None = None
 
 
@@ -106,7 +106,7 @@ def inferred_figures(topo: Topology) -> list[tuple[str, str, str]]:
     True
     """
     out: list[tuple[str, str, str]] = []
-    items: list[tuple[str, dict[str, Any]]] = [(n.id, dict(n.attrs)) for n in topo.nodes()]
+    items: list[tuple[str, JsonObject]] = [(n.id, dict(n.attrs)) for n in topo.nodes()]
     items += [(f"{lk.src}→{lk.dst}", dict(lk.attrs)) for lk in topo.links()]
     for element, attrs in items:
         if attrs.get("inferred") is True:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Set as AbstractSet
 
 from planner.topology.model import LinkKind, NodeKind, Topology
 from planner.topology.svgtext import _gbps, _text_w
@@ -67,7 +68,7 @@ def _text(x: float, y: float, text: str, *, size: float, anchor: str = "middle",
 
 
 def _legend_items(topo: Topology, highlight: set[tuple[str, str]],
-                  hot_nodes: set[str] = frozenset()) -> list[tuple[str, str, str]]:
+                  hot_nodes: AbstractSet[str] = frozenset()) -> list[tuple[str, str, str]]:
     """(type, style key, text) for everything the picture uses."""
     items: list[tuple[str, str, str]] = []
     present = {n.kind for n in topo.nodes()}

@@ -240,10 +240,7 @@ def slot_title(node: Node) -> str:
 def _link_label_lines(link: Link, extra: str | None) -> list[str]:
     """Two short lines for a tree link: what it is, then GB/s (and the extra text)."""
     if link.kind == LinkKind.PCIE:
-        if link.pcie_gen or link.lanes:
-            first = f"Gen{link.pcie_gen or '?'} x{link.lanes or '?'}"
-        else:
-            first = "PCIe"
+        first = f"Gen{link.pcie_gen or '?'} x{link.lanes or '?'}" if link.pcie_gen or link.lanes else "PCIe"
     elif link.kind == LinkKind.MEMORY:
         first = "memory"
     elif link.kind == LinkKind.NVLINK:

@@ -177,11 +177,11 @@ def iter_items(m: NpyMember, start: int = 0, stop: int | None = None, *,
             scratch = np.empty(min(skip, READ_PIECE_BYTES, chunk_items * item), dtype=np.uint8)
             while skip:
                 piece = min(skip, scratch.size)
-                _read_into(f, memoryview(scratch)[:piece], m)
+                _read_into(f, scratch.data[:piece], m)
                 skip -= piece
             for a in range(start, stop, chunk_items):
                 block = np.empty(min(chunk_items, stop - a), dtype=m.dtype)
-                _read_into(f, memoryview(block.view(np.uint8)), m)
+                _read_into(f, block.view(np.uint8).data, m)
                 yield block
             if stop == m.size:  # zipfile verifies the CRC-32 once the stream is read to its end
                 try:

@@ -66,7 +66,7 @@ def safe_load(data: bytes, source: str | Path, *, encoding: str = "latin1") -> A
     Traceback (most recent call last):
     ...
     training.data.DatasetError: x.pkl: the pickle refers to builtins.print, which a graph file never needs; refusing to load it (is this the right file?)
-    """
+    """  # noqa: E501 (a doctest's or a capture's line, as printed)
     up = _RestrictedUnpickler(io.BytesIO(data), encoding=encoding, fix_imports=True)
     up.source = str(source)
     try:
@@ -76,7 +76,8 @@ def safe_load(data: bytes, source: str | Path, *, encoding: str = "latin1") -> A
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
             KeyError, ImportError, MemoryError) as exc:
         raise DatasetError(
-            f"{source}: not a readable pickle ({type(exc).__name__}: {exc}); the file is truncated or corrupt, download it again"
+            f"{source}: not a readable pickle ({type(exc).__name__}: {exc}); "
+            "the file is truncated or corrupt, download it again"
         ) from None
 
 
@@ -105,7 +106,9 @@ def npz_member(zf: zipfile.ZipFile, key: str, source: Path) -> np.ndarray | Any:
     count = int(np.prod(shape)) if shape else 1
     data = f.read()
     if len(data) < count * dtype.itemsize:
-        raise DatasetError(f"{source}: member {key!r} holds {len(data)} bytes, needs {count * dtype.itemsize}; the file is truncated")
+        raise DatasetError(
+            f"{source}: member {key!r} holds {len(data)} bytes, needs {count * dtype.itemsize}; the file is truncated"
+        )
     arr = np.frombuffer(data, dtype=dtype, count=count)
     return arr.reshape(shape, order="F" if fortran else "C")
 

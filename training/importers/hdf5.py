@@ -188,7 +188,9 @@ def _split(h: _File, key: str, n: int) -> np.ndarray | None:
     h.check(key, d, ndim=1, kinds="iub", what="node ids or a boolean mask")
     if d.dtype.kind == "b":
         if d.shape[0] != n:
-            raise DatasetError(f"{h.src}: {d.name} ({key}) is a mask of {d.shape[0]} entries; expected one per node ({n})")
+            raise DatasetError(
+                f"{h.src}: {d.name} ({key}) is a mask of {d.shape[0]} entries; expected one per node ({n})"
+            )
         return np.concatenate([np.flatnonzero(b) + a for a, b in _blocks(d)]).astype(np.int64) if n else \
             np.zeros(0, np.int64)
     ids = np.concatenate([np.asarray(b, np.int64) for _, b in _blocks(d)]) if d.shape[0] else np.zeros(0, np.int64)
@@ -258,7 +260,9 @@ def import_hdf5(
     return dst
 
 
-def _graph(h: _File, block_bytes: int) -> tuple[np.ndarray | None, Callable[[], Iterator], list[Callable[[], Iterator]]]:
+def _graph(
+    h: _File, block_bytes: int
+) -> tuple[np.ndarray | None, Callable[[], Iterator], list[Callable[[], Iterator]]]:
     """The file's graph: its CSR row pointers (None for an edge list), its edge chunks, the id arrays' blocks.
 
     The edge chunks are ``(src, dst)`` int64 pairs, read ``block_bytes`` at a

@@ -39,7 +39,11 @@ def _processed(src: Path) -> Path | None:
     for cand in (src, src / "processed"):
         if (cand / "paper__cites__paper" / "edge_index.npy").exists():
             return cand
-    subs = [p / "processed" for p in src.iterdir() if (p / "processed" / "paper__cites__paper").is_dir()] if src.is_dir() else []
+    subs = (
+        [p / "processed" for p in src.iterdir() if (p / "processed" / "paper__cites__paper").is_dir()]
+        if src.is_dir()
+        else []
+    )
     return subs[0] if len(subs) == 1 else None
 
 
@@ -58,7 +62,9 @@ def _array(path: Path, what: str, *, raw_dtype: str, raw_cols: int | None = None
     item = np.dtype(raw_dtype).itemsize * (raw_cols or 1)
     size = path.stat().st_size
     if size == 0 or size % item:
-        raise DatasetError(f"{path}: neither a .npy file nor a raw {raw_dtype} array of {raw_cols or 1} column(s) ({size} bytes)")
+        raise DatasetError(
+            f"{path}: neither a .npy file nor a raw {raw_dtype} array of {raw_cols or 1} column(s) ({size} bytes)"
+        )
     shape = (size // item, raw_cols) if raw_cols else (size // item,)
     return np.memmap(path, dtype=raw_dtype, mode="r", shape=shape)
 

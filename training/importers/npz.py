@@ -45,7 +45,9 @@ def _sparse(zf: zipfile.ZipFile, src: Path, prefix: str, packed: str) -> sp.csr_
         try:
             return sp.csr_matrix(tuple(parts[:3]), shape=tuple(int(x) for x in parts[3]))
         except (ValueError, TypeError) as exc:
-            raise DatasetError(f"{src}: {prefix}_data/indices/indptr/shape do not form a sparse matrix ({exc})") from None
+            raise DatasetError(
+                f"{src}: {prefix}_data/indices/indptr/shape do not form a sparse matrix ({exc})"
+            ) from None
     if f"{prefix}_matrix" in keys and prefix == "attr":  # dense attributes in some gnn-benchmark files
         return sp.csr_matrix(np.asarray(npz_member(zf, "attr_matrix", src)))
     if packed in keys:

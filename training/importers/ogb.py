@@ -94,7 +94,10 @@ def import_ogb(
         rows[0] = 0
         for a in iter_rows(edge_file, ncols=2, dtype=np.int64, delimiter=",", exact_cols=True, chunk_bytes=chunk_bytes):
             if a.min() < 0 or a.max() >= n:
-                raise DatasetError(f"{edge_file}: node id {int(a.max() if a.max() >= n else a.min())} outside [0, {n}) (num-node-list says {n} nodes)")
+                raise DatasetError(
+                    f"{edge_file}: node id {int(a.max() if a.max() >= n else a.min())} outside [0, {n}) "
+                    f"(num-node-list says {n} nodes)"
+                )
             rows[0] += a.shape[0]
             yield a[:, 0], a[:, 1]
 

@@ -95,7 +95,13 @@ def edge_chunks(m: NpyMember, n: int, chunk_edges: int):
 
 def write_features(w: DatasetWriter, m: NpyMember, dtype: str | None, chunk_bytes: int,
                    progress: Progress | None) -> None:
-    """``node_feat`` into the writer's feature file, block by block (``pwrite``: nothing stays resident)."""
+    """``node_feat`` into the writer's feature file, block by block (``pwrite``: nothing stays resident).
+
+    Raises
+    ------
+    DatasetError
+        The features are not one row per node, or are Fortran-ordered.
+    """
     n = w.num_nodes
     if len(m.shape) != 2 or m.shape[0] != n:
         raise DatasetError(f"{m.where}: shape {list(m.shape)}, expected [{n:,}, F] (one row per node)")
@@ -115,7 +121,13 @@ def write_features(w: DatasetWriter, m: NpyMember, dtype: str | None, chunk_byte
 
 
 def read_labels(path: Path, n: int, chunk_items: int, progress: Progress | None) -> np.ndarray:
-    """``node-label.npz``'s ``node_label`` as int64 [n] (NaN or negative -> -1), read block by block."""
+    """``node-label.npz``'s ``node_label`` as int64 [n] (NaN or negative -> -1), read block by block.
+
+    Raises
+    ------
+    DatasetError
+        The labels are not one class per node.
+    """
     m = _member(members(path), "node_label", path)
     if m.shape not in ((n,), (n, 1)):
         raise DatasetError(f"{m.where}: shape {list(m.shape)}, expected [{n:,}, 1] (one class per node)")

@@ -44,7 +44,8 @@ def _read(src: Path, name: str, part: str):
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise DatasetError(f"{path}: missing; a Planetoid dataset needs ind.{name}.{{{','.join(PARTS)},test.index}}") from None
+        raise DatasetError(f"{path}: missing; a Planetoid dataset needs "
+                           f"ind.{name}.{{{','.join(PARTS)},test.index}}") from None
     obj = safe_load(data, path, encoding="latin1")
     if part == "graph":
         if not isinstance(obj, dict):
@@ -108,11 +109,11 @@ def import_planetoid(
     feat_dim = allx.shape[1]
     for p in ("x", "tx"):
         if parts[p].shape[1] != feat_dim:
-            raise DatasetError(f"{src / f'ind.{dataset}.{p}'}: {parts[p].shape[1]} feature columns, allx has {feat_dim}")
+            raise DatasetError(f"{src / f'ind.{dataset}.{p}'}: {parts[p].shape[1]} feature columns, "
+                               f"allx has {feat_dim}")
     if tx.shape[0] != len(test_index) or ty.shape[0] != len(test_index):
-        raise DatasetError(
-            f"{src / f'ind.{dataset}.test.index'}: {len(test_index)} ids, but tx has {tx.shape[0]} rows and ty {ty.shape[0]}"
-        )
+        raise DatasetError(f"{src / f'ind.{dataset}.test.index'}: {len(test_index)} ids, "
+                           f"but tx has {tx.shape[0]} rows and ty {ty.shape[0]}")
     n_all = allx.shape[0]
     lo, hi = int(test_index.min()), int(test_index.max())
     if lo < n_all:
@@ -138,7 +139,8 @@ def import_planetoid(
         lens = np.fromiter((len(v) for v in graph.values()), dtype=np.int64, count=len(graph))
         nbrs = np.fromiter((int(u) for v in graph.values() for u in v), dtype=np.int64, count=int(lens.sum()))
     except (TypeError, ValueError):
-        raise DatasetError(f"{src / f'ind.{dataset}.graph'}: adjacency lists must map node ids to lists of node ids") from None
+        raise DatasetError(f"{src / f'ind.{dataset}.graph'}: "
+                           "adjacency lists must map node ids to lists of node ids") from None
     srcs = np.repeat(keys, lens)
     ids = np.concatenate([keys, nbrs])
     if ids.size and (ids.min() < 0 or ids.max() >= n):
@@ -150,8 +152,8 @@ def import_planetoid(
     train = np.arange(n_train, dtype=np.int64)
     valid = np.arange(n_train, min(n_train + NUM_VALID, n), dtype=np.int64)
     source = {
-        "format": "planetoid", "path": str(src.resolve()), "dataset": dataset,
-        "adjacency_entries": int(lens.sum()), "split": "public (Planetoid): train range(len(y)), valid next 500, test test.index",
+        "format": "planetoid", "path": str(src.resolve()), "dataset": dataset, "adjacency_entries": int(lens.sum()),
+        "split": "public (Planetoid): train range(len(y)), valid next 500, test test.index",
         "isolated_test_gaps": int(span - len(test_index)),
     }
     with DatasetWriter(dst, num_nodes=n, name=name or dataset, source=source, overwrite=overwrite,

@@ -72,7 +72,9 @@ def basename(src: str | Path) -> Path:
 
 def detect(src: Path) -> bool:
     props = Path(f"{basename(src)}.properties")
-    return props.is_file() and Path(f"{basename(src)}.graph").is_file() and "BVGraph" in props.read_text(errors="replace")
+    return (
+        props.is_file() and Path(f"{basename(src)}.graph").is_file() and "BVGraph" in props.read_text(errors="replace")
+    )
 
 
 def _java_properties(path: Path) -> dict[str, str]:
@@ -88,7 +90,13 @@ def _java_properties(path: Path) -> dict[str, str]:
 
 
 def read_properties(path: Path) -> BVProperties:
-    """Parse and check ``BASENAME.properties``; a DatasetError names what is wrong and the fix."""
+    """Parse and check ``BASENAME.properties``; a DatasetError names what is wrong and the fix.
+
+    Raises
+    ------
+    DatasetError
+        The file is missing, not a big-endian BVGraph, or has fields out of range.
+    """
     if not path.is_file():
         raise DatasetError(f"{path}: no such file; a WebGraph BV graph is BASENAME.properties + BASENAME.graph")
     p = _java_properties(path)
@@ -175,6 +183,11 @@ def import_webgraph(
 
     A web graph has no features or labels (``feature_dtype`` is accepted for
     the common signature and unused). Self-loops and repeated arcs are dropped.
+
+    Raises
+    ------
+    DatasetError
+        The ``.graph`` file is missing beside the ``.properties``, or either is malformed.
     """
     base, dst = basename(src), Path(dst)
     props = read_properties(Path(f"{base}.properties"))

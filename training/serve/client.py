@@ -161,8 +161,14 @@ class _Feed:
         w = min(range(len(self.socks)), key=self.outstanding.__getitem__)
         seqs = list(range(self.seq + 1, self.seq + 1 + len(slots)))
         self.seq += len(slots)
-        self._send(self.socks[w], REQUEST + b"".join(Request(q, slot, epoch, step).encode()
-                                                     for q, slot, step in zip(seqs, slots, steps[:len(slots)], strict=True)))
+        self._send(
+            self.socks[w],
+            REQUEST
+            + b"".join(
+                Request(q, slot, epoch, step).encode()
+                for q, slot, step in zip(seqs, slots, steps[: len(slots)], strict=True)
+            ),
+        )
         self.outstanding[w] += len(seqs)
         self.sent.update((q, (w, slot)) for q, slot in zip(seqs, slots, strict=True))
         return seqs
@@ -255,7 +261,8 @@ class RemoteBatchSource:
     and ``seed`` against its own and refuses with a :class:`ServerError` naming the
     difference), and keeps at most ``prefetch`` requests outstanding while batches are
     consumed (default: twice the server's lanes through shared memory, so that each of a
-    worker's passes can sample a whole chunk of them; 4 over rpc). Every wait has a deadline of ``timeout_s``. One per process (torch runs one
+    worker's passes can sample a whole chunk of them; 4 over rpc). Every wait has a deadline of ``timeout_s``. One
+    per process (torch runs one
     rpc agent per process); :meth:`close` (also run at exit) unregisters.
 
     Attributes after construction: ``name`` (this trainer's rpc name), ``num_train``

@@ -147,7 +147,8 @@ class SamplingServer:
         return f"{host}:{self.port}"
 
     def start(self) -> SamplingServer:
-        """Bind, start the workers, the store and the rpc agent, and the monitor. Raises ServerError if the port is taken."""
+        """Bind, start the workers, the store and the rpc agent, and the monitor. Raises ServerError if the port is
+        taken."""
         global _SERVER
         import torch.distributed as dist
         from torch.distributed import rpc
@@ -307,8 +308,9 @@ class SamplingServer:
         indptr = self.dataset.indptr
         if self._max_degree is None:  # in chunks: the CSR may be a memory map far larger than RAM
             step = 1 << 24
-            self._max_degree = max((int(np.diff(indptr[a:a + step + 1]).max()) for a in range(0, len(indptr) - 1, step)),
-                                   default=0)
+            self._max_degree = max(
+                (int(np.diff(indptr[a : a + step + 1]).max()) for a in range(0, len(indptr) - 1, step)), default=0
+            )
         bound = slot_bytes_bound(self.params, world, len(indptr) - 1, int(indptr[-1]), self._max_degree)
         return max(4096, min(bound, MAX_SLOT_BYTES))
 
