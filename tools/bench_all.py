@@ -53,6 +53,15 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "ddp": ("bench_ddp.py", ["--exchange", "--steps", "150"], ["--exchange", "--steps", "40"]),
     # the size needs ~50 GB free on --ooc-dir (the features are written once)
     "outofcore": ("bench_outofcore.py", ["--features-gib", "48"], []),
+    # papers100M's shape end to end: ~40 GB free on /var/tmp/billion and about 90 minutes on 2 cores
+    "billion": ("bench_billion.py", ["--resume"], ["--nodes", "1e6", "--edges", "1.5e7", "--small-edges", "1e6",
+                                                   "--steps", "10"]),
+    # against the code before the bucketed builder: give it --ref-tree (a checkout of 9ca259c), so run by hand
+    "synth_memory": ("bench_synth_memory.py", ["--nodes", "1e6", "--edges", "1e7", "4e7"],
+                     ["--nodes", "1e5", "--edges", "1e6", "4e6"]),
+    # a CSR on the SSD under a memory limit below its size (root: a cgroup); the dataset is made by hand
+    "csr_ssd": ("bench_csr_ssd.py", ["--dataset", "/var/tmp/ssdcsr/g2e8", "--rounds", "5", "--memory-limit", "512MiB"],
+                ["--dataset", "/var/tmp/ssdcsr/g2e8", "--rounds", "1", "--memory-limit", "512MiB"]),
 }
 
 
