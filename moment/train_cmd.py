@@ -105,6 +105,14 @@ def _train_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _in_flags(message: str, args: argparse.Namespace) -> str:
+    """A library message with its parameters as ``moment train``'s options (moment/flags.py)."""
+    from moment.cli import build_parser
+    from moment.flags import in_flags
+
+    return in_flags(message, build_parser(), args)
+
+
 def _printer(args: argparse.Namespace, spec, err, bars, state: dict):
     """The progress callback of a run: the start lines, a bar per step, a line per epoch (rank 0 only)."""
 
@@ -142,11 +150,18 @@ def _printer(args: argparse.Namespace, spec, err, bars, state: dict):
                  info=f"epoch {rec['epoch']} · loss {rec['loss']:.3f} · {rate:,.0f} seeds/s")
         elif kind == "epoch":
             state["seeds"] = 0
+            lines = [_epoch_line(rec)]
+            div = rec.get("divergence")
+            if div and div["kind"] not in state.setdefault("warned", set()):  # once per kind of sign
+                state["warned"].add(div["kind"])
+                lines.append(f"warning: epoch {rec['epoch']}: {_in_flags(div['message'], args)}")
+            for line in lines:
+                if bars.enabled:
+                    bars.print(line)
+                else:
+                    err.print(line, markup=False)
             if bars.enabled:
-                bars.print(_epoch_line(rec))
                 bars.reset("steps")
-            else:
-                err.print(_epoch_line(rec), markup=False)
 
     return progress
 
