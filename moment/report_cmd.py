@@ -34,8 +34,12 @@ def _chosen(args: argparse.Namespace) -> list:
 def _report_command(args: argparse.Namespace) -> int:
     from training.runreport import predicted_vs_measured, summary, tier_shares, tier_targets
 
+    base = Path(args.out) if args.out else Path(args.metrics).with_name(Path(args.metrics).stem + "-report")
+    if not args.no_plots:  # before reading: --out naming the metrics file itself, or a place that cannot be written
+        from moment.outputs import check_dir
+
+        check_dir(base, "--out", inputs=(args.metrics,), what="the report's pictures")
     runs = _chosen(args)
-    base = Path(args.out) if args.out else runs[0].path.with_name(runs[0].path.stem + "-report")
     docs = []
     for run in runs:
         out = base / f"run{run.number}" if len(runs) > 1 else base

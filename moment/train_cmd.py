@@ -42,6 +42,16 @@ def _spec(args: argparse.Namespace):
     )
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """--checkpoint and --metrics can be written (before any training: moment/outputs.py)."""
+    from moment.outputs import check_dir, check_file
+
+    if args.checkpoint:
+        check_dir(args.checkpoint, "--checkpoint", inputs=(args.dataset,), what="checkpoints")
+    if args.metrics:
+        check_file(args.metrics, "--metrics", what="the metrics")
+
+
 def _epoch_line(rec: dict) -> str:
     acc = "".join(f" {k.split('_')[0]} {100 * rec[k]:.1f}%" for k in ("train_acc", "valid_acc", "test_acc")
                   if k in rec)
@@ -79,6 +89,7 @@ def _train_command(args: argparse.Namespace) -> int:
         raise CommandError(f"--dataset {args.dataset}: no such dataset directory "
                            "(create one with `moment data import`)")
     spec = _spec(args)
+    _check_outputs(args)
     err = Console(stderr=True, highlight=False, emoji=False, width=None if sys.stderr.isatty() else 160)
     out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
     bars = Bars()  # per-step progress within an epoch, on a terminal only

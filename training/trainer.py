@@ -75,6 +75,7 @@ from iostack.transfer import DeviceMemory, Transfer, memory_for
 from training.batches import BatchSource, _mix, epoch_seeds
 from training.checkpoint import (
     Resumed,
+    checkpoint_bytes,
     checkpoint_path,
     resume,
     rng_state,
@@ -291,7 +292,7 @@ def _set_up(spec: TrainSpec, ds: Dataset, world: World, features: FeatureSource,
     """The model, its optimizer (resumed from the checkpoint when asked), DDP, and the run around them."""
     model, params, optimizer = _model(spec.model, spec.sampling.layers, spec.run, features.dim, ds.num_classes,
                                       world.device)
-    ckpt_path = checkpoint_path(spec.run.checkpoint_dir, spec.run.resume)
+    ckpt_path = checkpoint_path(spec.run.checkpoint_dir, spec.run.resume, checkpoint_bytes(params))
     resumed = None
     if spec.run.resume and ckpt_path is not None and ckpt_path.exists():
         resumed = resume(ckpt_path, spec.to_dict(), model, optimizer, world)
