@@ -124,6 +124,13 @@ def test_outputs_on_a_full_or_read_only_disk(cora, tmp_path, capsys, disk, kind,
     _one_line(["plan", "--machine", "moment-b", "--svg", str(d / "p.svg")], capsys, "--svg", why)
     _one_line(["topo", "--machine", "moment-b", "--svg", str(d / "t.svg")], capsys, "--svg", why)
     _one_line(["report", str(_metrics(tmp_path)), "--out", str(d / "r")], capsys, "--out", why)
+    _one_line(["data", "synth", str(d / "s"), "--nodes", "1000", "--edges", "5000"], capsys, "DST", why)
+    _one_line(["data", "import", str(graph_fixture("cora")), str(d / "c")], capsys, "DST", why)
+    _one_line(["profile", "--ssd", str(tmp_path), "--no-fio", "--no-memory", "--out", str(d / "caps.yaml")], capsys,
+              "--out", why)
+    _one_line(["place", "--dataset", str(cora), "--machine", "moment-b", "--gpu-cache", "1MiB", "--cpu-cache", "1MiB",
+               "--ssd", str(d / "ssd"), "--out", str(tmp_path / "placed")], capsys, "--ssd", why)
+    assert not (tmp_path / "placed").exists()
     assert sorted(p.name for p in d.iterdir()) == before  # nothing made, nothing left behind
 
 
