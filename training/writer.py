@@ -17,6 +17,7 @@ chunked CSR builder behind :meth:`DatasetWriter.write_edges` is
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -61,13 +62,47 @@ def _as_chunks(edges) -> Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]:
     )
 
 
+log = logging.getLogger(__name__)
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's, and running
+    return True
+
+
+def sweep_leftovers(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary directories that killed writers of ``path`` left beside it; the ones removed.
+
+    A writer's directory is ``.<name>.tmp-<pid>-*`` (:class:`DatasetWriter`); it is a leftover when
+    no process ``<pid>`` runs (a writer running now keeps its own). Directories named without a
+    pid (written before the pid was part of the name) are left alone: nothing tells whether
+    their writer still runs.
+    """
+    p = Path(path)
+    prefix = f".{p.name}.tmp-"
+    swept = []
+    if not p.parent.is_dir():
+        return swept
+    for d in p.parent.iterdir():
+        pid = d.name[len(prefix):].split("-", 1)[0] if d.name.startswith(prefix) else ""
+        if pid.isdigit() and d.is_dir() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            swept.append(d)
+    return sorted(swept)
+
+
 class DatasetWriter:
     """Build a dataset directory atomically: nothing appears at ``path`` until every file is written.
 
     Use as a context manager. Files go into a temporary sibling directory
     (``.<name>.tmp-*``); on a clean exit ``meta.json`` is written, the directory
     is validated and renamed to ``path``. On an exception the temporary directory
-    is removed and ``path`` is left as it was.
+    is removed and ``path`` is left as it was; a writer that was killed leaves it, and
+    the next writer of ``path`` removes it (:func:`sweep_leftovers`, named in ``swept``).
 
     Methods (each at most once; all but a graph are optional):
 
@@ -117,6 +152,7 @@ class DatasetWriter:
         self.feature_dtype: str | None = None
         self.num_classes = 0
         self._tmp: Path | None = None
+        self.swept: list[Path] = []  #: killed writers' temporary directories removed on entry
         self._features: np.memmap | None = None
         if self.path.exists() and not overwrite:
             raise DatasetError(f"{self.path}: already exists; remove it or pass `overwrite=True` to replace it")
@@ -125,12 +161,16 @@ class DatasetWriter:
 
     # -- context manager -----------------------------------------------------------------------
     def __enter__(self) -> DatasetWriter:
+        self.swept = sweep_leftovers(self.path)
+        for d in self.swept:  # shown on stderr by logging's last-resort handler when nothing is configured
+            log.warning("removed %s, the leftover of a writer of %s that was killed", d, self.path)
         try:
             if self.work_dir is not None:
                 self.work_dir.mkdir(exist_ok=True)
                 self._tmp = self.work_dir
                 return self
-            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
+            # the writer's pid in the name: a later run can tell a killed writer's leftovers from a live one's
+            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-{os.getpid()}-", dir=self.path.parent))
         except OSError as exc:
             raise DatasetError(f"{self.path.parent}: cannot create a directory there ({exc})") from None
         return self
@@ -377,4 +417,4 @@ class DatasetWriter:
             shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["DatasetWriter"]
+__all__ = ["DatasetWriter", "sweep_leftovers"]
