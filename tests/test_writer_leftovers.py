@@ -6,11 +6,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
+import pytest
 
 from tests.conftest import REPO, graph_fixture
-from training.data import open_dataset
+from training.data import DatasetError, open_dataset
 from training.writer import DatasetWriter, sweep_leftovers
 
 
@@ -59,3 +61,40 @@ def test_a_writer_names_what_it_swept(tmp_path):
         w.write_edges([(np.array([0, 1]), np.array([1, 2]))])
     assert w.swept == [dead] and not dead.exists() and open_dataset(tmp_path / "g").num_edges == 2
 
+
+def test_a_second_writer_of_the_same_path_is_refused_naming_the_first(tmp_path):
+    # issue 28 item 6: two synths into one directory both exited 0 and one result was thrown away
+    with DatasetWriter(tmp_path / "g", num_nodes=3) as w:
+        w.write_edges([(np.array([0]), np.array([1]))])
+        with pytest.raises(DatasetError, match=f"another writer has it \\(process {os.getpid()}, since "), \
+                DatasetWriter(tmp_path / "g", num_nodes=3):
+            pass
+    assert open_dataset(tmp_path / "g").num_edges == 1  # the first one's, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g"]  # no lock file, no temp left
+    # and one made meanwhile (after the second writer's own check) is not replaced without overwrite
+    late = DatasetWriter(tmp_path / "h", num_nodes=2)
+    with DatasetWriter(tmp_path / "h", num_nodes=2) as w:
+        w.write_edges([(np.array([0]), np.array([1]))])
+    with pytest.raises(DatasetError, match="already exists"), late:
+        pass
+    assert open_dataset(tmp_path / "h").num_edges == 1
+
+
+def test_two_synths_into_one_directory(tmp_path):
+    dst = tmp_path / "g"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = subprocess.Popen([sys.executable, "-m", "moment", "data", "synth", str(dst), "--nodes", "200000",
+                              "--edges", "4000000", "--feature-dim", "64", "--quiet"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / ".g.lock").exists() and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.05)
+        second = subprocess.run([sys.executable, "-m", "moment", "data", "synth", str(dst), "--nodes", "1000",
+                                 "--edges", "5000"], env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stderr
+        assert f"another writer has it (process {first.pid}, since" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+    finally:
+        first.kill()
+        first.wait()
