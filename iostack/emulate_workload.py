@@ -13,6 +13,7 @@ readers, prefetch depth, checkpoint writes and epochs (``docs/emulate.md``);
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -110,8 +111,10 @@ def _num(section: Mapping[str, JsonValue], key: str, where: str, kind: type = in
             raise WorkloadError(f"{where}.{key}: {v!r} is not a size like 4KiB or 256MiB") from None
     try:
         x = kind(float(v)) if kind is int else kind(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # int(float("inf")) overflows
         raise WorkloadError(f"{where}.{key}: {v!r} is not a number") from None
+    if not math.isfinite(x):  # nan passes every comparison below
+        raise WorkloadError(f"{where}.{key}: {v!r} is not a finite number")
     if x < minimum:
         raise WorkloadError(f"{where}.{key}: {x} is below {minimum}")
     return x

@@ -24,6 +24,9 @@ from moment.errors import CommandError
 #: fewer paired rounds than this are too noisy on a shared machine to choose an engine by
 MIN_RUNS_TO_RECORD = 3
 
+#: the picture formats of --plot (matplotlib picks the format from the suffix)
+PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
+
 
 def register(subparsers) -> None:
     bench = subparsers.add_parser(
@@ -86,7 +89,7 @@ def register(subparsers) -> None:
                    "moment bench emulate workload.yaml --json > result.json"))
     em.add_argument("workload", metavar="WORKLOAD.yaml", help="the workload file")
     em.add_argument("--json", action="store_true", help="print the result as JSON")
-    em.add_argument("--plot", metavar="FILE", help="write a picture (PNG or SVG by suffix)")
+    em.add_argument("--plot", metavar="FILE", help="write a picture (PNG, SVG or PDF by suffix)")
     em.set_defaults(func=_emulate)
 
     rec = groups.add_parser(
@@ -208,6 +211,10 @@ def _emulate(args: argparse.Namespace) -> int:
     from momentbase.units import format_size
 
     w = load_workload(args.workload)
+    if args.plot:  # before the run: a bad picture name would otherwise fail after all of it
+        from moment.outputs import check_file
+
+        check_file(args.plot, "--plot", suffixes=PICTURE_SUFFIXES, inputs=(args.workload,), what="the picture")
     con = _console()
     with Bars(quiet=args.json, transient=True) as bars:
         res = emulate(w, progress=bars)

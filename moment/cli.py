@@ -9,6 +9,7 @@ see the traceback of an unexpected error.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -23,6 +24,8 @@ from momentbase.errors import MomentError
 from planner.flow import FLOW_MODELS
 
 EXIT_USAGE = 2
+#: write failures that come from the machine, not from Moment: no space, over quota, a read-only disk
+OUTPUT_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 def _topo_command(args: argparse.Namespace) -> int:
@@ -31,6 +34,10 @@ def _topo_command(args: argparse.Namespace) -> int:
     from planner.topology import jsonio
     from planner.topology.render import topology_tree
 
+    if args.svg:
+        from moment.outputs import check_file
+
+        check_file(args.svg, "--svg", suffixes=(".svg",), what="the picture")
     topo, _ = load_topology(args)
     if args.svg:
         from planner.topology.svg import write_svg
@@ -193,6 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # a bug: say so plainly, traceback only on request
+        if isinstance(exc, OSError) and exc.errno in OUTPUT_FAULTS:
+            # a disk that filled (or turned read-only) during the work: the user's to fix, not a bug
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(f"moment {args.command}: error: {where}{exc.strerror}; free space or choose another output",
+                  file=sys.stderr)
+            return EXIT_USAGE
         if os.environ.get("MOMENT_DEBUG"):
             raise
         print(

@@ -55,6 +55,9 @@ def _import_command(args: argparse.Namespace) -> int:
         options["classes"] = str(options["classes"])
     if "keys" in options:
         options["keys"] = _hdf5_keys(options["keys"])
+    from moment.outputs import check_dir
+
+    check_dir(args.dst, "DST", inputs=(args.src,), what="the dataset")  # before reading: a full or read-only disk
     with Bars(transient=True) as bars:
         dst = import_dataset(Path(args.src), Path(args.dst), format=fmt, name=args.name, overwrite=args.force,
                              feature_dtype=args.feature_dtype, progress=bars, **options)

@@ -178,6 +178,10 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     spec = _spec(args, gpu_bytes, cpu_bytes)  # the options that make no sense together fail before any work
     out = Path(args.out)
     check_out(out, args.ssd, force=args.force)
+    from moment.outputs import check_dir
+
+    for option, d in [("--out", out), *(("--ssd", Path(x)) for x in args.ssd)]:  # a full or read-only disk
+        check_dir(d, option, what="the placement")
     # before any work: a path under a regular file, or one we may not create
     make_dirs([("--out", out), *(("--ssd", Path(x)) for x in args.ssd)], created)
     handoff, plan_notes = _handoff(args)  # a bad plan or machine fails before any work

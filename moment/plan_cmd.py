@@ -102,6 +102,14 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
 
     if args.top < 1:
         raise PlannerError(f"--top {args.top}: expected at least 1")
+    if args.svg:
+        from moment.outputs import check_file
+
+        check_file(args.svg, "--svg", suffixes=(".svg",), what="the picture")
+    if getattr(args, "nodes", 1) != 1:  # several nodes' options are checked before the search
+        from moment.plan_nodes import network_demand
+
+        network_demand(args)
     topo, inventory = choose_inventory(
         topo, spec=args.machine, gpus=args.gpus, ssds=args.ssds,
         gpu_model=args.gpu_model, ssd_model=args.ssd_model,

@@ -5,10 +5,14 @@ Imported only by the commands that draw, so ``moment --help`` never loads matplo
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from iostack.emulate import EmulateResult
     from training.runreport import RunMetrics
 
@@ -21,6 +25,18 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _save(fig: Figure, path: Path) -> None:
+    """``fig`` to ``path`` through a temporary sibling renamed into place: a disk that fills while
+    writing leaves no half picture (the previous one, if any, stays); the error goes up."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        fig.savefig(tmp, dpi=110, format=path.suffix.lstrip(".").lower() or None)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
 
 
 def plot_emulation(result: EmulateResult, path: str | Path) -> Path:
@@ -41,8 +57,10 @@ def plot_emulation(result: EmulateResult, path: str | Path) -> Path:
     b.set_title("bytes per tier")
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        _save(fig, out)
+    finally:
+        plt.close(fig)
     return out
 
 
@@ -152,9 +170,11 @@ def plot_report(run: RunMetrics, out_dir: str | Path, formats: tuple[str, ...] =
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for fmt in formats:
-        p = out / f"report.{fmt}"
-        fig.savefig(p, dpi=110)
-        paths.append(p)
-    plt.close(fig)
+    try:
+        for fmt in formats:
+            p = out / f"report.{fmt}"
+            _save(fig, p)
+            paths.append(p)
+    finally:
+        plt.close(fig)
     return paths

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 
 from moment._args import examples, load_topology
@@ -74,9 +73,9 @@ def run(args: argparse.Namespace) -> int:
                                 keep_files=args.keep_file),
                        memory=None if args.no_memory else MemoryProbe())
     if args.out:  # refuse before measuring for minutes, not after
-        out_dir = Path(args.out).parent
-        if not out_dir.is_dir() or not os.access(out_dir, os.W_OK):
-            raise CommandError(f"--out {args.out}: directory {out_dir} is missing or not writable")
+        from moment.outputs import check_file
+
+        check_file(args.out, "--out", what="the capacities")
     topo = None
     with contextlib.suppress(PlannerError):  # without it, figures are keyed by bus address, not node id
         topo, _ = load_topology(args)  # this machine: profile has only --sys-root

@@ -77,6 +77,9 @@ def _synth_command(args: argparse.Namespace) -> int:
     if chunk < 1:
         raise CommandError(f"--chunk-edges {args.chunk_edges}: expected a positive whole number")
 
+    from moment.outputs import check_dir
+
+    check_dir(args.dst, "DST", what="the dataset")  # before generating: a full or read-only disk
     started = time.perf_counter()
     with Bars(quiet=args.quiet, transient=True) as bars:
         rep = synthesize(args.dst, spec, chunk_edges=chunk, overwrite=args.force, progress=bars)

@@ -42,6 +42,16 @@ def _spec(args: argparse.Namespace):
     )
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    """--checkpoint and --metrics can be written (before any training: moment/outputs.py)."""
+    from moment.outputs import check_dir, check_file
+
+    if args.checkpoint:
+        check_dir(args.checkpoint, "--checkpoint", inputs=(args.dataset,), what="checkpoints")
+    if args.metrics:
+        check_file(args.metrics, "--metrics", what="the metrics")
+
+
 def _epoch_line(rec: dict) -> str:
     acc = "".join(f" {k.split('_')[0]} {100 * rec[k]:.1f}%" for k in ("train_acc", "valid_acc", "test_acc")
                   if k in rec)
@@ -79,6 +89,7 @@ def _train_command(args: argparse.Namespace) -> int:
         raise CommandError(f"--dataset {args.dataset}: no such dataset directory "
                            "(create one with `moment data import`)")
     spec = _spec(args)
+    _check_outputs(args)
     err = Console(stderr=True, highlight=False, emoji=False, width=None if sys.stderr.isatty() else 160)
     out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
     bars = Bars()  # per-step progress within an epoch, on a terminal only
@@ -103,6 +114,14 @@ def _train_command(args: argparse.Namespace) -> int:
         return 0
     out.print(_summary(result, spec, state))
     return 0
+
+
+def _in_flags(message: str, args: argparse.Namespace) -> str:
+    """A library message with its parameters as ``moment train``'s options (moment/flags.py)."""
+    from moment.cli import build_parser
+    from moment.flags import in_flags
+
+    return in_flags(message, build_parser(), args)
 
 
 def _printer(args: argparse.Namespace, spec, err, bars, state: dict):
@@ -142,11 +161,18 @@ def _printer(args: argparse.Namespace, spec, err, bars, state: dict):
                  info=f"epoch {rec['epoch']} · loss {rec['loss']:.3f} · {rate:,.0f} seeds/s")
         elif kind == "epoch":
             state["seeds"] = 0
+            lines = [_epoch_line(rec)]
+            div = rec.get("divergence")
+            if div and div["kind"] not in state.setdefault("warned", set()):  # once per kind of sign
+                state["warned"].add(div["kind"])
+                lines.append(f"warning: epoch {rec['epoch']}: {_in_flags(div['message'], args)}")
+            for line in lines:
+                if bars.enabled:
+                    bars.print(line)
+                else:
+                    err.print(line, markup=False)
             if bars.enabled:
-                bars.print(_epoch_line(rec))
                 bars.reset("steps")
-            else:
-                err.print(_epoch_line(rec), markup=False)
 
     return progress
 

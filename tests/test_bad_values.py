@@ -32,6 +32,11 @@ def _run(argv: list[str]) -> int:
     (["bench", "io", "gather", "--cpu-rows", "-5"], "--gpu-rows and --cpu-rows >= 0"),
     (["data", "synth", "{tmp}/s", "--nodes", "100", "--edges", "300", "--feature-dim", "0"],
      "--feature-dim 0: expected 1 or more"),
+    # issue 28 item 4: these three were accepted
+    (["plan", "--machine", "moment-b", "--nodes", "-2"], "--nodes -2: expected at least 1"),
+    (["plan", "--machine", "moment-b", "--nodes", "0"], "--nodes 0: expected at least 1"),
+    (["train", "--dataset", "{tmp}", "--backend", "kvikio"], "--backend kvikio reads a placement's SSD bins: give "
+                                                             "--placement"),
 ])
 def test_bad_value_is_one_line_exit_2(tmp_path, capsys, argv, message):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
@@ -74,3 +79,18 @@ def test_train_config_refuses_non_finite_rates(lr, decay):
 
     with pytest.raises(TrainError, match="`lr` must be > 0 and `weight_decay` >= 0"):
         RunSpec(lr=lr, weight_decay=decay)
+
+
+@pytest.mark.parametrize("value", ["nan", ".nan", "inf", "-.inf"])
+@pytest.mark.parametrize("key", ["exponent", "steps"])
+def test_an_emulate_workload_refuses_values_that_are_not_finite(tmp_path, capsys, key, value):
+    # issue 28 item 4: `exponent: nan` passed the `>= 0` check (every comparison with nan is false)
+    stream = {"kind": "zipf", "exponent": "1.1", "rows_per_step": "64", "steps": "3"}
+    stream[key] = value
+    (tmp_path / "wl.yaml").write_text(
+        "data: {synthetic: {rows: 1000, row_bytes: 512, dir: " + str(tmp_path) + "}}\n"
+        "stream: {" + ", ".join(f"{k}: {v}" for k, v in stream.items()) + "}\n")
+    assert _run(["bench", "emulate", str(tmp_path / "wl.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"stream.{key}:" in err and "not a" in err and "Traceback" not in err, err
+    assert sum(1 for line in err.splitlines() if "error:" in line) == 1

@@ -161,3 +161,18 @@ def test_edge_list_property_matches_the_set_of_edges(tmp_path_factory, edges, ch
         want |= {(t, s) for s, t in want}
     assert ds.num_nodes == int(e.max()) + 1
     assert {tuple(p) for p in edges_of(ds).tolist()} == want
+
+
+def test_a_named_dataset_that_is_missing_is_an_error_listing_the_files_datasets(tmp_path):
+    # issue 28 item 3: a remapped key that names nothing used to import without features, exit 0
+    bad_file(tmp_path / "g.h5", graph__edge_index=[[0, 1], [1, 0]], node__x=np.ones((2, 3)))
+    with pytest.raises(DatasetError) as err:
+        import_hdf5(tmp_path / "g.h5", tmp_path / "out", keys={"features": "/nope"})
+    assert "/nope" in str(err.value) and "/graph/edge_index, /node/x" in str(err.value)
+    assert not (tmp_path / "out").exists()
+    proc = subprocess.run([sys.executable, "-m", "moment", "data", "import", "--hdf5-key", "features=/nope",
+                           str(tmp_path / "g.h5"), str(tmp_path / "d")], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "--hdf5-key features=/nope" in proc.stderr and "/node/x" in proc.stderr
+    assert not (tmp_path / "d").exists()

@@ -423,7 +423,7 @@ def test_cli_end_to_end(tmp_path, capsys):
     (["--block-size", "1000"], "multiple of 512"),
     (["--queue-depth", "many"], "expected a whole number"),
     (["--seconds", "-1"], "duration"),
-    (["--out", "/nonexistent/dir/caps.yaml"], "missing or not writable"),
+    (["--out", "/nonexistent/dir/caps.yaml"], "(/nonexistent/dir: no such directory)"),
 ])
 def test_cli_bad_input(tmp_path, capsys, args, needle):
     base = ["profile", "--ssd", str(tmp_path), "--file-size", "64KiB", "--seconds", "0.05",

@@ -328,7 +328,7 @@ def test_cli_bad_input_is_one_line_exit_2(cora, cora_placement, tmp_path, capsys
     _one_line_error(["train", "--dataset", str(cora), "--hidden", "0"], capsys, "hidden")
     # a checkpoint directory under a regular file fails before training, not after an epoch
     _one_line_error(["train", "--dataset", str(cora), "--checkpoint", str(cora / "meta.json" / "ck")], capsys,
-                    "cannot create it")
+                    "meta.json is a file, not a directory")
     junk = tmp_path / "junk"
     junk.mkdir()
     torch.save({"a": 1}, junk / "checkpoint.pt")

@@ -9,8 +9,10 @@ run's settings and loads it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,13 +72,21 @@ def restore_rng(saved: list[dict[str, Any]] | dict[str, Any], world: World) -> s
 # Any: a checkpoint's torch.save record (states of torch, numpy, random)
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """``torch.save`` to a temporary sibling, fsync, rename: a crash never leaves half a checkpoint."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:  # torch.save reports a failed write as a RuntimeError
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        kept = "the previous checkpoint is kept" if path.exists() else "no checkpoint was written"
+        raise TrainError(f"checkpoint {path}: cannot write it ({why}); {kept}; free space or choose another "
+                         "`checkpoint_dir`") from None
 
 
 # Any: a checkpoint's torch.save record (states of torch, numpy, random)
@@ -87,22 +97,39 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise TrainError(f"{path}: not a readable checkpoint ({exc}); delete it to start over") from None
 
 
-def checkpoint_path(checkpoint_dir: str | None, resume: bool) -> Path | None:
+def checkpoint_path(checkpoint_dir: str | None, resume: bool, need_bytes: int = 0) -> Path | None:
     """``checkpoint_dir/checkpoint.pt`` (None without a directory), the directory made now.
 
-    A directory that cannot be made fails here, not after the first epoch.
+    A directory that cannot be made, or whose disk has less than ``need_bytes`` free (about
+    a checkpoint's size), fails here, not after the first epoch.
     """
     if checkpoint_dir is None:
         if resume:
             raise TrainError("`resume` needs a checkpoint directory (`checkpoint_dir`)")
         return None
     path = Path(checkpoint_dir) / CHECKPOINT_NAME
+    where = path.parent.absolute()
+    while not where.exists() and where != where.parent:  # the room is checked before making anything
+        where = where.parent
+    st = os.statvfs(where)
+    free = st.f_bavail * st.f_frsize  # the old checkpoint stays until the new one is whole: no credit for it
+    if free < need_bytes:
+        from momentbase.units import format_size
+
+        raise TrainError(f"checkpoint directory {path.parent}: {format_size(free)} free, a checkpoint needs about "
+                         f"{format_size(need_bytes)}; free space or choose another `checkpoint_dir`")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TrainError(f"checkpoint directory {path.parent}: cannot create it "
                          f"({exc.strerror or exc}); choose another `checkpoint_dir`") from None
     return path
+
+
+def checkpoint_bytes(params: Iterable[torch.Tensor]) -> int:
+    """About the size of a checkpoint of a model with ``params`` under Adam: the parameters and the
+    optimizer's two moments (the positions, sums and RNG states are small beside them), plus 1 MiB."""
+    return 3 * sum(p.numel() * p.element_size() for p in params) + (1 << 20)
 
 
 @dataclass(frozen=True)

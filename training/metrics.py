@@ -20,10 +20,27 @@ if TYPE_CHECKING:  # the specs pull in torch's models: only for the annotations
     from training.specs import IOSpec
 
 
-class JsonlWriter:
-    """Appends one JSON object per line, flushed per line (a resumed run continues the file)."""
+def new_run_id() -> str:
+    """A fresh run id: the UTC second the run began and a random suffix (sorts by time, never repeats)."""
+    import time
+    import uuid
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+
+
+def _is_resume(rec: dict) -> bool:
+    return rec.get("kind") == "start" and bool(rec.get("start_epoch") or rec.get("start_step"))
+
+
+class JsonlWriter:
+    """Appends one JSON object per line, flushed per line (a resumed run continues the file).
+
+    Every record carries ``run``, the id of the run that wrote it, so that runs appended to
+    one file stay apart when read back (:func:`training.runreport.read_runs`); a resumed run
+    keeps the id of the run it resumes (:meth:`rewind`).
+    """
+
+    def __init__(self, path: str | os.PathLike, run_id: str | None = None) -> None:
         p = Path(path)
         if not p.parent.is_dir():
             raise TrainError(f"{path}: directory {p.parent} does not exist; create it or pick another metrics file")
@@ -31,25 +48,37 @@ class JsonlWriter:
             self._f = open(p, "a", encoding="utf-8")  # noqa: SIM115 -- closed by close(), lives for the run
         except OSError as exc:
             raise TrainError(f"{path}: cannot write metrics there ({exc.strerror})") from None
+        self.run_id = run_id or new_run_id()
 
     def write(self, record: dict) -> None:
-        self._f.write(json.dumps(record) + "\n")
+        self._f.write(json.dumps({"run": self.run_id, **record}) + "\n")
         self._f.flush()
 
     def rewind(self, epoch: int, step: int) -> None:
-        """Drop the step and epoch records at or after ``(epoch, step)``: a run resumed from a
-        checkpoint there redoes them, and the file should hold each once (written atomically)."""
+        """Drop the resumed run's step and epoch records at or after ``(epoch, step)``: the run resumed
+        from a checkpoint there redoes them, and the file should hold each once (written atomically).
+
+        The resumed run is the file's last run (from its last ``start`` record that is not itself a
+        resume); its id is kept, and earlier runs' records are left as they are.
+        """
         path = Path(self._f.name)
         self._f.close()
-        kept = []
+        recs = []
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
                 r = json.loads(line)
             except ValueError:
                 continue  # a line cut short by the crash that made this a resume
-            if r.get("kind") == "step" and (r.get("epoch", 0), r.get("step", 0)) >= (epoch, step):
+            recs.append((line, r if isinstance(r, dict) else {}))
+        first = max((i for i, (_, r) in enumerate(recs) if r.get("kind") == "start" and not _is_resume(r)), default=0)
+        if recs and recs[first][1].get("run"):
+            self.run_id = recs[first][1]["run"]
+        kept = []
+        for i, (line, r) in enumerate(recs):
+            mine = i >= first and r.get("run", self.run_id) == self.run_id
+            if mine and r.get("kind") == "step" and (r.get("epoch", 0), r.get("step", 0)) >= (epoch, step):
                 continue
-            if r.get("kind") == "epoch" and r.get("epoch", 0) >= epoch:
+            if mine and r.get("kind") == "epoch" and r.get("epoch", 0) >= epoch:
                 continue
             kept.append(line)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -164,4 +193,4 @@ def epoch_record(epoch: int, steps: int, sums: Sums, epoch_s: float) -> dict:
             "tiers": {k: {"rows": r, "bytes": n} for k, (r, n) in sums.tiers.items()}}
 
 
-__all__ = ["JsonlWriter", "Predictor", "Sums", "add_step", "epoch_record", "moved_since"]
+__all__ = ["JsonlWriter", "new_run_id", "Predictor", "Sums", "add_step", "epoch_record", "moved_since"]

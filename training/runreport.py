@@ -46,50 +46,116 @@ class MetricsError(TrainingError):
 
 @dataclass(frozen=True)
 class RunMetrics:
-    """One metrics file: the last run's ``start`` record, the epoch records (the latest of each
-    epoch number, in order), and any ``prediction`` records."""
+    """One run of a metrics file: its ``start`` record (the latest, after a resume), the epoch records
+    (the latest of each epoch number, in order), and any ``prediction`` records. ``run_id``: the id its
+    records carry (``None`` in files written before records had one); ``number`` of ``runs``: where it
+    stands among the runs appended to the file (1-based)."""
 
     path: Path
     start: JsonObject | None
     epochs: tuple[JsonObject, ...]
     steps: int
     predictions: tuple[JsonObject, ...]
+    run_id: str | None = None
+    number: int = 1
+    runs: int = 1
+
+    @property
+    def name(self) -> str:
+        """``run 2 of 3 (id)`` where the file holds several runs, else empty."""
+        if self.runs == 1:
+            return ""
+        return f"run {self.number} of {self.runs}" + (f" ({self.run_id})" if self.run_id else "")
 
 
-def read_metrics(path: str | Path) -> RunMetrics:
-    """Read ``path`` (JSON lines, as ``moment train --metrics`` writes); :class:`MetricsError` naming
-    the file and line when it cannot be read or holds no epoch."""
-    p = Path(path)
+def _records(p: Path) -> list[JsonObject]:
     try:
         text = p.read_text()
     except FileNotFoundError:
         raise MetricsError(f"{p}: no such metrics file (write one by training with `metrics_path={p}`)") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MetricsError(f"{p}: not readable ({exc})") from None
-    start, epochs, preds, steps = None, {}, [], 0
-    for i, line in enumerate(text.splitlines(), 1):
+    lines, out = text.splitlines(), []
+    for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except ValueError:
-            if i == len(text.splitlines()):  # a run killed mid-write leaves a cut last line
+            if i == len(lines):  # a run killed mid-write leaves a cut last line
                 break
             raise MetricsError(f"{p}:{i}: not a JSON record; is this a training run's `metrics_path` file?") from None
         if not isinstance(rec, dict):
             raise MetricsError(f"{p}:{i}: expected a JSON object per line")
-        kind = rec.get("kind")
-        if kind == "start":
-            start = rec
-        elif kind == "epoch" and isinstance(rec.get("epoch"), int):
-            epochs[rec["epoch"]] = rec  # a resumed run's epoch replaces the earlier one
-        elif kind == "step":
-            steps += 1
-        elif kind == "prediction":
-            preds.append(rec)
-    if not epochs:
+        out.append(rec)
+    return out
+
+
+def _group(records: list[JsonObject]) -> list[tuple[str | None, list[JsonObject]]]:
+    """The records split into runs, in the order they began: by their ``run`` id; records without one
+    (older files) start a new run at each ``start`` record that is not a resume."""
+    groups: list[tuple[str | None, list[JsonObject]]] = []
+    by_id: dict[str, list[JsonObject]] = {}
+    legacy: list[JsonObject] | None = None
+    for rec in records:
+        rid = rec.get("run")
+        if rid is not None:
+            if str(rid) not in by_id:
+                by_id[str(rid)] = []
+                groups.append((str(rid), by_id[str(rid)]))
+            by_id[str(rid)].append(rec)
+            legacy = None
+            continue
+        resume = rec.get("start_epoch") or rec.get("start_step")
+        new_run = rec.get("kind") == "start" and not resume and legacy is not None and \
+            any(r.get("kind") == "start" for r in legacy)
+        if legacy is None or new_run:
+            legacy = []
+            groups.append((None, legacy))
+        legacy.append(rec)
+    return groups
+
+
+def read_runs(path: str | Path) -> list[RunMetrics]:
+    """Every run of ``path`` (JSON lines, as ``moment train --metrics`` writes), in the order they began,
+    runs that finished no epoch included (with no epochs); :class:`MetricsError` naming the file and
+    line when it cannot be read."""
+    p = Path(path)
+    groups = _group(_records(p))
+    runs = []
+    for number, (rid, recs) in enumerate(groups, 1):
+        start, epochs, preds, steps = None, {}, [], 0
+        for rec in recs:
+            kind = rec.get("kind")
+            if kind == "start":
+                start = rec
+            elif kind == "epoch" and isinstance(rec.get("epoch"), int):
+                epochs[rec["epoch"]] = rec  # a resumed run's epoch replaces the earlier one
+            elif kind == "step":
+                steps += 1
+            elif kind == "prediction":
+                preds.append(rec)
+        runs.append(RunMetrics(p, start, tuple(epochs[k] for k in sorted(epochs)), steps, tuple(preds),
+                               rid, number, len(groups)))
+    return runs
+
+
+def read_metrics(path: str | Path, run: int | None = None) -> RunMetrics:
+    """Run number ``run`` (1-based; default: the last) of ``path``; :class:`MetricsError` naming the file
+    when it cannot be read, holds no such run, or the run finished no epoch."""
+    runs = read_runs(path)
+    p = Path(path)
+    if not runs:
         raise MetricsError(f"{p}: no epoch record (did the run finish an epoch?)")
-    return RunMetrics(p, start, tuple(epochs[k] for k in sorted(epochs)), steps, tuple(preds))
+    if run is not None and not 1 <= run <= len(runs):
+        raise MetricsError(f"`run={run}`: {p} holds {len(runs)} run(s); expected 1 to {len(runs)}")
+    chosen = runs[(run or len(runs)) - 1]
+    if not chosen.epochs:
+        done = [r.number for r in runs if r.epochs]
+        hint = f"; run(s) {', '.join(map(str, done))} did (choose one with `run`)" if done else ""
+        where = f" {chosen.name}" if chosen.name else ""
+        raise MetricsError(f"{p}:{where} no epoch record (did the run finish an epoch?){hint}")
+    return chosen
 
 
 def time_split(epoch: JsonObject) -> dict[str, float]:
@@ -204,7 +270,8 @@ def summary(run: RunMetrics) -> list[str]:
     """A few lines for a reader: what ran, the last epoch's time split, traffic against targets, prediction."""
     last = run.epochs[-1]
     cfg = (run.start or {}).get("config") or {}
-    lines = [f"{run.path}: {len(run.epochs)} epoch(s), {run.steps} step record(s)"
+    lines = [f"{run.path}{': ' + run.name if run.name else ''}: {len(run.epochs)} epoch(s), "
+             f"{run.steps} step record(s)"
              + (f", {cfg.get('model')} on {cfg.get('dataset')}" if cfg.get("model") else "")]
     t = time_split(last)
     fg = sum(t[k] for k in FOREGROUND) or 1.0

@@ -180,6 +180,10 @@ class IOSpec:
         _path(self, "placement", "capacities", "remote_cache_dir")
         if self.backend not in backend_choices():
             raise TrainError(f"`backend` {self.backend!r}: expected one of {', '.join(backend_choices())}")
+        if self.backend == "kvikio" and self.placement is None:
+            # kvikio reads SSD bins into GPU memory; without a placement the rows come from memory
+            raise TrainError("`backend=kvikio` reads a placement's SSD bins: give `placement` "
+                             "(a `moment place` output), or leave `backend` at auto")
         _non_negative(self, "prefetch")
         if self.exchange not in EXCHANGES:
             raise TrainError(f"`exchange` {self.exchange!r}: expected one of {', '.join(EXCHANGES)}")

@@ -56,7 +56,7 @@ from training.bucketcsr import (
     spill,
 )
 from training.data import DatasetError, count_ids, index_dtype
-from training.writer import DatasetWriter
+from training.writer import DatasetWriter, output_lock
 
 #: test hook: ``"<phase>:<count>"`` makes the process SIGKILL itself right after checkpoint
 #: ``count`` of ``phase`` (how the resume test stops a run at a chunk boundary)
@@ -227,12 +227,22 @@ def synthesize(path, spec, *, chunk_edges: int = 1 << 22, feature_chunk_bytes: i
     DatasetError
         The output directory exists and may not be replaced.
     """
-    from training.synth import SynthError, SynthReport, build_model, source_block
+    from training.synth import SynthError
 
     spec.validate()
     if chunk_edges < 1:
         raise SynthError(f"chunk_edges {chunk_edges}: expected 1 or more")
     path = Path(path)
+    if not path.parent.is_dir():
+        raise DatasetError(f"{path.parent}: no such directory to write the dataset into")
+    with output_lock(path):  # before the work directory is read, resumed or removed: one synth at a time
+        return _synthesize(path, spec, chunk_edges, feature_chunk_bytes, overwrite, name, progress, bucket_edges)
+
+
+def _synthesize(path: Path, spec, chunk_edges: int, feature_chunk_bytes: int, overwrite: bool, name: str | None,
+                progress: Progress | None, bucket_edges: int):
+    from training.synth import SynthReport, build_model, source_block
+
     n, source = spec.num_nodes, source_block(spec)
     work = work_dir_of(path)
     if path.exists() and not overwrite:
@@ -246,7 +256,7 @@ def synthesize(path, spec, *, chunk_edges: int = 1 << 22, feature_chunk_bytes: i
     if ck is None:
         shutil.rmtree(work, ignore_errors=True)
     writer = DatasetWriter(path, num_nodes=n, name=name, source=source, overwrite=overwrite,
-                           chunk_edges=chunk_edges, progress=progress, work_dir=work)
+                           chunk_edges=chunk_edges, progress=progress, work_dir=work, lock=False)
     with writer as w:
         ck = ck or Checkpoint(work, source)
         report(progress, "building the model", 0, 1)

@@ -47,7 +47,9 @@ own outputs (dropout on).
 
 Records (dicts) go to ``progress`` on every rank and, from rank 0, as JSON lines
 to ``metrics_path``: ``kind`` ``"start"``, ``"step"``, ``"epoch"``. Times are
-seconds, sizes bytes.
+seconds, sizes bytes. An epoch record's ``divergence`` says whether the loss is
+rising or stuck at chance (:mod:`training.divergence`; ``None`` when neither; the
+signs look at this run's epochs only, from its start or resume).
 
 Checkpoints (``checkpoint_dir/checkpoint.pt``, written by rank 0 to a temporary
 file then renamed) hold the model, the optimizer, the position (epoch, step),
@@ -61,7 +63,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +75,7 @@ from iostack.transfer import DeviceMemory, Transfer, memory_for
 from training.batches import BatchSource, _mix, epoch_seeds
 from training.checkpoint import (
     Resumed,
+    checkpoint_bytes,
     checkpoint_path,
     resume,
     rng_state,
@@ -80,6 +83,7 @@ from training.checkpoint import (
 )
 from training.data import Dataset, open_dataset
 from training.distributed import World, data_parallel, open_world, param_spread, peer_errors
+from training.divergence import check as check_divergence
 from training.errors import TrainError
 from training.exchange import PeerLostError
 from training.features import (
@@ -288,7 +292,7 @@ def _set_up(spec: TrainSpec, ds: Dataset, world: World, features: FeatureSource,
     """The model, its optimizer (resumed from the checkpoint when asked), DDP, and the run around them."""
     model, params, optimizer = _model(spec.model, spec.sampling.layers, spec.run, features.dim, ds.num_classes,
                                       world.device)
-    ckpt_path = checkpoint_path(spec.run.checkpoint_dir, spec.run.resume)
+    ckpt_path = checkpoint_path(spec.run.checkpoint_dir, spec.run.resume, checkpoint_bytes(params))
     resumed = None
     if spec.run.resume and ckpt_path is not None and ckpt_path.exists():
         resumed = resume(ckpt_path, spec.to_dict(), model, optimizer, world)
@@ -360,6 +364,7 @@ class _Run:
     eval_sampler: NeighborSampler
     eval_prepare: Callable[[SampledBatch, float], Prepared]
     workers: int = 1  # threads preparing training batches (training.pipeline.prefetch_workers)
+    losses: list[float] = field(default_factory=list)  # this run's epochs' mean losses (training.divergence)
 
     def start_record(self, resumed: Resumed | None, sampled_on: str, why: str) -> dict:
         features, store = self.features, getattr(self.features, "store", None)
@@ -419,6 +424,8 @@ class _Run:
         rec["transfers"] = moved_since(moved, self.features.transfer.counts())
         rec.update(ssd_reads(self.features, disk))
         self.epoch_end(epoch, rec)
+        self.losses.append(rec["loss"])
+        rec["divergence"] = check_divergence(self.losses, self.ds.num_classes, lr=self.spec.run.lr)
         self.checkpoint(epoch + 1, 0, None)
         self.emit(rec)
         return rec

@@ -16,11 +16,15 @@ chunked CSR builder behind :meth:`DatasetWriter.write_edges` is
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +65,96 @@ def _as_chunks(edges) -> Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]:
     )
 
 
+log = logging.getLogger(__name__)
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's, and running
+    return True
+
+
+def sweep_leftovers(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary directories that killed writers of ``path`` left beside it; the ones removed.
+
+    A writer's directory is ``.<name>.tmp-<pid>-*`` (:class:`DatasetWriter`); it is a leftover when
+    no process ``<pid>`` runs (a writer running now keeps its own). Directories named without a
+    pid (written before the pid was part of the name) are left alone: nothing tells whether
+    their writer still runs.
+    """
+    p = Path(path)
+    prefix = f".{p.name}.tmp-"
+    swept = []
+    if not p.parent.is_dir():
+        return swept
+    for d in p.parent.iterdir():
+        pid = d.name[len(prefix):].split("-", 1)[0] if d.name.startswith(prefix) else ""
+        if pid.isdigit() and d.is_dir() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            swept.append(d)
+    return sorted(swept)
+
+
+def _lock(path: Path) -> int:
+    """Take the writer's lock on ``path`` (``.<name>.lock`` beside it, holding ``pid time``); its fd.
+
+    :class:`DatasetError` naming the holder when another writer of ``path`` has it. The lock is
+    ``flock``'s: the kernel drops it when its process dies, so a killed writer never blocks the next.
+    """
+    lock = path.parent / f".{path.name}.lock"
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise DatasetError(f"{path.parent}: cannot create a lock file there ({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").split()
+            os.close(fd)
+            pid, since = (holder + ["?", "?"])[:2]
+            raise DatasetError(f"{path}: another writer has it (process {pid}, since {since}); wait for it to "
+                               "finish or write elsewhere") from None
+        try:  # the file we locked may have been unlinked by a writer finishing meanwhile: lock the new one
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode(), 0)
+    return fd
+
+
+def _unlock(path: Path, fd: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path.parent / f".{path.name}.lock")  # unlinked while held: the next locker checks samestat
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def output_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold the writer's lock on ``path`` for a whole job that prepares files before its
+    :class:`DatasetWriter` (made with ``lock=False`` inside); :class:`DatasetError` naming the holder."""
+    fd = _lock(Path(path))
+    try:
+        yield
+    finally:
+        _unlock(Path(path), fd)
+
+
 class DatasetWriter:
     """Build a dataset directory atomically: nothing appears at ``path`` until every file is written.
 
     Use as a context manager. Files go into a temporary sibling directory
     (``.<name>.tmp-*``); on a clean exit ``meta.json`` is written, the directory
     is validated and renamed to ``path``. On an exception the temporary directory
-    is removed and ``path`` is left as it was.
+    is removed and ``path`` is left as it was; a writer that was killed leaves it, and
+    the next writer of ``path`` removes it (:func:`sweep_leftovers`, named in ``swept``).
 
     Methods (each at most once; all but a graph are optional):
 
@@ -94,11 +181,14 @@ class DatasetWriter:
         chunk_edges: int = DEFAULT_CHUNK_EDGES,
         progress: Progress | None = None,
         work_dir: str | os.PathLike | None = None,
+        lock: bool = True,
     ) -> None:
         self.path = Path(path)
         #: a fixed directory to build in that outlives a failed run (a resumable writer's); the
         #: default is a fresh temporary sibling, removed on failure
         self.work_dir = None if work_dir is None else Path(work_dir)
+        #: take the output's lock on entry (False: the caller holds it, :func:`output_lock`)
+        self.lock = lock
         if num_nodes < 0:
             raise DatasetError(f"num_nodes must be >= 0, got {num_nodes}")
         self.num_nodes = int(num_nodes)
@@ -117,6 +207,7 @@ class DatasetWriter:
         self.feature_dtype: str | None = None
         self.num_classes = 0
         self._tmp: Path | None = None
+        self.swept: list[Path] = []  #: killed writers' temporary directories removed on entry
         self._features: np.memmap | None = None
         if self.path.exists() and not overwrite:
             raise DatasetError(f"{self.path}: already exists; remove it or pass `overwrite=True` to replace it")
@@ -125,12 +216,27 @@ class DatasetWriter:
 
     # -- context manager -----------------------------------------------------------------------
     def __enter__(self) -> DatasetWriter:
+        self._lock_fd = _lock(self.path) if self.lock else None
+        try:
+            return self._enter()
+        except BaseException:
+            if self._lock_fd is not None:
+                _unlock(self.path, self._lock_fd)
+            raise
+
+    def _enter(self) -> DatasetWriter:
+        if self.path.exists() and not self.overwrite:  # again, under the lock: a writer may have finished
+            raise DatasetError(f"{self.path}: already exists; remove it or pass `overwrite=True` to replace it")
+        self.swept = sweep_leftovers(self.path)
+        for d in self.swept:  # shown on stderr by logging's last-resort handler when nothing is configured
+            log.warning("removed %s, the leftover of a writer of %s that was killed", d, self.path)
         try:
             if self.work_dir is not None:
                 self.work_dir.mkdir(exist_ok=True)
                 self._tmp = self.work_dir
                 return self
-            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent))
+            # the writer's pid in the name: a later run can tell a killed writer's leftovers from a live one's
+            self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.tmp-{os.getpid()}-", dir=self.path.parent))
         except OSError as exc:
             raise DatasetError(f"{self.path.parent}: cannot create a directory there ({exc})") from None
         return self
@@ -148,6 +254,8 @@ class DatasetWriter:
             if tmp.exists() and self.work_dir is None:
                 shutil.rmtree(tmp, ignore_errors=True)
             self._tmp = None
+            if self._lock_fd is not None:
+                _unlock(self.path, self._lock_fd)
 
     @property
     def tmp_dir(self) -> Path:
@@ -377,4 +485,4 @@ class DatasetWriter:
             shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["DatasetWriter"]
+__all__ = ["DatasetWriter", "output_lock", "sweep_leftovers"]

@@ -548,8 +548,11 @@ def write_svg(topo: Topology, path: str | os.PathLike[str], **kw: object) -> Pat
             mode = 0o644
         os.chmod(tmp, mode)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):  # a disk that fills while writing: the old picture, if any, is kept
+            raise TopologyError(f"{target}: cannot write the picture there ({directory}: "
+                                f"{exc.strerror or exc})") from None
         raise
     return target

@@ -105,16 +105,37 @@ def _keys(overrides: Mapping[str, str] | None) -> dict[str, str]:
     return keys
 
 
-class _File:
-    """The open file with its key map; looks datasets up with errors that name the file and the path."""
+def _dataset_paths(f: Any, limit: int = 12) -> str:  # Any: an h5py.File (h5py ships no types)
+    """The first ``limit`` dataset paths in the file, for an error message (``...`` when there are more)."""
+    h5py, found = _h5py(), []
 
-    def __init__(self, f: Any, src: Path, keys: dict[str, str]) -> None:
-        self.f, self.src, self.keys = f, src, keys
+    def visit(name: str, obj: Any) -> bool | None:  # Any: an h5py group or dataset (untyped)
+        if isinstance(obj, h5py.Dataset):
+            found.append("/" + name)
+        return True if len(found) > limit else None  # a true value stops h5py's walk
+
+    f.visititems(visit)
+    return ", ".join(found[:limit]) + (", ..." if len(found) > limit else "") if found else "none"
+
+
+class _File:
+    """The open file with its key map; looks datasets up with errors that name the file and the path.
+
+    ``named`` are the keys the caller mapped explicitly: a dataset named that way
+    must exist (an optional dataset is skipped silently only at its default path).
+    """
+
+    def __init__(self, f: Any, src: Path, keys: dict[str, str],  # Any: an h5py.File (h5py ships no types)
+                 named: frozenset[str] = frozenset()) -> None:
+        self.f, self.src, self.keys, self.named = f, src, keys, named
 
     def get(self, key: str):
         path = self.keys[key]
         obj = self.f.get(path)
         if obj is None:
+            if key in self.named:
+                raise DatasetError(f"{self.src}: no dataset {path} (`keys={key}={path}`); "
+                                   f"the file's datasets are: {_dataset_paths(self.f)}")
             return None
         if not isinstance(obj, _h5py().Dataset):
             raise DatasetError(f"{self.src}: {path} ({key}) is a group, expected a dataset; "
@@ -231,7 +252,7 @@ def import_hdf5(
     except OSError as exc:
         raise DatasetError(f"{src}: not a readable HDF5 file ({exc})") from None
     with f:
-        h = _File(f, src, km)
+        h = _File(f, src, km, frozenset(keys or ()))
         attrs = dict(f.attrs)
         indptr, edge_chunks, edge_sources = _graph(h, block_bytes)
         n = _num_nodes(h, attrs, indptr, edge_sources)
