@@ -57,7 +57,7 @@ import torch
 from iostack.backends import get_backend
 from iostack.backends.base import AlignedPool
 from iostack.binstats import BinStats, bin_stats, tier_rows, tier_stats
-from iostack.caches import GPU_BIN_SHARE, RowFormat, cache_tiers
+from iostack.caches import RowFormat, cache_tiers
 from iostack.errors import StoreError
 from iostack.placement import Placement
 from iostack.ssdreads import NodeSharedSsdTier, open_ssd_tier
@@ -473,4 +473,4 @@ def _distinct(tiers: list[Tier]) -> list[Tier]:
     return [t for t in tiers if not (id(t) in seen or seen.add(id(t)))]
 
 
-__all__ = ["GPU_BIN_SHARE", "FeatureStore"]
+__all__ = ["FeatureStore"]

@@ -1,7 +1,9 @@
 """Node-shared SSD reads for a data-parallel run: the node's ranks, found, checked and joined by a gloo group.
 
 The store's side (the union of a step's SSD rows, split by page, read into a
-node-shared buffer) is :mod:`iostack.nodeshare`; this module gives it the ranks
+node-shared buffer) is :mod:`iostack.nodeshare`, a tier wrapping the store's SSD
+tier in the store the training steps gather through
+(:func:`iostack.ssdreads.with_node_shared_reads`); this module gives it the ranks
 of this node (:class:`GlooNodeExchange`) and decides, the same way on every
 rank, where it is used (:func:`setup_node_shared_reads`):
 
