@@ -154,11 +154,14 @@ def _cache_tiers(placement: Placement, feats: np.ndarray | None, fmt: RowFormat,
         raise StoreError(f"the GPU cache bin(s) need {need / 2**30:.2f} GiB on {mem.device}, which has "
                          f"{free / 2**30:.2f} GiB free ({GPU_BIN_SHARE:.0%} may go to bins): place with a "
                          "smaller `gpu_cache_bytes`")
+    if cached and feats is None:
+        raise StoreError("the placement has GPU or CPU bins: pass features= to fill them")
     build = CacheBuild([])
     device: dict[int, torch.Tensor] = {}
     host: dict[str, _HostBins] = {}
     try:
         for b in cached:
+            assert feats is not None
             verts, rows = _rows_of(placement, b.id)
             if b in on_device:
                 device[b.id] = _device_bin(placement, verts, rows, feats, fmt, transfer)
@@ -230,6 +233,7 @@ def _device_bin(placement: Placement, verts: np.ndarray, rows: int, feats: np.nd
             at = tb.to_device(torch.from_numpy(placement.row_of[v]))
             t.index_copy_(0, at, tb.to_device(stage))
             mem.host_wait(mem.mark())  # the staging slot is reused by the next chunk
+    assert tb.landing is not None  # set when the batch's block ends
     tb.landing.wait()
     transfer.reset_counts()
     return t

@@ -106,6 +106,12 @@ def open_ssd_tier(placement: Placement, bin_dir: str | os.PathLike[str] | None, 
     ``dtype``/``dim``: what the rows must be (None: whatever the first bin
     holds). A bin no vertex uses gets no handle (so no buffered-read worker
     processes start for it). ``notes`` hears how each bin is read; bins in ``skip`` are left out.
+
+    Raises
+    ------
+    StoreError
+        Without ``bin_dir``, or when a bin file is missing or does not fit its bin (from
+        :func:`~iostack.bins.open_bin`).
     """
     if bin_dir is None:
         raise StoreError("the placement has SSD bins: pass bin_dir, the directory of the bin files")
@@ -169,6 +175,13 @@ class NodeSharedSsdTier(Tier):
             st.release()
 
     def read(self, bin_id: int, rows: torch.Tensor, out: torch.Tensor, positions: torch.Tensor | None) -> None:
+        """Not served alone: a gather reads through :meth:`gathering`'s reader.
+
+        Raises
+        ------
+        StoreError
+            Always (the reads of a node-shared step are made for the whole gather at once).
+        """
         raise StoreError("node-shared SSD reads are made per gather: read through gathering(groups)")
 
     def buffer_bytes(self) -> int:
@@ -210,8 +223,11 @@ def with_node_shared_reads(store: Composed, exchange: NodeExchange, key: str, *,
     from one thread at a time per step order (see :mod:`iostack.nodeshare`), and
     through ``store`` what only this rank gathers. ``key`` names this job's
     shared buffers (the same on the node's ranks, unique to the job).
-    :class:`~iostack.errors.StoreError` when the reads cannot be shared
-    (:func:`node_shared_reads_blocked`).
+
+    Raises
+    ------
+    StoreError
+        When the reads cannot be shared (:func:`node_shared_reads_blocked` says why).
     """
     blocked = node_shared_reads_blocked(store)
     if blocked is not None:

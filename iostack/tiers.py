@@ -219,8 +219,13 @@ class DeviceTier(TensorTier):
 
 
 def check_tiers(bin_ids: Sequence[int], tiers: Sequence[Tier]) -> dict[int, Tier]:
-    """Each bin's tier; :class:`~iostack.errors.StoreError` if a bin has none or two, or a tier serves no bin
-    of the placement."""
+    """Each bin's tier (every bin of ``bin_ids`` served by exactly one of ``tiers``).
+
+    Raises
+    ------
+    StoreError
+        When a bin has no tier or two, or a tier serves a bin the placement does not have.
+    """
     from iostack.errors import StoreError
 
     known = set(bin_ids)

@@ -47,7 +47,8 @@ import torch
 from iostack.bench import bench_gather
 from iostack.placement import load_placement
 from iostack.store import FeatureStore
-d, feats_path, batch, seconds, alpha = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+d, feats_path = sys.argv[1], sys.argv[2]
+batch, seconds, alpha = int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 feats = np.load(feats_path, mmap_mode="r")
 with FeatureStore(load_placement(d), d, features=feats, backend="posix") as s:
     r = bench_gather(s, batch=batch, seconds=seconds, alpha=alpha)
