@@ -1,17 +1,16 @@
-"""What a feature store's bins served: :class:`BinStats` per bin, kept by a :class:`Counter` each."""
+"""What a feature store's bins served: :class:`BinStats` per bin, kept by a :class:`Counter` each (in the tier
+serving the bin), and their sums per kind of tier."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from iostack.transfer import DeviceMemory
-
-if TYPE_CHECKING:
-    import torch
 
 #: latency samples kept per bin (a ring: the most recent gathers)
 RESERVOIR = 1024
@@ -93,75 +92,61 @@ class Counter:
                 self.seconds += s
 
 
-class StoreStats:
-    """A :class:`~iostack.store.FeatureStore`'s figures (its base class, apart only to keep the store's module
-    short): per bin and per tier, from the ``Counter`` of each bin; uses the store's ``placement``,
-    ``_counters``, ``_held``, ``_bin_of``, ``memory`` and ``row_bytes``."""
-
-    placement: Any
-    memory: DeviceMemory
-    row_bytes: int
-    _counters: dict[int, Counter]
-    _held: dict[int, str]
-    _bin_of: np.ndarray
-
-    def stats(self) -> list[BinStats]:
-        """Counters per bin since the store opened (or :meth:`reset_stats`); waits for pending device timings."""
-        out = []
-        for b in self.placement.bins:
-            c = self._counters[b.id]
-            c.resolve(self.memory)
-            with c.lock:
-                lat = c.ring[:min(c.calls, RESERVOIR)].copy()
-                rows, nbytes, req, calls, pages, read = c.rows, c.bytes, c.requests, c.calls, c.pages, c.read_rows
-            p50, p99 = (np.percentile(lat, [50, 99]).tolist() if lat.size else (0.0, 0.0))
-            out.append(BinStats(b.id, b.kind, rows, nbytes, req, calls, p50, p99, self._held[b.id], pages, read))
-        return out
-
-    def tier_stats(self) -> dict[str, dict[str, float]]:
-        """Counters summed per tier (``gpu``, ``cpu``, ``ssd``): rows, bytes, requests, seconds of the
-        calls that read them, share of rows.
-
-        Rows of another GPU's partition served from host memory count as ``gpu-peer``.
-        """
-        out: dict[str, dict[str, float]] = {}
-        total = 0
-        for b in self.placement.bins:
-            c = self._counters[b.id]
-            # no resolve() here: the trainer asks every batch, and resolving waits on the device;
-            # GPU-tier seconds count once stats() resolved them
-            with c.lock:
-                got = {"rows": c.rows, "bytes": c.bytes, "requests": c.requests, "seconds": c.seconds,
-                       "pages": c.pages, "read_rows": c.read_rows}
-            kind = self._tier_of(b)
-            t = out.setdefault(kind, {k: 0 for k in got} | {"seconds": 0.0, "share": 0.0})
-            for k, v in got.items():
-                t[k] += v
-            rows = got["rows"]
-            total += rows
-        for t in out.values():
-            t["share"] = t["rows"] / (total or 1)
-        return out
-
-    def tier_rows(self, ids: torch.Tensor | np.ndarray) -> dict[str, tuple[int, int]]:
-        """Rows and bytes a gather of ``ids`` (host ids) adds to each tier of :meth:`tier_stats`, counted
-        from the placement alone: a batch's own figures while other threads gather too."""
-        per_bin = np.bincount(self._bin_of[np.asarray(ids, np.int64).reshape(-1)],
-                              minlength=max(b.id for b in self.placement.bins) + 1)
-        out: dict[str, tuple[int, int]] = {}
-        for b in self.placement.bins:
-            kind = self._tier_of(b)
-            r = out.get(kind, (0, 0))[0] + int(per_bin[b.id])
-            out[kind] = (r, r * self.row_bytes)
-        return out
-
-    def _tier_of(self, b: Any) -> str:
-        """The tier bin ``b`` counts in: its kind, ``gpu-peer`` for another GPU's partition held on the host."""
-        return "gpu-peer" if b.kind == "gpu" and self._held[b.id] == "host" else b.kind
-
-    def reset_stats(self) -> None:
-        """Start every bin's counts again from zero."""
-        self._counters = {b.id: Counter() for b in self.placement.bins}
+def bin_stats(placement: Any, tier_at: Mapping[int, Any], memory: DeviceMemory) -> list[BinStats]:
+    """Counters per bin of ``placement`` (``tier_at[bin]``: the tier serving it, with its ``counters`` and
+    ``held``); waits for pending device timings."""
+    out = []
+    for b in placement.bins:
+        tier = tier_at[b.id]
+        c = tier.counters[b.id]
+        c.resolve(memory)
+        with c.lock:
+            lat = c.ring[:min(c.calls, RESERVOIR)].copy()
+            rows, nbytes, req, calls, pages, read = c.rows, c.bytes, c.requests, c.calls, c.pages, c.read_rows
+        p50, p99 = (np.percentile(lat, [50, 99]).tolist() if lat.size else (0.0, 0.0))
+        out.append(BinStats(b.id, b.kind, rows, nbytes, req, calls, p50, p99, tier.held, pages, read))
+    return out
 
 
-__all__ = ["RESERVOIR", "BinStats", "Counter", "StoreStats"]
+def tier_stats(placement: Any, tier_at: Mapping[int, Any]) -> dict[str, dict[str, float]]:
+    """Counters summed per tier kind (``gpu``, ``cpu``, ``ssd``; ``gpu-peer`` for rows of another GPU's
+    partition served from host memory): rows, bytes, requests, seconds of the calls that read them, share of
+    rows."""
+    out: dict[str, dict[str, float]] = {}
+    total = 0
+    for b in placement.bins:
+        c = tier_at[b.id].counters[b.id]
+        # no resolve() here: the trainer asks every batch, and resolving waits on the device;
+        # GPU-tier seconds count once stats() resolved them
+        with c.lock:
+            got = {"rows": c.rows, "bytes": c.bytes, "requests": c.requests, "seconds": c.seconds,
+                   "pages": c.pages, "read_rows": c.read_rows}
+        t = out.setdefault(kind_of(b, tier_at[b.id].held), {k: 0 for k in got} | {"seconds": 0.0, "share": 0.0})
+        for k, v in got.items():
+            t[k] += v
+        total += got["rows"]
+    for t in out.values():
+        t["share"] = t["rows"] / (total or 1)
+    return out
+
+
+def tier_rows(placement: Any, tier_at: Mapping[int, Any], bin_of: np.ndarray, ids: np.ndarray,
+              row_bytes: int) -> dict[str, tuple[int, int]]:
+    """Rows and bytes a gather of ``ids`` adds to each kind of :func:`tier_stats`, counted from the placement
+    alone (``bin_of``: each vertex's bin): a batch's own figures while other threads gather too."""
+    per_bin = np.bincount(bin_of[np.asarray(ids, np.int64).reshape(-1)],
+                          minlength=max(b.id for b in placement.bins) + 1)
+    out: dict[str, tuple[int, int]] = {}
+    for b in placement.bins:
+        kind = kind_of(b, tier_at[b.id].held)
+        r = out.get(kind, (0, 0))[0] + int(per_bin[b.id])
+        out[kind] = (r, r * row_bytes)
+    return out
+
+
+def kind_of(b: Any, held: str) -> str:
+    """The kind bin ``b`` counts in: its own, ``gpu-peer`` for another GPU's partition held on the host."""
+    return "gpu-peer" if b.kind == "gpu" and held == "host" else b.kind
+
+
+__all__ = ["RESERVOIR", "BinStats", "Counter", "bin_stats", "kind_of", "tier_rows", "tier_stats"]

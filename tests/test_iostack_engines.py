@@ -244,7 +244,7 @@ def test_store_gathers_through_engine(engine):
         with FeatureStore(p, d, features=feats, backend_options={"processes": 0, "engine": engine}) as s:
             if not all(direct for direct, _ in s.direct_io().values()):
                 pytest.skip("no O_DIRECT here")
-            assert {s.backend.engine_of(h) for h in s._handles.values()} == {engine}
+            assert {s.backend.engine_of(h) for h in s.tier_of(1).handles.values()} == {engine}
             ids = rng.integers(0, n, 3000)
 
             def work(seed):

@@ -35,15 +35,16 @@ def _placed(d: Path):
     return feats, p
 
 
-def _gathers(store, feats, rank: int, steps: int) -> bool:
-    """``steps`` training gathers on a thread (as the prefetch thread makes them), plus private ones between."""
+def _gathers(steps_store, store, feats, rank: int, steps: int) -> bool:
+    """``steps`` training gathers through ``steps_store`` on a thread (as the prefetch thread makes them), plus
+    private ones through ``store`` between."""
     rng = np.random.default_rng(10 + rank)
     ok = []
 
     def run():
         for _ in range(steps):
             ids = rng.integers(0, N, 600)
-            ok.append(torch.equal(store.gather(torch.from_numpy(ids), node_shared=True), torch.from_numpy(feats[ids])))
+            ok.append(torch.equal(steps_store.gather(torch.from_numpy(ids)), torch.from_numpy(feats[ids])))
             if rank == 0:  # an evaluation gather on one rank only: private, no collective
                 e = rng.integers(0, N, 50)
                 ok.append(torch.equal(store.gather(torch.from_numpy(e)), torch.from_numpy(feats[e])))
@@ -59,7 +60,6 @@ def _worker(rank: int, d: str) -> None:
 
     from iostack.store import FeatureStore
     from training.distributed import World
-    from training.features import StoreFeatures
     from training.nodereads import setup_node_shared_reads, ssd_reads
 
     dist.init_process_group("gloo", init_method=f"file://{d}/init", rank=rank, world_size=2)
@@ -75,10 +75,9 @@ def _worker(rank: int, d: str) -> None:
         world = World(rank, 2, torch.device("cpu"), True, local_rank=local, local_size=size)
         store = FeatureStore(p, Path(d) / f"bins{rank}", features=feats, backend="posix",
                              backend_options={"processes": 0, "threads": 2})
-        feat = StoreFeatures(store)
-        shared = setup_node_shared_reads(wanted, world, feat, steps, 20.0)
-        equal = _gathers(store, feats, rank, steps if shared.on else 2)
-        out[name] = {"on": shared.on, "why": shared.why, "equal": equal, **ssd_reads(feat)}
+        shared = setup_node_shared_reads(wanted, world, store, steps, 20.0)
+        equal = _gathers(shared.features, store, feats, rank, steps if shared.on else 2)
+        out[name] = {"on": shared.on, "why": shared.why, "equal": equal, **ssd_reads(shared.features)}
         store.close()
     Path(d, f"out{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()

@@ -22,6 +22,7 @@ import torch
 from iostack.bins import write_bins
 from iostack.nodeshare import NodeExchange, encode_keys, plan_share
 from iostack.placement import simple_placement
+from iostack.ssdreads import with_node_shared_reads
 from iostack.store import FeatureStore
 from tests.fake_cuda import FakeDeviceMemory
 
@@ -70,23 +71,23 @@ def _placed(d: Path, n: int, dim: int, seed: int = 0):
     return feats, p
 
 
-def _stores(d: Path, feats, p, shm: Path, size: int = 2, memory=None) -> list[FeatureStore]:
+def _stores(d: Path, feats, p, shm: Path, size: int = 2, memory=None, shared: bool = True) -> list[FeatureStore]:
+    """One store per rank, composed with node-shared SSD reads (``shared``) or reading privately."""
     out = []
     for ex in ThreadExchange.node(size):
         s = FeatureStore(p, d, features=feats, backend="posix", backend_options={"processes": 0, "threads": 2},
                          memory=memory() if memory else None)
-        assert s.enable_node_shared_reads(ex, "t", directory=shm) is None
-        out.append(s)
+        out.append(with_node_shared_reads(s, ex, "t", directory=shm) if shared else s)
     return out
 
 
-def _together(stores, ids_per_rank, node_shared=True):
+def _together(stores, ids_per_rank):
     """Every rank's gather on its own thread, as the prefetch threads would; results (or errors) per rank."""
     res: list = [None] * len(stores)
 
     def run(i):
         try:
-            res[i] = stores[i].gather(torch.as_tensor(ids_per_rank[i]), node_shared=node_shared).clone()
+            res[i] = stores[i].gather(torch.as_tensor(ids_per_rank[i])).clone()
         except BaseException as exc:
             res[i] = exc
 
@@ -153,10 +154,10 @@ def test_each_page_is_read_once_by_the_node(disk_dir, tmp_path):
     feats, p = _placed(disk_dir, 4000, 16)  # 64 rows to a page
     rng = np.random.default_rng(2)
     ids = [rng.integers(0, 4000, 1500), rng.integers(0, 4000, 1500)]
-    shared, private = _stores(disk_dir, feats, p, tmp_path), _stores(disk_dir, feats, p, tmp_path)
+    shared, private = _stores(disk_dir, feats, p, tmp_path), _stores(disk_dir, feats, p, tmp_path, shared=False)
     try:
         _together(shared, ids)
-        _together(private, ids, node_shared=False)
+        _together(private, ids)
         tiers = [s.tier_stats()["ssd"] for s in shared]
         alone = [s.tier_stats()["ssd"] for s in private]
         union = np.unique(np.concatenate(ids))
@@ -220,7 +221,7 @@ def test_two_gathering_threads_per_rank_stay_exact(disk_dir, tmp_path):
 
         def worker(rank, k):
             for s in range(k, steps, 2):
-                g = stores[rank].gather(torch.as_tensor(ids[rank][s]), node_shared=True)
+                g = stores[rank].gather(torch.as_tensor(ids[rank][s]))
                 if not torch.equal(g, torch.from_numpy(feats[ids[rank][s]])):
                     bad.append((rank, s))
 
@@ -241,7 +242,7 @@ def test_a_step_waits_for_the_copy_two_steps_back_before_it_exchanges(disk_dir, 
         nr = [s.node_shared_reads for s in stores]
 
         def read(rank):
-            h = stores[rank]._handles
+            h = stores[rank].tier_of(1).inner.handles
             return lambda b, rows, out: stores[rank].backend.read_rows(h[b], rows, out)
 
         def groups(rank, s):
@@ -281,7 +282,7 @@ def test_a_thread_that_calls_again_is_done_with_its_older_steps(disk_dir, tmp_pa
         rows = [(1, np.arange(0, 100, 3))]
 
         def run(r):
-            h = stores[r]._handles
+            h = stores[r].tier_of(1).inner.handles
             for _ in range(5):  # never released: the same thread's third call must not wait for itself
                 assert nr[r].step(rows, lambda b, x, out: stores[r].backend.read_rows(h[b], x, out)) is not None
 

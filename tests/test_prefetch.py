@@ -22,7 +22,7 @@ from iostack.placement import simple_placement
 from iostack.store import FeatureStore
 from iostack.transfer import Transfer
 from tests.fake_cuda import FakeDeviceMemory
-from training.features import MemoryFeatures, StoreFeatures
+from training.features import MemoryFeatures
 from training.pipeline import Lookups, Prefetcher, prefetch_workers, preparer
 from training.sampler import NeighborSampler
 
@@ -156,7 +156,7 @@ def test_a_batch_tiers_counted_from_its_ids_match_the_store_counters(store):
 
 def test_concurrent_preparation_gives_each_batch_its_own_figures(store):
     s, feats = store
-    f = StoreFeatures(s)
+    f = s  # the store is a feature source itself
     indptr = torch.arange(0, 3001 * 4, 4)
     indices = torch.from_numpy(np.random.default_rng(2).integers(0, 3000, 3000 * 4))
     lookups = Lookups(torch.zeros(3000, dtype=torch.int64), None)
@@ -188,6 +188,6 @@ def test_concurrent_preparation_gives_each_batch_its_own_figures(store):
 
 def test_two_workers_only_for_host_gathers_with_node_shared_reads(store):
     s, feats = store
-    assert prefetch_workers(StoreFeatures(s), node_shared=True) == 2
-    assert prefetch_workers(StoreFeatures(s), node_shared=False) == 1
+    assert prefetch_workers(s, node_shared=True) == 2
+    assert prefetch_workers(s, node_shared=False) == 1
     assert prefetch_workers(MemoryFeatures(feats), node_shared=True) == 1

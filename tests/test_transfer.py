@@ -99,7 +99,7 @@ def test_gather_on_the_device_stages_host_rows_once(fp16_store_dir):
     mem = FakeDeviceMemory()
     with FeatureStore(p, d, features=feats, memory=mem, backend="posix",
                       backend_options={"processes": 0}) as s:
-        gpu_bin, cpu_bin = s._tensors[0], s._tensors[1]
+        gpu_bin, cpu_bin = s.tier_of(0).tensors[0], s.tier_of(1).tensors[1]
         assert mem.kind_of(gpu_bin) == "device" and mem.kind_of(cpu_bin) == "pinned"
         assert mem.pinned_in_place == [cpu_bin.numel() * 2]  # registered where it is, not copied
         ids = np.random.default_rng(0).integers(0, 2000, 4000)
@@ -159,7 +159,7 @@ def test_other_ranks_partitions_are_served_from_host_memory(tmp_path):
     p = Placement(bins, bin_of, row_of)
     mem = FakeDeviceMemory()
     with FeatureStore(p, features=feats, memory=mem, local_gpu_bins=[1]) as s:
-        assert s._held == {0: "host", 1: "device", 2: "host"}
+        assert s.held == {0: "host", 1: "device", 2: "host"}
         assert any("GPU bin 0" in n and "NVLink" in n for n in s.notes)
         ids = np.arange(0, 400, 3)
         assert torch.equal(s.gather(ids), torch.from_numpy(feats[ids]))
@@ -169,6 +169,11 @@ def test_other_ranks_partitions_are_served_from_host_memory(tmp_path):
         assert m["device"] == 100 * 32 and m["host"] == 300 * 32 and m["gpu"] == 200 * 32
 
 
+def _segments(store):
+    """The node-shared segments of a store's host tiers, in bin order."""
+    return [seg for t in store.tiers for seg in getattr(t, "segments", ())]
+
+
 @pytest.mark.skipif(not os.access(SHM_DIR, os.W_OK), reason="no writable /dev/shm")
 def test_host_tiers_are_one_copy_per_node(fp16_store_dir):
     feats, p, d = fp16_store_dir
@@ -176,13 +181,15 @@ def test_host_tiers_are_one_copy_per_node(fp16_store_dir):
     a = FeatureStore(p, d, features=feats, share_key=key, backend_options={"processes": 0})
     b = FeatureStore(p, d, features=feats, share_key=key, backend_options={"processes": 0})
     # no accelerator: the "gpu" bin is host memory too, so both cache bins are node-shared
-    assert len(a._shared) == len(b._shared) == 2
-    assert all(x.built for x in a._shared) and not any(x.built for x in b._shared)
-    assert [x.path for x in a._shared] == [x.path for x in b._shared]
-    sa = a._shared[1]
-    assert a._tensors[1].data_ptr() != b._tensors[1].data_ptr()  # two mappings ...
-    a._tensors[1][0, 0] = 42  # ... of one copy
-    assert float(b._tensors[1][0, 0]) == 42
+    seg_a, seg_b = _segments(a), _segments(b)
+    assert len(seg_a) == len(seg_b) == 2
+    assert all(x.built for x in seg_a) and not any(x.built for x in seg_b)
+    assert [x.path for x in seg_a] == [x.path for x in seg_b]
+    sa = seg_a[1]
+    ta, tb = a.tier_of(1).tensors[1], b.tier_of(1).tensors[1]
+    assert ta.data_ptr() != tb.data_ptr()  # two mappings ...
+    ta[0, 0] = 42  # ... of one copy
+    assert float(tb[0, 0]) == 42
     a.close()
     assert sa.path.exists()  # b still maps it
     b.close()

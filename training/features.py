@@ -2,7 +2,8 @@
 
 :func:`open_features` opens what a :class:`~training.specs.IOSpec` names
 (a placement directory, else the dataset's own ``features.npy``) on the
-training device; both sources satisfy :class:`FeatureSource`. A placement made
+training device; both sources satisfy :class:`FeatureSource`: the placement's
+:class:`~iostack.store.FeatureStore` itself, or :class:`MemoryFeatures`. A placement made
 from another dataset is refused (its manifest records the dataset's
 fingerprint, :func:`training.place_run.check_placement_is_for`).
 """
@@ -38,7 +39,7 @@ class FeatureSource(Protocol):
         """``[len(ids), dim]`` rows of ``ids`` (int64), in order."""
         ...
 
-    def gather_landing(self, ids: Tensor, dtype: torch.dtype | None = None) -> Gathered:
+    def gather_landing(self, ids: Tensor, *, dtype: torch.dtype | None = None) -> Gathered:
         """The rows on the training device (cast to ``dtype`` there), to wait on where they are used."""
         ...
 
@@ -88,46 +89,11 @@ class MemoryFeatures:
         pass
 
 
-class StoreFeatures:
-    """Rows through an :class:`iostack.store.FeatureStore` (tiers ``gpu``, ``cpu``, ``ssd``)."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.transfer = store.transfer
-        self.dim = int(store.dim)
-
-    def gather(self, ids: Tensor) -> Tensor:
-        return self.store.gather(ids)
-
-    def gather_landing(self, ids: Tensor, dtype: torch.dtype | None = None, *, node_shared: bool = False
-                       ) -> Gathered:
-        return self.store.gather_landing(ids, dtype=dtype, node_shared=node_shared)
-
-    def totals(self) -> dict[str, tuple[int, int]]:
-        return {k: (int(v["rows"]), int(v["bytes"])) for k, v in self.store.tier_stats().items()}
-
-    def tier_rows(self, ids: Tensor) -> dict[str, tuple[int, int]]:
-        """What gathering ``ids`` (host) adds to :meth:`totals`, per tier, without gathering."""
-        return self.store.tier_rows(ids)
-
-    def concurrent_gathers(self) -> bool:
-        """Whether gathers may run on several threads at once: host gathers of a placement's store."""
-        return not self.store.memory.accelerated
-
-    def unlink_shared(self) -> None:
-        self.store.unlink_shared()
-
-    def memory_bytes(self) -> dict[str, int]:
-        return self.store.memory_bytes()
-
-    def close(self) -> None:
-        self.store.close()
-
-
 def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto", *,
                   memory: DeviceMemory | None = None, local_gpu_bins: Sequence[int] | None = None,
                   share_key: str | None = None, capacities: str | None = None) -> FeatureSource:
-    """The dataset's features: through the placement's store, else in memory, served on ``memory``'s device.
+    """The dataset's features: the placement's :class:`~iostack.store.FeatureStore`, else in memory, served on
+    ``memory``'s device.
 
     ``backend`` ``auto`` is chosen by measurement (``capacities``: a file of
     ``moment profile``); ``local_gpu_bins`` and ``share_key`` go to the store.
@@ -155,13 +121,12 @@ def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto",
         store.close()
         raise TrainError(f"{placement_dir}: bins hold rows of dim {store.dim}, the dataset's features have "
                          f"{ds.feature_dim}; place this dataset's features")
-    return StoreFeatures(store)
+    return store
 
 
 def feature_dtype_of(features: Any, ds: Dataset) -> str | None:
     """The type the feature rows are held in: the placement's bins (e.g. ``int8``), else the dataset's."""
-    store = getattr(features, "store", None)
-    held = getattr(store, "feature_dtype", None)
+    held = getattr(features, "feature_dtype", None) or getattr(getattr(features, "store", None), "feature_dtype", None)
     return held if held is not None else ds.feature_dtype
 
 
@@ -212,5 +177,4 @@ def share_key_of(ds: Dataset, placement_dir: str) -> str:
     return h.hexdigest()[:20]
 
 
-__all__ = ["FeatureSource", "MemoryFeatures", "StoreFeatures", "feature_dtype_of", "open_features", "open_store",
-           "share_key_of"]
+__all__ = ["FeatureSource", "MemoryFeatures", "feature_dtype_of", "open_features", "open_store", "share_key_of"]

@@ -157,7 +157,7 @@ class Predictor:
             ssd_bins_from_place_report,
         )
 
-        store = getattr(features, "store", None)
+        store = features if hasattr(features, "tier_stats") else getattr(features, "store", None)
         report = load_place_report(io.placement) if io.placement else None
         if store is None or report is None or not hasattr(store, "tier_stats"):
             return None

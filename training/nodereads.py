@@ -1,7 +1,9 @@
 """Node-shared SSD reads for a data-parallel run: the node's ranks, found, checked and joined by a gloo group.
 
 The store's side (the union of a step's SSD rows, split by page, read into a
-node-shared buffer) is :mod:`iostack.nodeshare`; this module gives it the ranks
+node-shared buffer) is :mod:`iostack.nodeshare`, a tier wrapping the store's SSD
+tier in the store the training steps gather through
+(:func:`iostack.ssdreads.with_node_shared_reads`); this module gives it the ranks
 of this node (:class:`GlooNodeExchange`) and decides, the same way on every
 rank, where it is used (:func:`setup_node_shared_reads`):
 
@@ -34,8 +36,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from iostack.ssdreads import node_shared_reads_blocked, with_node_shared_reads
+from iostack.store import FeatureStore
 from training.distributed import World, peer_errors
-from training.features import StoreFeatures
 
 
 class GlooNodeExchange:
@@ -74,11 +77,17 @@ class GlooNodeExchange:
 
 @dataclass(frozen=True)
 class NodeReads:
-    """Whether this rank's training gathers share their SSD reads with its node (``on``), and why (not)."""
+    """Whether this rank's training gathers share their SSD reads with its node (``on``), and why (not).
+
+    ``features``: what the training steps gather through: the store composed
+    with node-shared reads when on (evaluation keeps the store it came from),
+    else the features given.
+    """
 
     on: bool
     why: str
     ranks: int = 1
+    features: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"on": self.on, "why": self.why, "ranks": self.ranks}
@@ -107,14 +116,14 @@ def setup_node_shared_reads(wanted: bool, world: World, features: Any, steps: in
     the world's default group when there is more than one rank).
     """
     if world.size <= 1:
-        return NodeReads(False, "one rank")
-    store = features.store if isinstance(features, StoreFeatures) else None
+        return NodeReads(False, "one rank", features=features)
+    store = features if isinstance(features, FeatureStore) else None
     if not wanted:
         why = "turned off (--no-node-shared-reads)"
     elif store is None:  # in memory, or a placement sharded across nodes (its local store is not wired in)
         why = f"features from {type(features).__name__}, not one placement's store"
     else:
-        why = store.node_shared_reads_blocked()
+        why = node_shared_reads_blocked(store)
     me = {"host": socket.gethostname(), "node": os.environ.get("GROUP_RANK", str(world.rank // world.local_size)),
           "local_rank": world.local_rank, "local_size": world.local_size, "steps": int(steps), "why": why,
           "token": secrets.token_hex(6), "rank": world.rank}
@@ -135,15 +144,14 @@ def setup_node_shared_reads(wanted: bool, world: World, features: Any, steps: in
                 group = g
     reason = _node_decision(mine)
     if group is None:
-        return NodeReads(False, reason or "no group")
+        return NodeReads(False, reason or "no group", features=features)
     lead = next(m for m in mine if m["local_rank"] == 0)
     ordered = sorted(m["rank"] for m in mine)
-    blocked = store.enable_node_shared_reads(GlooNodeExchange(group, ordered.index(world.rank), len(mine)),
-                                             f"nsr-{lead['token']}")
-    if blocked is not None:  # cannot happen after the check above; never leave the others waiting
-        raise RuntimeError(f"node-shared reads: {blocked}")
+    # cannot be refused after the check above (a refusal would raise, never leave the others waiting)
+    steps = with_node_shared_reads(store, GlooNodeExchange(group, ordered.index(world.rank), len(mine)),
+                                   f"nsr-{lead['token']}")
     return NodeReads(True, f"the SSD pages of each training step read once by this node's {len(mine)} ranks",
-                     len(mine))
+                     len(mine), steps)
 
 
 def ssd_reads(features: Any, since: dict | None = None) -> dict[str, Any]:
@@ -153,7 +161,7 @@ def ssd_reads(features: Any, since: dict | None = None) -> dict[str, Any]:
     With node-shared reads on these are this rank's part of its node's reads, not the rows its batches used
     (those are the epoch's ``tiers``).
     """
-    store = features.store if isinstance(features, StoreFeatures) else None
+    store = features if isinstance(features, FeatureStore) else None
     if store is None:
         return {}
     t = store.tier_stats().get("ssd", {})

@@ -236,26 +236,26 @@ def prefetch_workers(features: FeatureSource, node_shared: bool) -> int:
     return 2 if node_shared and ok is not None and ok() else 1
 
 
-def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *, node_shared: bool = False,
+def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *,
              concurrent: bool = False) -> Callable[[SampledBatch, float], Prepared]:
     """A batch's preparation: its rows gathered (float32, on the device), labels and degrees looked up.
 
-    ``node_shared``: the training steps' preparation, whose SSD reads the
-    store shares with the node's other ranks (:mod:`training.nodereads`);
-    every rank of the node must then prepare the same number of batches.
+    ``features`` composed with node-shared SSD reads (the training steps'
+    store, :mod:`training.nodereads`): every rank of the node must then
+    prepare the same number of batches, and each batch says how long its
+    gather waited for the others.
     ``concurrent``: it runs on several threads at once (a :class:`Prefetcher`
     with ``workers > 1``; ``features`` must allow it, see
     :func:`prefetch_workers`), so a batch's tier figures are counted from its
     ids, not from the store's running totals, which the other thread moves too.
     """
     transfer = features.transfer
-    shared = getattr(getattr(features, "store", None), "node_shared_reads", None) if node_shared else None
-    extra = {"node_shared": True} if shared is not None else {}
+    shared = getattr(features, "node_shared_reads", None)
 
     def prepare(b: SampledBatch, sample_s: float) -> Prepared:
         t0 = time.perf_counter()
         before = {} if concurrent else features.totals()
-        gathered = features.gather_landing(b.n_id, dtype=torch.float32, **extra)  # cast on the device, after the copy
+        gathered = features.gather_landing(b.n_id, dtype=torch.float32)  # cast on the device, after the copy
         after = features.tier_rows(b.n_id) if concurrent else features.totals()
         gather_s = time.perf_counter() - t0
         waited = shared.last_wait_s if shared is not None else 0.0

@@ -97,7 +97,7 @@ from training.hostmem import keep_freed_host_memory
 from training.memplan import check_host_memory
 from training.metrics import JsonlWriter, Predictor, Sums, add_step, epoch_record, moved_since
 from training.models import build_model
-from training.nodereads import setup_node_shared_reads, ssd_reads
+from training.nodereads import NodeReads, setup_node_shared_reads, ssd_reads
 from training.pipeline import (
     Lookups,
     Prefetcher,
@@ -249,7 +249,7 @@ def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarr
                                          spec.distributed.timeout_s)
         if predictor is not None:  # the node's other ranks read the same SSDs in the same steps
             predictor.node(shared.ranks if shared.on else world.local_size, shared.on)
-        run, resumed = _set_up(spec, ds, world, features, source, shared.on, lookups, csr, train_idx.shape[0],
+        run, resumed = _set_up(spec, ds, world, features, source, shared, lookups, csr, train_idx.shape[0],
                                emit, predictor)
         if resumed is not None and metrics_file is not None:
             metrics_file.rewind(resumed.epoch, resumed.step)
@@ -287,9 +287,13 @@ def _sampled_where(spec: TrainSpec, given: _Given, sample_dev: torch.device, why
 
 
 def _set_up(spec: TrainSpec, ds: Dataset, world: World, features: FeatureSource, source: BatchSource,
-            node_shared: bool, lookups: Lookups, csr: tuple[Tensor, Tensor], n_train: int,
+            shared: NodeReads, lookups: Lookups, csr: tuple[Tensor, Tensor], n_train: int,
             emit: Callable[[dict], None], predictor: Predictor | None) -> tuple[_Run, Resumed | None]:
-    """The model, its optimizer (resumed from the checkpoint when asked), DDP, and the run around them."""
+    """The model, its optimizer (resumed from the checkpoint when asked), DDP, and the run around them.
+
+    The training steps gather through ``shared.features`` (the store composed with node-shared SSD reads
+    when they are on), evaluation through ``features``.
+    """
     model, params, optimizer = _model(spec.model, spec.sampling.layers, spec.run, features.dim, ds.num_classes,
                                       world.device)
     ckpt_path = checkpoint_path(spec.run.checkpoint_dir, spec.run.resume, checkpoint_bytes(params))
@@ -297,10 +301,10 @@ def _set_up(spec: TrainSpec, ds: Dataset, world: World, features: FeatureSource,
     if spec.run.resume and ckpt_path is not None and ckpt_path.exists():
         resumed = resume(ckpt_path, spec.to_dict(), model, optimizer, world)
     ddp = data_parallel(model, world)  # after a resume: DDP starts every rank from rank 0's state
-    workers = prefetch_workers(features, node_shared)
+    workers = prefetch_workers(features, shared.on)
     normalize = spec.model.normalize_features
-    run = _Run(spec, ds, world, features, model, ddp, params, optimizer,
-               preparer(features, lookups, normalize, node_shared=node_shared, concurrent=workers > 1),
+    run = _Run(spec, ds, world, shared.features, model, ddp, params, optimizer,
+               preparer(shared.features, lookups, normalize, concurrent=workers > 1),
                source, source.steps(0), int(n_train), ckpt_path, emit, predictor,
                NeighborSampler(*csr, spec.sampling.evaluation_fanouts, seed=spec.run.seed),
                preparer(features, lookups, normalize),  # evaluation reads privately
