@@ -59,7 +59,18 @@ def check_file(path: str | os.PathLike[str], option: str, *, suffixes: Iterable[
                inputs: Iterable[str | os.PathLike[str] | None] = (), what: str = "the file") -> Path:
     """``path`` as an output file of ``option``: not a directory, a known suffix (when ``suffixes`` are
     given, lower case with the dot), not one of ``inputs``, in an existing directory that can be
-    written and has room. Returns it; :class:`~moment.errors.CommandError` in one line otherwise."""
+    written and has room.
+
+    Returns
+    -------
+    Path
+        ``path``, checked.
+
+    Raises
+    ------
+    CommandError
+        In one line naming ``option``, when any of the above does not hold.
+    """
     p = Path(path)
     if p.is_dir():
         raise CommandError(f"{option} {p}: is a directory; name a file in it")
@@ -80,7 +91,18 @@ def check_file(path: str | os.PathLike[str], option: str, *, suffixes: Iterable[
 def check_dir(path: str | os.PathLike[str], option: str, *,
               inputs: Iterable[str | os.PathLike[str] | None] = (), what: str = "files") -> Path:
     """``path`` as an output directory of ``option`` (made later if missing): not an existing file (nor
-    one of ``inputs``), and its nearest existing ancestor can be written and has room."""
+    one of ``inputs``), and its nearest existing ancestor can be written and has room.
+
+    Returns
+    -------
+    Path
+        ``path``, checked.
+
+    Raises
+    ------
+    CommandError
+        In one line naming ``option``, when any of the above does not hold.
+    """
     p = Path(path)
     same = _same(p, inputs)
     if same is not None:

@@ -71,7 +71,14 @@ def restore_rng(saved: list[dict[str, Any]] | dict[str, Any], world: World) -> s
 
 # Any: a checkpoint's torch.save record (states of torch, numpy, random)
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """``torch.save`` to a temporary sibling, fsync, rename: a crash never leaves half a checkpoint."""
+    """``torch.save`` to a temporary sibling, fsync, rename: a crash never leaves half a checkpoint.
+
+    Raises
+    ------
+    TrainError
+        When the file cannot be written (full disk, read-only directory); the temporary file is
+        removed and the previous checkpoint, if any, is kept.
+    """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
