@@ -55,7 +55,8 @@ def _share(text: str, option: str) -> float:
 
 def _synth_command(args: argparse.Namespace) -> int:
     from moment.bars import Bars
-    from training.synth import SynthSpec, synthesize
+    from training.synth import SynthSpec
+    from training.synth_run import synthesize
 
     spec = SynthSpec(
         num_nodes=_count(args.nodes, "--nodes"),

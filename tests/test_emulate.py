@@ -19,7 +19,8 @@ from iostack.emulate_workload import (
     workload_from_dict,
 )
 from training.stream import record_stream
-from training.synth import SynthSpec, synthesize
+from training.synth import SynthSpec
+from training.synth_run import synthesize
 
 
 def synthetic(tmp_path, **over):

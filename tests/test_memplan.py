@@ -23,7 +23,8 @@ from training.memplan import (
     size_cpu_cache,
     training_reserve,
 )
-from training.synth import SynthSpec, synthesize
+from training.synth import SynthSpec
+from training.synth_run import synthesize
 
 GIB = 1 << 30
 

@@ -17,7 +17,8 @@ from iostack.placement import load_placement
 from iostack.store import FeatureStore
 from moment.cli import main
 from training.data import open_dataset, open_paged_npy
-from training.synth import SynthSpec, synthesize
+from training.synth import SynthSpec
+from training.synth_run import synthesize
 
 
 def _one_ssd_spec() -> str:

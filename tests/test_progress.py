@@ -68,7 +68,8 @@ def test_write_bins_reports_every_bin_to_its_row_count(tmp_path):
 def test_synth_and_hotness_report_sane_totals(tmp_path):
     from training.data import open_dataset
     from training.hotness import HotnessSpec, compute_hotness
-    from training.synth import SynthSpec, synthesize
+    from training.synth import SynthSpec
+    from training.synth_run import synthesize
 
     rec = Recorder()
     synthesize(tmp_path / "g", SynthSpec(num_nodes=2000, num_edges=20_000, feature_dim=8, train_share=0.2),

@@ -156,7 +156,8 @@ def test_batch_source_recipe(recipe, tmp_path):
     from training.data import open_dataset
     from training.pipeline import csr_on, open_source
     from training.specs import ModelSpec, RunSpec, SamplingSpec, TrainSpec
-    from training.synth import SynthSpec, synthesize
+    from training.synth import SynthSpec
+    from training.synth_run import synthesize
     from training.trainer import train
 
     indptr = torch.tensor([0, 1, 4, 6, 6, 8])  # degrees 1, 3, 2, 0, 2

@@ -34,7 +34,8 @@ from training.serve import (
     ServerError,
     parse_address,
 )
-from training.synth import SynthSpec, synthesize
+from training.synth import SynthSpec
+from training.synth_run import synthesize
 
 REPO = Path(__file__).resolve().parents[1]
 CLIENT = REPO / "tests" / "serve_client.py"

@@ -33,7 +33,8 @@ from training.specs import (
     SamplingSpec,
     TrainSpec,
 )
-from training.synth import SynthSpec, synthesize
+from training.synth import SynthSpec
+from training.synth_run import synthesize
 from training.trainer import train
 
 OLD_CHECKPOINT = REPO / "tests" / "data" / "checkpoint-before-specs" / "checkpoint.pt"

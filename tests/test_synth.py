@@ -23,8 +23,8 @@ from training.synth import (
     feature_rows,
     iter_edge_chunks,
     split_indices,
-    synthesize,
 )
+from training.synth_run import synthesize
 
 
 def _edges(spec, chunk_edges):
@@ -257,7 +257,8 @@ def test_ten_million_edges_stream_in_bounded_memory(tmp_path):
     # a fresh interpreter, so that the peak RSS is this run's alone
     code = (
         "import resource, sys\n"
-        "from training.synth import SynthSpec, synthesize\n"
+        "from training.synth import SynthSpec\n"
+        "from training.synth_run import synthesize\n"
         "spec = SynthSpec(num_nodes=10**6, num_edges=10**7, feature_dim=16, seed=1)\n"
         "r = synthesize(sys.argv[1], spec, chunk_edges=1 << 20)\n"
         "print(r.num_edges, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from training.bucketcsr import BucketPlan, BuildState, SpillState, build, spill
 from training.csr import count_rows, edge_chunks, place_edges, sort_rows
 from training.data import count_ids
-from training.synth import EDGE_BLOCK, SynthSpec, synthesize
-from training.synth_run import KILL_ENV, work_dir_of
+from training.synth import EDGE_BLOCK, SynthSpec
+from training.synth_run import KILL_ENV, synthesize, work_dir_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = dict(num_nodes=3000, num_edges=3 * EDGE_BLOCK + 123, feature_dim=6, feature_dtype="float16",

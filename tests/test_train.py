@@ -337,7 +337,8 @@ def test_cli_bad_input_is_one_line_exit_2(cora, cora_placement, tmp_path, capsys
 
 
 def test_resume_on_another_dataset_is_a_clear_error_and_new_lr_applies(cora, tmp_path, capsys):
-    from training.synth import SynthSpec, synthesize
+    from training.synth import SynthSpec
+    from training.synth_run import synthesize
 
     ck = tmp_path / "ck"
     small = ["--fanouts", "5,5", "--batch-size", "70", "--hidden", "8", "--checkpoint", str(ck)]

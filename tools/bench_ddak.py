@@ -183,7 +183,8 @@ def figure_graph(nodes: int, edges: int, pool: int | None) -> list[Figure]:
     from training.data import open_dataset
     from training.hotness import HotnessSpec, compute_hotness
     from training.placing import build_bins, place, plan_now, targets_for_caches
-    from training.synth import SynthSpec, synthesize
+    from training.synth import SynthSpec
+    from training.synth_run import synthesize
 
     with tempfile.TemporaryDirectory() as tmp:
         spec = SynthSpec(num_nodes=nodes, num_edges=edges, generator="chung-lu", feature_dim=128,

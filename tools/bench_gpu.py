@@ -94,7 +94,8 @@ def make_data(args, work: Path):
     from iostack.bins import write_bins
     from iostack.placement import load_placement, simple_placement
     from training.data import open_dataset
-    from training.synth import SynthSpec, synthesize
+    from training.synth import SynthSpec
+    from training.synth_run import synthesize
 
     tag = f"{args.nodes}-{args.edges}-{args.feature_dim}-{args.gpu_share}-{args.cpu_share}"
     ds_dir, pl_dir, stamp = work / "dataset", work / "placement", work / "made.json"

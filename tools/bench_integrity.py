@@ -28,7 +28,8 @@ from pathlib import Path
 from _results import Figure, write
 
 from training.data import open_dataset
-from training.synth import SynthSpec, synthesize
+from training.synth import SynthSpec
+from training.synth_run import synthesize
 from training.writer import DatasetWriter
 
 

@@ -109,7 +109,8 @@ def make_graph(args: argparse.Namespace, workdir: Path) -> tuple[np.ndarray, np.
     how = "inline Chung-Lu"
     try:  # the project's generator when it is there, else the inline one (same model)
         from training.data import open_dataset
-        from training.synth import SynthSpec, synthesize
+        from training.synth import SynthSpec
+        from training.synth_run import synthesize
 
         spec = SynthSpec(num_nodes=args.nodes, num_edges=args.edges, generator="chung-lu",
                          skew=args.skew, feature_dim=0, seed=args.seed)

@@ -201,7 +201,8 @@ def main() -> int:
     if args.as_trainer:
         return trainer(args)
 
-    from training.synth import SynthSpec, synthesize
+    from training.synth import SynthSpec
+    from training.synth_run import synthesize
 
     args.dataset_dir = Path(args.workdir) / f"g-{args.nodes}-{args.edges}"
     if not args.dataset_dir.exists():

@@ -176,7 +176,8 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
     >>> from training.placing import plan_now
     >>> from training.hotness import HotnessSpec
     >>> from training.place_specs import TierSpec
-    >>> from training.synth import SynthSpec, synthesize
+    >>> from training.synth import SynthSpec
+    >>> from training.synth_run import synthesize
     >>> tmp = Path(tempfile.mkdtemp())
     >>> _ = synthesize(tmp / "ds", SynthSpec(num_nodes=500, num_edges=3000, feature_dim=4))
     >>> plan = plan_now(topology_from_files(machine="moment-b"), spec="moment-b")  # 4 GPUs, 2 sockets, 8 SSDs

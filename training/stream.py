@@ -8,7 +8,8 @@ tiered store without the model.
 
 >>> import tempfile, numpy as np
 >>> from pathlib import Path
->>> from training.synth import SynthSpec, synthesize
+>>> from training.synth import SynthSpec
+>>> from training.synth_run import synthesize
 >>> from iostack.emulate import make_stream
 >>> from iostack.emulate_workload import StreamSpec
 >>> with tempfile.TemporaryDirectory() as d:

@@ -69,7 +69,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from planner.progress import Progress
 from training.draws import RMAT_LEVELS_PER_DRAW, rmat_probabilities
 from training.draws import guide as _guide
 from training.draws import locate as _locate
@@ -388,7 +387,7 @@ def source_block(spec: SynthSpec) -> dict:
 
 @dataclass(frozen=True)
 class SynthReport:
-    """What :func:`synthesize` wrote: counts and the degree skew of the stored graph.
+    """What :func:`training.synth_run.synthesize` wrote: counts and the degree skew of the stored graph.
 
     ``generated_edges`` counts draws (doubled when undirected); ``num_edges`` the
     CSR entries kept after dropping self-loops and duplicates. ``top1pct_in_share``
@@ -410,39 +409,3 @@ class SynthReport:
     model_bytes: int
     #: the most edges one bucket of the CSR build held (what sets that phase's memory)
     largest_bucket_edges: int = 0
-
-
-def synthesize(
-    path,
-    spec: SynthSpec,
-    *,
-    chunk_edges: int = 1 << 22,
-    feature_chunk_bytes: int = 64 << 20,
-    overwrite: bool = False,
-    name: str | None = None,
-    progress: Progress | None = None,
-) -> SynthReport:
-    """Generate ``spec`` and write it as a dataset directory at ``path``; resumable after a kill.
-
-    The phases, their checkpoints and the memory bound are
-    :mod:`training.synth_run`'s: the edges are generated once, spilled to
-    id-range bucket files and sorted bucket by bucket into the CSR; features are
-    written in row blocks of about ``feature_chunk_bytes``. Memory grows with
-    ``num_nodes`` (the model, about 22 bytes a node) and ``chunk_edges``, never
-    with ``num_edges``. The chunk sizes never change the files; a run stopped
-    at any point and re-run with the same spec continues where it stopped and
-    ends with the same bytes. ``progress(stage, done, total)`` is called as
-    every phase advances.
-
-    >>> import tempfile
-    >>> from training.data import open_dataset
-    >>> d = tempfile.mkdtemp()
-    >>> r = synthesize(f"{d}/g", SynthSpec(num_nodes=500, num_edges=3000, feature_dim=4, seed=7))
-    >>> ds = open_dataset(f"{d}/g")
-    >>> (ds.num_nodes, ds.num_edges == r.num_edges, ds.features.shape, ds.meta["source"]["seed"])
-    (500, True, (500, 4), 7)
-    """
-    from training.synth_run import synthesize as run
-
-    return run(path, spec, chunk_edges=chunk_edges, feature_chunk_bytes=feature_chunk_bytes,
-               overwrite=overwrite, name=name, progress=progress)

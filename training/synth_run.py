@@ -213,12 +213,18 @@ def degree_stats(work: Path, n: int, num_edges: int, idt: np.dtype, chunk: int, 
 def synthesize(path, spec, *, chunk_edges: int = 1 << 22, feature_chunk_bytes: int = 64 << 20,
                overwrite: bool = False, name: str | None = None, progress: Progress | None = None,
                bucket_edges: int = BUCKET_EDGES):
-    """Generate ``spec`` and write it as a dataset directory at ``path``; resumable (module docstring).
+    """Generate ``spec`` and write it as a dataset directory at ``path``; resumable after a kill.
 
-    ``chunk_edges``, ``feature_chunk_bytes`` and ``bucket_edges`` (the CSR build's sort
-    unit, :mod:`training.bucketcsr`) bound memory and never change the files.
-    ``overwrite`` replaces an existing dataset and discards an unfinished run of another
-    spec. ``progress(stage, done, total)`` is called as every phase advances.
+    The phases, their checkpoints and the memory bound are this module's (its
+    docstring): the edges are generated once, spilled to id-range bucket files and
+    sorted bucket by bucket into the CSR; features are written in row blocks of about
+    ``feature_chunk_bytes``. Memory grows with ``num_nodes`` (the model, about 22 bytes
+    a node), ``chunk_edges`` and ``bucket_edges`` (the CSR build's sort unit,
+    :mod:`training.bucketcsr`), never with ``num_edges``; the chunk sizes never change
+    the files. A run stopped at any point and re-run with the same spec continues
+    where it stopped and ends with the same bytes. ``overwrite`` replaces an existing
+    dataset and discards an unfinished run of another spec. ``progress(stage, done,
+    total)`` is called as every phase advances.
 
     Raises
     ------
@@ -226,6 +232,17 @@ def synthesize(path, spec, *, chunk_edges: int = 1 << 22, feature_chunk_bytes: i
         ``chunk_edges`` is below 1.
     DatasetError
         The output directory exists and may not be replaced.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from training.data import open_dataset
+    >>> from training.synth import SynthSpec
+    >>> d = tempfile.mkdtemp()
+    >>> r = synthesize(f"{d}/g", SynthSpec(num_nodes=500, num_edges=3000, feature_dim=4, seed=7))
+    >>> ds = open_dataset(f"{d}/g")
+    >>> (ds.num_nodes, ds.num_edges == r.num_edges, ds.features.shape, ds.meta["source"]["seed"])
+    (500, True, (500, 4), 7)
     """
     from training.synth import SynthError
 

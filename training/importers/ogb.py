@@ -30,30 +30,17 @@ import numpy as np
 from planner.progress import Progress
 from training.data import DEFAULT_CHUNK_EDGES, DatasetError
 from training.importers._text import DEFAULT_CHUNK_BYTES, iter_rows
+from training.importers.ogb_splits import raw_file, read_splits
 from training.writer import DatasetWriter
 
 #: ogbn datasets whose raw edge list holds one direction per pair (OGB master.csv, add_inverse_edge)
 INVERSE_EDGE_DATASETS = ("ogbn_products", "ogbn_proteins")
 
 
-def _file(raw: Path, stem: str) -> Path | None:
-    for ext in (".csv.gz", ".csv"):
-        if (raw / f"{stem}{ext}").exists():
-            return raw / f"{stem}{ext}"
-    return None
-
 
 def detect(src: Path) -> bool:
-    return src.is_dir() and (_file(src / "raw", "edge") is not None or (src / "raw" / "data.npz").is_file())
+    return src.is_dir() and (raw_file(src / "raw", "edge") is not None or (src / "raw" / "data.npz").is_file())
 
-
-def _ids(path: Path, n: int, what: str, chunk_bytes: int) -> np.ndarray:
-    parts = [a[:, 0] for a in iter_rows(path, ncols=1, dtype=np.int64, delimiter=",", chunk_bytes=chunk_bytes)]
-    ids = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    if ids.size and (ids.min() < 0 or ids.max() >= n):
-        bad = int(ids.min() if ids.min() < 0 else ids.max())
-        raise DatasetError(f"{path}: {what} node id {bad} outside [0, {n})")
-    return ids
 
 
 def import_ogb(
@@ -72,8 +59,8 @@ def import_ogb(
     """Convert the OGB node-property directory ``src`` into the dataset directory ``dst``. Returns ``dst``."""
     src, dst = Path(src), Path(dst)
     raw = src / "raw"
-    edge_file = _file(raw, "edge")
-    if (raw / "relations").is_dir() or _file(raw, "triplet-type-list") is not None:
+    edge_file = raw_file(raw, "edge")
+    if (raw / "relations").is_dir() or raw_file(raw, "triplet-type-list") is not None:
         raise DatasetError(f"{src}: a heterogeneous OGB dataset (e.g. ogbn-mag); only homogeneous graphs are supported")
     if undirected is None:
         undirected = src.resolve().name.replace("-", "_") in INVERSE_EDGE_DATASETS
@@ -86,7 +73,7 @@ def import_ogb(
     if edge_file is None:
         raise DatasetError(f"{src}: neither raw/edge.csv.gz nor raw/data.npz; not an OGB node-property "
                            "dataset directory (point at the directory that holds raw/ and split/)")
-    feat_file, label_file = _file(raw, "node-feat"), _file(raw, "node-label")
+    feat_file, label_file = raw_file(raw, "node-feat"), raw_file(raw, "node-label")
     n = _num_nodes(raw, edge_file, feat_file or label_file, chunk_bytes)
     rows = [0]
 
@@ -101,7 +88,7 @@ def import_ogb(
             rows[0] += a.shape[0]
             yield a[:, 0], a[:, 1]
 
-    split_name, splits = _splits(src / "split", split_name, n, chunk_bytes)
+    split_name, splits = read_splits(src / "split", split_name, n, chunk_bytes)
     source = {"format": "ogb", "path": str(src.resolve()), "undirected": bool(undirected), "split": split_name}
     with DatasetWriter(dst, num_nodes=n, name=name or src.resolve().name, source=source, overwrite=overwrite,
                        progress=progress) as w:
@@ -134,7 +121,7 @@ def _feature_blocks(path: Path, chunk_bytes: int):
 
 def _num_nodes(raw: Path, edge_file: Path, per_node: Path | None, chunk_bytes: int) -> int:
     """``raw/num-node-list``'s one count; else the rows of a per-node file, else the largest endpoint + 1."""
-    num_file = _file(raw, "num-node-list")
+    num_file = raw_file(raw, "num-node-list")
     if num_file is not None:
         counts = [int(x) for a in iter_rows(num_file, ncols=1, delimiter=",") for x in a[:, 0]]
         if len(counts) != 1:
@@ -145,25 +132,6 @@ def _num_nodes(raw: Path, edge_file: Path, per_node: Path | None, chunk_bytes: i
                                                  chunk_bytes=chunk_bytes))
     return 1 + max(int(a.max()) for a in iter_rows(edge_file, ncols=2, delimiter=",", chunk_bytes=chunk_bytes))
 
-
-def _splits(split_dir: Path, split_name: str | None, n: int, chunk_bytes: int
-            ) -> tuple[str | None, dict[str, np.ndarray]]:
-    """The split scheme used (the only one, or ``split_name``) and its train/valid/test ids."""
-    schemes = sorted(p.name for p in split_dir.iterdir() if p.is_dir()) if split_dir.is_dir() else []
-    if split_name is None and len(schemes) > 1:
-        raise DatasetError(f"{split_dir}: several split schemes ({', '.join(schemes)}); pass `split_name`")
-    split_name = split_name or (schemes[0] if schemes else None)
-    splits = {}
-    if split_name is not None:
-        sdir = split_dir / split_name
-        if not sdir.is_dir():
-            raise DatasetError(f"{sdir}: no such split scheme (have: {', '.join(schemes) or 'none'})")
-        for part, key in (("train", "train_idx"), ("valid", "valid_idx"), ("test", "test_idx")):
-            f = _file(sdir, part)
-            if f is None:
-                raise DatasetError(f"{sdir}: {part}.csv.gz is missing")
-            splits[key] = _ids(f, n, part, chunk_bytes)
-    return split_name, splits
 
 
 def _write_features(w: DatasetWriter, feat_file: Path, feature_dtype: str | None, chunk_bytes: int) -> None:

@@ -34,6 +34,7 @@ from planner.progress import Progress
 from training.data import DEFAULT_CHUNK_EDGES, DatasetError
 from training.importers._npystream import NpyMember, iter_items, members, read_whole
 from training.importers._text import DEFAULT_CHUNK_BYTES
+from training.importers.ogb_splits import read_splits
 from training.writer import DatasetWriter
 
 DATA_FILE = "data.npz"
@@ -156,14 +157,13 @@ def import_ogb_binary(
     chunk_edges: int = DEFAULT_CHUNK_EDGES,
 ) -> Path:
     """Convert the OGB binary directory ``src`` (``raw/data.npz``) into the dataset directory ``dst``."""
-    from training.importers.ogb import _splits
 
     data_path, label_path = src / "raw" / DATA_FILE, src / "raw" / LABEL_FILE
     found = members(data_path)
     edges = _edge_member(found, data_path)
     n = _num_nodes(found, data_path)
     feat = found.get("node_feat")
-    split_name, splits = _splits(src / "split", split_name, n, chunk_bytes)
+    split_name, splits = read_splits(src / "split", split_name, n, chunk_bytes)
     labels = read_labels(label_path, n, chunk_edges, progress) if label_path.exists() else None
     source = {"format": "ogb", "layout": "binary (raw/data.npz)", "path": str(src.resolve()),
               "undirected": bool(undirected), "split": split_name, "edge_rows": int(edges.shape[1]),
