@@ -6,11 +6,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
-from iostack.transfer import DeviceMemory
+from iostack.placement import Bin, Placement
+from iostack.transfer import DeviceMemory, Mark
+
+
+class Held(Protocol):
+    """What the figures need of a tier (:class:`iostack.tiers.Tier`, whose module imports this one): where its
+    rows are."""
+
+    held: str
 
 #: latency samples kept per bin (a ring: the most recent gathers)
 RESERVOIR = 1024
@@ -55,10 +63,10 @@ class Counter:
         self.seconds = 0.0  # all calls' time together (what a prediction of read time is checked against)
         self.ring = np.zeros(RESERVOIR, np.float64)
         self.lock = threading.Lock()
-        self.pending: list[tuple[Any, Any]] = []
+        self.pending: list[tuple[Mark, Mark]] = []
 
     def add(self, rows: int, nbytes: int, requests: int, seconds: float | None,
-            marks: tuple[Any, Any] | None = None, *, pages: int = 0, read_rows: int = 0) -> None:
+            marks: tuple[Mark, Mark] | None = None, *, pages: int = 0, read_rows: int = 0) -> None:
         with self.lock:
             self.pages += pages
             self.read_rows += read_rows
@@ -92,7 +100,7 @@ class Counter:
                 self.seconds += s
 
 
-def bin_stats(placement: Any, tier_at: Mapping[int, Any], memory: DeviceMemory) -> list[BinStats]:
+def bin_stats(placement: Placement, tier_at: Mapping[int, Held], memory: DeviceMemory) -> list[BinStats]:
     """Counters per bin of ``placement`` (``tier_at[bin]``: the tier serving it, with its ``counters`` and
     ``held``); waits for pending device timings."""
     out = []
@@ -108,7 +116,7 @@ def bin_stats(placement: Any, tier_at: Mapping[int, Any], memory: DeviceMemory) 
     return out
 
 
-def tier_stats(placement: Any, tier_at: Mapping[int, Any]) -> dict[str, dict[str, float]]:
+def tier_stats(placement: Placement, tier_at: Mapping[int, Held]) -> dict[str, dict[str, float]]:
     """Counters summed per tier kind (``gpu``, ``cpu``, ``ssd``; ``gpu-peer`` for rows of another GPU's
     partition served from host memory): rows, bytes, requests, seconds of the calls that read them, share of
     rows."""
@@ -130,7 +138,7 @@ def tier_stats(placement: Any, tier_at: Mapping[int, Any]) -> dict[str, dict[str
     return out
 
 
-def tier_rows(placement: Any, tier_at: Mapping[int, Any], bin_of: np.ndarray, ids: np.ndarray,
+def tier_rows(placement: Placement, tier_at: Mapping[int, Held], bin_of: np.ndarray, ids: np.ndarray,
               row_bytes: int) -> dict[str, tuple[int, int]]:
     """Rows and bytes a gather of ``ids`` adds to each kind of :func:`tier_stats`, counted from the placement
     alone (``bin_of``: each vertex's bin): a batch's own figures while other threads gather too."""
@@ -144,7 +152,7 @@ def tier_rows(placement: Any, tier_at: Mapping[int, Any], bin_of: np.ndarray, id
     return out
 
 
-def kind_of(b: Any, held: str) -> str:
+def kind_of(b: Bin, held: str) -> str:
     """The kind bin ``b`` counts in: its own, ``gpu-peer`` for another GPU's partition held on the host."""
     return "gpu-peer" if b.kind == "gpu" and held == "host" else b.kind
 

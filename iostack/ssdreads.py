@@ -16,16 +16,18 @@ import contextlib
 import os
 import time
 from collections.abc import Collection, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
 
+from iostack.backends.base import BinHandle, ReadBackend
 from iostack.bins import open_bin
 from iostack.errors import StoreError
 from iostack.nodeshare import NodeExchange, NodeSharedReads, SharedStep, page_units, pages_per_unit
 from iostack.placement import Placement
 from iostack.tiers import INTO_DEVICE, VIA_HOST, Tier
+from iostack.transfer import Transfer
 
 
 class Composed(Protocol):
@@ -35,7 +37,7 @@ class Composed(Protocol):
     tiers: list[Tier]
     row_bytes: int
 
-    def with_tiers(self, *tiers: Tier) -> Any: ...
+    def with_tiers(self, *tiers: Tier) -> Composed: ...
 
 
 class SsdTier(Tier):
@@ -49,10 +51,11 @@ class SsdTier(Tier):
 
     held = "file"
 
-    def __init__(self, backend: Any, handles: dict[int, Any], *, bins: Sequence[int] | None = None,
-                 transfer: Any = None) -> None:
+    def __init__(self, backend: ReadBackend, handles: dict[int, BinHandle], *, bins: Sequence[int] | None = None,
+                 transfer: Transfer | None = None) -> None:
         super().__init__(handles if bins is None else bins)
         self.backend, self.handles, self.transfer = backend, dict(handles), transfer
+        self.closed = False
         self.lands = INTO_DEVICE if backend.device_reads else VIA_HOST
 
     def read(self, bin_id: int, rows: torch.Tensor, out: torch.Tensor, positions: torch.Tensor | None) -> None:
@@ -67,7 +70,7 @@ class SsdTier(Tier):
                                   * pages_per_unit(info.row_bytes, info.rows_per_page))
 
     def buffer_bytes(self) -> int:
-        return self.backend.buffer_bytes if self.backend is not None else 0
+        return 0 if self.closed else self.backend.buffer_bytes
 
     def row_type(self) -> tuple[np.dtype, int] | None:
         info = next((h.info for h in self.handles.values()), None)
@@ -85,20 +88,20 @@ class SsdTier(Tier):
         return None
 
     def __repr__(self) -> str:
-        return f"SsdTier({getattr(self.backend, 'name', 'closed')}, bins {', '.join(map(str, self.bins))})"
+        return f"SsdTier({'closed' if self.closed else self.backend.name}, bins {', '.join(map(str, self.bins))})"
 
     def close(self) -> None:
-        if self.backend is None:
+        if self.closed:
             return
         for h in self.handles.values():
             self.backend.close_handle(h)
         self.backend.close()
         self.handles.clear()
-        self.backend = None
+        self.closed = True
 
 
-def open_ssd_tier(placement: Placement, bin_dir: str | os.PathLike[str] | None, backend: Any, *,
-                  dtype: np.dtype | None, dim: int | None, full_check: bool = False, transfer: Any = None,
+def open_ssd_tier(placement: Placement, bin_dir: str | os.PathLike[str] | None, backend: ReadBackend, *,
+                  dtype: np.dtype | None, dim: int | None, full_check: bool = False, transfer: Transfer | None = None,
                   notes: list[str] | None = None, skip: Collection[int] = ()) -> tuple[SsdTier, np.dtype, int]:
     """The tier of ``placement``'s SSD bins in ``bin_dir``, read by ``backend`` (a built
     :class:`~iostack.backends.ReadBackend`), and the rows' dtype and width the bin files say.
@@ -115,7 +118,7 @@ def open_ssd_tier(placement: Placement, bin_dir: str | os.PathLike[str] | None, 
     """
     if bin_dir is None:
         raise StoreError("the placement has SSD bins: pass bin_dir, the directory of the bin files")
-    handles: dict[int, Any] = {}
+    handles: dict[int, BinHandle] = {}
     bins = [b for b in placement.bins if b.kind == "ssd" and b.id not in skip]
     try:
         for b in bins:
@@ -215,7 +218,7 @@ def node_shared_reads_blocked(store: Composed) -> str | None:
 
 
 def with_node_shared_reads(store: Composed, exchange: NodeExchange, key: str, *,
-                           directory: str | os.PathLike[str] | None = None) -> Any:
+                           directory: str | os.PathLike[str] | None = None) -> Composed:
     """``store`` composed with its SSD tier read together with the node's ranks (:class:`NodeSharedSsdTier`).
 
     The returned store shares every tier with ``store`` (closing either closes

@@ -55,10 +55,11 @@ import numpy as np
 import torch
 
 from iostack.backends import get_backend
-from iostack.backends.base import AlignedPool
+from iostack.backends.base import AlignedPool, ReadBackend
 from iostack.binstats import BinStats, bin_stats, tier_rows, tier_stats
 from iostack.caches import RowFormat, cache_tiers
 from iostack.errors import StoreError
+from iostack.nodeshare import NodeSharedReads
 from iostack.placement import Placement
 from iostack.ssdreads import NodeSharedSsdTier, open_ssd_tier
 from iostack.tiers import INTO_DEVICE, ON_DEVICE, Tier, check_tiers
@@ -97,7 +98,7 @@ class FeatureStore:
     """
 
     def __init__(self, placement: Placement, bin_dir: str | os.PathLike[str] | None = None, *,
-                 features: np.ndarray | None = None, backend: Any = "auto",
+                 features: np.ndarray | None = None, backend: str | ReadBackend = "auto",
                  backend_options: dict[str, Any] | None = None, device: str | torch.device = "cpu",
                  memory: DeviceMemory | None = None, local_gpu_bins: Sequence[int] | None = None,
                  share_key: str | None = None, full_check: bool = False,
@@ -181,7 +182,8 @@ class FeatureStore:
             self.notes.append(f"feature rows stored as {self.codec.dtype} ({self.row_bytes} bytes a row), "
                               f"decoded to float32 on {self.device}")
 
-    def _backend(self, backend: Any, options: dict[str, Any] | None) -> Any:
+    # Any: keyword options of whichever backend class is chosen (each takes its own)
+    def _backend(self, backend: str | ReadBackend, options: dict[str, Any] | None) -> ReadBackend:
         if not isinstance(backend, str):
             return backend
         options = dict(options or {})
@@ -218,7 +220,7 @@ class FeatureStore:
         return {b.id: self._tier_at[b.id].held for b in self.placement.bins}
 
     @property
-    def node_shared_reads(self) -> Any:
+    def node_shared_reads(self) -> NodeSharedReads | None:
         """The node-shared reads of this store's SSD tier when it was composed with them (their ``off`` says if
         they fell back, ``wait_s`` the waits), else None."""
         return next((t.shared for t in self.tiers if isinstance(t, NodeSharedSsdTier)), None)

@@ -34,13 +34,16 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from iostack.binstats import Counter
 from iostack.transfer import DeviceMemory
+
+if TYPE_CHECKING:
+    from iostack.hostshare import SharedHostTensor
 
 #: :attr:`Tier.lands`: the tier's rows are in device memory; the router hands it device rows, positions and out
 ON_DEVICE = "device"
@@ -153,7 +156,7 @@ class HostTier(TensorTier):
     """
 
     def __init__(self, tensors: dict[int, torch.Tensor], *, held: str = "host", memory: DeviceMemory | None = None,
-                 pinned: Sequence[torch.Tensor] = (), segments: Sequence[Any] = ()) -> None:
+                 pinned: Sequence[torch.Tensor] = (), segments: Sequence[SharedHostTensor] = ()) -> None:
         super().__init__(tensors)
         self.held = held
         self._memory, self._pinned, self.segments = memory, list(pinned), list(segments)

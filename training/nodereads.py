@@ -38,7 +38,9 @@ import torch
 
 from iostack.ssdreads import node_shared_reads_blocked, with_node_shared_reads
 from iostack.store import FeatureStore
+from momentbase.jsontypes import JsonObject
 from training.distributed import World, peer_errors
+from training.features import FeatureSource
 
 
 class GlooNodeExchange:
@@ -49,6 +51,7 @@ class GlooNodeExchange:
     group's timeout raises :class:`~training.exchange.PeerLostError`.
     """
 
+    # Any: a torch.distributed process group (ProcessGroup is not a public type across torch versions)
     def __init__(self, group: Any, rank: int, size: int) -> None:
         self.group, self.rank, self.size = group, int(rank), int(size)
 
@@ -87,9 +90,9 @@ class NodeReads:
     on: bool
     why: str
     ranks: int = 1
-    features: Any = None
+    features: FeatureSource | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"on": self.on, "why": self.why, "ranks": self.ranks}
 
 
@@ -109,7 +112,8 @@ def _node_decision(members: list[dict]) -> str | None:
     return None
 
 
-def setup_node_shared_reads(wanted: bool, world: World, features: Any, steps: int, timeout_s: float) -> NodeReads:
+def setup_node_shared_reads(wanted: bool, world: World, features: FeatureSource, steps: int, timeout_s: float
+                            ) -> NodeReads:
     """Turn node-shared SSD reads on for this rank's store where its whole node can (see the module doc).
 
     Every rank must call it, at the same point (it makes collective calls on
@@ -154,7 +158,7 @@ def setup_node_shared_reads(wanted: bool, world: World, features: Any, steps: in
                      len(mine), steps)
 
 
-def ssd_reads(features: Any, since: dict | None = None) -> dict[str, Any]:
+def ssd_reads(features: FeatureSource, since: JsonObject | None = None) -> JsonObject:
     """What this rank read from the SSD bins (``ssd_reads``: pages, requests, distinct rows) and its node-shared
     reads' waits (``node_shared_reads``), since ``since`` (an earlier return) when given; {} without a store.
 
