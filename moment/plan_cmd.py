@@ -119,9 +119,13 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
         inventory, measured_notes = measured_inventory(inventory, caps)
     demand = Demand(args.demand_gb * 1e9, args.gpu_cache_share, args.cpu_cache_share)
     unknown = unknown_link_bytes_per_s(args)
+    multinode = getattr(args, "nodes", 1) > 1
+    # the table shows T, bottleneck and inlet rates only, which the ranking solve already has;
+    # the best layout's tidy flows (an LP) are for the JSON's traffic targets, the picture's
+    # link loads and the multinode plan
     result = plan(topo, inventory, demand, model=args.model, top=args.top,
                   exhaustive=args.exhaustive, nvlink_pairs=parse_nvlink(args.nvlink),
-                  unknown_link_bytes_per_s=unknown)
+                  unknown_link_bytes_per_s=unknown, tidy_best=bool(args.json or args.svg or multinode))
     if measured_notes:
         result = dataclasses.replace(result, notes=(*measured_notes, *result.notes))
     if args.svg:
@@ -134,7 +138,7 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
                   highlight_links=best.result.bottleneck, link_labels=_one_direction(labels),
                   highlight_nodes=best.result.saturated_stores)
     nodes = None
-    if getattr(args, "nodes", 1) > 1:  # one node of several (moment/plan_nodes.py)
+    if multinode:  # one node of several (moment/plan_nodes.py)
         from moment.plan_nodes import plan_nodes
 
         nodes = plan_nodes(args, result)
