@@ -7,13 +7,14 @@ import dataclasses
 import json
 import math
 import sys
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from moment._args import parse_nvlink, unknown_link_bytes_per_s
 from planner.errors import PlannerError
 from planner.plan import PlanResult, RankedLayout, layout_summary
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def gbps(x: float) -> str:
@@ -32,6 +33,8 @@ def _bottleneck_text(entry: RankedLayout, limit: int = 3) -> str:
 
 
 def print_plan(result: PlanResult, top: int, console: Console) -> None:
+    from rich.table import Table  # rich for the tables only: --json does without it
+
     s = result.search
     d = result.demand
     console.print(
@@ -149,6 +152,8 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
                             nodes=nodes)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
+        from rich.console import Console
+
         console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
         print_plan(result, args.top, console)
         if nodes:
