@@ -124,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         figures.append(Figure(bench="startup", figure=f"{name}: wall time", unit="s", ours=med,
                               reference=ref_med, reference_name=ref_name, higher_is_better=False,
                               target=TARGET, note=f"{note}; {load}"))
+        side = "reference" if ref_tree is not None else None
+        figures.append(Figure(bench="startup", figure=f"{name}: CPU time (user + system)", unit="s",
+                              ours=cpu[name, "ours"], reference=cpu[name, side] if side else cpu[BARE, "ours"],
+                              reference_name=ref_name, higher_is_better=False, target=TARGET,
+                              note=f"median of {args.repeats}; {load}"))
     write(args.json, "startup", figures, "python tools/bench_startup.py " + " ".join(argv or sys.argv[1:]))
     return 0
 
