@@ -29,10 +29,7 @@ OUTPUT_FAULTS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 def _topo_command(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from planner.topology import jsonio
-    from planner.topology.render import topology_tree
 
     if args.svg:
         from moment.outputs import check_file
@@ -45,7 +42,11 @@ def _topo_command(args: argparse.Namespace) -> int:
         write_svg(topo, args.svg)
     if args.json:
         sys.stdout.write(jsonio.dumps(topo) + "\n")
-    else:
+    else:  # rich only for the tree (--json does without it)
+        from rich.console import Console
+
+        from planner.topology.render import topology_tree
+
         console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
         console.print(topology_tree(topo, show_other=args.all))
         if args.svg:

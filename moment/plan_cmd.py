@@ -7,13 +7,14 @@ import dataclasses
 import json
 import math
 import sys
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from moment._args import parse_nvlink, unknown_link_bytes_per_s
 from planner.errors import PlannerError
 from planner.plan import PlanResult, RankedLayout, layout_summary
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def gbps(x: float) -> str:
@@ -32,6 +33,8 @@ def _bottleneck_text(entry: RankedLayout, limit: int = 3) -> str:
 
 
 def print_plan(result: PlanResult, top: int, console: Console) -> None:
+    from rich.table import Table  # rich for the tables only: --json does without it
+
     s = result.search
     d = result.demand
     console.print(
@@ -119,9 +122,13 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
         inventory, measured_notes = measured_inventory(inventory, caps)
     demand = Demand(args.demand_gb * 1e9, args.gpu_cache_share, args.cpu_cache_share)
     unknown = unknown_link_bytes_per_s(args)
+    multinode = getattr(args, "nodes", 1) > 1
+    # the table shows T, bottleneck and inlet rates only, which the ranking solve already has;
+    # the best layout's tidy flows (an LP) are for the JSON's traffic targets, the picture's
+    # link loads and the multinode plan
     result = plan(topo, inventory, demand, model=args.model, top=args.top,
                   exhaustive=args.exhaustive, nvlink_pairs=parse_nvlink(args.nvlink),
-                  unknown_link_bytes_per_s=unknown)
+                  unknown_link_bytes_per_s=unknown, tidy_best=bool(args.json or args.svg or multinode))
     if measured_notes:
         result = dataclasses.replace(result, notes=(*measured_notes, *result.notes))
     if args.svg:
@@ -134,7 +141,7 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
                   highlight_links=best.result.bottleneck, link_labels=_one_direction(labels),
                   highlight_nodes=best.result.saturated_stores)
     nodes = None
-    if getattr(args, "nodes", 1) > 1:  # one node of several (moment/plan_nodes.py)
+    if multinode:  # one node of several (moment/plan_nodes.py)
         from moment.plan_nodes import plan_nodes
 
         nodes = plan_nodes(args, result)
@@ -145,6 +152,8 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
                             nodes=nodes)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
+        from rich.console import Console
+
         console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
         print_plan(result, args.top, console)
         if nodes:

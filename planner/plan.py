@@ -192,6 +192,7 @@ def plan(
     nvlink_bytes_per_s: float = DEFAULT_NVLINK_BRIDGE_BYTES_PER_S,
     unknown_link_bytes_per_s: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    tidy_best: bool = True,
 ) -> PlanResult:
     """Rank the distinct layouts of ``inventory`` on ``topology`` by predicted time per iteration.
 
@@ -200,6 +201,13 @@ def plan(
     beat the ``top``-th; ``exhaustive=True`` solves every distinct layout.
     The classic layouts and the current one are always solved.
     ``progress(done, total)`` is called after each solve.
+
+    ``tidy_best=True`` solves the best layout again with the flow model's tie-break (a
+    linear program: early tiers, short paths, balanced stores), so that its flows and
+    ``store_bytes`` are the placement's traffic targets. ``False`` keeps the flows the
+    ranking solve found: the same ``T``, bottleneck, saturated stores and per-consumer
+    inlet rates, with no LP solved under ``model="maxflow"`` (and scipy.optimize never
+    imported); for a caller that shows only those.
     """
     solve_options = _check_plan_args(topology, model, top, unknown_link_bytes_per_s)
     t0 = time.perf_counter()
@@ -231,7 +239,7 @@ def plan(
     cur = current_layout(topology, inventory, search)
     if cur is not None:
         wanted["current"] = cur
-    ranked, baselines = _rank(solved, wanted, search, evaluate)
+    ranked, baselines = _rank(solved, wanted, search, evaluate, tidy_best)
     notes = list(search.notes)
     if prune and len(solved) < len(search.distinct):
         notes.append(
@@ -295,7 +303,8 @@ def _solve_in_order(order: list[Layout], bounds: dict[str, float] | None, top: i
 
 
 def _rank(solved: _Solved, wanted: dict[str, Layout | str], search: LayoutSearch,
-          evaluate: _Evaluate) -> tuple[tuple[RankedLayout, ...], dict[str, RankedLayout | str]]:
+          evaluate: _Evaluate, tidy_best: bool = True,
+          ) -> tuple[tuple[RankedLayout, ...], dict[str, RankedLayout | str]]:
     """The baselines solved too, all ranked by ``T`` (the best solved again, tidy), and the baselines."""
     by_canonical = {lay.canonical: idx for idx, (lay, _, _) in enumerate(solved)}
     for lay in wanted.values():
@@ -306,7 +315,8 @@ def _rank(solved: _Solved, wanted: dict[str, Layout | str], search: LayoutSearch
             by_canonical[rep.canonical] = len(solved) - 1
     solved.sort(key=lambda x: (x[2].seconds_per_iteration, x[0].canonical))
     best_layout = solved[0][0]
-    solved[0] = (best_layout, *evaluate(best_layout, tidy=True))
+    if tidy_best:
+        solved[0] = (best_layout, *evaluate(best_layout, tidy=True))
     index = {lay.canonical: i for i, (lay, _, _) in enumerate(solved)}
     labels: dict[int, list[str]] = {}
     for name, lay in wanted.items():

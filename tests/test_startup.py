@@ -1,7 +1,8 @@
-"""Start-up: the light commands must not import torch or PyG (or, for --help and machines, numpy).
+"""Start-up: each command imports only the heavy modules its own code path needs.
 
 Each command runs in a fresh interpreter (a subprocess) so that nothing another test
 imported hides an eager import; the child prints which heavy modules it ended up with.
+Modules are counted, not seconds (no wall-clock asserts): tools/bench_startup.py times them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+#: what costs a command start-up time when imported (tenths of a second each, cold or loaded)
+HEAVY = ("torch", "torch_geometric", "numpy", "networkx", "scipy", "scipy.sparse", "scipy.optimize",
+         "matplotlib", "numba", "h5py", "rich")
+#: never on the planning commands' paths (topo, plan, machines, --help)
+TRAINING_STACK = {"torch", "torch_geometric", "matplotlib", "numba", "h5py"}
+
 #: run ``moment ARGS`` in-process, then print the heavy modules now loaded as JSON on the last line
 WRAPPER = (
     "import sys, json\n"
@@ -24,17 +31,22 @@ WRAPPER = (
     "    code = main(sys.argv[1:])\n"
     "except SystemExit as exc:\n"
     "    code = exc.code or 0\n"
-    "heavy = ('torch', 'torch_geometric', 'numpy', 'networkx', 'scipy', 'matplotlib')\n"
+    f"heavy = {HEAVY!r}\n"
     "print(json.dumps({'code': code, 'loaded': [m for m in heavy if m in sys.modules]}))\n"
 )
 
 
-def loaded_by(*argv: str) -> dict:
+def _child(code: str, *argv: str) -> str:
+    """Run ``python -c code argv...`` in a fresh interpreter on this tree; its last stdout line."""
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-c", WRAPPER, *argv], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code, *argv], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def loaded_by(*argv: str) -> dict:
+    return json.loads(_child(WRAPPER, *argv))
 
 
 @pytest.mark.parametrize("argv", [
@@ -48,6 +60,94 @@ def test_topo_and_plan_never_import_torch_or_pyg(argv):
     assert res["code"] == 0
     assert "torch" not in res["loaded"] and "torch_geometric" not in res["loaded"], res
     assert "networkx" in res["loaded"]  # the check can fail: the wrapper does see what the command loaded
+
+
+def test_plan_with_maxflow_solves_no_lp():
+    """The table of the default model is the ranking's own: no LP, so scipy.optimize stays out."""
+    res = loaded_by("plan", "--machine", "moment-b")
+    assert res["code"] == 0
+    assert "scipy.optimize" not in res["loaded"], res
+    assert not TRAINING_STACK & set(res["loaded"]), res
+    assert "scipy.sparse" in res["loaded"]  # maxflow's own solver (csgraph) did load: the check sees imports
+
+
+@pytest.mark.parametrize("argv", [
+    ("plan", "--machine", "moment-b", "--model", "concurrent", "--top", "2"),
+    ("plan", "--machine", "moment-b", "--json", "--top", "1"),  # the best layout's tidy flows: an LP
+])
+def test_the_lp_paths_do_load_scipy_optimize(argv):
+    """The other side of the lazy import: where an LP is solved, linprog is there."""
+    res = loaded_by(*argv)
+    assert res["code"] == 0
+    assert "scipy.optimize" in res["loaded"], res
+    assert not TRAINING_STACK & set(res["loaded"]), res
+
+
+@pytest.mark.parametrize("argv", [("topo", "--machine", "moment-b"), ("topo", "--machine", "moment-a", "--json")])
+def test_topo_needs_no_numpy_or_scipy(argv):
+    res = loaded_by(*argv)
+    assert res["code"] == 0
+    assert res["loaded"] in (["networkx", "rich"], ["networkx"]), res
+    assert ("rich" in res["loaded"]) == ("--json" not in argv), res  # the tree is drawn with rich, JSON is not
+
+
+#: import each moment/*.py module in a fresh interpreter; print the heavy modules each pulled in
+MODULE_WRAPPER = (
+    "import importlib, json, pkgutil, sys\n"
+    "import moment\n"
+    f"heavy = {HEAVY!r}\n"
+    "out = {}\n"
+    "for info in pkgutil.iter_modules(moment.__path__):\n"
+    "    if info.name == '__main__':\n"
+    "        continue\n"
+    "    before = {m for m in heavy if m in sys.modules}\n"
+    "    importlib.import_module('moment.' + info.name)\n"
+    "    out[info.name] = [m for m in heavy if m in sys.modules and m not in before]\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def test_command_modules_import_nothing_heavy_but_the_planner_stack():
+    """Each command module alone (imported in name order, each charged with what it added).
+
+    ``plan_cmd`` needs the planner (networkx, numpy and scipy.sparse for the max-flow) at
+    import; every other command module defers its heavy imports to the code that runs.
+    """
+    pulled = json.loads(_child(MODULE_WRAPPER))
+    assert len(pulled) >= 15 and "train_cmd" in pulled and "place_cmd" in pulled, pulled
+    for name, mods in pulled.items():
+        allowed = {"numpy", "networkx", "scipy", "scipy.sparse"} if name == "plan_cmd" else set()
+        assert set(mods) <= allowed, (name, mods)
+
+
+#: ``moment PATH --help`` for every (sub)command, one after another in one interpreter; after
+#: each, the heavy modules loaded so far (a failure names the first command that pulled one in)
+HELP_WRAPPER = (
+    "import json, sys\n"
+    "from moment.cli import build_parser, main\n"
+    f"heavy = {HEAVY!r}\n"
+    "def paths(parser, path=()):\n"
+    "    yield path\n"
+    "    for action in parser._actions:\n"
+    "        if type(action).__name__ == '_SubParsersAction':\n"
+    "            for name, sub in action.choices.items():\n"
+    "                yield from paths(sub, (*path, name))\n"
+    "out = []\n"
+    "for path in list(paths(build_parser())):\n"
+    "    try:\n"
+    "        main([*path, '--help'])\n"
+    "    except SystemExit:\n"
+    "        pass\n"
+    "    out.append([' '.join(path), [m for m in heavy if m in sys.modules]])\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def test_every_help_imports_nothing_heavy():
+    seen = json.loads(_child(HELP_WRAPPER))
+    assert len(seen) >= 18 and ["train", []] in seen and ["place", []] in seen, seen
+    for path, mods in seen:
+        assert mods == [], f"moment {path} --help imported {mods}"
 
 
 @pytest.mark.parametrize("argv", [("--help",), ("machines",), ("data", "--help"), ("train", "--help"),

@@ -7,7 +7,6 @@ import warnings
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import OptimizeWarning, linprog
 
 from planner.errors import PlannerError
 from planner.flow.net import _Net
@@ -227,6 +226,10 @@ class _LP:
             kw = {"method": "highs-ipm", "options": _IPM_OPTIONS}
         else:
             kw = {"method": "highs-ds", "options": _SIMPLEX_OPTIONS}
+        # scipy.optimize loads here, not at import: it is ~0.3-0.6 s of start-up (it imports
+        # every optimizer), and the maxflow model's ranking never solves an LP
+        from scipy.optimize import OptimizeWarning, linprog
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OptimizeWarning)
             return linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=self.b_eq,
