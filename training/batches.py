@@ -168,23 +168,8 @@ def local_source(req: SourceRequest) -> LocalBatchSource:
                             seed=req.seed)
 
 
-def server_source(req: SourceRequest) -> BatchSource:
-    """The ``server`` source: batches sampled by the ``moment serve`` server at ``req.server``.
-
-    Raises
-    ------
-    SamplerError
-        ``req.server`` is not set.
-    """
-    if not req.server:
-        raise SamplerError("the server batch source needs the sampling server's HOST:PORT")
-    from training.serve import RemoteBatchSource  # only with a server: the module pulls in rpc
-
-    return RemoteBatchSource(req.server, rank=req.rank, world_size=req.world_size, batch_size=req.batch_size,
-                             fanouts=req.fanouts, seed=req.seed, timeout_s=req.timeout_s)
-
-
 #: the batch sources by name: ``factory(SourceRequest) -> BatchSource``
 BATCH_SOURCES: Registry[Callable[[SourceRequest], BatchSource]] = Registry("batch source", SamplerError)
 BATCH_SOURCES.register("local", local_source)
-BATCH_SOURCES.register("server", server_source)
+# the server's client pulls in sockets and shared memory: imported only when a run names it
+BATCH_SOURCES.register("server", "training.serve.client:server_source")

@@ -29,8 +29,8 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 
-from training.batches import num_steps
-from training.sampler import SampledBatch
+from training.batches import BatchSource, SourceRequest, num_steps
+from training.sampler import SampledBatch, SamplerError
 from training.serve.protocol import (
     DEVICE,
     ERROR,
@@ -485,3 +485,17 @@ def _server_fn(name: str):
     from training.serve import server
 
     return getattr(server, name)
+
+
+def server_source(req: SourceRequest) -> BatchSource:
+    """The ``server`` source: batches sampled by the ``moment serve`` server at ``req.server``.
+
+    Raises
+    ------
+    SamplerError
+        ``req.server`` is not set.
+    """
+    if not req.server:
+        raise SamplerError("the server batch source needs the sampling server's HOST:PORT")
+    return RemoteBatchSource(req.server, rank=req.rank, world_size=req.world_size, batch_size=req.batch_size,
+                             fanouts=req.fanouts, seed=req.seed, timeout_s=req.timeout_s)
