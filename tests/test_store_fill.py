@@ -1,11 +1,11 @@
-"""Filling the host cache from a memory-mapped feature file: front to back, dense spans read ahead."""
+"""Filling the host cache from a memory-mapped feature file (iostack.caches): front to back, dense spans read ahead."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-import iostack.store as store
+import iostack.caches as caches
 
 
 @pytest.mark.parametrize("mapped", [True, False])
@@ -17,14 +17,14 @@ def test_cache_rows_come_in_file_order_and_equal_the_rows(tmp_path, monkeypatch,
         np.save(tmp_path / "f.npy", feats)
         feats = np.load(tmp_path / "f.npy", mmap_mode="r")
     advice = []
-    monkeypatch.setattr(store, "_madvise", lambda arr, lo, hi, a: advice.append((lo, hi, a)))
-    monkeypatch.setattr(store, "_FILL_ROWS", 100)
+    monkeypatch.setattr(caches, "_madvise", lambda arr, lo, hi, a: advice.append((lo, hi, a)))
+    monkeypatch.setattr(caches, "_FILL_ROWS", 100)
     rng = np.random.default_rng(0)
     # a sparse set (one row in 200: at most 25 of the ~310 pages of its span) and a dense one
     # (every other row: every page), in random (row) order
     for verts, dense in ((rng.permutation(5000)[:25], False), (rng.permutation(np.arange(0, 5000, 2)), True)):
         advice.clear()
-        got = list(store._in_file_order(verts, feats))
+        got = list(caches._in_file_order(verts, feats))
         ids = np.concatenate([v for v, _ in got])
         assert np.array_equal(ids, np.sort(verts))
         for v, rows in got:
@@ -32,7 +32,7 @@ def test_cache_rows_come_in_file_order_and_equal_the_rows(tmp_path, monkeypatch,
         if not mapped:
             assert advice == []
             continue
-        read_ahead = [a for a in advice if a[2] == store._MADV_WILLNEED]
+        read_ahead = [a for a in advice if a[2] == caches._MADV_WILLNEED]
         assert bool(read_ahead) == dense
         # every span let go once copied
-        assert sum(a[2] == store._MADV_DONTNEED for a in advice) == len(got)
+        assert sum(a[2] == caches._MADV_DONTNEED for a in advice) == len(got)
