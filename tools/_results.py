@@ -70,3 +70,14 @@ def write(path: str | os.PathLike[str] | None, bench: str, figures: list[Figure]
     tmp = p.with_name(f".{p.name}.tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, p)
+
+
+def drop_from_page_cache(paths: list[Path]) -> None:
+    """Evict these files' clean pages from the page cache (``posix_fadvise DONTNEED``): a cold start for them
+    alone; the machine is shared, so no global ``drop_caches``."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)

@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _results import Figure, write
+from _results import Figure, drop_from_page_cache, write
 from bench_outofcore import ONE_SSD, profile_rate, replay
 
 PAPERS = {"nodes": 111_059_956, "edges": 1_615_685_872, "train": 1_207_179, "valid": 125_265, "test": 214_338}
@@ -156,16 +156,6 @@ def train_view(ds: Path, view: Path, train_seeds: int, valid_seeds: int) -> None
         # the view's own splits are not what the checksums cover; the other files still are
         meta.get("checksums", {}).get("files", {}).pop(key, None)
     (view / "meta.json").write_text(json.dumps(meta, indent=1))
-
-
-def drop_cache(paths: list[Path]) -> None:
-    """Ask the kernel to drop ``paths``' clean pages (``posix_fadvise DONTNEED``): a cold start for them only."""
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def sampler_rates(ds: Path, *, in_memory: bool, fanouts: tuple[int, ...], batch_size: int, batches: int,
@@ -282,7 +272,7 @@ def main() -> None:
     if "sampler" not in st.data["phases"]:
         csr = [big / "indptr.npy", big / "indices.npy"]
         cold = sampler_rates(big, in_memory=False, fanouts=fanouts, batch_size=a.batch_size, batches=a.sampler_batches,
-                             before=lambda: drop_cache(csr))
+                             before=lambda: drop_from_page_cache(csr))
         warm = sampler_rates(big, in_memory=False, fanouts=fanouts, batch_size=a.batch_size, batches=a.sampler_batches)
         mem = (sampler_rates(small, in_memory=True, fanouts=fanouts, batch_size=a.batch_size,
                              batches=a.sampler_batches) if a.phases != "big" else None)

@@ -55,7 +55,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from _results import Figure, write  # noqa: E402
+from _results import Figure, drop_from_page_cache, write  # noqa: E402
 
 MODES = ("memory", "disk", "disk-gap", "disk-nocache", "mmap")
 
@@ -68,16 +68,6 @@ def _size(text: str) -> int:
 
 def _load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def drop_from_page_cache(paths: list[Path]) -> None:
-    """Evict these files' clean pages from the page cache (other processes' files stay)."""
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 # ------------------------------------------------------------------------------------------------
