@@ -59,6 +59,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     # against the code before the bucketed builder: give it --ref-tree (a checkout of 9ca259c), so run by hand
     "synth_memory": ("bench_synth_memory.py", ["--nodes", "1e6", "--edges", "1e7", "4e7"],
                      ["--nodes", "1e5", "--edges", "1e6", "4e6"]),
+    # the store's gathers against another checkout (a refactor's cost): give it --ref DIR, so run by hand
+    "gather_ab": ("bench_gather_ab.py", ["--rounds", "9", "--seconds", "3"], ["--rounds", "2", "--seconds", "1"]),
     # a CSR on the SSD under a memory limit below its size (root: a cgroup); the dataset is made by hand
     "csr_ssd": ("bench_csr_ssd.py", ["--dataset", "/var/tmp/ssdcsr/g2e8", "--rounds", "5", "--memory-limit", "512MiB"],
                 ["--dataset", "/var/tmp/ssdcsr/g2e8", "--rounds", "1", "--memory-limit", "512MiB"]),
