@@ -37,7 +37,7 @@ def _topo_command(args: argparse.Namespace) -> int:
         check_file(args.svg, "--svg", suffixes=(".svg",), what="the picture")
     topo, _ = load_topology(args)
     if args.svg:
-        from planner.topology.svg import write_svg
+        from planner.topology.svg.draw import write_svg
 
         write_svg(topo, args.svg)
     if args.json:
@@ -61,7 +61,7 @@ def _plan_command(args: argparse.Namespace) -> int:
 
 
 def _machines_command(args: argparse.Namespace) -> int:
-    from planner.topology.bundled import bundled_machines
+    from planner.topology.spec.bundled import bundled_machines
 
     for name, path in sorted(bundled_machines().items()):
         print(f"{name}\t{path}")

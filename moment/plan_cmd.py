@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
     if measured_notes:
         result = dataclasses.replace(result, notes=(*measured_notes, *result.notes))
     if args.svg:
-        from planner.topology.svg import write_svg
+        from planner.topology.svg.draw import write_svg
 
         best = result.best
         util = best.result.link_utilisation

@@ -21,7 +21,7 @@ very same steps, so both give the same placement.
 
 >>> from planner.plan import plan
 >>> from planner.workload import Demand
->>> from planner.topology.spec import load_machine
+>>> from planner.topology.spec.load import load_machine
 >>> from planner.inventory import inventory_from_spec
 >>> result = plan(load_machine("moment-b"), inventory_from_spec("moment-b"), Demand(1e9), top=1)
 >>> h = handoff_from_plan(result)

@@ -10,7 +10,7 @@ A non-GNN example: a video pipeline where each GPU decodes 3 GB of frames per
 step from NVMe SSDs, with nothing cached, on the paper's Machine B:
 
 >>> from planner.inventory import inventory_from_counts
->>> from planner.topology.spec import load_machine
+>>> from planner.topology.spec.load import load_machine
 >>> result = plan(load_machine("moment-b"), inventory_from_counts(gpus=2, ssds=4),
 ...               Demand(bytes_per_consumer=3e9))
 >>> result.best.rank, result.search.distinct_count > 1

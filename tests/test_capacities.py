@@ -35,7 +35,7 @@ from planner.capacities import (
 from planner.errors import ParseError, PlannerError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import pcie_bytes_per_s
-from planner.topology.spec import load_machine, spec_inventory
+from planner.topology.spec.load import load_machine, spec_inventory
 from tests.conftest import REPO, topology_fixture
 
 HEAD = "schema: moment.capacities\nversion: 1\n"

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.errors import ParseError
-from planner.topology.dmidecode import parse_dmidecode
-from planner.topology.hwloc import parse_hwloc_xml
+from planner.topology.dmi.parse import parse_dmidecode
+from planner.topology.hwloc.parse import parse_hwloc_xml
 from planner.topology.model import NodeKind
-from planner.topology.nccl import parse_nccl_topo
+from planner.topology.nvidia.nccl import parse_nccl_topo
 from planner.topology.pcitree import PciFunction, build_pci_topology
 from planner.topology.sysfs import read_sysfs, topology_from_sysfs
 from tests.conftest import topology_fixture

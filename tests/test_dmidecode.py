@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.errors import ParseError
-from planner.topology.dmi_join import apply_dmi_slots
-from planner.topology.dmi_records import DmiInfo, DmiOnboardDevice, DmiSlot
-from planner.topology.dmidecode import parse_dmidecode
+from planner.topology.dmi.join import apply_dmi_slots
+from planner.topology.dmi.parse import parse_dmidecode
+from planner.topology.dmi.records import DmiInfo, DmiOnboardDevice, DmiSlot
 from planner.topology.model import Link, LinkKind, NodeKind
 from planner.topology.pcitree import PciFunction, build_pci_topology
 from planner.topology.textio import read_text
@@ -649,13 +649,13 @@ def test_other_links_survive_the_relink():
 
 
 # ---------------------------------------------------------------------------
-# the join on the real pairs (needs planner.topology.lspci)
+# the join on the real pairs (needs planner.topology.lspci.parse)
 # ---------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def lspci():
-    return pytest.importorskip("planner.topology.lspci")
+    return pytest.importorskip("planner.topology.lspci.parse")
 
 
 def merged_machine(lspci, machine, with_functions=True):

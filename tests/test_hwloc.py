@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planner.topology.hwloc import parse_hwloc_xml
-from planner.topology.hwloc_links import pcie_links_for_gb_per_s
+from planner.topology.hwloc.links import pcie_links_for_gb_per_s
+from planner.topology.hwloc.parse import parse_hwloc_xml
 from planner.topology.model import LinkKind, NodeKind, Topology
 from tests.conftest import (
     TOPOLOGY_FIXTURES,

@@ -21,7 +21,7 @@ from planner.inventory import (
 )
 from planner.topology.discover import topology_from_files
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
-from planner.topology.spec import load_machine, parse_machine_spec
+from planner.topology.spec.load import load_machine, parse_machine_spec
 from tests.conftest import topology_fixture
 
 GiB = 2**30

@@ -34,7 +34,7 @@ from planner.layout import (
 from planner.layout.machine import _Machine
 from planner.topology.discover import topology_from_files
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
-from planner.topology.spec import load_machine
+from planner.topology.spec.load import load_machine
 from tests.conftest import topology_fixture
 
 GiB = 2**30

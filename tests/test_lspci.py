@@ -15,15 +15,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.errors import ParseError
-from planner.topology.lspci import (
+from planner.topology.lspci.names import class_from_name, vendor_from_name
+from planner.topology.lspci.parse import (
     merge_lspci,
     parse_lspci,
     parse_lspci_verbose,
     topology_from_lspci,
 )
-from planner.topology.lspci_tree import parse_lspci_tree
+from planner.topology.lspci.tree import parse_lspci_tree
 from planner.topology.model import NodeKind, Topology
-from planner.topology.pcinames import class_from_name, vendor_from_name
 from planner.topology.pcitree import PciFunction
 from planner.topology.textio import guess_format, read_text
 from tests.conftest import TOPOLOGY_FIXTURES, expected_counts, topology_fixture

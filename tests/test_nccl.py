@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.topology.model import LinkKind, NodeKind, Topology
-from planner.topology.nccl import NVSWITCH_NODE, nvlink_bytes_per_s, parse_nccl_topo
+from planner.topology.nvidia.nccl import NVSWITCH_NODE, nvlink_bytes_per_s, parse_nccl_topo
 from planner.topology.pcie import pcie_bytes_per_s
 from tests.conftest import (
     TOPOLOGY_FIXTURES,

@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from planner.errors import ParseError, PlannerError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
-from planner.topology.nvidia_smi import apply_nvidia_smi, topology_from_nvidia_smi
-from planner.topology.nvlink import DEFAULT_NVLINK_BYTES_PER_S, nvlink_rate
-from planner.topology.nvsmi_matrix import TopoMatrix, parse_cpu_list, parse_nvidia_smi_topo
+from planner.topology.nvidia.nvlink import DEFAULT_NVLINK_BYTES_PER_S, nvlink_rate
+from planner.topology.nvidia.smi import apply_nvidia_smi, topology_from_nvidia_smi
+from planner.topology.nvidia.smi_matrix import TopoMatrix, parse_cpu_list, parse_nvidia_smi_topo
 from tests.conftest import expected_counts, topology_fixture
 from tests.fuzz import mutated_text, parses_or_refuses
 
@@ -449,7 +449,7 @@ def test_random_well_formed_matrices_round_trip_and_build(case):
 # -- with the PCI tree of the same machine (lspci captures) ------------------------------
 
 def _lspci_topology(machine: str) -> Topology:
-    lspci = pytest.importorskip("planner.topology.lspci")
+    lspci = pytest.importorskip("planner.topology.lspci.parse")
     tree = topology_fixture(machine, "lspci-tv.txt")
     verbose = [(p.read_text(), str(p)) for p in sorted(tree.parent.glob("lspci-vvv-s-*.txt"))]
     return lspci.topology_from_lspci(tree.read_text(), verbose, source=str(tree))

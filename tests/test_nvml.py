@@ -10,8 +10,7 @@ import pytest
 
 from planner.errors import PlannerError, TopologyError
 from planner.topology.model import Link, LinkKind, NodeKind
-from planner.topology.nvidia_smi import apply_nvidia_smi
-from planner.topology.nvml import (
+from planner.topology.nvidia.nvml import (
     NvLinkPair,
     NvmlError,
     NvmlGpu,
@@ -21,7 +20,8 @@ from planner.topology.nvml import (
     nvml_available,
     read_nvml,
 )
-from planner.topology.nvsmi_matrix import parse_nvidia_smi_topo
+from planner.topology.nvidia.smi import apply_nvidia_smi
+from planner.topology.nvidia.smi_matrix import parse_nvidia_smi_topo
 from planner.topology.pcitree import PciFunction, build_pci_topology
 
 # -- NVML is absent on this machine ---------------------------------------------------

@@ -15,7 +15,7 @@ from planner.errors import PlannerError
 from planner.inventory import inventory_from_counts
 from planner.plan import choose_inventory, plan
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
-from planner.topology.spec import load_machine
+from planner.topology.spec.load import load_machine
 from planner.workload import Demand
 
 

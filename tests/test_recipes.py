@@ -69,7 +69,7 @@ def test_flow_model_recipe(recipe):
     from planner.inventory import inventory_from_counts
     from planner.plan import plan
     from planner.topology.model import Link, Node, NodeKind, Topology
-    from planner.topology.spec import load_machine
+    from planner.topology.spec.load import load_machine
     from planner.workload import Consumer, Demand, Store, Tier, Workload
 
     topo = Topology("toy")

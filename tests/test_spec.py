@@ -12,16 +12,16 @@ from hypothesis import strategies as st
 
 from planner.errors import ParseError
 from planner.topology import jsonio
-from planner.topology.bundled import bundled_machines
 from planner.topology.model import LinkKind, NodeKind, Topology
-from planner.topology.spec import (
+from planner.topology.spec.bundled import bundled_machines
+from planner.topology.spec.load import (
     load_machine,
     load_machine_spec,
     parse_machine_spec,
     read_machine_spec,
     spec_inventory,
 )
-from planner.topology.spec_schema import FORM_FACTORS, MachineSpec, inferred_figures
+from planner.topology.spec.schema import FORM_FACTORS, MachineSpec, inferred_figures
 from tests.fuzz import mutate, parses_or_refuses
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcitree import PciFunction, add_memory_and_interconnect, build_pci_topology
-from planner.topology.svg import topology_svg, write_svg
-from planner.topology.svglayout import SMALL_BOX_H, Box, topology_layout
-from planner.topology.svgstyle import HIGHLIGHT, LINK_COLOURS, MAX_LABELLED_ARCS
+from planner.topology.svg.draw import topology_svg, write_svg
+from planner.topology.svg.layout import SMALL_BOX_H, Box, topology_layout
+from planner.topology.svg.style import HIGHLIGHT, LINK_COLOURS, MAX_LABELLED_ARCS
 from tests.conftest import topology_fixture
 
 NS = "{http://www.w3.org/2000/svg}"
@@ -540,7 +540,7 @@ def test_random_topologies_up_to_60_nodes_render_in_time(topo: Topology) -> None
 
 
 def test_real_hpe_lspci_renders() -> None:
-    lspci = pytest.importorskip("planner.topology.lspci")
+    lspci = pytest.importorskip("planner.topology.lspci.parse")
     textio = pytest.importorskip("planner.topology.textio")
     path = topology_fixture("hpe-cray-xd665-2x-epyc9354-h100", "lspci-vvnn.txt")
     topo = lspci.topology_from_lspci(textio.read_text(path), source=str(path), name="hpe")
@@ -555,7 +555,7 @@ def test_real_hpe_lspci_renders() -> None:
 
 
 def test_real_dgx2_hwloc_renders() -> None:
-    hwloc = pytest.importorskip("planner.topology.hwloc")
+    hwloc = pytest.importorskip("planner.topology.hwloc.parse")
     textio = pytest.importorskip("planner.topology.textio")
     path = topology_fixture("nvidia-dgx2h-hwloc", "hwloc.xml")
     topo = hwloc.parse_hwloc_xml(textio.read_text(path), str(path))

@@ -179,7 +179,7 @@ def figure_targets(n: int = 1_000_000) -> list[Figure]:
 
 
 def figure_graph(nodes: int, edges: int, pool: int | None) -> list[Figure]:
-    from planner.topology.spec import load_machine
+    from planner.topology.spec.load import load_machine
     from training.data import open_dataset
     from training.hotness import HotnessSpec, compute_hotness
     from training.placing import build_bins, place, plan_now, targets_for_caches

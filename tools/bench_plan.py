@@ -24,7 +24,7 @@ from _results import Figure, write
 from planner.errors import PlannerError
 from planner.plan import choose_inventory, layout_summary, plan
 from planner.topology.discover import topology_from_files
-from planner.topology.spec import load_machine
+from planner.topology.spec.load import load_machine
 from planner.workload import Demand
 
 REPO = Path(__file__).resolve().parents[1]

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from planner.hostinfo import props_bus_address
-from planner.topology.nvml import NvmlError, normalize_bus_id
+from planner.topology.nvidia.nvml import NvmlError, normalize_bus_id
 from training.errors import TrainingError
 
 _BUS = re.compile(r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")

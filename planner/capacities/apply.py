@@ -81,7 +81,7 @@ def apply_capacities(topo: Topology, caps: Capacities) -> Topology:
     ``notes``, and :func:`measured_figures` lists the measured figures of
     the result.
 
-    >>> from planner.topology.spec import load_machine
+    >>> from planner.topology.spec.load import load_machine
     >>> from planner.capacities import Capacities, DeviceCapacity, MemoryCapacity, PcieEfficiency, ReadMeasurement
     >>> caps = Capacities(memory=(MemoryCapacity(None, 4e10),))
     >>> topo = apply_capacities(load_machine("moment-b"), caps)
@@ -417,7 +417,7 @@ def measured_figures(topo: Topology) -> list[tuple[str, str, str]]:
     ``element`` is a node id or ``"src→dst"``; ``how`` is ``"measured"``, or
     ``"measured efficiency"`` for a PCIe link recomputed with a measured
     protocol efficiency. The counterpart of
-    :func:`planner.topology.spec.inferred_figures`, for a plan report.
+    :func:`planner.topology.spec.schema.inferred_figures`, for a plan report.
     """
     out: list[tuple[str, str, str]] = []
     for lk in topo.links():

@@ -31,11 +31,11 @@ from planner.capacities.model import (
     PcieEfficiency,
     ReadMeasurement,
 )
-from planner.topology.textio import read_text
 
 # The machine-spec reader keeps YAML line numbers and parses bandwidths and
 # sizes the same way; capacities files should accept exactly what specs do.
-from planner.topology.yamlread import _Reader
+from planner.topology.spec.yamlread import _Reader
+from planner.topology.textio import read_text
 
 __all__ = ["load_capacities", "parse_capacities"]
 

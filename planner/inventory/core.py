@@ -200,8 +200,8 @@ def inventory_from_spec(name_or_path: str | Path) -> Inventory:
     >>> str(inv), inv.model("p5510").form_factors
     ('4 × a100-40gb-pcie, 8 × p5510', ('u.2', 'cem'))
     """
-    from planner.topology.spec import read_machine_spec
-    from planner.topology.spec_schema import FORM_FACTORS
+    from planner.topology.spec.load import read_machine_spec
+    from planner.topology.spec.schema import FORM_FACTORS
 
     spec = read_machine_spec(name_or_path)
     if not spec.inventory:

@@ -168,7 +168,7 @@ def inventory_from_topology(
     and slot, named after the device. A known model found in a slot
     narrower than its link is allowed that width (it works there, slower).
 
-    >>> from planner.topology.spec import load_machine
+    >>> from planner.topology.spec.load import load_machine
     >>> inventory_from_topology(load_machine("moment-a"))
     Traceback (most recent call last):
     ...

@@ -108,7 +108,7 @@ On the bundled machines (4 × A100 40GB PCIe, 8 × P5510):
   GPUs on switch 1, one SSD on each switch, six in front bays.
 
 >>> from planner.inventory import inventory_from_counts
->>> from planner.topology.spec import load_machine
+>>> from planner.topology.spec.load import load_machine
 >>> search = enumerate_layouts(load_machine("moment-b"), inventory_from_counts(4, 8))
 >>> search.feasible_count == sum(d.multiplicity for d in search.distinct)
 True
@@ -188,7 +188,7 @@ def enumerate_layouts(
     default, ``"automorphism"``, is the symmetry of the machine itself.
 
     >>> from planner.inventory import inventory_from_counts
-    >>> from planner.topology.spec import load_machine
+    >>> from planner.topology.spec.load import load_machine
     >>> s = enumerate_layouts(load_machine("moment-a"), inventory_from_counts(4, 8))
     >>> s.raw_count, s.feasible_count
     (1338557220, 8817900)
@@ -246,7 +246,7 @@ def classic_layouts(topo: Topology, inventory: Inventory,
     or a string saying why the rule does not apply on this machine.
 
     >>> from planner.inventory import inventory_from_counts
-    >>> from planner.topology.spec import load_machine
+    >>> from planner.topology.spec.load import load_machine
     >>> c = classic_layouts(load_machine("moment-b"), inventory_from_counts(4, 8))
     >>> sorted(s for s, m in c["c"].assignment if m == "a100-40gb-pcie")
     ['slot:b-sw0-slot0', 'slot:b-sw0-slot1', 'slot:b-sw1-slot0', 'slot:b-sw1-slot1']

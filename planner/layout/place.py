@@ -136,7 +136,7 @@ def place(topo: Topology, layout: Layout, inventory: Inventory) -> Topology:
 
     >>> from planner.inventory import inventory_from_counts
     >>> from planner.layout import classic_layouts
-    >>> from planner.topology.spec import load_machine
+    >>> from planner.topology.spec.load import load_machine
     >>> topo, inv = load_machine("moment-b"), inventory_from_counts(4, 8)
     >>> placed = place(topo, classic_layouts(topo, inv)["c"], inv)
     >>> placed.counts()["gpu"], placed.counts()["nvme"], placed.parent("gpu0").id
@@ -184,7 +184,7 @@ def slot_map(topo: Topology, layout: Layout, inventory: Inventory | None = None
 
     >>> from planner.inventory import inventory_from_counts
     >>> from planner.layout import classic_layouts
-    >>> from planner.topology.spec import load_machine
+    >>> from planner.topology.spec.load import load_machine
     >>> topo, inv = load_machine("moment-b"), inventory_from_counts(4, 8)
     >>> slot_map(topo, classic_layouts(topo, inv)["c"])[4].text
     'GPU 2 → Slot 0 (switch 1) (PCIe 4.0 x16), under PCIe switch 1, behind PCIe switch 0, on socket 0'

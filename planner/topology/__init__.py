@@ -9,7 +9,7 @@ with a capacity in bytes/s per direction.
 from typing import TYPE_CHECKING
 
 # The names below load on first use (PEP 562), so that importing a light submodule such
-# as planner.topology.bundled does not pull in networkx through the model.
+# as planner.topology.spec.bundled does not pull in networkx through the model.
 _LAZY = {
     "DEVICE_KINDS": "planner.topology.model", "Link": "planner.topology.model",
     "LinkKind": "planner.topology.model", "Node": "planner.topology.model",

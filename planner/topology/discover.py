@@ -51,7 +51,7 @@ def topology_from_files(*, machine: str | Path | None = None, name: str | None =
     if machine is not None:
         if given:
             raise PlannerError("a machine spec describes the whole machine: give it alone, without captured files")
-        from planner.topology.spec import load_machine
+        from planner.topology.spec.load import load_machine
 
         topo = load_machine(machine)
         if name:
@@ -82,7 +82,7 @@ def topology_from_files(*, machine: str | Path | None = None, name: str | None =
 # Any: captures as given: paths, texts or lists of them, per source
 def read_lspci(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
     """``lspci -tv`` and/or ``lspci -vvv`` outputs: the PCI tree."""
-    from planner.topology.lspci import topology_from_lspci
+    from planner.topology.lspci.parse import topology_from_lspci
 
     lspci, vvv = given.get("lspci"), list(given.get("lspci_vvv") or ())
     return topology_from_lspci(tree_text=read_text(lspci) if lspci is not None else None,
@@ -93,7 +93,7 @@ def read_lspci(topo: Topology | None, given: dict[str, Any], name: str | None) -
 # Any: captures as given: paths, texts or lists of them, per source
 def read_hwloc(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
     """hwloc XML: the PCI tree."""
-    from planner.topology.hwloc import parse_hwloc_xml
+    from planner.topology.hwloc.parse import parse_hwloc_xml
 
     return parse_hwloc_xml(read_text(given["hwloc"]), str(given["hwloc"]))
 
@@ -101,7 +101,7 @@ def read_hwloc(topo: Topology | None, given: dict[str, Any], name: str | None) -
 # Any: captures as given: paths, texts or lists of them, per source
 def read_nccl(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
     """NCCL's topology XML: the PCI tree."""
-    from planner.topology.nccl import parse_nccl_topo
+    from planner.topology.nvidia.nccl import parse_nccl_topo
 
     return parse_nccl_topo(read_text(given["nccl_topo"]), str(given["nccl_topo"]))
 
@@ -115,8 +115,8 @@ def read_dmidecode(topo: Topology | None, given: dict[str, Any], name: str | Non
     PlannerError
         No PCI tree was read before the dmidecode capture.
     """
-    from planner.topology.dmi_join import apply_dmi_slots
-    from planner.topology.dmidecode import parse_dmidecode
+    from planner.topology.dmi.join import apply_dmi_slots
+    from planner.topology.dmi.parse import parse_dmidecode
 
     path = given["dmidecode"]
     dmi = parse_dmidecode(read_text(path), str(path))
@@ -133,8 +133,8 @@ def read_dmidecode(topo: Topology | None, given: dict[str, Any], name: str | Non
 # Any: captures as given: paths, texts or lists of them, per source
 def read_nvidia_smi(topo: Topology | None, given: dict[str, Any], name: str | None) -> Topology:
     """``nvidia-smi topo -m``: NVLinks and GPU order onto the tree, or alone a coarse topology."""
-    from planner.topology.nvidia_smi import apply_nvidia_smi, topology_from_nvidia_smi
-    from planner.topology.nvsmi_matrix import parse_nvidia_smi_topo
+    from planner.topology.nvidia.smi import apply_nvidia_smi, topology_from_nvidia_smi
+    from planner.topology.nvidia.smi_matrix import parse_nvidia_smi_topo
 
     path = given["nvidia_smi"]
     matrix = parse_nvidia_smi_topo(read_text(path), str(path))
@@ -151,7 +151,7 @@ def live_topology(sys_root: str | Path = "/sys", *, use_nvml: bool = True) -> To
 
     topo = topology_from_sysfs(sys_root)
     if use_nvml and any(n.vendor_id == "10de" for n in topo.nodes(NodeKind.GPU)):
-        from planner.topology.nvml import apply_nvml, nvml_available, read_nvml
+        from planner.topology.nvidia.nvml import apply_nvml, nvml_available, read_nvml
 
         if nvml_available():
             topo = apply_nvml(topo, read_nvml())

@@ -23,7 +23,7 @@ from rich.tree import Tree
 
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import format_link
-from planner.topology.svgtext import slot_title
+from planner.topology.svg.text import slot_title
 
 _KIND_STYLE = {
     NodeKind.SOCKET: "bold cyan",

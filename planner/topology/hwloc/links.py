@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from planner.errors import ParseError
-from planner.topology.hwloc_xml import (
+from planner.topology.hwloc.elements import (
     _GBPS_TOLERANCE,
     _PACKAGE_TYPES,
     NVLINK_MATRIX,

@@ -52,9 +52,9 @@ dmidecode, as ``x16``, ``16x or x16`` or the raw SMBIOS code, 0x08–0x0E =
 x1…x32), else the physical width. ``Type: PCI Express 4 x16`` therefore
 gives 16 lanes.
 
-The text is split into records in :mod:`planner.topology.dmi_records`
+The text is split into records in :mod:`planner.topology.dmi.records`
 (where the structures are defined too); this module interprets them, and
-:mod:`planner.topology.dmi_join` joins the slots to a PCI tree.
+:mod:`planner.topology.dmi.join` joins the slots to a PCI tree.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from __future__ import annotations
 import re
 
 from planner.errors import ParseError
-from planner.topology.dmi_records import (
+from planner.topology.dmi.records import (
     DmiInfo,
     DmiOnboardDevice,
     DmiProcessor,

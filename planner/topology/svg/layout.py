@@ -1,6 +1,6 @@
 """Where the parts of a topology picture go: box sizes and texts, a tidy-tree layout (px).
 
-:func:`topology_layout` is what :mod:`planner.topology.svg` draws from; it is
+:func:`topology_layout` is what :mod:`planner.topology.svg.draw` draws from; it is
 kept apart from the drawing because a layout is checked (no overlaps, room
 for every label) without any SVG.
 
@@ -13,8 +13,8 @@ leaves — chipset functions, empty slots, slots holding one device — hangs
 them in columns from rails, a slot's device drawn to its right. The tidy
 tree, its stacks and the socket row share their state, so one layout in the
 making is an object (``_Layouter``) whose methods are the steps. The texts and
-their estimated widths are :mod:`planner.topology.svgtext`'s; which node
-hangs under which is :mod:`planner.topology.svgtree`'s.
+their estimated widths are :mod:`planner.topology.svg.text`'s; which node
+hangs under which is :mod:`planner.topology.svg.tree`'s.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Topology
-from planner.topology.svgtext import (
+from planner.topology.svg.text import (
     LINE_GAP_PX,
     LINK_FONT_PX,
     NODE_FONT_PX,
@@ -38,7 +38,7 @@ from planner.topology.svgtext import (
     _text_w,
     _wrap,
 )
-from planner.topology.svgtree import _chain_device, _tree
+from planner.topology.svg.tree import _chain_device, _tree
 
 __all__ = ["Box", "TopologyLayout", "topology_layout"]
 

@@ -9,7 +9,7 @@ between the GPUs they join. Parts that hang nowhere (no source could place
 them) get a separate band labelled "unplaced". A legend explains colours and
 line styles.
 
-Where everything goes is :mod:`planner.topology.svglayout`'s: a tidy tree
+Where everything goes is :mod:`planner.topology.svg.layout`'s: a tidy tree
 whose busy parents hang their leaves in columns from rails (side by side, the
 slots of a switch and the bays of a backplane made Machine B's plan 3855 px
 wide; now about 1850). This module turns that layout into SVG; it is long
@@ -53,7 +53,7 @@ from pathlib import Path
 
 from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
-from planner.topology.svglayout import (
+from planner.topology.svg.layout import (
     BUS_DROP,
     MARGIN,
     Box,
@@ -63,7 +63,7 @@ from planner.topology.svglayout import (
     _straight,
     topology_layout,
 )
-from planner.topology.svgstyle import (
+from planner.topology.svg.style import (
     FONT_FAMILY,
     HIGHLIGHT,
     KIND_COLOURS,
@@ -77,7 +77,7 @@ from planner.topology.svgstyle import (
     _legend_rows,
     _text,
 )
-from planner.topology.svgtext import (
+from planner.topology.svg.text import (
     LINE_GAP_PX,
     LINK_FONT_PX,
     NODE_FONT_PX,

@@ -25,7 +25,7 @@ a topology built from the PCI tree of the same machine.
 ... GPU0\\t X \\tNV4\\t0-15\\t0
 ... GPU1\\tNV4\\t X \\t0-15\\t0
 ... '''
->>> from planner.topology.nvsmi_matrix import parse_nvidia_smi_topo
+>>> from planner.topology.nvidia.smi_matrix import parse_nvidia_smi_topo
 >>> m = parse_nvidia_smi_topo(text, "topo.txt")
 >>> m.relation[("GPU0", "GPU1")], m.nvlink_count("GPU0", "GPU1"), m.numa_node("GPU1")
 ('NV4', 4, 0)
@@ -45,13 +45,13 @@ from dataclasses import replace
 from momentbase.jsontypes import JsonObject
 from planner.errors import TopologyError
 from planner.topology.model import Link, Node, NodeKind, Topology
-from planner.topology.nvlink import (
+from planner.topology.nvidia.nvlink import (
     DEFAULT_NVLINK_BYTES_PER_S,
     NvLinkRate,
     nvlink_link,
     nvlink_rate,
 )
-from planner.topology.nvsmi_matrix import (
+from planner.topology.nvidia.smi_matrix import (
     TopoMatrix,
 )
 from planner.topology.pcitree import add_memory_and_interconnect, split_address
@@ -96,7 +96,7 @@ def topology_from_nvidia_smi(
     ``switch:nvsmi0``…, and ``socketN`` where N is the NUMA node (or the
     socket ``numa_to_socket`` maps it to).
 
-    >>> from planner.topology.nvsmi_matrix import parse_nvidia_smi_topo
+    >>> from planner.topology.nvidia.smi_matrix import parse_nvidia_smi_topo
     >>> m = parse_nvidia_smi_topo("  GPU0  GPU1  CPU Affinity  NUMA Affinity\\n"
     ...                           "GPU0  X  PIX  0-7  0\\nGPU1  PIX  X  0-7  0\\n")
     >>> t = topology_from_nvidia_smi(m)
@@ -354,7 +354,7 @@ def apply_nvidia_smi(
     >>> for addr in ("0000:41:00.0", "0000:01:00.0"):
     ...     _ = t.add_node(Node("pci:" + addr, NodeKind.GPU, "GA100 [A100 SXM4 40GB]", bus_address=addr))
     ...     _ = t.add_link(Link.pcie("socket0", "pci:" + addr, 4, 16))
-    >>> from planner.topology.nvsmi_matrix import parse_nvidia_smi_topo
+    >>> from planner.topology.nvidia.smi_matrix import parse_nvidia_smi_topo
     >>> m = parse_nvidia_smi_topo("  GPU0  GPU1  CPU Affinity\\nGPU0  X  NV12  0-7\\nGPU1  NV12  X  0-7\\n")
     >>> out = apply_nvidia_smi(t, m)
     >>> out.node("pci:0000:01:00.0").attrs["nvidia_smi_name"]

@@ -12,7 +12,7 @@ from planner.errors import TopologyError
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import DEFAULT_EFFICIENCY, GT_PER_S, VALID_WIDTHS, pcie_bytes_per_s
 from planner.topology.pcitree import add_memory_and_interconnect, normalize_address
-from planner.topology.spec_schema import (
+from planner.topology.spec.schema import (
     _DEFAULT_KEYS,
     _DEVICE_KEYS,
     _INTERCONNECT_KEYS,
@@ -34,7 +34,7 @@ from planner.topology.spec_schema import (
     MachineSpec,
     inferred_figures,
 )
-from planner.topology.yamlread import (
+from planner.topology.spec.yamlread import (
     _describe,
     _Fig,
     _Reader,

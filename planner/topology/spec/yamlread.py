@@ -18,7 +18,7 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from yaml.nodes import Node as YamlNode
 
 from planner.errors import ParseError
-from planner.topology.spec_schema import _ID, SCHEMA
+from planner.topology.spec.schema import _ID, SCHEMA
 
 _NUMBER = r"([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?)"
 _PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,

@@ -6,7 +6,7 @@ import re
 from collections.abc import Set as AbstractSet
 
 from planner.topology.model import LinkKind, NodeKind, Topology
-from planner.topology.svgtext import _gbps, _text_w
+from planner.topology.svg.text import _gbps, _text_w
 
 FONT_FAMILY = "DejaVu Sans, Verdana, Helvetica, Arial, sans-serif"
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from planner.errors import PlannerError, TopologyError
 from planner.topology.model import Link, LinkKind, NodeKind, Topology
-from planner.topology.nvlink import nvlink_link, nvlink_rate
+from planner.topology.nvidia.nvlink import nvlink_link, nvlink_rate
 
 _BUS_ID = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
 

@@ -1,4 +1,4 @@
-"""Reading ``lspci -t`` / ``-tv``: the whole PCI hierarchy as a drawing (see :mod:`planner.topology.lspci`)."""
+"""Reading ``lspci -t`` / ``-tv``: the whole PCI hierarchy as a drawing (see :mod:`planner.topology.lspci.parse`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from planner.errors import ParseError
-from planner.topology.pcinames import _named_function
+from planner.topology.lspci.names import _named_function
 from planner.topology.pcitree import PciFunction
 from planner.topology.textio import guess_format, text_lines
 

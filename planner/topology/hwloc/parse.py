@@ -77,11 +77,7 @@ from typing import Any
 
 from momentbase.jsontypes import JsonObject
 from planner.errors import ParseError
-from planner.topology.hwloc_links import (
-    _add_nvlinks,
-    _set_pcie_capacities,
-)
-from planner.topology.hwloc_xml import (
+from planner.topology.hwloc.elements import (
     _BRIDGE_PCI,
     _BRIDGE_TYPE,
     _GPU_NAME,
@@ -104,6 +100,10 @@ from planner.topology.hwloc_xml import (
     _osdev_categories,
     _version_major,
     _Walk,
+)
+from planner.topology.hwloc.links import (
+    _add_nvlinks,
+    _set_pcie_capacities,
 )
 from planner.topology.model import Node, NodeKind, Topology
 from planner.topology.pcitree import (

@@ -2,7 +2,7 @@
 
 A node is drawn once, under its upstream neighbour; sockets head the row of
 trees, memory sits beside its socket, and what hangs under nothing goes to the
-"unplaced" band (see :mod:`planner.topology.svglayout`).
+"unplaced" band (see :mod:`planner.topology.svg.layout`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """dmidecode's text as records (handle, type, title, fields), and the SMBIOS structures read from them.
 
 The structures (:class:`DmiSlot`, :class:`DmiProcessor`, :class:`DmiOnboardDevice`,
-:class:`DmiInfo`) are documented in :mod:`planner.topology.dmidecode`, which
+:class:`DmiInfo`) are documented in :mod:`planner.topology.dmi.parse`, which
 reads them.
 """
 

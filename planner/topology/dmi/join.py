@@ -1,7 +1,7 @@
 """Joining dmidecode's slots to a PCI tree: which slot holds what, and the empty ones.
 
 See :func:`apply_dmi_slots`; the slots come from
-:func:`planner.topology.dmidecode.parse_dmidecode`.
+:func:`planner.topology.dmi.parse.parse_dmidecode`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from momentbase.jsontypes import JsonObject, JsonValue
 from planner.errors import TopologyError
-from planner.topology.dmi_records import DmiInfo, DmiSlot
+from planner.topology.dmi.records import DmiInfo, DmiSlot
 from planner.topology.model import DEVICE_KINDS, Link, Node, NodeKind, Topology
 from planner.topology.pcitree import PciFunction, normalize_address, split_address
 

@@ -1,6 +1,6 @@
 """The machine specs shipped with the planner, found without loading the topology model.
 
-Kept apart from :mod:`planner.topology.spec` so that ``moment machines`` lists them
+Kept apart from :mod:`planner.topology.spec.load` so that ``moment machines`` lists them
 without importing networkx, numpy or the YAML reader (start-up time).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: where the bundled ``<name>.yaml`` specs live
-MACHINES_DIR = Path(__file__).resolve().parents[1] / "machines"
+MACHINES_DIR = Path(__file__).resolve().parents[2] / "machines"
 
 
 def bundled_machines() -> dict[str, Path]:

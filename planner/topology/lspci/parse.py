@@ -30,8 +30,8 @@ unknown. Records whose class came from the name say so in
 >>> [n.id for n in topo.nodes("gpu")], topo.parent("pci:0000:02:00.0").id
 (['pci:0000:02:00.0'], 'socket?')
 
-The tree is read in :mod:`planner.topology.lspci_tree`, the names in
-:mod:`planner.topology.pcinames`; this module reads the dumps and joins.
+The tree is read in :mod:`planner.topology.lspci.tree`, the names in
+:mod:`planner.topology.lspci.names`; this module reads the dumps and joins.
 """
 
 from __future__ import annotations
@@ -42,15 +42,15 @@ from dataclasses import replace
 
 from momentbase.jsontypes import JsonObject
 from planner.errors import ParseError, TopologyError
-from planner.topology.lspci_tree import _STRAY, _TREE_FIRST, _hint, parse_lspci_tree
-from planner.topology.model import Topology
-from planner.topology.pcie import gen_from_gts
-from planner.topology.pcinames import (
+from planner.topology.lspci.names import (
     CLASS_NAMES,
     _ids_from_name,
     class_from_name,
     vendor_from_name,
 )
+from planner.topology.lspci.tree import _STRAY, _TREE_FIRST, _hint, parse_lspci_tree
+from planner.topology.model import Topology
+from planner.topology.pcie import gen_from_gts
 from planner.topology.pcitree import PciFunction, build_pci_topology, normalize_address
 from planner.topology.textio import text_lines
 

@@ -35,7 +35,7 @@ the link's generation and width.
 links to the target: another GPU (``tclass="0x03..."``), an NVSwitch
 (``0x068000``; all NVSwitches become one node ``nvswitch``, as NCCL itself
 models them, because the fabric joins every GPU to every other) or the CPU
-(``0x068001``, IBM's NVLink bridge; see :func:`~planner.topology.hwloc.add_cpu_nvlink`).
+(``0x068001``, IBM's NVLink bridge; see :func:`~planner.topology.hwloc.links.add_cpu_nvlink`).
 Capacity per direction is ``count`` × NCCL's per-link figure for the GPU's
 compute capability (``sm``), :data:`NVLINK_GB_PER_S` (NCCL ``topo.h``,
 figures it uses for its own bandwidth model), flagged
@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 
 from momentbase.jsontypes import JsonObject
 from planner.errors import ParseError
-from planner.topology.hwloc_links import add_cpu_nvlink
+from planner.topology.hwloc.links import add_cpu_nvlink
 from planner.topology.model import Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import GT_PER_S
 from planner.topology.pcitree import (

@@ -1,7 +1,7 @@
 """hwloc's XML read element by element: the patterns, the records a walk collects, the small readers.
 
-Used by :mod:`planner.topology.hwloc` (the tree walk) and
-:mod:`planner.topology.hwloc_links` (link capacities and NVLinks).
+Used by :mod:`planner.topology.hwloc.parse` (the tree walk) and
+:mod:`planner.topology.hwloc.links` (link capacities and NVLinks).
 """
 
 from __future__ import annotations

@@ -53,9 +53,9 @@ Traceback (most recent call last):
 ...
 planner.errors.ParseError: x.yaml:2: expected version 1 (a number) of the moment.machine schema, found '2'
 
-What a spec may hold is :mod:`planner.topology.spec_schema`'s; the builder
-that reads it into a topology is :mod:`planner.topology.spec_build`'s, on the
-YAML reader with line numbers of :mod:`planner.topology.yamlread`.
+What a spec may hold is :mod:`planner.topology.spec.schema`'s; the builder
+that reads it into a topology is :mod:`planner.topology.spec.build`'s, on the
+YAML reader with line numbers of :mod:`planner.topology.spec.yamlread`.
 """
 
 from __future__ import annotations
@@ -63,19 +63,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from planner.errors import ParseError
-from planner.topology.bundled import bundled_machines
 from planner.topology.model import Topology
-from planner.topology.spec_build import (
+from planner.topology.spec.build import (
     _Builder,
 )
-from planner.topology.spec_schema import (
+from planner.topology.spec.bundled import bundled_machines
+from planner.topology.spec.schema import (
     InventoryItem,
     MachineSpec,
 )
-from planner.topology.textio import read_text
-from planner.topology.yamlread import (
+from planner.topology.spec.yamlread import (
     _Reader,
 )
+from planner.topology.textio import read_text
 
 
 def parse_machine_spec(text: str, source: str = "<machine spec>") -> MachineSpec:

@@ -1,4 +1,4 @@
-"""Reading ``nvidia-smi topo -m``'s text into a :class:`TopoMatrix` (see :mod:`planner.topology.nvidia_smi`).
+"""Reading ``nvidia-smi topo -m``'s text into a :class:`TopoMatrix` (see :mod:`planner.topology.nvidia.smi`).
 
 >>> m = parse_nvidia_smi_topo("  GPU0  GPU1  CPU Affinity\\nGPU0  X  NV2  0-7\\nGPU1  NV2  X  0-7\\n")
 >>> m.nvlink_count("GPU0", "GPU1")

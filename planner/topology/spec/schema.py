@@ -1,6 +1,6 @@
 """What a machine spec (schema ``moment.machine``) may hold: its constants, keys and records.
 
-The format is documented in :mod:`planner.topology.spec`.
+The format is documented in :mod:`planner.topology.spec.load`.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def inferred_figures(topo: Topology) -> list[tuple[str, str, str]]:
     ``"src→dst"`` for a link, ``field`` an attribute name (``"entry"`` when
     the node or link itself is inferred), ``note`` the spec's note or ``""``.
 
-    >>> from planner.topology.spec import load_machine
+    >>> from planner.topology.spec.load import load_machine
     >>> ("slot:b-sw1-slot0", "width_lanes") in [
     ...     (e, f) for e, f, _ in inferred_figures(load_machine("moment-b"))]
     True
