@@ -74,9 +74,22 @@ def normalize_address(addr: str) -> str:
     return f"{domain}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
 
 
+#: what joins a bus id to the number of its repeat: ``0000:04:00.0#2`` is the second object a
+#: source describes at 0000:04:00.0 (hwloc loads an XML that names one bus id twice)
+REPEAT_MARK = "#"
+
+
+def _normalize_key(addr: str) -> str:
+    """:func:`normalize_address`, keeping a repeat's ``#n`` (n ≥ 2) as it is."""
+    base, mark, repeat = addr.partition(REPEAT_MARK)
+    if mark and not (repeat.isdigit() and int(repeat) >= 2):
+        raise TopologyError(f"{addr!r} is not a PCI address like 0000:85:02.0 (or its repeat, #2)")
+    return normalize_address(base) + mark + repeat
+
+
 def split_address(addr: str) -> tuple[str, int, int, int]:
-    """(domain, bus, device, function) of a normalised address."""
-    domain, bus, rest = addr.split(":")
+    """(domain, bus, device, function) of a normalised address (a repeat's ``#n`` left aside)."""
+    domain, bus, rest = addr.partition(REPEAT_MARK)[0].split(":")
     dev, fn = rest.split(".")
     return domain, int(bus, 16), int(dev, 16), int(fn)
 
@@ -205,7 +218,7 @@ def build_pci_topology(
     """
     fns: dict[str, PciFunction] = {}
     for fn in functions:
-        addr = normalize_address(fn.address)
+        addr = _normalize_key(fn.address)
         if addr in fns:
             raise TopologyError(f"PCI function {addr} appears twice in {source or 'the input'}")
         fns[addr] = fn if fn.address == addr else _with_address(fn, addr)
@@ -436,8 +449,9 @@ class _PciBuilder:
 
 
 def _device_key(a: str) -> str:
-    """A device's node key: its function's address without the function number."""
-    return a.rsplit(".", 1)[0]
+    """A device's node key: its function's address without the function number (a repeat apart)."""
+    base, mark, repeat = a.partition(REPEAT_MARK)
+    return base.rsplit(".", 1)[0] + mark + repeat
 
 
 def add_memory_and_interconnect(
@@ -497,7 +511,7 @@ def _status(link_sta: tuple[int, int] | None) -> JsonObject:
 def _with_address(fn: PciFunction, addr: str) -> PciFunction:
     from dataclasses import replace
 
-    return replace(fn, address=addr, parent=normalize_address(fn.parent) if fn.parent else None)
+    return replace(fn, address=addr, parent=_normalize_key(fn.parent) if fn.parent else None)
 
 
 def _find_parent(addr: str, fn: PciFunction, fns: Mapping[str, PciFunction]) -> str | None:
@@ -507,7 +521,7 @@ def _find_parent(addr: str, fn: PciFunction, fns: Mapping[str, PciFunction]) -> 
     that give ranges but not the secondary bus exactly.
     """
     if fn.parent:
-        p = normalize_address(fn.parent)
+        p = _normalize_key(fn.parent)
         if p not in fns:
             raise TopologyError(f"PCI function {addr} names parent {p}, which is not in the input")
         return p
