@@ -7,6 +7,8 @@ classes, hwloc exports with a repeated bus id.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import tarfile
 from functools import cache
@@ -326,3 +328,55 @@ def test_each_different_repeat_is_one_more_device_and_one_note(copies, busid):
 def test_a_repeat_mark_other_than_two_or_more_is_refused(address):
     with pytest.raises(TopologyError, match="its repeat"):
         build_pci_topology([PciFunction(address, class_code="0200", numa_node=0)])
+
+
+# -- SXM modules in positions DMI calls card slots (issue 28) ---------------------------
+
+
+C4140 = DATA / "dell-poweredge-c4140-p100-sxm2"
+
+
+def _c4140():
+    from planner.topology.discover import topology_from_files
+
+    return topology_from_files(lspci_vvv=[str(C4140 / "lspci-vvnn.txt")],
+                               dmidecode=str(C4140 / "dmidecode.txt"))
+
+
+def test_an_sxm_module_makes_its_dmi_slot_an_sxm_position():
+    """Dell's C4140 calls its P100 SXM2 positions "x16 PCI Express 3", length Short: the GPU at
+    18:00.0 sits in "PCIe Slot 5", which is an SXM position, while the empty PCIe slots stay CEM."""
+    topo = _c4140()
+    slot = topo.parent("pci:0000:18:00.0")
+    assert (slot.attrs["designation"], slot.attrs["length"]) == ("PCIe Slot 5", "Short")
+    assert (slot.attrs["form_factor"], slot.attrs["dmi_form_factor"]) == ("sxm", "cem")
+    others = {s.attrs["designation"]: s.attrs["form_factor"] for s in topo.nodes(NodeKind.SLOT) if s.id != slot.id}
+    assert others == {"PCIe Slot 1": "cem", "PCIe Slot 2": "cem", "PCIe Slot 3": "cem"}
+    assert any("SXM module" in n and "PCIe Slot 5" in n for n in topo.notes)
+
+
+def test_an_sxm_module_is_placed_where_it_sits():
+    """Issue 28: `moment plan` on the C4140 exited 2, "no candidate slot fits …tesla-p100-sxm2…
+    (double width)". The module's form factor is the device's (sxm, not double width), and the
+    position it sits in takes it."""
+    from planner.inventory import inventory_from_topology
+    from planner.layout.fit import slot_fit
+
+    topo = _c4140()
+    inv = inventory_from_topology(topo)
+    (model, count), = inv.items
+    assert (count, model.form_factors, model.double_width) == (1, ("sxm",), False)
+    assert slot_fit(topo.parent("pci:0000:18:00.0"), model).ok
+    assert not any(slot_fit(s, model).ok for s in topo.nodes(NodeKind.SLOT)
+                   if s.attrs["designation"] != "PCIe Slot 5")
+
+
+def test_cli_plan_on_the_c4140_recommends_the_module_s_position():
+    from moment.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["plan", "--lspci-vvv", str(C4140 / "lspci-vvnn.txt"), "--dmidecode",
+                     str(C4140 / "dmidecode.txt"), "--cpu-cache-share", "1"])
+    assert code == 0
+    assert "GPU 0 → PCIe Slot 5" in out.getvalue()

@@ -164,6 +164,21 @@ def classify(fn: PciFunction) -> NodeKind:
     return _name_kind(fn.name)
 
 
+#: an SXM module's name: NVIDIA writes "SXM2", "SXM4-40GB", "SXM5 80GB" in its devices' names
+_SXM_NAME = re.compile(r"(?<![a-z0-9])sxm[1-9]?(?![a-z])", re.I)
+
+
+def is_sxm_module(name: str | None) -> bool:
+    """Whether a device's name says it is an SXM module: a GPU on a board socket, not a PCIe card.
+
+    >>> is_sxm_module("NVIDIA Corporation GP100GL [Tesla P100 SXM2 16GB]"), is_sxm_module("A100-SXM4-40GB")
+    (True, True)
+    >>> is_sxm_module("NVIDIA Corporation GA100 [A100 PCIe 40GB]")
+    False
+    """
+    return bool(_SXM_NAME.search(name or ""))
+
+
 def _name_kind(name: str) -> NodeKind:
     for pattern, kind in _NAME_KINDS:
         if pattern.search(name or ""):

@@ -12,7 +12,7 @@ from momentbase.jsontypes import JsonObject, JsonValue
 from planner.errors import TopologyError
 from planner.topology.dmi.records import DmiInfo, DmiSlot
 from planner.topology.model import DEVICE_KINDS, Link, Node, NodeKind, Topology
-from planner.topology.pcitree import PciFunction, normalize_address, split_address
+from planner.topology.pcitree import PciFunction, is_sxm_module, normalize_address, split_address
 
 __all__ = ["apply_dmi_slots"]
 
@@ -301,6 +301,7 @@ class _Join:
             topo.notes.append(f"unplaced slot {u}: no device, bridge or slot of the PCI tree is on its bus")
         topo.notes.extend(dmi.warnings)
         _mark_onboard(topo, dmi)
+        _mark_sxm_positions(topo)
         return topo
 
 
@@ -314,6 +315,28 @@ def _without_links(topo: Topology, drop: set[tuple[str, str]]) -> Topology:
         if lk.key not in drop:
             out.add_link(lk)
     return out
+
+
+def _mark_sxm_positions(topo: Topology) -> None:
+    """Make a DMI card slot that holds an SXM module an ``sxm`` position, naming them in one note.
+
+    Firmware may describe an SXM socket's PCIe link as a card slot (Dell's C4140 calls
+    its four P100 SXM2 positions "x16 PCI Express 3", length Short, which reads as
+    ``cem``); the module is not a card, so the position's form factor is the device's.
+    DMI's stays in ``attrs["dmi_form_factor"]``. (A position DMI gives length Other is
+    read as a socket already: :func:`planner.inventory.slot_form_factor`.)
+    """
+    named = []
+    for slot in list(topo.nodes(NodeKind.SLOT)):
+        if slot.attrs.get("form_factor") != "cem" or "dmi_handle" not in slot.attrs:
+            continue
+        if any(c.kind == NodeKind.GPU and is_sxm_module(c.name) for c in topo.children(slot.id)):
+            topo.replace_node(slot.with_attrs(form_factor="sxm",
+                                              dmi_form_factor=slot.attrs.get("form_factor")))
+            named.append(str(slot.attrs.get("designation") or slot.id))
+    if named:
+        topo.notes.append(f"{len(named)} DMI slot(s) hold an SXM module (a GPU on a board socket, not "
+                          "a card): their form factor is the module's, sxm: " + ", ".join(named))
 
 
 def _mark_onboard(topo: Topology, dmi: DmiInfo) -> None:
