@@ -380,3 +380,72 @@ def test_cli_plan_on_the_c4140_recommends_the_module_s_position():
                      str(C4140 / "dmidecode.txt"), "--cpu-cache-share", "1"])
     assert code == 0
     assert "GPU 0 → PCIe Slot 5" in out.getvalue()
+
+
+# -- a root port's slot capability in front of a switch on the board (issue 28) -------------
+
+
+def _sys4028gr_tr2():
+    """The PCIe structure of a Supermicro SYS-4028GR-TR2, built (not captured), smallest form.
+
+    From its capture (linuxhw/LsPCI ``Server/Supermicro/SYS-4028/SYS-4028GR-TR2/DD04B1B370C8``,
+    commit 926a35a5, and linuxhw/DMI at 6e9143d8): root ports 00:02.0 (``Slot #2``, buses
+    02-08) and 00:03.0 (``Slot #3``, buses 09-0f) each announce a slot and lead to a PLX
+    switch (10b5:9797) whose downstream ports announce slots too (03:04.0 ``Slot #4`` to
+    bus 04, ...); DMI names the GPU slots on the switches' ports (CPU1 SLOT1 at 04:00.0,
+    CPU1 SLOT12 at 0c:00.0, ...). Kept here: one GPU per switch and, on the second switch,
+    a port that announces a slot with nothing in it and no DMI slot naming it.
+    """
+    def bridge(addr, sec, sub, pt, slot=None):
+        return PciFunction(addr, class_code="0604", vendor_id="8086" if pt == "root" else "10b5",
+                           is_bridge=True, secondary_bus=sec, subordinate_bus=sub, port_type=pt,
+                           link_cap=(3, 16), numa_node=0, slot=slot)
+
+    gpu = dict(class_code="0302", vendor_id="10de", link_cap=(3, 16), numa_node=0)
+    fns = [bridge("00:02.0", 0x02, 0x08, "root", "2"), bridge("02:00.0", 0x03, 0x08, "upstream"),
+           bridge("03:04.0", 0x04, 0x04, "downstream", "4"), PciFunction("04:00.0", **gpu),
+           bridge("00:03.0", 0x09, 0x0f, "root", "3"), bridge("09:00.0", 0x0a, 0x0f, "upstream"),
+           bridge("0a:08.0", 0x0c, 0x0c, "downstream", "8"), PciFunction("0c:00.0", **gpu),
+           bridge("0a:10.0", 0x0b, 0x0b, "downstream", "16")]
+    from planner.topology.dmi.records import DmiInfo, DmiSlot
+
+    dmi = DmiInfo(slots=(
+        DmiSlot("CPU1 SLOT1", "x16 PCI Express 3 x16", 16, 3, "cem", length="Long", in_use=True,
+                bus_address="0000:04:00.0", handle="0x001C"),
+        DmiSlot("CPU1 SLOT12", "x16 PCI Express 3 x16", 16, 3, "cem", length="Long", in_use=True,
+                bus_address="0000:0c:00.0", handle="0x0027")))
+    return fns, dmi
+
+
+def test_a_root_port_s_slot_in_front_of_a_board_switch_is_no_slot():
+    """Issue 28: the SYS-4028GR-TR2 got 14 slots for 12: beside the DMI slots, a slot for each
+    root port that holds a switch (shown empty). With DMI naming the slots on the switches'
+    ports, the switches are the board's: they hang from the socket, by the root port's link."""
+    from planner.topology.dmi.join import apply_dmi_slots
+
+    fns, dmi = _sys4028gr_tr2()
+    lspci_only = build_pci_topology(fns)
+    assert {s.attrs["port"] for s in lspci_only.nodes(NodeKind.SLOT)} == {
+        "0000:00:02.0", "0000:00:03.0", "0000:03:04.0", "0000:0a:08.0", "0000:0a:10.0"}
+    assert all(lspci_only.node(f"slot:0000:00:0{i}.0").attrs["in_use"] for i in (2, 3))  # they hold a switch
+    topo = apply_dmi_slots(lspci_only, dmi, functions=fns)
+    slots = {s.attrs.get("designation"): s.attrs["in_use"] for s in topo.nodes(NodeKind.SLOT)}
+    assert slots == {"CPU1 SLOT1": True, "CPU1 SLOT12": True, "16": False}  # the empty port stays
+    for sw in ("switch:0000:02:00.0", "switch:0000:09:00.0"):
+        assert topo.parent(sw).id == "socket0"
+        lk = topo.link_between("socket0", sw)
+        assert (lk.pcie_gen, lk.lanes) == (3, 16)
+    assert topo.parent("pci:0000:04:00.0").attrs["designation"] == "CPU1 SLOT1"
+    assert any("0000:00:02.0 (slot 2)" in n and "0000:00:03.0 (slot 3)" in n for n in topo.notes)
+
+
+def test_a_switch_card_in_a_slot_keeps_its_slot_and_fills_it():
+    """Without a DMI slot below the switch (a switch card, HighPoint's SSD7540), the root port's
+    slot stays, in use."""
+    from planner.topology.dmi.join import apply_dmi_slots
+    from planner.topology.dmi.records import DmiInfo
+
+    fns, _ = _sys4028gr_tr2()
+    topo = apply_dmi_slots(build_pci_topology(fns), DmiInfo(), functions=fns)
+    slot = topo.node("slot:0000:00:02.0")
+    assert slot.attrs["in_use"] and topo.parent("switch:0000:02:00.0").id == slot.id

@@ -421,6 +421,8 @@ class _PciBuilder:
                     g, w = _min_link(up_port.link_cap if up_port else None, f.link_cap)
                     topo.add_link(Link.pcie(up_id, sw_id, g, w, self.efficiency, **_status(f.link_sta)))
                     self.attach[a] = (sw_id, f)
+                    if topo.node(up_id).kind == NodeKind.SLOT:  # a switch (card) is in that slot
+                        topo.replace_node(topo.node(up_id).with_attrs(in_use=True))
                 elif r == "dsp":
                     sw = topo.node(up_id)
                     topo.replace_node(sw.with_attrs(ports=[*sw.attrs.get("ports", []), a]))
