@@ -46,11 +46,8 @@ import numpy as np
 import torch
 
 from iostack.errors import StoreError
+from iostack.vocab import STORAGE_DTYPES
 from momentbase.jsontypes import JsonObject
-
-#: the types a placement may store its rows in (a dataset's own feature types are
-#: training.data.DATASET_FEATURE_DTYPES: float64 and uint8 there, bfloat16 here)
-STORAGE_DTYPES = ("float32", "float16", "bfloat16", "int8")
 
 #: storage name -> (numpy dtype of the bin files, torch dtype of the rows)
 _STORAGE: dict[str, tuple[np.dtype, torch.dtype]] = {
@@ -287,4 +284,4 @@ def _check_block(blk: np.ndarray, first_row: int, dtype: str) -> None:
                          f"{float(blk[r, c])!r}: {why}")
 
 
-__all__ = ["STORAGE_DTYPES", "FeatureCodec", "check_feature_dtype", "fit_codec", "stored_row_bytes", "to_torch"]
+__all__ = ["FeatureCodec", "check_feature_dtype", "fit_codec", "stored_row_bytes", "to_torch"]

@@ -93,7 +93,7 @@ class FeatureStore:
     (on the device, after the copy), so ``gather`` returns float32 whatever the
     bins hold; ``row_bytes`` is the stored row's size (what the tiers hold and
     move), ``dtype`` the gather's result type, ``storage_dtype`` the bins'.
-    ``feature_dtype`` (a :data:`~iostack.codec.STORAGE_DTYPES` name): the
+    ``feature_dtype`` (a :data:`~iostack.vocab.STORAGE_DTYPES` name): the
     storage type the caller expects; another is refused.
     """
 

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from iostack.backends import backend_choices
+from iostack.vocab import ENGINES
 from moment._args import examples
 from moment.bars import Bars
 from moment.errors import CommandError
@@ -54,7 +55,7 @@ def register(subparsers) -> None:
     raw.add_argument("--queue-depth", type=int, default=64, help="reads in flight, both tools (default 64)")
     raw.add_argument("--seconds", type=float, default=5.0, help="per tool per run (default 5)")
     raw.add_argument("--runs", type=int, default=3, help="alternating fio/ours runs (default 3)")
-    raw.add_argument("--engine", choices=("all", "auto", "uring", "aio", "threads"), default="all",
+    raw.add_argument("--engine", choices=("all", *ENGINES), default="all",
                      help="our read engine(s): all (default: each that works here; with 3 runs or more the "
                           "fastest is recorded for this device, and engine 'auto' then uses it), auto, or one")
     raw.add_argument("--no-record", dest="record", action="store_false",

@@ -22,6 +22,7 @@ from moment._args import (
 )
 from momentbase.errors import MomentError
 from planner.flow import FLOW_MODELS
+from planner.vocab import HANDOFF_LAYOUTS
 
 EXIT_USAGE = 2
 #: write failures that come from the machine, not from Moment: no space, over quota, a read-only disk
@@ -154,7 +155,7 @@ def _add_plan(sub) -> None:
     how.add_argument("--exhaustive", action="store_true",
                      help="solve every distinct layout instead of pruning by a cut bound")
     how.add_argument("--json", action="store_true", help="print the plan as JSON")
-    how.add_argument("--layout", choices=("recommended", "current", "a", "b", "c", "d"), default="recommended",
+    how.add_argument("--layout", choices=HANDOFF_LAYOUTS, default="recommended",
                      help="with --json: the layout whose targets `moment place --plan` gets (default recommended; "
                           "current: the machine as cabled now, for data placed before the devices move)")
     how.add_argument("--svg", metavar="FILE", help="write the recommended layout with its flows")

@@ -13,6 +13,7 @@ import sys
 
 from moment._args import examples
 from moment.errors import CommandError
+from training.vocab import DATASET_FEATURE_DTYPES
 
 #: options of `data import` and the formats they apply to (dest -> formats)
 _FORMAT_OPTIONS = {
@@ -171,7 +172,7 @@ def register(subparsers) -> None:
                      help="source format (default: detect from the file names)")
     imp.add_argument("--name", help="dataset name to record (default: from the source)")
     imp.add_argument("--force", action="store_true", help="replace DST if it exists")
-    imp.add_argument("--feature-dtype", choices=("float32", "float16", "float64", "uint8", "int8"),
+    imp.add_argument("--feature-dtype", choices=DATASET_FEATURE_DTYPES,
                      help="store features with this dtype (default: as the source, float32 for text)")
     g = imp.add_argument_group("format options")
     g.add_argument("--dataset", metavar="NAME", help="planetoid: which ind.NAME.* when SRC holds several")

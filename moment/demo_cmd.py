@@ -23,6 +23,7 @@ from pathlib import Path
 
 from moment._args import examples
 from moment.errors import CommandError
+from training.vocab import MODEL_NAMES
 
 
 def register(subparsers) -> None:
@@ -39,7 +40,7 @@ def register(subparsers) -> None:
     p.add_argument("--nodes", default="200000", metavar="N", help="graph nodes (default 200000)")
     p.add_argument("--edges", default="2000000", metavar="M", help="graph edges (default 2000000)")
     p.add_argument("--feature-dim", default="128", metavar="F", help="feature width, float32 (default 128)")
-    p.add_argument("--model", default="sage", choices=("sage", "gat", "gcn"), help="GNN (default sage)")
+    p.add_argument("--model", default="sage", choices=MODEL_NAMES, help="GNN (default sage)")
     p.add_argument("--epochs", default="2", metavar="E", help="training epochs (default 2)")
     p.add_argument("--force", action="store_true", help="replace an earlier demo in --out")
     p.set_defaults(func=run)

@@ -18,6 +18,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from iostack.vocab import STORAGE_DTYPES
 from moment._args import (
     add_source_args,
     examples,
@@ -32,6 +33,7 @@ from planner.errors import PlannerError
 from planner.flow import FLOW_MODELS
 from planner.policies import PLACEMENT_POLICIES
 from training.hotness_methods import HOTNESS_METHODS
+from training.vocab import GPU_MODES
 
 
 def register(subparsers) -> None:
@@ -67,13 +69,13 @@ def register(subparsers) -> None:
                         help="feature cache per host memory (NUMA node), e.g. 64GiB (0: none), or auto: the job's "
                              "memory (cgroup limit, MemAvailable) less what training needs, over the NUMA nodes")
     caches.add_argument("--memory-limit", metavar="SIZE", help="--cpu-cache auto: size for this memory instead")
-    caches.add_argument("--gpu-cache-mode", choices=("replicate", "partition"), default="replicate",
+    caches.add_argument("--gpu-cache-mode", choices=GPU_MODES, default="replicate",
                         help="replicate the hottest rows on every GPU (default), or partition the GPU "
                              "caches across GPUs joined by NVLink")
     caches.add_argument("--ssd", action="append", metavar="DIR", default=[],
                         help="directory for one SSD's bin file, one per SSD of the plan in its order "
                              "(repeatable; a directory may be repeated)")
-    caches.add_argument("--feature-dtype", choices=("float32", "float16", "bfloat16", "int8"), metavar="TYPE",
+    caches.add_argument("--feature-dtype", choices=STORAGE_DTYPES, metavar="TYPE",
                         help="store the rows in the bins as float32, float16, bfloat16 or int8 (a scale and zero "
                              "point per column, float features only); smaller rows: fewer SSD bytes, more rows per "
                              "cache; the gather decodes to float32 (default: the features' own type)")

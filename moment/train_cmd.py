@@ -15,6 +15,7 @@ from iostack.backends import backend_choices
 from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
 from moment.errors import CommandError
+from training.vocab import EXCHANGES, GRAPH_ON, MODEL_NAMES, SAMPLE_ON
 
 
 def _spec(args: argparse.Namespace):
@@ -233,7 +234,7 @@ def register(subparsers) -> None:
                    help="placement directory (placement.json, bin_of.npy, row_of.npy, SSD bins); default: "
                         "features in memory")
     m = p.add_argument_group("model and optimisation")
-    m.add_argument("--model", choices=("sage", "gat", "gcn"), default="sage", help="default sage")
+    m.add_argument("--model", choices=MODEL_NAMES, default="sage", help="default sage")
     m.add_argument("--fanouts", default="25,10", metavar="F1,F2,..",
                    help="neighbours per hop, hop 1 first, -1 = all (write --fanouts=-1,-1); one layer per fan-out "
                         "(default 25,10)")
@@ -260,10 +261,10 @@ def register(subparsers) -> None:
                    help="SSD read backend: kvikio reads into GPU memory (needs CUDA and KvikIO); auto (default) "
                         "takes kvikio only where --capacities measured it faster, else posix")
     r.add_argument("--capacities", metavar="FILE", help="a `moment profile` file: its figures choose --backend auto")
-    r.add_argument("--sample-on", choices=("auto", "cpu", "gpu"), default="auto",
+    r.add_argument("--sample-on", choices=SAMPLE_ON, default="auto",
                    help="where to sample: auto (default) = on the GPU when the graph fits there, else the CPU")
     r.add_argument("--server", metavar="HOST:PORT", help="take batches from a `moment serve` sampling server")
-    r.add_argument("--graph-on", choices=("memory", "disk"), default="memory", help="memory (default): sample "
+    r.add_argument("--graph-on", choices=GRAPH_ON, default="memory", help="memory (default): sample "
                    "from the CSR's memory maps; disk: read the sampled lists of indices.npy with direct I/O (on CPU)")
     r.add_argument("--graph-cache", default="0", metavar="SIZE", help="with --graph-on disk: hold the highest-"
                    "degree vertices' lists in memory up to SIZE, e.g. 512MiB (default 0: none)")
@@ -286,7 +287,7 @@ def register(subparsers) -> None:
                    help="seconds a rank waits on the others in a step (all-reduce, feature exchange) before it "
                         "stops with an error (default 30)")
     n = p.add_argument_group("several nodes (a placement from `moment place --nodes N`)")
-    n.add_argument("--exchange", choices=("alltoall", "rpc"), default="alltoall",
+    n.add_argument("--exchange", choices=EXCHANGES, default="alltoall",
                    help="how remote rows travel: one all_to_all per step on its own group (default), or "
                         "one-sided RPC fetches")
     n.add_argument("--remote-cache", default="0", metavar="SIZE",

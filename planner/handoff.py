@@ -45,6 +45,7 @@ from typing import Any
 from momentbase.jsontypes import JsonObject, JsonValue
 from planner.errors import PlannerError
 from planner.topology.model import LinkKind, NodeKind, Topology
+from planner.vocab import HANDOFF_LAYOUTS
 
 __all__ = ["PLAN_SCHEMA", "PLAN_VERSION", "PlanFileError", "PlanHandoff", "PlanTargets", "StoreTarget",
            "devices_of", "handoff_from_plan", "nvlink_pairs_of", "plan_document", "plan_file_dict", "read_plan_file",
@@ -219,9 +220,6 @@ class PlanHandoff:
                 f"(the plan assumed {d.accelerator_cache_share:.1%} and {d.host_memory_share:.1%})")
         return targets, note
 
-
-#: the layouts a hand-off can be made for (``moment plan --layout``)
-HANDOFF_LAYOUTS = ("recommended", "current", "a", "b", "c", "d")
 
 
 def handoff_from_plan(result, source: str = "", unknown_link_bytes_per_s: float | None = None,

@@ -45,32 +45,53 @@ def _registry_tables() -> dict[tuple[str, str], tuple[str, ...]]:
 
 
 def _library_tables() -> dict[tuple[str, str], tuple[str, ...]]:
-    """Options whose values the library checks against a table of its own (heavy modules: the
-    command line cannot import them to build its parser, so this test keeps the two equal)."""
-    from iostack.backends.posix import ENGINES
-    from iostack.codec import STORAGE_DTYPES
-    from planner.handoff import HANDOFF_LAYOUTS
-    from training.data import DATASET_FEATURE_DTYPES
-    from training.devices import SAMPLE_ON
-    from training.diskcsr import GRAPH_ON
-    from training.exchange import EXCHANGES
+    """Options whose values the library checks against a table of its own. The tables live in
+    light modules (``*/vocab.py``, which import nothing) so that the command line builds its
+    parser from them without importing the heavy modules that check them."""
+    from iostack.vocab import ENGINES, STORAGE_DTYPES
+    from planner.vocab import HANDOFF_LAYOUTS
     from training.importers import FORMATS
-    from training.models import MODELS
-    from training.placing import GPU_MODES
+    from training.vocab import DATASET_FEATURE_DTYPES, EXCHANGES, GPU_MODES, GRAPH_ON, MODEL_NAMES, SAMPLE_ON
 
     return {
         ("moment plan", "--layout"): HANDOFF_LAYOUTS,
         ("moment data import", "--format"): ("auto", *FORMATS),
         ("moment data import", "--feature-dtype"): DATASET_FEATURE_DTYPES,
         ("moment bench io raw", "--engine"): ("all", *ENGINES),
-        ("moment train", "--model"): tuple(MODELS),
-        ("moment demo", "--model"): tuple(MODELS),
+        ("moment train", "--model"): MODEL_NAMES,
+        ("moment demo", "--model"): MODEL_NAMES,
         ("moment train", "--sample-on"): SAMPLE_ON,
         ("moment train", "--graph-on"): GRAPH_ON,
         ("moment train", "--exchange"): EXCHANGES,
         ("moment place", "--gpu-cache-mode"): GPU_MODES,
         ("moment place", "--feature-dtype"): STORAGE_DTYPES,
     }
+
+
+def test_the_heavy_modules_check_against_the_light_tables():
+    """Each light table is the very table its implementation checks a value against (one
+    object, not a copy), and the GNNs the trainer builds are the ones the table names."""
+    import iostack.backends.posix as posix
+    import iostack.codec as codec
+    import planner.handoff as handoff
+    import training.data as data
+    import training.devices as devices
+    import training.placing as placing
+    import training.sharded as sharded
+    import training.specs as specs
+    from iostack import vocab as io_vocab
+    from planner import vocab as plan_vocab
+    from training import vocab
+    from training.models import MODELS
+
+    assert tuple(MODELS) == vocab.MODEL_NAMES
+    pairs = [(posix.ENGINES, io_vocab.ENGINES), (codec.STORAGE_DTYPES, io_vocab.STORAGE_DTYPES),
+             (handoff.HANDOFF_LAYOUTS, plan_vocab.HANDOFF_LAYOUTS),
+             (data.DATASET_FEATURE_DTYPES, vocab.DATASET_FEATURE_DTYPES),
+             (devices.SAMPLE_ON, vocab.SAMPLE_ON), (placing.GPU_MODES, vocab.GPU_MODES),
+             (specs.GRAPH_ON, vocab.GRAPH_ON), (specs.EXCHANGES, vocab.EXCHANGES),
+             (sharded.EXCHANGES, vocab.EXCHANGES)]
+    assert all(used is table for used, table in pairs)
 
 
 #: choices that are the command's own (checked inline by one importer or the command, no table to share)

@@ -20,10 +20,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from iostack.bins import open_bin, write_bins
-from iostack.codec import STORAGE_DTYPES, FeatureCodec, fit_codec, stored_row_bytes
+from iostack.codec import FeatureCodec, fit_codec, stored_row_bytes
 from iostack.errors import StoreError
 from iostack.placement import Placement, load_placement, simple_placement
 from iostack.store import FeatureStore
+from iostack.vocab import STORAGE_DTYPES
 from tests.fake_cuda import FakeDeviceMemory
 
 _TINY = float(np.finfo(np.float32).tiny)

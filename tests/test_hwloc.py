@@ -350,9 +350,6 @@ def test_pcie_links_for_gb_per_s() -> None:
          "</object></topology>", 3, "PCI address"),
         ('<topology>\n<object type="Machine">\n<object type="PCIDev" pci_busid="0000:01:00.0"'
          ' pci_type="vga"/></object></topology>', 3, "pci_type"),
-        ('<topology><object type="Machine">\n<object type="PCIDev" pci_busid="0000:01:00.0"/>\n'
-         '<object type="PCIDev" pci_busid="0000:01:00.0" pci_type="0302 [10de:1db8]"/></object></topology>',
-         3, "only once"),
         ('<topology><object type="Machine">\n<object type="Bridge" bridge_type="x"/>'
          "</object></topology>", 2, "bridge_type"),
         ('<topology><object type="Machine">\n<object type="PCIDev" pci_busid="0000:01:00.0"'

@@ -50,13 +50,10 @@ from iostack.checksums import BlockSums, bad_blocks
 from momentbase.jsontypes import JsonObject, JsonValue
 from planner.progress import Progress
 from training.errors import TrainingError
+from training.vocab import DATASET_FEATURE_DTYPES
 
 SCHEMA = "moment.dataset"
 VERSION = 1
-
-#: dtypes a dataset's feature matrix may have (numpy names, as written in meta.json); the types a
-#: placement may store rows in are another list, iostack.codec.STORAGE_DTYPES
-DATASET_FEATURE_DTYPES = ("float32", "float16", "float64", "uint8", "int8")
 
 #: edges handled per step by the chunked CSR builder and the validator; 2**22 edges of
 #: int64 pairs is ~100 MB of temporaries, small next to any graph worth streaming

@@ -34,6 +34,7 @@ import torch
 from planner.hostinfo import props_bus_address
 from planner.topology.nvidia.nvml import NvmlError, normalize_bus_id
 from training.errors import TrainingError
+from training.vocab import SAMPLE_ON
 
 _BUS = re.compile(r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
 
@@ -155,8 +156,6 @@ def partition_of_rank(gpu_bin_devices: Sequence[str | None], local_rank: int, lo
 
 #: share of free GPU memory the graph may take when sampling moves to the GPU (the rest: model, batches)
 SAMPLE_SHARE = 0.5
-
-SAMPLE_ON = ("auto", "cpu", "gpu")
 
 
 def sampling_device(asked: str, device: torch.device, need_bytes: int, free_bytes: int | None

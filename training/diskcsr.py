@@ -50,9 +50,6 @@ from iostack.errors import StoreError
 from iostack.pagefile import DEFAULT_BUFFER_BYTES, PagedFile, PageReads
 from training.errors import TrainingError
 
-#: where a CSR may live for ``moment train --graph-on``
-GRAPH_ON = ("memory", "disk")
-
 #: vertices per step of the passes over ``indptr`` (8 MiB of int64 degrees; each step's temporaries are
 #: a few times that, which must fit beside the cache under a tight memory limit)
 CHUNK_VERTICES = 1 << 20
@@ -65,7 +62,7 @@ DEFAULT_GAP_PAGES = 0
 #: positions per step while the adjacency cache is filled (each costs ~60 bytes of temporaries)
 FILL_CHUNK_ITEMS = 1 << 20
 
-__all__ = ["CHUNK_VERTICES", "DEFAULT_GAP_PAGES", "FILL_CHUNK_ITEMS", "GRAPH_ON", "AdjacencyCache", "CsrReadStats",
+__all__ = ["CHUNK_VERTICES", "DEFAULT_GAP_PAGES", "FILL_CHUNK_ITEMS", "AdjacencyCache", "CsrReadStats",
            "DiskCsrError", "DiskNeighbours", "hot_vertices", "npy_layout", "open_disk_csr"]
 
 

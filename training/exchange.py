@@ -50,8 +50,6 @@ from training.errors import TrainingError
 
 Serve = Callable[[Tensor], Tensor]
 
-EXCHANGES = ("alltoall", "rpc")
-
 
 class PeerLostError(TrainingError):
     """Another rank died or stopped answering within the timeout: this rank cannot go on."""

@@ -26,11 +26,12 @@ from momentbase.units import format_size
 from training.batches import BATCH_SOURCES, BatchSource, SourceRequest
 from training.data import Dataset
 from training.devices import sampling_device
-from training.diskcsr import GRAPH_ON, DiskNeighbours, open_disk_csr
+from training.diskcsr import DiskNeighbours, open_disk_csr
 from training.errors import TrainError
 from training.features import FeatureSource
 from training.sampler import SampledBatch
 from training.specs import SamplingSpec
+from training.vocab import GRAPH_ON
 
 if TYPE_CHECKING:
     from training.distributed import World

@@ -22,10 +22,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from iostack.codec import STORAGE_DTYPES
+from iostack.vocab import STORAGE_DTYPES
 from planner.policies import PLACEMENT_POLICIES
 from training.hotness import HotnessSpec
-from training.placing import GPU_MODES, PlacingError
+from training.placing import PlacingError
+from training.vocab import GPU_MODES
 
 __all__ = ["PlaceSpec", "PolicySpec", "ShardSpec", "TierSpec"]
 

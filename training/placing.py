@@ -68,11 +68,10 @@ from planner.placement import DdakBin, DdakResult
 from planner.policies import place_items
 from planner.progress import Progress
 from training.errors import TrainingError
+from training.vocab import GPU_MODES
 
 if TYPE_CHECKING:
     from iostack.codec import FeatureCodec
-
-GPU_MODES = ("replicate", "partition")
 
 #: target share given to a plan store whose target is 0 (DDAK needs positive targets)
 ZERO_TARGET_SHARE = 1e-9
@@ -541,7 +540,7 @@ def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.Pat
 
 
 __all__ = [
-    "GPU_MODES", "BinPlan", "BinReport", "PlaceResult", "PlacementReport",
+    "BinPlan", "BinReport", "PlaceResult", "PlacementReport",
     "PlacingError", "bin_split", "build_bins", "cache_shares", "check_free_space",
     "expected_shares", "place", "plan_now", "reader_sockets", "report_for", "socket_reads",
     "ssd_bin_path", "targets_for_caches"

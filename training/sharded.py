@@ -46,8 +46,9 @@ from iostack.shards import ShardLayout, load_layout, read_manifest
 from iostack.transfer import Gathered, Transfer
 from momentbase.errors import MomentError
 from training.errors import TrainingError
-from training.exchange import EXCHANGES, PeerLostError, RowExchange
+from training.exchange import PeerLostError, RowExchange
 from training.remote_cache import RemoteCache, cache_rows
+from training.vocab import EXCHANGES
 
 #: rows fetched per round when the locality cache is filled at start
 FILL_ROWS = 1 << 16

@@ -39,11 +39,9 @@ from dataclasses import dataclass, field
 
 from iostack.backends import backend_choices
 from momentbase.jsontypes import JsonObject, JsonValue
-from training.devices import SAMPLE_ON
-from training.diskcsr import GRAPH_ON
 from training.errors import TrainError
-from training.exchange import EXCHANGES
 from training.models import MODELS
+from training.vocab import EXCHANGES, GRAPH_ON, SAMPLE_ON
 
 __all__ = ["RECORD_FIELDS", "DistributedSpec", "IOSpec", "ModelSpec", "RunSpec", "SamplingSpec", "TrainSpec"]
 

@@ -36,7 +36,6 @@ from iostack.checksums import block_sums
 from momentbase.jsontypes import JsonObject, JsonValue
 from planner.progress import Progress
 from training.data import (
-    DATASET_FEATURE_DTYPES,
     DEFAULT_CHUNK_EDGES,
     SCHEMA,
     VERSION,
@@ -45,6 +44,7 @@ from training.data import (
     open_dataset,
     open_paged_npy,
 )
+from training.vocab import DATASET_FEATURE_DTYPES
 
 
 def _as_chunks(edges) -> Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]:

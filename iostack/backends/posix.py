@@ -49,6 +49,7 @@ from iostack.backends.base import BinHandle, Extents, ReadBackend, sorted_extent
 from iostack.backends.base import coalesced_runs as _runs
 from iostack.bins import PAGE, BinFile
 from iostack.errors import StoreError
+from iostack.vocab import ENGINES
 
 
 def _cpus() -> int:
@@ -74,10 +75,8 @@ def probe_direct(path: str, nbytes: int = PAGE) -> tuple[bool, str | None]:
         os.close(fd)
 
 
-#: read engines: ``uring`` (io_uring), ``aio`` (native AIO), ``threads`` (preadv); ``auto``: see :mod:`.choice`
-ENGINES = ("auto", "uring", "aio", "threads")
 _ASYNC = {"uring": _uring, "aio": _aio}
-__all__ = ["ENGINES", "PosixBackend", "probe_direct"]
+__all__ = ["PosixBackend", "probe_direct"]
 
 
 #: reads in flight by default with an asynchronous engine (O_DIRECT): one thread keeps them all, so a

@@ -10,6 +10,7 @@ from planner.inventory.core import Inventory
 from planner.inventory.models import DEVICE_MODELS, DeviceModel, _slug, recognise_model
 from planner.topology.model import DEVICE_KINDS, Link, LinkKind, Node, NodeKind, Topology
 from planner.topology.pcie import GT_PER_S, VALID_WIDTHS
+from planner.topology.pcitree import is_sxm_module
 
 __all__ = ["inventory_from_topology", "slot_form_factor", "with_virtual_slots"]
 
@@ -107,7 +108,8 @@ def _derived_model(dev: Node, slot: Node, link: Link | None) -> DeviceModel:
         or base.pcie_gen
     ff = slot_form_factor(slot)
     if kind == "gpu":
-        ffs: tuple[str, ...] = (ff,) if ff else ("cem",)
+        # an SXM module's form factor is its own, whatever the slot it was found in says
+        ffs: tuple[str, ...] = ("sxm",) if is_sxm_module(dev.name) else (ff,) if ff else ("cem",)
         double = ffs == ("cem",) and lanes >= 16
     else:
         ffs = tuple(dict.fromkeys((ff, "cem"))) if ff else base.form_factors

@@ -74,9 +74,22 @@ def normalize_address(addr: str) -> str:
     return f"{domain}:{m.group(2)}:{m.group(3)}.{m.group(4)}"
 
 
+#: what joins a bus id to the number of its repeat: ``0000:04:00.0#2`` is the second object a
+#: source describes at 0000:04:00.0 (hwloc loads an XML that names one bus id twice)
+REPEAT_MARK = "#"
+
+
+def _normalize_key(addr: str) -> str:
+    """:func:`normalize_address`, keeping a repeat's ``#n`` (n ≥ 2) as it is."""
+    base, mark, repeat = addr.partition(REPEAT_MARK)
+    if mark and not (repeat.isdigit() and int(repeat) >= 2):
+        raise TopologyError(f"{addr!r} is not a PCI address like 0000:85:02.0 (or its repeat, #2)")
+    return normalize_address(base) + mark + repeat
+
+
 def split_address(addr: str) -> tuple[str, int, int, int]:
-    """(domain, bus, device, function) of a normalised address."""
-    domain, bus, rest = addr.split(":")
+    """(domain, bus, device, function) of a normalised address (a repeat's ``#n`` left aside)."""
+    domain, bus, rest = addr.partition(REPEAT_MARK)[0].split(":")
     dev, fn = rest.split(".")
     return domain, int(bus, 16), int(dev, 16), int(fn)
 
@@ -151,6 +164,21 @@ def classify(fn: PciFunction) -> NodeKind:
     return _name_kind(fn.name)
 
 
+#: an SXM module's name: NVIDIA writes "SXM2", "SXM4-40GB", "SXM5 80GB" in its devices' names
+_SXM_NAME = re.compile(r"(?<![a-z0-9])sxm[1-9]?(?![a-z])", re.I)
+
+
+def is_sxm_module(name: str | None) -> bool:
+    """Whether a device's name says it is an SXM module: a GPU on a board socket, not a PCIe card.
+
+    >>> is_sxm_module("NVIDIA Corporation GP100GL [Tesla P100 SXM2 16GB]"), is_sxm_module("A100-SXM4-40GB")
+    (True, True)
+    >>> is_sxm_module("NVIDIA Corporation GA100 [A100 PCIe 40GB]")
+    False
+    """
+    return bool(_SXM_NAME.search(name or ""))
+
+
 def _name_kind(name: str) -> NodeKind:
     for pattern, kind in _NAME_KINDS:
         if pattern.search(name or ""):
@@ -205,7 +233,7 @@ def build_pci_topology(
     """
     fns: dict[str, PciFunction] = {}
     for fn in functions:
-        addr = normalize_address(fn.address)
+        addr = _normalize_key(fn.address)
         if addr in fns:
             raise TopologyError(f"PCI function {addr} appears twice in {source or 'the input'}")
         fns[addr] = fn if fn.address == addr else _with_address(fn, addr)
@@ -393,6 +421,8 @@ class _PciBuilder:
                     g, w = _min_link(up_port.link_cap if up_port else None, f.link_cap)
                     topo.add_link(Link.pcie(up_id, sw_id, g, w, self.efficiency, **_status(f.link_sta)))
                     self.attach[a] = (sw_id, f)
+                    if topo.node(up_id).kind == NodeKind.SLOT:  # a switch (card) is in that slot
+                        topo.replace_node(topo.node(up_id).with_attrs(in_use=True))
                 elif r == "dsp":
                     sw = topo.node(up_id)
                     topo.replace_node(sw.with_attrs(ports=[*sw.attrs.get("ports", []), a]))
@@ -436,8 +466,9 @@ class _PciBuilder:
 
 
 def _device_key(a: str) -> str:
-    """A device's node key: its function's address without the function number."""
-    return a.rsplit(".", 1)[0]
+    """A device's node key: its function's address without the function number (a repeat apart)."""
+    base, mark, repeat = a.partition(REPEAT_MARK)
+    return base.rsplit(".", 1)[0] + mark + repeat
 
 
 def add_memory_and_interconnect(
@@ -497,7 +528,7 @@ def _status(link_sta: tuple[int, int] | None) -> JsonObject:
 def _with_address(fn: PciFunction, addr: str) -> PciFunction:
     from dataclasses import replace
 
-    return replace(fn, address=addr, parent=normalize_address(fn.parent) if fn.parent else None)
+    return replace(fn, address=addr, parent=_normalize_key(fn.parent) if fn.parent else None)
 
 
 def _find_parent(addr: str, fn: PciFunction, fns: Mapping[str, PciFunction]) -> str | None:
@@ -507,7 +538,7 @@ def _find_parent(addr: str, fn: PciFunction, fns: Mapping[str, PciFunction]) -> 
     that give ranges but not the secondary bus exactly.
     """
     if fn.parent:
-        p = normalize_address(fn.parent)
+        p = _normalize_key(fn.parent)
         if p not in fns:
             raise TopologyError(f"PCI function {addr} names parent {p}, which is not in the input")
         return p

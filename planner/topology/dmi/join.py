@@ -12,7 +12,7 @@ from momentbase.jsontypes import JsonObject, JsonValue
 from planner.errors import TopologyError
 from planner.topology.dmi.records import DmiInfo, DmiSlot
 from planner.topology.model import DEVICE_KINDS, Link, Node, NodeKind, Topology
-from planner.topology.pcitree import PciFunction, normalize_address, split_address
+from planner.topology.pcitree import PciFunction, is_sxm_module, normalize_address, split_address
 
 __all__ = ["apply_dmi_slots"]
 
@@ -301,6 +301,8 @@ class _Join:
             topo.notes.append(f"unplaced slot {u}: no device, bridge or slot of the PCI tree is on its bus")
         topo.notes.extend(dmi.warnings)
         _mark_onboard(topo, dmi)
+        _mark_sxm_positions(topo)
+        _drop_board_switch_slots(topo)
         return topo
 
 
@@ -314,6 +316,69 @@ def _without_links(topo: Topology, drop: set[tuple[str, str]]) -> Topology:
         if lk.key not in drop:
             out.add_link(lk)
     return out
+
+
+def _below(topo: Topology, node_id: str) -> list[Node]:
+    """Every node under ``node_id`` in the tree."""
+    out, stack = [], [node_id]
+    while stack:
+        kids = topo.children(stack.pop())
+        out += kids
+        stack += [k.id for k in kids]
+    return out
+
+
+def _drop_board_switch_slots(topo: Topology) -> None:
+    """Take out of ``topo`` the slot capabilities of ports that lead to a switch on the board.
+
+    A root port may announce a slot (``SltCap``) although what it holds is a switch on the
+    board: Supermicro's SYS-4028GR-TR2 has two PLX switches behind root ports 00:02.0 and
+    00:03.0, each announcing a slot, while DMI names the GPU slots on the switches' ports.
+    When DMI names a slot below the switch, the switch is the board's and the port's slot
+    is no slot a card goes in: it is left out (the switch then hangs from the port's owner by
+    the link the two had), and a note names it. A slot only ``lspci`` knows of, holding a
+    switch with no DMI slot below it (a switch card), stays a slot.
+    """
+    gone = [s for s in topo.nodes(NodeKind.SLOT)
+            if "dmi_handle" not in s.attrs and topo.parent(s.id) is not None
+            and any(c.kind == NodeKind.SWITCH and any(n.kind == NodeKind.SLOT and "dmi_handle" in n.attrs
+                                                      for n in _below(topo, c.id))
+                    for c in topo.children(s.id))]
+    for s in gone:
+        parent = topo.parent(s.id)
+        assert parent is not None  # the slots left out are in the tree
+        moved = [lk for lk in topo.links() if lk.src == s.id]  # the slot's link to the switch
+        topo.remove_node(s.id)
+        for lk in moved:  # now starts at the slot's parent (the port's owner)
+            topo.add_link(Link(parent.id, lk.dst, lk.kind, lk.bytes_per_s, lk.pcie_gen, lk.lanes,
+                               lk.bandwidth_source, dict(lk.attrs)))
+    if gone:
+        topo.notes.append(f"{len(gone)} port(s) announce a slot that holds a switch whose ports DMI names "
+                          "as slots: the switch is on the board, not in a slot, and the port's slot is "
+                          "left out: " + ", ".join(f"{s.attrs.get('port')} (slot {s.attrs.get('designation')})"
+                                                   for s in gone))
+
+
+def _mark_sxm_positions(topo: Topology) -> None:
+    """Make a DMI card slot that holds an SXM module an ``sxm`` position, naming them in one note.
+
+    Firmware may describe an SXM socket's PCIe link as a card slot (Dell's C4140 calls
+    its four P100 SXM2 positions "x16 PCI Express 3", length Short, which reads as
+    ``cem``); the module is not a card, so the position's form factor is the device's.
+    DMI's stays in ``attrs["dmi_form_factor"]``. (A position DMI gives length Other is
+    read as a socket already: :func:`planner.inventory.slot_form_factor`.)
+    """
+    named = []
+    for slot in list(topo.nodes(NodeKind.SLOT)):
+        if slot.attrs.get("form_factor") != "cem" or "dmi_handle" not in slot.attrs:
+            continue
+        if any(c.kind == NodeKind.GPU and is_sxm_module(c.name) for c in topo.children(slot.id)):
+            topo.replace_node(slot.with_attrs(form_factor="sxm",
+                                              dmi_form_factor=slot.attrs.get("form_factor")))
+            named.append(str(slot.attrs.get("designation") or slot.id))
+    if named:
+        topo.notes.append(f"{len(named)} DMI slot(s) hold an SXM module (a GPU on a board socket, not "
+                          "a card): their form factor is the module's, sxm: " + ", ".join(named))
 
 
 def _mark_onboard(topo: Topology, dmi: DmiInfo) -> None:

@@ -99,6 +99,7 @@ class _Walk:
     machine_infos: dict[str, str] = field(default_factory=dict)
     elems: dict[str, ET.Element] = field(default_factory=dict)  # PCI address -> its element
     duplicates: list[str] = field(default_factory=list)  # "address (lines a, b)" of identical repeats
+    repeats: list[str] = field(default_factory=list)  # "address (line a: 'x'; line b: 'y')" of different ones
 
 
 @dataclass(frozen=True)

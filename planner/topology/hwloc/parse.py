@@ -107,6 +107,7 @@ from planner.topology.hwloc.links import (
 )
 from planner.topology.model import Node, NodeKind, Topology
 from planner.topology.pcitree import (
+    REPEAT_MARK,
     PciFunction,
     add_memory_and_interconnect,
     build_pci_topology,
@@ -158,6 +159,10 @@ def _parse(doc: XmlDocument, source: str) -> Topology:
     if walk.duplicates:
         topo.notes.append(f"{len(walk.duplicates)} PCI function(s) appear twice, identically; "
                           "the copies were ignored: " + ", ".join(walk.duplicates))
+    if walk.repeats:
+        topo.notes.append(f"{len(walk.repeats)} PCI bus id(s) name two different objects (was the "
+                          "file edited, or merged from two machines?); both are kept, as hwloc keeps "
+                          f"them, the repeat as the bus id with {REPEAT_MARK}2: " + "; ".join(walk.repeats))
     _complete_sockets(topo, walk, numa_to_socket)
     _fix_kinds(topo, walk)
     _set_pcie_capacities(topo, walk)
@@ -286,9 +291,11 @@ def _shape(elem: ET.Element) -> tuple[Any, ...]:
 def _repeated(doc: XmlDocument, elem: ET.Element, walk: _Walk, source: str) -> bool:
     """Whether ``elem`` repeats a PCI function already read, identically (then it is noted).
 
-    Two different objects with one bus id cannot both be right: the export
-    was edited or merged from two machines, and no rule says which to keep,
-    so that is refused naming both lines.
+    Two different objects with one bus id cannot both be right (the export
+    was edited or merged from two machines), but hwloc loads both, each where
+    the XML puts it, and no rule says which to drop: both are kept apart, the
+    repeat under its bus id with ``#2`` (:data:`REPEAT_MARK`), and a note
+    names both lines.
     """
     busid = elem.get("pci_busid")
     if busid is None:
@@ -302,12 +309,8 @@ def _repeated(doc: XmlDocument, elem: ET.Element, walk: _Walk, source: str) -> b
     if _shape(first) == _shape(elem):
         walk.duplicates.append(f"{address} (lines {first_line} and {line})")
         return True
-    raise ParseError(
-        source, line,
-        f"PCI function {address} only once; line {first_line} describes it as "
-        f"{_describe(first)}, this line as {_describe(elem)} (was the file edited, or merged "
-        "from two machines?)",
-        busid)
+    walk.repeats.append(f"{address} (line {first_line}: {_describe(first)}; line {line}: {_describe(elem)})")
+    return False
 
 
 def _describe(elem: ET.Element) -> str:
@@ -323,9 +326,9 @@ def _function(doc: XmlDocument, elem: ET.Element, walk: _Walk, ctx: _Ctx, source
     if busid is None:
         raise ParseError(source, line, "a pci_busid attribute", doc.line_text(line))
     address = _busid(busid, source, line)
-    if address in walk.fns:
-        raise ParseError(source, line, f"PCI function {address} only once", busid)
-    walk.elems[address] = elem
+    if address in walk.fns:  # a different object on a bus id already read (see _repeated)
+        address += f"{REPEAT_MARK}{sum(a.partition(REPEAT_MARK)[0] == address for a in walk.fns) + 1}"
+    walk.elems.setdefault(address.partition(REPEAT_MARK)[0], elem)
     fn = _Fn(address, line, is_bridge, parent=ctx.pci_parent, infos=infos,
              subtype=elem.get("subtype"))
     ptype = elem.get("pci_type")

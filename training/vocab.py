@@ -1,0 +1,30 @@
+"""The words a training run's settings take, in a module that imports nothing.
+
+Each tuple is the one table its setting is checked against, by the code that
+implements it (which imports it from here), and what ``moment`` offers for it: the
+command line builds its parser from these without importing torch, numpy or the
+implementations (tests/test_startup.py), and a new word is added here once.
+"""
+
+from __future__ import annotations
+
+__all__ = ["DATASET_FEATURE_DTYPES", "EXCHANGES", "GPU_MODES", "GRAPH_ON", "MODEL_NAMES", "SAMPLE_ON"]
+
+#: the GNNs :data:`training.models.MODELS` builds, by name
+MODEL_NAMES = ("sage", "gat", "gcn")
+
+#: where a run samples: ``auto`` (the GPU when the graph fits there), ``cpu``, ``gpu``
+SAMPLE_ON = ("auto", "cpu", "gpu")
+
+#: where a CSR may live while a run samples from it (:mod:`training.diskcsr`)
+GRAPH_ON = ("memory", "disk")
+
+#: how the ranks of a sharded placement exchange feature rows (:mod:`training.exchange`)
+EXCHANGES = ("alltoall", "rpc")
+
+#: how the GPUs' caches split the hot rows: each GPU holds them all, or its share
+GPU_MODES = ("replicate", "partition")
+
+#: dtypes a dataset's feature matrix may have (numpy names, as written in meta.json); the types a
+#: placement may store rows in are another list, iostack.vocab.STORAGE_DTYPES
+DATASET_FEATURE_DTYPES = ("float32", "float16", "float64", "uint8", "int8")
