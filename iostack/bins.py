@@ -257,14 +257,16 @@ def _pad(block: np.ndarray, stride: int, rpp: int) -> bytes:
 
 
 def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str | None = None,
-             dim: int | None = None, min_rows: int | None = None, full_check: bool = False) -> BinFile:
+             dim: int | None = None, min_rows: int | None = None, full_check: bool = False,
+             first_block: bool = True) -> BinFile:
     """Check bin ``b``'s file against its manifest and return its :class:`BinFile`.
 
     Checks, each failing with a :class:`StoreError` naming the file and the fix:
     file and manifest exist, the manifest is one of ours for this bin, the file
     has exactly the bytes the manifest says, the CRC of the first block matches
-    (``full_check``: of the whole file too, reading it all), and dtype, dim and
-    rows match what the caller expects.
+    (``full_check``: of the whole file too, reading it all; ``first_block=False``:
+    not even that, for a caller that checks every block itself), and dtype, dim
+    and rows match what the caller expects.
     """
     path = bin_path(directory, b)
     man = _manifest_path(path)
@@ -290,7 +292,7 @@ def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str
         raise StoreError(f"{path}: bin {b.id} holds rows of dim {info.dim}, the store expects {dim}; {fix}")
     if min_rows is not None and info.rows < min_rows:
         raise StoreError(f"{path}: bin {b.id} holds {info.rows} rows, the placement needs {min_rows}; {fix}")
-    if info.rows and crc32_of(path, 0, BLOCK_BYTES) != info.crc32_first_block:
+    if first_block and info.rows and crc32_of(path, 0, BLOCK_BYTES) != info.crc32_first_block:
         raise StoreError(f"{path}: bin {b.id} does not match its manifest (checksum of the first block); {fix}")
     if full_check:
         crc = crc32_of(path)
