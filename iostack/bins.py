@@ -156,20 +156,22 @@ def write_bins(features: np.ndarray, placement: Placement, directory: str | os.P
 
         out[b.id] = write_bin_file(bin_path(directory, b), b.id, dtype, int(feats.shape[1]), rows,
                                    block, block_bytes=block_bytes, progress=progress, fsync=fsync,
-                                   sum_block_bytes=sum_block_bytes)
+                                   sum_block_bytes=sum_block_bytes, placement_dir=str(Path(directory).resolve()))
     return out
 
 
 def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | str, dim: int, rows: int,
                    block: Callable[[int, int], np.ndarray], *, block_bytes: int = BLOCK_BYTES,
                    progress: Progress | None = None, fsync: bool = True,
-                   sum_block_bytes: int = SUM_BLOCK_BYTES) -> BinFile:
+                   sum_block_bytes: int = SUM_BLOCK_BYTES, placement_dir: str | None = None) -> BinFile:
     """Write one bin file of ``rows`` rows, ``block(start, stop)`` giving rows ``start..stop-1``.
 
     ``block`` returns uint8 of shape ``(stop - start, dim * itemsize)``; it is
     called for ``block_bytes`` worth of rows at a time (bounded memory). The
     file and its manifest appear under their names only when complete; the
-    manifest holds a CRC-32 of each ``sum_block_bytes`` block (``block_sums``).
+    manifest holds a CRC-32 of each ``sum_block_bytes`` block (``block_sums``)
+    and ``placement_dir``, the placement it was written for (so that the next
+    writer of that placement can tell a killed run's bins from another's).
     """
     path = Path(path)
     dtype = np.dtype(dtype)
@@ -200,7 +202,7 @@ def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | 
                        file_bytes=file_bytes_for(rows, row_bytes), crc32=crc, crc32_first_block=first_crc,
                        block_sums=sums.sums())
         mtmp = _manifest_path(tmp)
-        mtmp.write_text(_manifest_text(info))
+        mtmp.write_text(_manifest_text(info, **({"placement_dir": placement_dir} if placement_dir else {})))
         # data first, manifest last: a manifest under the real name always describes a whole file
         os.replace(tmp, path)
         os.replace(mtmp, _manifest_path(path))
@@ -386,7 +388,7 @@ def adopt_bin(features_path: str | os.PathLike[str], b: Bin, directory: str | os
             tmp.unlink()
         os.symlink(src, tmp)
         mtmp = _manifest_path(tmp)
-        mtmp.write_text(_manifest_text(info, in_place_of=str(src)))
+        mtmp.write_text(_manifest_text(info, in_place_of=str(src), placement_dir=str(Path(directory).resolve())))
         os.replace(tmp, path)
         os.replace(mtmp, _manifest_path(path))
     except OSError as exc:
