@@ -140,3 +140,55 @@ def test_block_crcs_match_block_sums_of_the_whole(data, cuts, block):
 
     want = tuple(zlib.crc32(data[i:i + block]) for i in range(0, len(data), block))
     assert acc.sums().crcs == want and acc.sums().size_bytes == len(data)
+
+
+def test_moment_train_on_a_bin_corrupt_past_its_first_16_mib_fails_in_one_line(tmp_path, capsys):
+    """The issue as a user met it: a placed bin overwritten at offsets past its first 16 MiB, then
+    `moment train`: it exited 0 with the accuracy down (92.1% -> 83.0%); now an error naming the bin."""
+    from moment.cli import main
+    from tests.test_place_inplace import _one_ssd_spec
+
+    (tmp_path / "one-ssd.yaml").write_text(_one_ssd_spec())
+    assert main(["data", "synth", str(tmp_path / "g"), "--nodes", "5000", "--edges", "40000", "--feature-dim",
+                 "1024", "--train-share", "0.1", "--quiet"]) == 0
+    out = tmp_path / "pl"
+    assert main(["place", "--dataset", str(tmp_path / "g"), "--machine", str(tmp_path / "one-ssd.yaml"),
+                 "--gpu-cache", "0", "--cpu-cache", "256KiB", "--ssd", str(tmp_path / "ssd"), "--hotness", "degree",
+                 "--out", str(out), "--json"]) == 0
+    (bin_file,) = (tmp_path / "ssd").glob("*.dat")
+    assert bin_file.stat().st_size > 18 << 20
+    for at in range(17_000_000, bin_file.stat().st_size, 700_000):  # every 1 MiB block past the first 16 MiB
+        _corrupt(str(bin_file), at, 16)
+    capsys.readouterr()
+    assert main(["train", "--dataset", str(tmp_path / "g"), "--placement", str(out), "--epochs", "1",
+                 "--fanouts", "5,5", "--batch-size", "64", "--json"]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # after the run's header lines: the error, one line
+    assert str(bin_file) in last and "is corrupt: block " in last and "moment place" in last
+    assert "Traceback" not in err and err.count("is corrupt") == 1
+
+
+def test_node_shared_reads_check_the_blocks_they_read(disk_dir, tmp_path):
+    """The node's ranks read each page once for all (iostack/nodeshare.py): that read is checked too, and
+    a rank whose rows lie in a corrupt block gets the StoreError, not the rows."""
+    from tests.test_nodeshare import _stores, _together
+
+    n = 2000
+    rng = np.random.default_rng(3)
+    feats = rng.random((n, 1024)).astype(np.float32)
+    p = simple_placement(n, [("cpu", 200), ("ssd", 900), ("ssd", 900)], order=rng.permutation(n))
+    write_bins(feats, p, disk_dir, sum_block_bytes=4096, fsync=False)
+    stores = _stores(disk_dir, feats, p, tmp_path)
+    try:
+        on_ssd1 = np.flatnonzero(p.bin_of == 1)
+        victim = on_ssd1[int(np.argmax(p.row_of[on_ssd1] == 450))]
+        ids = [np.array([victim, *on_ssd1[:20]]), np.array([*on_ssd1[20:40], victim])]
+        good = [on_ssd1[100:300], on_ssd1[300:500]]
+        _corrupt(str(open_bin(disk_dir, p.bins[1]).path), 450 * 4096 + 7, 5)
+        for i, g in enumerate(_together(stores, good)):
+            assert torch.equal(g, torch.from_numpy(feats[good[i]]))
+        got = _together(stores, ids)
+        assert all(isinstance(g, StoreError) and "block 450 of 900" in str(g) for g in got), got
+    finally:
+        for s in stores:
+            s.close()
