@@ -192,3 +192,23 @@ def test_node_shared_reads_check_the_blocks_they_read(disk_dir, tmp_path):
     finally:
         for s in stores:
             s.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 9000), st.integers(1, 300), st.sampled_from([512, 4096, 8192, 12288, 65536]),
+       st.lists(st.integers(0, 10**6), min_size=1, max_size=40))
+def test_blocks_of_rows_are_the_blocks_their_bytes_overlap(row_bytes, rows, block, picks):
+    """Whatever the layout (packed rows, page rows, rows over pages; blocks dividing the rows or not), the
+    blocks a row is checked in are exactly those its bytes overlap."""
+    from iostack.bins import BinFile, file_bytes_for, layout
+    from iostack.checksums import BlockSums
+
+    stride, rpp = layout(row_bytes)
+    size = file_bytes_for(rows, row_bytes)
+    nblocks = -(-size // block)
+    info = BinFile("x", 0, "|u1", row_bytes, row_bytes, stride, rpp, rows, size, 0, 0,
+                   BlockSums(size, block, (0,) * nblocks))
+    picked = np.array([p % rows for p in picks], np.int64)
+    start = info.offsets(picked)
+    want = sorted({b for a in start.tolist() for b in range(a // block, (a + row_bytes - 1) // block + 1)})
+    assert BlockChecker(info).blocks_of(picked).tolist() == want
