@@ -56,7 +56,7 @@ def register(subparsers) -> None:
                    "    --gpu-cache 200KiB --cpu-cache 1MiB $SSDS --out p3   # the same placement as p2"),
     )
     src = p.add_argument_group("input")
-    src.add_argument("--dataset", required=False, metavar="DIR", help="dataset directory (moment data import)")
+    src.add_argument("--dataset", metavar="DIR", help="dataset directory (moment data import)")
     src.add_argument("--plan", metavar="FILE",
                      help="a plan written by `moment plan --json > FILE` ('-': standard input); without it a "
                           "plan is made now for the machine the source options name, as `moment plan` would")
@@ -64,9 +64,9 @@ def register(subparsers) -> None:
                      help="flow model of a plan made now (default maxflow)")
     add_source_args(p, planning=True)
     caches = p.add_argument_group("where the rows go")
-    caches.add_argument("--gpu-cache", required=False, metavar="SIZE",
+    caches.add_argument("--gpu-cache", metavar="SIZE",
                         help="feature cache per GPU, e.g. 8GiB (0: none)")
-    caches.add_argument("--cpu-cache", required=False, metavar="SIZE",
+    caches.add_argument("--cpu-cache", metavar="SIZE",
                         help="feature cache per host memory (NUMA node), e.g. 64GiB (0: none), or auto: the job's "
                              "memory (cgroup limit, MemAvailable) less what training needs, over the NUMA nodes")
     caches.add_argument("--memory-limit", metavar="SIZE", help="--cpu-cache auto: size for this memory instead")
@@ -84,7 +84,7 @@ def register(subparsers) -> None:
                         help="one SSD: its bin is the dataset's own features.npy, read where it is (no copy, no "
                              "extra disk space; datasets written by this version qualify); the caches still get "
                              "DDAK's rows")
-    caches.add_argument("--out", required=False, metavar="DIR", help="where the placement is written")
+    caches.add_argument("--out", metavar="DIR", help="where the placement is written")
     caches.add_argument("--force", action="store_true", help="replace an existing placement and bin files")
     add_verify_option(caches)
     hot = p.add_argument_group("hotness")
