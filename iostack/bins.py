@@ -13,8 +13,10 @@ Row ``r`` is at byte ``(r // rows_per_page) * PAGE + (r % rows_per_page) *
 row_bytes`` (packed) or ``r * row_stride_bytes`` (page-aligned). The file is
 written to ``<name>.tmp`` and renamed into place together with its manifest
 ``<name>.json`` (dtype, dim, row sizes, count, CRC-32 of the whole file, CRC-32
-of its first block), so a crash never leaves a half-written bin under the
-real name. :func:`open_bin` checks file and manifest before training starts.
+of its first block, and a CRC-32 per :data:`SUM_BLOCK_BYTES` block: ``block_sums``),
+so a crash never leaves a half-written bin under the real name. :func:`open_bin`
+checks file and manifest before training starts; the SSD tier checks each block
+against ``block_sums`` the first time a read touches it (:mod:`iostack.binverify`).
 
 >>> import numpy as np, tempfile
 >>> from iostack.placement import simple_placement
@@ -33,12 +35,12 @@ import json
 import os
 import zlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from iostack.checksums import crc32_of
+from iostack.checksums import BlockCrcs, BlockSums, crc32_of
 from iostack.errors import StoreError
 from iostack.placement import Bin, Placement
 from planner.progress import Progress
@@ -46,8 +48,12 @@ from planner.progress import Progress
 #: alignment of offsets, lengths and buffers for O_DIRECT, bytes
 PAGE = 4096
 
-#: bytes written (and checksummed) per block
+#: bytes written per block (and the span of ``crc32_first_block``)
 BLOCK_BYTES = 16 << 20
+
+#: bytes per checksummed block (``block_sums``): what a reader verifies, once, on a block's first read;
+#: 1 MiB keeps the sums of a 100 GB bin at 100k CRCs (tools/bench_bin_integrity.py measures the choice)
+SUM_BLOCK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,8 @@ class BinFile:
     file_bytes: int
     crc32: int
     crc32_first_block: int
+    #: CRC-32 per block of the file (None: written before bins carried them)
+    block_sums: BlockSums | None = None
 
     def offsets(self, rows: np.ndarray) -> np.ndarray:
         """Byte offset of each of ``rows`` (int64 array) in the file."""
@@ -105,14 +113,14 @@ def _manifest_path(path: Path) -> Path:
 
 def write_bins(features: np.ndarray, placement: Placement, directory: str | os.PathLike[str], *,
                block_bytes: int = BLOCK_BYTES, progress: Progress | None = None,
-               fsync: bool = True) -> dict[int, BinFile]:
+               fsync: bool = True, sum_block_bytes: int = SUM_BLOCK_BYTES) -> dict[int, BinFile]:
     """Write every SSD bin's file of ``placement`` from ``features`` (shape ``(V, dim)``, any dtype).
 
     ``features`` may be a memmap: it is read ``block_bytes`` at a time (in row
     order of the bin), so memory stays bounded whatever the size. Rows are
     stored as the placement's codec says (:attr:`Placement.codec`: float16,
     bfloat16, int8), else in the features' own type. Rows a vertex does not
-    occupy are zeros. Returns ``{bin id: BinFile}``.
+    occupy are zeros. Each file carries a CRC-32 per ``sum_block_bytes`` block. Returns ``{bin id: BinFile}``.
     """
     feats = np.asarray(features) if not isinstance(features, np.memmap) else features
     if feats.ndim == 1:
@@ -147,18 +155,23 @@ def write_bins(features: np.ndarray, placement: Placement, directory: str | os.P
             return blk
 
         out[b.id] = write_bin_file(bin_path(directory, b), b.id, dtype, int(feats.shape[1]), rows,
-                                   block, block_bytes=block_bytes, progress=progress, fsync=fsync)
+                                   block, block_bytes=block_bytes, progress=progress, fsync=fsync,
+                                   sum_block_bytes=sum_block_bytes, placement_dir=str(Path(directory).resolve()))
     return out
 
 
 def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | str, dim: int, rows: int,
                    block: Callable[[int, int], np.ndarray], *, block_bytes: int = BLOCK_BYTES,
-                   progress: Progress | None = None, fsync: bool = True) -> BinFile:
+                   progress: Progress | None = None, fsync: bool = True,
+                   sum_block_bytes: int = SUM_BLOCK_BYTES, placement_dir: str | None = None) -> BinFile:
     """Write one bin file of ``rows`` rows, ``block(start, stop)`` giving rows ``start..stop-1``.
 
     ``block`` returns uint8 of shape ``(stop - start, dim * itemsize)``; it is
     called for ``block_bytes`` worth of rows at a time (bounded memory). The
-    file and its manifest appear under their names only when complete.
+    file and its manifest appear under their names only when complete; the
+    manifest holds a CRC-32 of each ``sum_block_bytes`` block (``block_sums``)
+    and ``placement_dir``, the placement it was written for (so that the next
+    writer of that placement can tell a killed run's bins from another's).
     """
     path = Path(path)
     dtype = np.dtype(dtype)
@@ -168,6 +181,7 @@ def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | 
     tmp = path.with_name(path.name + ".tmp")
     per_block = max(1, block_bytes // PAGE) * rpp if rpp > 1 else max(1, block_bytes // stride)
     crc = 0
+    sums = BlockCrcs(sum_block_bytes)
     try:
         with open(tmp, "wb") as f:
             for start in range(0, rows, per_block):
@@ -175,6 +189,7 @@ def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | 
                 data = _pad(np.asarray(block(start, stop), np.uint8).reshape(stop - start, row_bytes),
                             stride, rpp)
                 crc = zlib.crc32(data, crc)
+                sums.feed(data)
                 f.write(data)
                 if progress is not None:  # once per block (16 MiB): cheap next to the write
                     progress(f"writing bin {bin_id}", stop, rows)
@@ -184,9 +199,10 @@ def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | 
         first_crc = crc32_of(tmp, 0, BLOCK_BYTES)  # still in the page cache
         info = BinFile(path=str(path), bin_id=bin_id, dtype=dtype.str, dim=dim, row_bytes=row_bytes,
                        row_stride_bytes=stride, rows_per_page=rpp, rows=rows,
-                       file_bytes=file_bytes_for(rows, row_bytes), crc32=crc, crc32_first_block=first_crc)
+                       file_bytes=file_bytes_for(rows, row_bytes), crc32=crc, crc32_first_block=first_crc,
+                       block_sums=sums.sums())
         mtmp = _manifest_path(tmp)
-        mtmp.write_text(json.dumps({"format": "moment-bin", "version": 1, **asdict(info)}, indent=1) + "\n")
+        mtmp.write_text(_manifest_text(info, **({"placement_dir": placement_dir} if placement_dir else {})))
         # data first, manifest last: a manifest under the real name always describes a whole file
         os.replace(tmp, path)
         os.replace(mtmp, _manifest_path(path))
@@ -197,6 +213,31 @@ def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | 
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise StoreError(f"{path}: cannot write bin {bin_id}: {exc.strerror or exc}") from None
+    return info
+
+
+def _manifest_text(info: BinFile, **extra: str) -> str:
+    """The manifest of ``info`` as JSON (its block sums compact: :meth:`BlockSums.to_json`)."""
+    fields = {k: v for k, v in asdict(info).items() if k != "block_sums"}
+    sums = None if info.block_sums is None else info.block_sums.to_json()
+    return json.dumps({"format": "moment-bin", "version": 1, **fields, "block_sums": sums, **extra}, indent=1) + "\n"
+
+
+def _parse_manifest(man: Path, data: object, fix: str) -> BinFile:
+    """The :class:`BinFile` a manifest's JSON ``data`` describes; :class:`StoreError` naming ``man`` if malformed."""
+    if not isinstance(data, dict) or data.get("format") != "moment-bin":
+        raise StoreError(f"{man}: not a bin manifest; {fix}")
+    try:
+        fields = {k: data[k] for k in BinFile.__dataclass_fields__ if k != "block_sums"}
+        sums = data.get("block_sums")
+        info = BinFile(**fields, block_sums=None if sums is None else BlockSums.from_json(sums))
+    except (KeyError, TypeError) as exc:
+        raise StoreError(f"{man}: field {exc} is missing or malformed; {fix}") from None
+    except ValueError as exc:
+        raise StoreError(f"{man}: `block_sums`: {exc}; {fix}") from None
+    if info.block_sums is not None and info.block_sums.size_bytes != info.file_bytes:
+        raise StoreError(f"{man}: its block sums cover {info.block_sums.size_bytes} bytes, the file "
+                         f"{info.file_bytes}; {fix}")
     return info
 
 
@@ -218,14 +259,16 @@ def _pad(block: np.ndarray, stride: int, rpp: int) -> bytes:
 
 
 def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str | None = None,
-             dim: int | None = None, min_rows: int | None = None, full_check: bool = False) -> BinFile:
+             dim: int | None = None, min_rows: int | None = None, full_check: bool = False,
+             first_block: bool = True) -> BinFile:
     """Check bin ``b``'s file against its manifest and return its :class:`BinFile`.
 
     Checks, each failing with a :class:`StoreError` naming the file and the fix:
     file and manifest exist, the manifest is one of ours for this bin, the file
     has exactly the bytes the manifest says, the CRC of the first block matches
-    (``full_check``: of the whole file too, reading it all), and dtype, dim and
-    rows match what the caller expects.
+    (``full_check``: of the whole file too, reading it all; ``first_block=False``:
+    not even that, for a caller that checks every block itself), and dtype, dim
+    and rows match what the caller expects.
     """
     path = bin_path(directory, b)
     man = _manifest_path(path)
@@ -238,13 +281,7 @@ def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str
         raise StoreError(f"{man}: the manifest of bin {b.id} is missing; {fix}") from None
     except (OSError, ValueError) as exc:
         raise StoreError(f"{man}: cannot read the manifest of bin {b.id} ({exc}); {fix}") from None
-    if not isinstance(data, dict) or data.get("format") != "moment-bin":
-        raise StoreError(f"{man}: not a bin manifest; {fix}")
-    try:
-        info = BinFile(**{k: data[k] for k in BinFile.__dataclass_fields__})
-    except (KeyError, TypeError) as exc:
-        raise StoreError(f"{man}: field {exc} is missing or malformed; {fix}") from None
-    info = BinFile(**{**asdict(info), "path": str(path)})
+    info = replace(_parse_manifest(man, data, fix), path=str(path))
     if info.bin_id != b.id:
         raise StoreError(f"{man}: describes bin {info.bin_id}, expected bin {b.id}; {fix}")
     size = path.stat().st_size
@@ -257,7 +294,7 @@ def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str
         raise StoreError(f"{path}: bin {b.id} holds rows of dim {info.dim}, the store expects {dim}; {fix}")
     if min_rows is not None and info.rows < min_rows:
         raise StoreError(f"{path}: bin {b.id} holds {info.rows} rows, the placement needs {min_rows}; {fix}")
-    if info.rows and crc32_of(path, 0, BLOCK_BYTES) != info.crc32_first_block:
+    if first_block and info.rows and crc32_of(path, 0, BLOCK_BYTES) != info.crc32_first_block:
         raise StoreError(f"{path}: bin {b.id} does not match its manifest (checksum of the first block); {fix}")
     if full_check:
         crc = crc32_of(path)
@@ -332,24 +369,26 @@ def adopt_bin(features_path: str | os.PathLike[str], b: Bin, directory: str | os
     stride, rpp = layout(row_bytes)
     size = src.stat().st_size
     crc = 0
+    sums = BlockCrcs(SUM_BLOCK_BYTES)
     try:
         with open(src, "rb") as f:
             for a in range(0, size, BLOCK_BYTES):
-                crc = zlib.crc32(f.read(BLOCK_BYTES), crc)
+                data = f.read(BLOCK_BYTES)
+                crc = zlib.crc32(data, crc)
+                sums.feed(data)
                 if progress is not None:
                     progress("checking features", min(size, a + BLOCK_BYTES), size)
         path = bin_path(directory, b)
         path.parent.mkdir(parents=True, exist_ok=True)
         info = BinFile(path=str(path), bin_id=b.id, dtype=dtype.str, dim=dim, row_bytes=row_bytes,
                        row_stride_bytes=stride, rows_per_page=rpp, rows=rows, file_bytes=size, crc32=crc,
-                       crc32_first_block=crc32_of(src, 0, BLOCK_BYTES))
+                       crc32_first_block=crc32_of(src, 0, BLOCK_BYTES), block_sums=sums.sums())
         tmp = path.with_name(path.name + ".tmp")
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         os.symlink(src, tmp)
         mtmp = _manifest_path(tmp)
-        mtmp.write_text(json.dumps({"format": "moment-bin", "version": 1, **asdict(info),
-                                    "in_place_of": str(src)}, indent=1) + "\n")
+        mtmp.write_text(_manifest_text(info, in_place_of=str(src), placement_dir=str(Path(directory).resolve())))
         os.replace(tmp, path)
         os.replace(mtmp, _manifest_path(path))
     except OSError as exc:

@@ -23,6 +23,7 @@ import torch
 
 from iostack.backends.base import BinHandle, ReadBackend
 from iostack.bins import open_bin
+from iostack.binverify import BlockChecker, warn_unsummed
 from iostack.errors import StoreError
 from iostack.nodeshare import NodeExchange, NodeSharedReads, SharedStep, page_units, pages_per_unit
 from iostack.placement import Placement
@@ -47,6 +48,10 @@ class SsdTier(Tier):
     ``transfer`` counts the copies of reads into device memory. Its rows land
     in host memory (:data:`~iostack.tiers.VIA_HOST`), or in device memory
     themselves when the backend reads there (``device_reads``, KvikIO).
+
+    Every read is checked first: ``checkers[bin]`` verifies the bin's blocks the
+    rows lie in the first time a read touches them (:mod:`iostack.binverify`); a
+    bin placed before bins carried block sums has none (warned once).
     """
 
     held = "file"
@@ -57,10 +62,40 @@ class SsdTier(Tier):
         self.backend, self.handles, self.transfer = backend, dict(handles), transfer
         self.closed = False
         self.lands = INTO_DEVICE if backend.device_reads else VIA_HOST
+        self.checkers: dict[int, BlockChecker] = {}
+        for b, h in self.handles.items():
+            if h.info.block_sums is None:
+                warn_unsummed(h.info)
+            else:
+                self.checkers[b] = BlockChecker(h.info)
+
+    def check(self, bin_id: int, rows: np.ndarray) -> None:
+        """Verify the blocks of bin ``bin_id`` that ``rows`` lie in that no read has yet (:mod:`iostack.binverify`).
+
+        Raises
+        ------
+        StoreError
+            When a block does not match its checksum: the rows are not read.
+        """
+        checker = self.checkers.get(bin_id)
+        if checker is not None:
+            checker.check_rows(rows)
+
+    def read_checked(self, bin_id: int, rows: np.ndarray, out: np.ndarray) -> int:
+        """Rows ``rows`` of bin ``bin_id`` into host ``out`` once their blocks check out; the read requests made.
+
+        Raises
+        ------
+        StoreError
+            When a block does not match its checksum.
+        """
+        self.check(bin_id, rows)
+        return self.backend.read_rows(self.handles[bin_id], rows, out)
 
     def read(self, bin_id: int, rows: torch.Tensor, out: torch.Tensor, positions: torch.Tensor | None) -> None:
         t0 = time.perf_counter()
         info = self.handles[bin_id].info
+        self.check(bin_id, rows.numpy())
         requests = self.backend.read_rows(self.handles[bin_id], rows, out, positions, transfer=self.transfer)
         distinct = np.unique(rows.numpy())
         c = rows.numel()
@@ -163,7 +198,7 @@ class NodeSharedSsdTier(Tier):
         ``inner`` where the node fell back to private reads."""
         inner = self.inner
         st = self.shared.step([(b, r.numpy()) for b, r in groups],
-                              lambda b, rows, out: inner.backend.read_rows(inner.handles[b], rows, out))
+                              inner.read_checked)
         if st is None:
             yield inner
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from moment._args import examples
 from moment.errors import CommandError
@@ -94,9 +95,18 @@ def _info_command(args: argparse.Namespace) -> int:
     from momentbase.units import format_size
     from training.data import dataset_info, open_dataset
 
+    verified = None
+    if args.verify:  # every block of every array (or, for a placement, of its bins too); bad ones listed, exit 1
+        from moment.verify_cmd import verify_for_info
+
+        code, verified = verify_for_info(args.dir, as_json=args.json)
+        if code is not None:
+            return code
     with Bars(quiet=args.json, transient=True) as bars:
-        info = dataset_info(open_dataset(args.dir, verify="full" if args.verify else "sample", progress=bars),
+        info = dataset_info(open_dataset(args.dir, verify="none" if verified else "sample", progress=bars),
                             progress=bars)
+    if verified:
+        info = replace(info, integrity=verified)
     if args.json:
         sys.stdout.write(json.dumps(info.to_dict(), indent=2) + "\n")
         return 0

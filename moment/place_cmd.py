@@ -29,6 +29,7 @@ from moment._args import (
     unknown_link_bytes_per_s,
 )
 from moment._args import size_arg as _size
+from moment.verify_cmd import add_verify_option
 from planner.errors import PlannerError
 from planner.flow import FLOW_MODELS
 from planner.policies import PLACEMENT_POLICIES
@@ -55,7 +56,7 @@ def register(subparsers) -> None:
                    "    --gpu-cache 200KiB --cpu-cache 1MiB $SSDS --out p3   # the same placement as p2"),
     )
     src = p.add_argument_group("input")
-    src.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
+    src.add_argument("--dataset", metavar="DIR", help="dataset directory (moment data import)")
     src.add_argument("--plan", metavar="FILE",
                      help="a plan written by `moment plan --json > FILE` ('-': standard input); without it a "
                           "plan is made now for the machine the source options name, as `moment plan` would")
@@ -63,9 +64,9 @@ def register(subparsers) -> None:
                      help="flow model of a plan made now (default maxflow)")
     add_source_args(p, planning=True)
     caches = p.add_argument_group("where the rows go")
-    caches.add_argument("--gpu-cache", required=True, metavar="SIZE",
+    caches.add_argument("--gpu-cache", metavar="SIZE",
                         help="feature cache per GPU, e.g. 8GiB (0: none)")
-    caches.add_argument("--cpu-cache", required=True, metavar="SIZE",
+    caches.add_argument("--cpu-cache", metavar="SIZE",
                         help="feature cache per host memory (NUMA node), e.g. 64GiB (0: none), or auto: the job's "
                              "memory (cgroup limit, MemAvailable) less what training needs, over the NUMA nodes")
     caches.add_argument("--memory-limit", metavar="SIZE", help="--cpu-cache auto: size for this memory instead")
@@ -83,8 +84,9 @@ def register(subparsers) -> None:
                         help="one SSD: its bin is the dataset's own features.npy, read where it is (no copy, no "
                              "extra disk space; datasets written by this version qualify); the caches still get "
                              "DDAK's rows")
-    caches.add_argument("--out", required=True, metavar="DIR", help="where the placement is written")
+    caches.add_argument("--out", metavar="DIR", help="where the placement is written")
     caches.add_argument("--force", action="store_true", help="replace an existing placement and bin files")
+    add_verify_option(caches)
     hot = p.add_argument_group("hotness")
     hot.add_argument("--hotness", choices=HOTNESS_METHODS.names(), default="presample",
                      help="how hot each row is (default presample)")
@@ -149,7 +151,11 @@ def _handoff(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     """``moment place``; on an error, the directories it created are removed again (moment/place_dirs.py)."""
     from moment.place_dirs import remove_created
+    from moment.verify_cmd import require_unless_verify, run_place_verify
 
+    if args.verify:
+        return run_place_verify(args.verify, as_json=args.json)
+    require_unless_verify(args, ("--dataset", "--gpu-cache", "--cpu-cache", "--out"))
     created: list[Path] = []
     try:
         code = _run(args, created)

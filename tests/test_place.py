@@ -193,8 +193,16 @@ def test_moment_place_end_to_end_opens_with_feature_store(cora, tmp_path, capsys
         assert main(_place_args(cora, ssd, other, "--hotness", "degree")) == 0
         capsys.readouterr()
     assert {f: f.stat().st_mtime_ns for f in before} == before
-    # a bin file left by an interrupted run (no placement index) is not overwritten silently
+    # the bins of an interrupted run (no placement index; their manifests name out2) are swept by the
+    # next run of out2, each named (issue 28, item 11); other placements' bins stay
     (tmp_path / "out2" / "placement.json").unlink()
+    assert main(_place_args(cora, ssd, tmp_path / "out2", "--hotness", "degree")) == 0
+    assert capsys.readouterr().err.count("left by a placement writer of " + str(tmp_path / "out2")) == 16
+    assert {f: f.stat().st_mtime_ns for f in before} == before
+    # a bin of an unknown writer (no manifest naming out2) is still not overwritten silently
+    (tmp_path / "out2" / "placement.json").unlink()
+    for man in ssd.glob("out2-*.dat.json"):
+        man.write_text(man.read_text().replace('"placement_dir"', '"placed_by"'))
     assert main(_place_args(cora, ssd, tmp_path / "out2", "--hotness", "degree")) == 2
     assert "exists already" in capsys.readouterr().err
     # --force replaces it (the hotness is loaded this time), --json prints the report

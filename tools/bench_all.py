@@ -41,6 +41,7 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "serve": ("bench_serve.py", [], ["--nodes", "50000", "--edges", "500000", "--rounds", "1", "--steps", "10"]),
     "gpu": ("bench_gpu.py", [], ["--quick"]),
     "integrity": ("bench_integrity.py", ["--nodes", "1e6", "--repeats", "5"], ["--nodes", "2e5", "--repeats", "2"]),
+    "bin_integrity": ("bench_bin_integrity.py", ["--repeats", "7"], ["--rows", "8192", "--repeats", "2"]),
     "multinode": ("bench_multinode.py", [], ["--quick"]),
     "train_dgl": ("bench_train_dgl.py", ["--rounds", "5"],
                   ["--rounds", "1", "--nodes", "50000", "--edges", "500000"]),

@@ -36,6 +36,7 @@ from training.data import Dataset, fingerprint, open_dataset
 from training.hotness import Hotness, get_hotness
 from training.hotness_methods import HOTNESS_METHODS
 from training.memplan import CacheSizing
+from training.place_guard import holds_placement_lock
 from training.place_specs import PlaceSpec
 from training.placing import (
     PlaceResult,
@@ -126,6 +127,7 @@ def ssd_warnings(ssd_dirs: Iterable[str | os.PathLike[str]], root: str = "/") ->
     return notes
 
 
+@holds_placement_lock  # one writer of out at a time; what a killed one left is swept (training/place_guard.py)
 def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandoff, out: str | os.PathLike[str],
                   spec: PlaceSpec, *, hotness_dir: str | os.PathLike[str] | None = None,
                   recompute_hotness: bool = False, force: bool = False, plan_notes: Sequence[str] = (),

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -99,7 +100,7 @@ def sweep_leftovers(path: str | os.PathLike) -> list[Path]:
 
 
 def _lock(path: Path) -> int:
-    """Take the writer's lock on ``path`` (``.<name>.lock`` beside it, holding ``pid time``); its fd.
+    """Take the writer's lock on ``path`` (``.<name>.lock`` beside it, holding ``pid time host``); its fd.
 
     :class:`DatasetError` naming the holder when another writer of ``path`` has it. The lock is
     ``flock``'s: the kernel drops it when its process dies, so a killed writer never blocks the next.
@@ -115,9 +116,9 @@ def _lock(path: Path) -> int:
         except BlockingIOError:
             holder = os.pread(fd, 200, 0).decode(errors="replace").split()
             os.close(fd)
-            pid, since = (holder + ["?", "?"])[:2]
-            raise DatasetError(f"{path}: another writer has it (process {pid}, since {since}); wait for it to "
-                               "finish or write elsewhere") from None
+            pid, since, host = (holder + ["?", "?", "?"])[:3]
+            raise DatasetError(f"{path}: another writer has it (process {pid}, since {since}, on host "
+                               f"{host}); wait for it to finish or write elsewhere") from None
         try:  # the file we locked may have been unlinked by a writer finishing meanwhile: lock the new one
             same = os.path.samestat(os.fstat(fd), os.stat(lock))
         except FileNotFoundError:
@@ -126,7 +127,8 @@ def _lock(path: Path) -> int:
             break
         os.close(fd)
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode(), 0)
+    os.pwrite(fd, f"{os.getpid()} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {socket.gethostname()}\n"
+              .encode(), 0)
     return fd
 
 
