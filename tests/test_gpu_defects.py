@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import types
 
+import pytest
 import torch
 
 
@@ -81,3 +82,29 @@ def test_gpu_key_prefers_the_uuid():
 
     assert _gpu_node(None, _Props("A100", "GPU-abc"), 3) == ("cuda:GPU-abc:A100", None)
     assert _gpu_node(None, _Props("A100"), 3) == ("cuda:3:A100", None)
+
+
+def test_cuda_serving_starts_one_worker_per_gpu_each_bound_to_it(tmp_path, monkeypatch):
+    """Defect 2: `moment serve --device cuda` started one worker per CPU, each with a CUDA context and a whole
+    CSR on GPU 0. Now one per GPU, each told its own GPU; more workers than GPUs is refused."""
+    from training.serve import device as sd
+    from training.serve import workers as sw
+    from training.serve.protocol import SamplingParams
+    from training.serve.server import SamplingServer, ServerError
+    from training.synth import SynthSpec
+    from training.synth_run import synthesize
+
+    graph = tmp_path / "g"
+    synthesize(graph, SynthSpec(num_nodes=500, num_edges=4000, feature_dim=4, train_share=0.5, seed=5))
+    monkeypatch.setattr(sd, "device_handover_available", lambda device: None)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    started: list[list[str]] = []
+    monkeypatch.setattr(sw.WorkerPool, "start", lambda self, timeout_s: started.append(list(self.devices)))
+    server = SamplingServer(graph, SamplingParams(16, (2,)), device="cuda", port=0)
+    assert server.workers == 3 and server.worker_devices == ["cuda:0", "cuda:1", "cuda:2"]
+    with pytest.raises(ServerError, match="at most one sampler worker per GPU"):
+        SamplingServer(graph, SamplingParams(16, (2,)), device="cuda", workers=4, port=0)
+    assert SamplingServer(graph, SamplingParams(16, (2,)), device="cuda", workers=2, port=0).workers == 2
+    # the pool hands each worker process its device (what serve_worker binds with torch.cuda.set_device)
+    pool = sw.WorkerPool({"device": "cuda"}, ["a", "b"], ["cuda:0", "cuda:1"])
+    assert pool.devices == ["cuda:0", "cuda:1"]
