@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import types
 
+import numpy as np
 import pytest
 import torch
 
@@ -108,3 +109,45 @@ def test_cuda_serving_starts_one_worker_per_gpu_each_bound_to_it(tmp_path, monke
     # the pool hands each worker process its device (what serve_worker binds with torch.cuda.set_device)
     pool = sw.WorkerPool({"device": "cuda"}, ["a", "b"], ["cuda:0", "cuda:1"])
     assert pool.devices == ["cuda:0", "cuda:1"]
+
+
+def test_auto_backend_decides_on_cold_cache_figures_only(monkeypatch, tmp_path):
+    """Defect 5: KvikIO's compatibility mode reads buffered, posix O_DIRECT: a figure taken with the file in the
+    page cache times memory against the SSD. `auto` weighs cold figures only and says so; the capacities file
+    keeps which was measured."""
+    from iostack.backends import TOOL_KVIKIO_TO_GPU, TOOL_POSIX_TO_GPU, choose_backend
+    from planner import hostinfo
+    from planner.capacities import Capacities, DeviceCapacity, ReadMeasurement, dump_capacities, parse_capacities
+    from planner.hostinfo import BlockDevice
+
+    monkeypatch.setattr(hostinfo, "block_device_of", lambda p, sys_root="/sys": BlockDevice("nvme0n1"))
+
+    def caps(cache_kv: str | None, cache_px: str | None) -> Capacities:
+        others = (ReadMeasurement(9e9, tool=TOOL_KVIKIO_TO_GPU, mode="buffered", page_cache=cache_kv),
+                  ReadMeasurement(3e9, tool=TOOL_POSIX_TO_GPU, mode="direct", page_cache=cache_px))
+        return Capacities(devices=(DeviceCapacity("0000:3b:00.0", ReadMeasurement(3e9, tool="fio-io_uring"),
+                                                  block_device="nvme0n1", path=str(tmp_path), others=others),))
+
+    paths = [str(tmp_path / "bin3.dat")]
+    warm = choose_backend("auto", cuda=True, capacities=caps("warm", "warm"), paths=paths)
+    assert warm.name == "posix" and "cold page cache" in warm.reason
+    unsaid = choose_backend("auto", cuda=True, capacities=caps(None, None), paths=paths)
+    assert unsaid.name == "posix"  # a figure that does not say it was cold is not trusted
+    cold = choose_backend("auto", cuda=True, capacities=caps("cold", "cold"), paths=paths)
+    assert cold.name == "kvikio" and "cold page cache" in cold.reason
+    back = parse_capacities(dump_capacities(caps("cold", "warm")))
+    assert [m.page_cache for m in back.devices[0].others] == ["cold", "warm"]
+
+
+def test_page_cache_drop_and_residency(tmp_path):
+    from iostack.pagecache import drop, resident_share
+
+    f = tmp_path / "x.bin"
+    f.write_bytes(np.random.default_rng(0).bytes(1 << 20))
+    drop(f)
+    share = resident_share(f)
+    if share == 1.0:
+        pytest.skip("this file system keeps its pages in memory (tmpfs): nothing to drop")
+    assert share is not None and share < 0.5
+    f.read_bytes()
+    assert resident_share(f) == 1.0
