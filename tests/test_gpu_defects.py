@@ -151,3 +151,87 @@ def test_page_cache_drop_and_residency(tmp_path):
     assert share is not None and share < 0.5
     f.read_bytes()
     assert resident_share(f) == 1.0
+
+
+def _local_kvikio(compat: bool, bounce: int = 16 << 20):
+    """A KvikIO 25.04+ module stand-in: settings only, and a CuFile that records how it was asked to read."""
+    state = {"num_threads": 1, "task_size": 4 << 20, "gds_threshold": 16 << 10, "bounce_buffer_size": bounce,
+             "compat_mode": compat}
+    calls: list[str] = []
+
+    class Ready:
+        def __init__(self, n):
+            self.n = n
+
+        def get(self):
+            return self.n
+
+        def check_bytes_done(self):
+            calls.append("waited on its stream")
+            return self.n
+
+    class CuFile:
+        def __init__(self, path, flags="r"):
+            pass
+
+        def pread(self, buf, size, offset):
+            calls.append("pread")
+            return Ready(size)
+
+        def raw_read_async(self, buf, stream, size, offset):
+            calls.append(f"raw_read_async on {stream}")
+            return Ready(size)
+
+        def close(self):
+            pass
+
+    defaults = types.SimpleNamespace(get=state.__getitem__, set=state.__setitem__,
+                                     is_compat_mode_preferred=lambda: state["compat_mode"])
+    return types.SimpleNamespace(defaults=defaults, CuFile=CuFile, __version__="25.08"), state, calls
+
+
+def test_kvikio_bounce_buffers_are_sized_from_the_plan(monkeypatch):
+    """Defect 9: 64 threads x KvikIO's 16 MiB bounce buffers pinned 1 GiB per rank; a task never reads more than
+    `max_read_bytes`, so the buffers are that size and the backend reports what it may pin."""
+    import sys
+
+    from iostack.backends.kvikio_backend import KvikioBackend
+
+    kv, state, _ = _local_kvikio(compat=True)
+    monkeypatch.setitem(sys.modules, "kvikio", kv)
+    be = KvikioBackend(device="cpu", queue_depth=64, max_read_bytes=1 << 20)
+    assert state["bounce_buffer_size"] == 1 << 20
+    assert be.buffer_bytes == 64 << 20  # not 1 GiB
+    kv2, state2, _ = _local_kvikio(compat=True, bounce=256 << 10)  # a smaller one set by the user stays
+    monkeypatch.setitem(sys.modules, "kvikio", kv2)
+    assert KvikioBackend(device="cpu", queue_depth=8).buffer_bytes == 8 * (256 << 10)
+    assert state2["bounce_buffer_size"] == 256 << 10
+
+
+def test_kvikio_reads_do_not_wait_for_the_default_stream(monkeypatch):
+    """Defect 4: with GDS, `pread` synchronises the default stream (the training compute) before reading; the
+    backend reads with `raw_read_async` on its own stream and waits on that stream only. In compatibility mode
+    KvikIO's device reads copy on blocking streams: the backend then reads into host staging (no device reads)
+    and the store copies up on its own stream."""
+    import sys
+
+    from iostack.backends.kvikio_backend import KvikioBackend
+
+    kv, _, calls = _local_kvikio(compat=False)
+    monkeypatch.setitem(sys.modules, "kvikio", kv)
+    gds = KvikioBackend(device="cpu")
+    assert gds.device_reads and gds.direct
+    f = kv.CuFile("x")
+    assert gds._issue(f, None, 4096, 0, stream=77).get() == 4096
+    assert calls == ["raw_read_async on 77", "waited on its stream"]
+    calls.clear()
+
+    def refuse(*a):
+        raise RuntimeError("cuFile stream API not supported")
+
+    f.raw_read_async = refuse
+    assert gds._issue(f, None, 4096, 0, stream=77).get() == 4096 and calls == ["pread"]  # refused: pread, logged
+    kv2, _, _ = _local_kvikio(compat=True)
+    monkeypatch.setitem(sys.modules, "kvikio", kv2)
+    compat = KvikioBackend(device="cpu")
+    assert not compat.device_reads  # reads land in the store's pinned staging; the store copies them up
