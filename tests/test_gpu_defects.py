@@ -235,3 +235,32 @@ def test_kvikio_reads_do_not_wait_for_the_default_stream(monkeypatch):
     monkeypatch.setitem(sys.modules, "kvikio", kv2)
     compat = KvikioBackend(device="cpu")
     assert not compat.device_reads  # reads land in the store's pinned staging; the store copies them up
+
+
+def test_cpu_tier_is_not_page_locked_and_a_refusal_cannot_stop_the_run(tmp_path):
+    """Defect 6: every rank page-locked its CPU bins though no GPU path reads them in place (their rows are
+    gathered on the CPU into pinned staging), and a refused `cudaHostRegister` (ulimit -l) raised. The bins are
+    not registered now: a device whose registration always fails still builds the store and gathers right."""
+    from iostack.bins import write_bins
+    from iostack.errors import StoreError
+    from iostack.placement import simple_placement
+    from iostack.store import FeatureStore
+    from tests.fake_cuda import FakeDeviceMemory
+
+    class Refusing(FakeDeviceMemory):
+        asked = 0
+
+        def pin_in_place(self, t):
+            Refusing.asked += 1
+            raise StoreError("cudaHostRegister failed (cudaError 2)")
+
+    rng = np.random.default_rng(1)
+    feats = rng.random((600, 8)).astype(np.float32)
+    p = simple_placement(600, [("gpu", 100), ("cpu", 300), ("ssd", 600)], order=rng.permutation(600))
+    write_bins(feats, p, tmp_path, fsync=False)
+    mem = Refusing()
+    with FeatureStore(p, tmp_path, features=feats, memory=mem, backend="posix",
+                      backend_options={"processes": 0}) as s:
+        ids = rng.integers(0, 600, 500)
+        assert torch.equal(s.gather_landing(ids).wait(), torch.from_numpy(feats[ids]))
+    assert Refusing.asked == 0
