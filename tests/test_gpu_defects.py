@@ -264,3 +264,25 @@ def test_cpu_tier_is_not_page_locked_and_a_refusal_cannot_stop_the_run(tmp_path)
         ids = rng.integers(0, 600, 500)
         assert torch.equal(s.gather_landing(ids).wait(), torch.from_numpy(feats[ids]))
     assert Refusing.asked == 0
+
+
+def test_gds_is_decided_per_file(monkeypatch, tmp_path):
+    """Defect 11c: KvikIO's compatibility setting is process-wide, but cuFile registers each file on its own; a
+    bin on a file system that refuses O_DIRECT is read through POSIX even when the process has GDS, and is
+    reported so (not `direct`), and its reads do not take the stream-ordered cuFile path."""
+    import sys
+
+    from iostack.backends import kvikio_backend as kb
+    from iostack.bins import write_bins
+    from iostack.placement import simple_placement
+
+    kv, _, _ = _local_kvikio(compat=False)
+    monkeypatch.setitem(sys.modules, "kvikio", kv)
+    feats = np.zeros((20, 4), np.float32)
+    infos = write_bins(feats, simple_placement(20, [("ssd", 10), ("ssd", 10)]), tmp_path, fsync=False)
+    refusing = {infos[1].path}
+    monkeypatch.setattr(kb, "o_direct_opens", lambda path: path not in refusing)
+    be = kb.KvikioBackend(device="cpu")
+    on_gds, on_posix = be.open(infos[0]), be.open(infos[1])
+    assert on_gds.direct and not on_posix.direct and "refuses O_DIRECT" in (on_posix.note or "")
+    assert be._direct == {on_gds.fid: True, on_posix.fid: False}

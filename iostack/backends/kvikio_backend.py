@@ -58,6 +58,7 @@ this project (no GPU).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from types import ModuleType
 from typing import Any
@@ -129,6 +130,16 @@ def gds_status(kvikio: ModuleType) -> tuple[bool, str | None]:
     if on:
         return False, "KvikIO compatibility mode (POSIX reads through a bounce buffer, no GPUDirect Storage)"
     return True, None
+
+
+def o_direct_opens(path: str) -> bool:
+    """Whether ``path`` opens with O_DIRECT (what cuFile needs to register a file for GPUDirect Storage)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+    except OSError:
+        return False
+    os.close(fd)
+    return hasattr(os, "O_DIRECT")
 
 
 def _import_kvikio() -> ModuleType:
@@ -218,6 +229,7 @@ class KvikioBackend(ReadBackend):
         self._streams: dict[int, torch.cuda.Stream] = {}
         # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
         self._files: dict[int, Any] = {}
+        self._direct: dict[int, bool] = {}  # per file: does cuFile read it (GDS)?
         self._lock = threading.Lock()
         self._local = threading.local()
         self._next = 0
@@ -270,15 +282,32 @@ class KvikioBackend(ReadBackend):
         return int(stream.cuda_stream)
 
     def open(self, info: BinFile) -> BinHandle:
+        """Open ``info``'s file; whether its reads go through cuFile is decided for this file.
+
+        KvikIO's compatibility setting is process-wide, but cuFile registers each file on
+        its own (an O_DIRECT descriptor; in ``AUTO`` a file cuFile refuses, e.g. on tmpfs or
+        overlayfs, falls back to POSIX reads alone). So a file O_DIRECT cannot open is
+        reported (and read) as not direct even when the process has GDS.
+
+        Raises
+        ------
+        StoreError
+            KvikIO cannot open the file.
+        """
         try:
             f = self._kvikio.CuFile(info.path, "r")
         except (OSError, RuntimeError) as exc:
             raise StoreError(f"{info.path}: KvikIO cannot open bin {info.bin_id}: {exc}") from None
+        direct, note = self.gds, self.gds_note or _CUFILE_NOTE
+        if direct and not o_direct_opens(info.path):
+            direct, note = False, ("KvikIO through POSIX for this file: its file system refuses O_DIRECT, so cuFile "
+                                   "cannot register it (no GPUDirect Storage)")
         with self._lock:
             fid = self._next
             self._next += 1
             self._files[fid] = f
-        return BinHandle(info=info, fid=fid, direct=self.gds, note=self.gds_note or _CUFILE_NOTE)
+            self._direct[fid] = direct
+        return BinHandle(info=info, fid=fid, direct=direct, note=note)
 
     def _read(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray, positions: np.ndarray | None) -> int:
         return self._read_into(handle, rows, torch.from_numpy(out), positions, None)
@@ -327,7 +356,7 @@ class KvikioBackend(ReadBackend):
             starts, lens = coalesced_runs(np.flatnonzero(np.diff(u) != 1) + 1, u.size,
                                           max(1, self.max_read_bytes // ext))
             host = dev.type == "cpu"
-            stream = None if host else self._read_stream(dev)
+            stream = None if host or not self._direct.get(handle.fid, False) else self._read_stream(dev)
             futures = []
             for s, n in zip(starts.tolist(), lens.tolist(), strict=True):
                 view = buf[s * ext:(s + n) * ext]
@@ -368,6 +397,7 @@ class KvikioBackend(ReadBackend):
     def close_handle(self, handle: BinHandle) -> None:
         with self._lock:
             f = self._files.pop(handle.fid, None)
+            self._direct.pop(handle.fid, None)
         if f is not None:
             f.close()
 
