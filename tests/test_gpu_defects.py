@@ -286,3 +286,21 @@ def test_gds_is_decided_per_file(monkeypatch, tmp_path):
     on_gds, on_posix = be.open(infos[0]), be.open(infos[1])
     assert on_gds.direct and not on_posix.direct and "refuses O_DIRECT" in (on_posix.note or "")
     assert be._direct == {on_gds.fid: True, on_posix.fid: False}
+
+
+def test_plain_ranks_never_take_a_partition_ranks_gpu():
+    """Defect 11d: a rank with a planned partition took the GPU at its bus address, a rank without one took
+    cuda:LOCAL_RANK, which could be the same GPU. Every rank now decides every local rank's GPU alike."""
+    from training.devices import DeviceError, rank_devices
+
+    buses = {0: "0000:01:00.0", 1: "0000:02:00.0", 2: "0000:03:00.0"}
+    # partitions planned on the GPUs at ordinals 1 and 2; rank 2 holds none (cuda:2 before: shared with rank 1)
+    got = rank_devices(["0000:02:00.0", "0000:03:00.0", None], buses=buses)
+    assert [d.index for d in got] == [1, 2, 0]
+    assert [d.index for d in rank_devices([None, None, None], buses=buses)] == [0, 1, 2]  # unplanned: as before
+    assert [d.index for d in rank_devices([None, "0000:01:00.0"], buses=buses)] == [1, 0]
+    with pytest.raises(DeviceError, match="planned onto one GPU"):
+        rank_devices(["0000:02:00.0", "0000:02:00.0"], buses=buses)
+    with pytest.raises(DeviceError, match="at most one rank per GPU"):
+        rank_devices([None] * 4, buses=buses)
+    assert rank_devices([None, None], visible=1) == [torch.device("cuda", 0)] * 2
