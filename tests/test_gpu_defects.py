@@ -304,3 +304,19 @@ def test_plain_ranks_never_take_a_partition_ranks_gpu():
     with pytest.raises(DeviceError, match="at most one rank per GPU"):
         rank_devices([None] * 4, buses=buses)
     assert rank_devices([None, None], visible=1) == [torch.device("cuda", 0)] * 2
+
+
+def test_feature_exchange_never_opens_a_second_nccl_communicator(monkeypatch):
+    """Defect 10: on GPUs the exchange ran NCCL all_to_all on a group of its own from the prefetch thread while
+    DDP's all-reduce ran NCCL from the trainer's thread, NCCL's known hang pattern. It runs on gloo now."""
+    from training import exchange as ex
+    from training import sharded as sh
+
+    made: list[str] = []
+    monkeypatch.setattr(ex.AllToAllExchange, "new_group", classmethod(lambda cls, t, backend="gloo": made.append(
+        backend) or "group"))
+    monkeypatch.setattr(ex.AllToAllExchange, "__init__", lambda self, group, serve, **kw: setattr(self, "kw", kw))
+    feats = types.SimpleNamespace(dim=4, dtype=torch.float32, serve=lambda ids: ids, exchange_device=torch.device(
+        "cpu"), transfer=types.SimpleNamespace(memory=types.SimpleNamespace(device=torch.device("cuda", 1))))
+    x = sh._start_exchange(sh.ShardedOptions(), sh.Peers(0, 2, 0, 1, 0), feats)
+    assert made == ["gloo"] and x.kw.get("device", "cpu") == "cpu" and feats.exchange_device.type == "cpu"
