@@ -240,6 +240,7 @@ def step_data(args, rec: dict) -> None:
     from training.synth_run import synthesize
 
     tag = f"{args.nodes}-{args.edges}-{args.feature_dim}-{args.gpu_share}-{args.cpu_share}-{args.train_share}"
+    args.dir.mkdir(parents=True, exist_ok=True)
     ds_dir, pl_dir = _paths(args)
     stamp = args.dir / "made.json"
     if stamp.exists() and json.loads(stamp.read_text()).get("tag") == tag:

@@ -54,9 +54,11 @@ Exit status: 0, or 1 when a step failed or rows differed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -136,6 +138,7 @@ def _run_step(argv: list[str], step: str, limit_s: float, work: Path) -> dict:
     print(f"=== {step} (limit {limit_s:.0f} s)", flush=True)
     proc = subprocess.Popen(_child_argv(argv, step, record), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    _CURRENT[:] = [proc]
     tail: list[str] = []
     lines: queue.Queue[str | None] = queue.Queue()
 
@@ -160,6 +163,7 @@ def _run_step(argv: list[str], step: str, limit_s: float, work: Path) -> dict:
         print(line, end="", flush=True)
         tail = (tail + [line.rstrip("\n")])[-40:]
     proc.wait()
+    _CURRENT.clear()
     seconds = round(time.perf_counter() - t0, 1)
     if record.exists():
         rec = json.loads(record.read_text())
@@ -170,6 +174,18 @@ def _run_step(argv: list[str], step: str, limit_s: float, work: Path) -> dict:
         rec = {"name": step, "status": "timeout" if timed_out else "failed", "error": why, "output_tail": tail}
     rec["seconds"] = seconds
     return rec
+
+
+#: the step process running now: stopped with this one (it runs in a session of its own, so that a timed-out
+#: step's children go with it, and would outlive a stopped parent otherwise)
+_CURRENT: list[subprocess.Popen] = []
+
+
+def _on_stop(signum: int, frame: object) -> None:
+    for proc in _CURRENT:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+    raise SystemExit(128 + signum)
 
 
 def _write_steps(out: Path, steps: list[dict], header: dict) -> None:
@@ -203,6 +219,8 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
         print("DRY RUN on the CPU: checks that the script runs; no figure below is a GPU figure")
     steps: list[dict] = []
     status: dict[str, str] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_stop)
     for step in _selected(args):
         needs, limit = STEPS[step]
         missing = [n for n in needs if status.get(n, "not run") != "ok"]
