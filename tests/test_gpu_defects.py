@@ -320,3 +320,50 @@ def test_feature_exchange_never_opens_a_second_nccl_communicator(monkeypatch):
         "cpu"), transfer=types.SimpleNamespace(memory=types.SimpleNamespace(device=torch.device("cuda", 1))))
     x = sh._start_exchange(sh.ShardedOptions(), sh.Peers(0, 2, 0, 1, 0), feats)
     assert made == ["gloo"] and x.kw.get("device", "cpu") == "cpu" and feats.exchange_device.type == "cpu"
+
+
+def _sync_ops(fn) -> tuple[int, int]:
+    """(ops that make a GPU wait for the host's read-back, all aten ops) while ``fn`` runs, counted on the CPU."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    # top-level aten ops only (an op's own sub-ops are not more launches)
+    names = [e.name for e in prof.events() if e.name.startswith("aten::")
+             and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
+    waits = {"aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::masked_select", "aten::_unique2",
+             "aten::unique_consecutive", "aten::is_nonzero"}
+    return sum(n in waits for n in names), len(names)
+
+
+def test_gpu_sampling_has_fixed_shapes_few_ops_per_hop_and_no_host_sync():
+    """Defect 7: on a GPU the sampler's hops waited for the device four times each and ran hundreds of small
+    kernels (the CPU-tuned Floyd loop). With `shapes="fixed"` (the default on CUDA) every hop is a fixed-size
+    chain of about a hundred tensor ops (views included) with no read-back, one per batch; its batches keep every
+    sampling rule, and its Floyd draws are exactly the sequential ones."""
+    from training.gpusample import floyd_parallel
+    from training.samplecheck import sample_problems
+    from training.sampler import NeighborSampler, _floyd
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    indptr = torch.from_numpy(np.concatenate([[0], np.cumsum(rng.integers(0, 80, n))]))
+    indices = torch.from_numpy(rng.integers(0, n, int(indptr[-1])))
+    for fanouts in ((25, 10), (10, 10, 5), (1, 3)):
+        s = NeighborSampler(indptr, indices, fanouts, seed=3, shapes="fixed")
+        for _ in range(3):
+            seeds = torch.from_numpy(rng.choice(n, 300, replace=False))
+            assert sample_problems(indptr, indices, s.sample(seeds, check=False), fanouts, seeds) == []
+    seeds = torch.from_numpy(rng.choice(n, 300, replace=False))
+    fixed2, fixed3 = (NeighborSampler(indptr, indices, f, seed=3, shapes="fixed") for f in ((25, 10), (25, 10, 10)))
+    data2 = NeighborSampler(indptr, indices, (25, 10), seed=3, shapes="data")
+    waits2, ops2 = _sync_ops(lambda: fixed2.sample(seeds, check=False))
+    waits3, ops3 = _sync_ops(lambda: fixed3.sample(seeds, check=False))
+    assert waits2 == waits3 == 0 and ops3 - ops2 <= 120  # a hop: ~100 ops (views included), none waiting
+    data_waits, data_ops = _sync_ops(lambda: data2.sample(seeds, check=False))
+    assert data_waits >= 4 * 2  # the CPU's hops (what a GPU ran before): four waits per hop at least
+    g = torch.Generator().manual_seed(1)
+    deg = torch.randint(26, 90, (2000,), generator=g)
+    u = torch.rand((2000, 25), generator=g, dtype=torch.float64)
+    assert torch.equal(floyd_parallel(deg, 25, u.clone()), _floyd(deg, 25, u.t().contiguous()))
+    assert NeighborSampler(indptr, indices, (5,)).shapes == "data"  # on the CPU, by default

@@ -305,13 +305,13 @@ def step_sampling_valid(args, rec: dict) -> None:
     indptr, indices = _csr(ds)
     rng = np.random.default_rng(5)
     bs = min(4000, ds.num_nodes // 2)
-    for fanouts in ((25, 10), (10, 10, 5), (-1, 5)):
-        s = NeighborSampler(indptr.to(device), indices.to(device), fanouts, seed=1)
+    for fanouts, shapes in (((25, 10), "fixed"), ((25, 10), "data"), ((10, 10, 5), "fixed"), ((-1, 5), "auto")):
+        s = NeighborSampler(indptr.to(device), indices.to(device), fanouts, seed=1, shapes=shapes)
         for k in range(3):
             seeds = torch.from_numpy(rng.choice(ds.num_nodes, bs, replace=False))
             b = s.sample(seeds.to(device))
             problems = sample_problems(indptr, indices, b, fanouts, seeds)
-            where = f"sampler on {device}, fan-outs {fanouts}, batch {k}"
+            where = f"sampler on {device} ({s.shapes} shapes), fan-outs {fanouts}, batch {k}"
             if problems:
                 rec["bad"].extend(f"{where}: {p}" for p in problems)
             _say(rec, f"{where}: {b.num_edges:,} edges, " + ("valid" if not problems else "; ".join(problems)))

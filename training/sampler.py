@@ -315,6 +315,11 @@ class NeighborSampler:
             operations, each an OpenMP fork/join: on a busy machine (or in data-loader
             workers that share cores) ``1`` is much faster — on a loaded 2-core box, 2
             threads ran 3-4x slower than 1.
+        shapes: ``"fixed"``: every hop's tensors have sizes known in advance (masked slots,
+            :mod:`training.gpusample`), one host synchronisation per batch instead of four per
+            hop, the same rules; ``"data"``: sized by the data (fewer, larger operations, the
+            CPU's choice); ``"auto"`` (default): fixed on a CUDA device where it applies
+            (``relabel="map"``, no replacement, fan-outs > 0, an in-memory CSR).
 
     The device is the CSR's: put ``indptr``/``indices`` on CUDA to sample there.
     On a GPU a batch synchronises with the host only where a size decides the
@@ -341,6 +346,7 @@ class NeighborSampler:
         *,
         relabel: str = "map",
         num_threads: int | None = None,
+        shapes: str = "auto",
     ) -> None:
         indptr = _as_tensor(indptr, "indptr")
         if not isinstance(indices, NeighbourSource):
@@ -368,6 +374,8 @@ class NeighborSampler:
             raise SamplerError(f"num_threads: expected a positive integer or None, got {num_threads}")
         if relabel not in ("map", "unique"):
             raise SamplerError(f"relabel: expected 'map' or 'unique', got {relabel!r}")
+        if shapes not in ("auto", "fixed", "data"):
+            raise SamplerError(f"shapes: expected 'auto', 'fixed' or 'data', got {shapes!r}")
         self.indptr = indptr.to(torch.int64)
         self.indices = indices
         self.fanouts = fanouts
@@ -383,6 +391,13 @@ class NeighborSampler:
             self.generator.manual_seed(int(seed))
         self._map: Tensor | None = None  # global id -> stamp << 32 | local id (see _sample_map)
         self._stamp = 0
+        # fixed-size hops (training.gpusample): no host synchronisation per hop, what a GPU wants; the
+        # data-sized hops below are the CPU's (fewer, larger operations there)
+        fixable = relabel == "map" and not self.replace and all(f > 0 for f in fanouts) and isinstance(indices, Tensor)
+        if shapes == "fixed" and not fixable:
+            raise SamplerError("shapes 'fixed' needs relabel 'map', no replacement, fan-outs > 0 and an in-memory CSR")
+        self.shapes = "fixed" if fixable and (shapes == "fixed" or (shapes == "auto" and self.device.type == "cuda")) \
+            else "data"
 
     def reseed(self, seed: int) -> None:
         """Restart the random stream at ``seed``."""
@@ -406,6 +421,8 @@ class NeighborSampler:
             self.check_seeds(seeds)
         seeds = seeds.to(device=self.device, dtype=torch.int64)
         run = self._sample_map if self.relabel == "map" else self._sample_unique
+        if self.shapes == "fixed":
+            run = self._sample_fixed
         if self.num_threads is None or self.device.type != "cpu":
             return run(seeds, check)
         before = torch.get_num_threads()
@@ -481,6 +498,19 @@ class NeighborSampler:
             frontier_start = num_nodes
             num_nodes += new.numel()
         return _batch(torch.cat(parts), num_seeds, sources, targets, parts)
+
+    def _sample_fixed(self, seeds: Tensor, check: bool = True) -> SampledBatch:
+        from training.gpusample import sample_fixed
+
+        if check and seeds.numel() > 1 and bool((seeds.sort().values.diff() == 0).any()):
+            raise SamplerError("seeds: contain repeated vertex ids; pass each seed once")
+        if self._map is None or self._map.numel() != self.num_nodes + 1 or self._stamp >= _MAX_STAMP:
+            self._map = torch.zeros(self.num_nodes + 1, dtype=torch.int64, device=self.device)  # + a sink entry
+            self._stamp = 0
+        self._stamp += 1
+        assert isinstance(self.indices, Tensor)  # `shapes` fixed needs an in-memory CSR (checked at construction)
+        return sample_fixed(self.indptr, self.indices, seeds, self.fanouts, self._map, self._stamp << 32,
+                            self.generator)
 
     def _sample_unique(self, seeds: Tensor, check: bool = True) -> SampledBatch:
         num_seeds = seeds.numel()
