@@ -107,6 +107,7 @@ def cuda_bandwidths(topo: Topology | None = None, bytes: int = 256 << 20, repeat
 
 
 @contextlib.contextmanager
+# Any: a torch tensor (torch is imported lazily here, its type is not named at module level)
 def _local_pinned(torch: ModuleType, n: int) -> Iterator[tuple[Any, str | None]]:
     """``n`` fresh bytes, first touched by the calling thread (its NUMA node), page-locked while the block runs.
 

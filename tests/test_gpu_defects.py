@@ -90,8 +90,8 @@ def test_cuda_serving_starts_one_worker_per_gpu_each_bound_to_it(tmp_path, monke
     CSR on GPU 0. Now one per GPU, each told its own GPU; more workers than GPUs is refused."""
     from training.serve import device as sd
     from training.serve import workers as sw
-    from training.serve.protocol import SamplingParams
-    from training.serve.server import SamplingServer, ServerError
+    from training.serve.protocol import SamplingParams, ServerError
+    from training.serve.server import SamplingServer
     from training.synth import SynthSpec
     from training.synth_run import synthesize
 

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from training.sampler import SampledBatch
+from training.sampler import _MAX_STAMP, NeighborSampler, SampledBatch, SamplerError
 
 
 def floyd_parallel(deg: Tensor, k: int, u: Tensor) -> Tensor:
@@ -77,6 +77,24 @@ def _hop(indptr: Tensor, indices: Tensor, frontier: Tensor, valid: Tensor, fanou
     real = cols < deg.clamp(max=fanout).unsqueeze(1)
     pos = torch.where(real, start.unsqueeze(1) + offset, 0)
     return pos.reshape(-1), real.reshape(-1)
+
+
+def sample_with(sampler: NeighborSampler, seeds: Tensor, check: bool = True) -> SampledBatch:
+    """``sampler``'s batch of ``seeds`` with fixed-size hops (its ``shapes`` is ``"fixed"``), on its map and stamp.
+
+    Raises
+    ------
+    SamplerError
+        ``check`` and a seed repeated.
+    """
+    if check and seeds.numel() > 1 and bool((seeds.sort().values.diff() == 0).any()):
+        raise SamplerError("seeds: contain repeated vertex ids; pass each seed once")
+    s = sampler
+    if s._map is None or s._map.numel() != s.num_nodes + 1 or s._stamp >= _MAX_STAMP:
+        s._map, s._stamp = torch.zeros(s.num_nodes + 1, dtype=torch.int64, device=s.device), 0  # + the sink
+    s._stamp += 1
+    assert isinstance(s.indices, Tensor)  # "fixed" needs an in-memory CSR (checked at construction)
+    return sample_fixed(s.indptr, s.indices, seeds, s.fanouts, s._map, s._stamp << 32, s.generator)
 
 
 def sample_fixed(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequence[int], node_map: Tensor,
@@ -132,11 +150,11 @@ def sample_fixed(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequen
     nodes, per_edge = got[:len(sizes)], got[len(sizes):]
     total = sum(per_edge)
     edge_index = torch.empty((2, total + 1), dtype=torch.int64, device=dev)
-    at = 0
+    done = 0
     for (local, target, real), e in zip(hops, per_edge, strict=True):
-        dest = torch.where(real, torch.cumsum(real, 0) - 1 + at, total)  # compacted in order, masked to the sink
+        dest = torch.where(real, torch.cumsum(real, 0) - 1 + done, total)  # compacted in order, masked to the sink
         edge_index[0].scatter_(0, dest, local)
         edge_index[1].scatter_(0, dest, target)
-        at += e
+        done += e
     return SampledBatch(n_id=n_id[:sum(nodes)], batch_size=b, edge_index=edge_index[:, :total],
                         num_sampled_nodes=tuple(nodes), num_sampled_edges=tuple(per_edge))

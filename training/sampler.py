@@ -315,11 +315,8 @@ class NeighborSampler:
             operations, each an OpenMP fork/join: on a busy machine (or in data-loader
             workers that share cores) ``1`` is much faster — on a loaded 2-core box, 2
             threads ran 3-4x slower than 1.
-        shapes: ``"fixed"``: every hop's tensors have sizes known in advance (masked slots,
-            :mod:`training.gpusample`), one host synchronisation per batch instead of four per
-            hop, the same rules; ``"data"``: sized by the data (fewer, larger operations, the
-            CPU's choice); ``"auto"`` (default): fixed on a CUDA device where it applies
-            (``relabel="map"``, no replacement, fan-outs > 0, an in-memory CSR).
+        shapes: ``"fixed"`` (:mod:`training.gpusample`: no host synchronisation per hop),
+            ``"data"`` (the CPU's), ``"auto"`` (default): fixed on CUDA where it applies.
 
     The device is the CSR's: put ``indptr``/``indices`` on CUDA to sample there.
     On a GPU a batch synchronises with the host only where a size decides the
@@ -374,8 +371,10 @@ class NeighborSampler:
             raise SamplerError(f"num_threads: expected a positive integer or None, got {num_threads}")
         if relabel not in ("map", "unique"):
             raise SamplerError(f"relabel: expected 'map' or 'unique', got {relabel!r}")
-        if shapes not in ("auto", "fixed", "data"):
-            raise SamplerError(f"shapes: expected 'auto', 'fixed' or 'data', got {shapes!r}")
+        fixable = relabel == "map" and not replace and all(int(f) > 0 for f in fanouts) and isinstance(indices, Tensor)
+        if shapes not in ("auto", "data") and not (shapes == "fixed" and fixable):
+            raise SamplerError(f"shapes: expected 'auto', 'data' or 'fixed' (needs relabel 'map', no replacement, "
+                               f"fan-outs > 0 and an in-memory CSR), got {shapes!r}")
         self.indptr = indptr.to(torch.int64)
         self.indices = indices
         self.fanouts = fanouts
@@ -391,11 +390,7 @@ class NeighborSampler:
             self.generator.manual_seed(int(seed))
         self._map: Tensor | None = None  # global id -> stamp << 32 | local id (see _sample_map)
         self._stamp = 0
-        # fixed-size hops (training.gpusample): no host synchronisation per hop, what a GPU wants; the
-        # data-sized hops below are the CPU's (fewer, larger operations there)
-        fixable = relabel == "map" and not self.replace and all(f > 0 for f in fanouts) and isinstance(indices, Tensor)
-        if shapes == "fixed" and not fixable:
-            raise SamplerError("shapes 'fixed' needs relabel 'map', no replacement, fan-outs > 0 and an in-memory CSR")
+        # fixed-size hops (training.gpusample): no host synchronisation per hop, what a GPU wants
         self.shapes = "fixed" if fixable and (shapes == "fixed" or (shapes == "auto" and self.device.type == "cuda")) \
             else "data"
 
@@ -420,9 +415,8 @@ class NeighborSampler:
         if check:
             self.check_seeds(seeds)
         seeds = seeds.to(device=self.device, dtype=torch.int64)
-        run = self._sample_map if self.relabel == "map" else self._sample_unique
-        if self.shapes == "fixed":
-            run = self._sample_fixed
+        run = self._sample_fixed if self.shapes == "fixed" else self._sample_map if self.relabel == "map" \
+            else self._sample_unique
         if self.num_threads is None or self.device.type != "cpu":
             return run(seeds, check)
         before = torch.get_num_threads()
@@ -500,17 +494,9 @@ class NeighborSampler:
         return _batch(torch.cat(parts), num_seeds, sources, targets, parts)
 
     def _sample_fixed(self, seeds: Tensor, check: bool = True) -> SampledBatch:
-        from training.gpusample import sample_fixed
+        from training.gpusample import sample_with
 
-        if check and seeds.numel() > 1 and bool((seeds.sort().values.diff() == 0).any()):
-            raise SamplerError("seeds: contain repeated vertex ids; pass each seed once")
-        if self._map is None or self._map.numel() != self.num_nodes + 1 or self._stamp >= _MAX_STAMP:
-            self._map = torch.zeros(self.num_nodes + 1, dtype=torch.int64, device=self.device)  # + a sink entry
-            self._stamp = 0
-        self._stamp += 1
-        assert isinstance(self.indices, Tensor)  # `shapes` fixed needs an in-memory CSR (checked at construction)
-        return sample_fixed(self.indptr, self.indices, seeds, self.fanouts, self._map, self._stamp << 32,
-                            self.generator)
+        return sample_with(self, seeds, check)
 
     def _sample_unique(self, seeds: Tensor, check: bool = True) -> SampledBatch:
         num_seeds = seeds.numel()
