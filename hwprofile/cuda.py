@@ -21,11 +21,18 @@ from planner.topology.pcie import pcie_bytes_per_s
 __all__ = ["cuda_bandwidths"]
 
 
-def _gpu_node(topo: Topology | None, props: Any) -> tuple[str, str | None]:
-    """(key to write, topology node id or None) of a CUDA device."""
+def _gpu_node(topo: Topology | None, props: Any, ordinal: int = 0) -> tuple[str, str | None]:
+    """(key to write, topology node id or None) of CUDA device ``ordinal``.
+
+    Without a bus address (PyTorch before the ``pci_*`` properties) the key is
+    the device's UUID where torch gives one, else its ordinal: never the model
+    name alone, which two GPUs of one model share (their figures would collide).
+    """
     addr = props_bus_address(props)
     if addr is None:
-        return f"cuda:{getattr(props, 'name', '?')}", None
+        uuid = str(getattr(props, "uuid", "") or "")
+        ident = f"GPU-{uuid.removeprefix('GPU-')}" if uuid else str(ordinal)
+        return f"cuda:{ident}:{getattr(props, 'name', '?')}", None
     node = topo.find(addr) if topo is not None else None
     return (node.id if node is not None else addr), (node.id if node is not None else None)
 
@@ -99,6 +106,33 @@ def cuda_bandwidths(topo: Topology | None = None, bytes: int = 256 << 20, repeat
     return links, eff, notes
 
 
+@contextlib.contextmanager
+# Any: a torch tensor (torch is imported lazily here, its type is not named at module level)
+def _local_pinned(torch: ModuleType, n: int) -> Iterator[tuple[Any, str | None]]:
+    """``n`` fresh bytes, first touched by the calling thread (its NUMA node), page-locked while the block runs.
+
+    Not ``torch.empty(pin_memory=True)``: PyTorch's caching host allocator
+    keeps a freed pinned block and hands it to the next request of its size,
+    so every GPU after the first would be measured with GPU 0's block, on GPU
+    0's node. The pages are allocated and touched here and registered in
+    place (``cudaHostRegister``), then unregistered. Yields the tensor and a
+    note when registration was refused (then the copies run from pageable
+    memory, said).
+    """
+    import numpy as np
+
+    host = np.empty(n, np.uint8)
+    host.fill(0)  # first touch: the pages land on this thread's node
+    t = torch.from_numpy(host)
+    cudart = torch.cuda.cudart()
+    rc = int(cudart.cudaHostRegister(t.data_ptr(), n, 0))
+    try:
+        yield t, (None if rc == 0 else f"cudaHostRegister refused ({rc}): copies measured from pageable memory")
+    finally:
+        if rc == 0:
+            cudart.cudaHostUnregister(t.data_ptr())
+
+
 def _best_bytes_per_s(torch: ModuleType, copy: Callable[[], object], device: int, n: int, repeats: int) -> float:
     """``n`` bytes over the fastest of ``repeats`` runs of ``copy`` (after a warm-up), timed with CUDA events."""
     best = math.inf
@@ -123,19 +157,19 @@ def _host_links(torch: ModuleType, i: int, topo: Topology | None, n: int, repeat
     is None when ``topo`` does not know the link's generation and width.
     """
     props = torch.cuda.get_device_properties(i)
-    key, node_id = _gpu_node(topo, props)
+    key, node_id = _gpu_node(topo, props, i)
     report(progress, f"GPU {i} ({props.name}): host↔device copies of {format_size(n)}")
     numa = gpu_numa_node(props_bus_address(props), topo, sys_root)
-    with _on_numa_node(numa, sys_root) as local:
-        pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-        pinned.fill_(0)  # touched here, on the GPU's node
+    with _on_numa_node(numa, sys_root) as local, _local_pinned(torch, n) as (pinned, how):
         dev = torch.empty(n, dtype=torch.uint8, device=f"cuda:{i}")
         h2d = _best_bytes_per_s(torch, lambda d=dev, p=pinned: d.copy_(p, non_blocking=True), i, n, repeats)
         d2h = _best_bytes_per_s(torch, lambda d=dev, p=pinned: p.copy_(d, non_blocking=True), i, n, repeats)
-    del pinned, dev
+        del dev
     where = (f"pinned host buffer on NUMA node {numa}, the GPU's" if local else
              "pinned host buffer where the OS put it (the GPU's NUMA node is not known or not usable)")
     notes = [] if local else [f"GPU {i}: host↔device copies not pinned to the GPU's socket ({where})"]
+    if how:
+        notes.append(f"GPU {i}: {how}")
     links = [LinkCapacity(bw, link_class=cls, device=key, transfer_bytes=n, tool="torch-cuda", date=date, host=host,
                           note=where) for cls, bw in (("host-to-device", h2d), ("device-to-host", d2h))]
     eff = None

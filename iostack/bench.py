@@ -256,6 +256,8 @@ def bench_device_reads(directory: str | os.PathLike[str], device: str = "cuda", 
     import torch
 
     from iostack.backends import READ_BACKENDS, tool_to_gpu
+    from iostack.pagecache import drop as drop_page_cache
+    from iostack.pagecache import resident_share
     from iostack.placement import Placement
     from iostack.store import FeatureStore
     from planner.capacities import ReadMeasurement
@@ -273,6 +275,7 @@ def bench_device_reads(directory: str | os.PathLike[str], device: str = "cuda", 
         except StoreError as exc:
             notes.append(f"{path}: reads into GPU memory with {name}: not measured: {exc}")
     rates: dict[str, list[float]] = {n: [] for n in stores}
+    resident: list[float | None] = []  # share of the file in the page cache just before each batch
     rng = np.random.default_rng()
     try:
         for run in range(runs):
@@ -280,13 +283,22 @@ def bench_device_reads(directory: str | os.PathLike[str], device: str = "cuda", 
                 s = stores[name]
                 if progress:
                     progress(f"reads into {device}, run {run + 1}/{runs}: {name}", 0, None)
-                n, t0 = 0, time.perf_counter()
+                n, busy, t0 = 0, 0.0, time.perf_counter()
                 while time.perf_counter() - t0 < seconds:
+                    # cold for every batch: a buffered reader (KvikIO's compatibility mode) would
+                    # otherwise be timed on the page cache while O_DIRECT reads the SSD
+                    drop_page_cache(path)
+                    resident.append(resident_share(path))
+                    t1 = time.perf_counter()
                     s.gather(rng.integers(0, rows, batch))
                     s.memory.host_wait(s.memory.mark())  # the rows are on the device, not just queued
+                    busy += time.perf_counter() - t1
                     n += batch
-                rates[name].append(n / (time.perf_counter() - t0))
+                rates[name].append(n / busy)
         out = []
+        known = [r for r in resident if r is not None]
+        cache = (f"page cache dropped before every batch (at most {max(known):.1%} of the file resident then)"
+                 if known else "page cache dropped before every batch (residency not known)")
         for name, s in stores.items():
             direct, note = next(iter(s.direct_io().values()))
             rps = statistics.median(rates[name])
@@ -295,7 +307,8 @@ def bench_device_reads(directory: str | os.PathLike[str], device: str = "cuda", 
                                        tool_to_gpu(name),
                                        "direct" if direct else "buffered", int(b.capacity_rows * row_bytes),
                                        seconds, note=f"into {device}, batches of {batch} random rows, median of "
-                                                     f"{runs} runs" + (f"; {note}" if note else "")))
+                                                     f"{runs} runs; {cache}" + (f"; {note}" if note else ""),
+                                       page_cache="cold"))
         return out, notes
     finally:
         for s in stores.values():

@@ -5,9 +5,11 @@ the features (an array or a memmap) once, as the bins hold them (the
 placement's codec), into a :class:`~iostack.tiers.DeviceTier` (GPU bins on this
 store's GPU) and :class:`~iostack.tiers.HostTier` s (CPU bins; GPU bins of other
 ranks' GPUs; GPU bins where the device is the host). Host-resident bins are one
-copy per node when ``share_key`` is given (:mod:`iostack.hostshare`), and
-page-locked where they are (``cudaHostRegister``) on a CUDA device, never
-copied again by ``pin_memory()``.
+copy per node when ``share_key`` is given (:mod:`iostack.hostshare`). They are
+not page-locked: the store gathers their rows on the CPU into pinned staging
+and copies that up (no GPU path reads a host bin in place), so registering
+them only locked memory in every rank, and a refused ``cudaHostRegister``
+(``ulimit -l``) stopped the run (issue 34).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from iostack.errors import StoreError
 from iostack.hostshare import shared_host_tensor
 from iostack.placement import Placement
 from iostack.tiers import DeviceTier, HostTier, Tier
-from iostack.transfer import DeviceMemory, Transfer
+from iostack.transfer import Transfer
 
 #: share of free GPU memory the GPU bins may take (the rest is the model's and the batches')
 GPU_BIN_SHARE = 0.9
@@ -171,14 +173,14 @@ def _cache_tiers(placement: Placement, feats: np.ndarray | None, fmt: RowFormat,
                                    "(peer reads over NVLink are not implemented)")
             held = "device" if not mem.accelerated and b.kind == "gpu" else "host"
             acc = host.setdefault(held, _HostBins())
-            acc.tensors[b.id] = _host_bin(placement, b.id, verts, rows, feats, fmt, share_key, acc, mem, build.notes)
+            acc.tensors[b.id] = _host_bin(placement, b.id, verts, rows, feats, fmt, share_key, acc, build.notes)
     except BaseException:
         for acc in host.values():
-            HostTier(acc.tensors, memory=mem, pinned=acc.pinned, segments=acc.segments).close()
+            HostTier(acc.tensors, memory=mem, segments=acc.segments).close()
         raise
     if device:
         build.tiers.append(DeviceTier(device, mem))
-    build.tiers += [HostTier(acc.tensors, held=held, memory=mem, pinned=acc.pinned, segments=acc.segments)
+    build.tiers += [HostTier(acc.tensors, held=held, memory=mem, segments=acc.segments)
                     for held, acc in sorted(host.items(), key=lambda kv: min(kv[1].tensors))]
     return build
 
@@ -188,7 +190,6 @@ class _HostBins:
     """One host tier's bins while they fill: tensors by bin, those page-locked, their node-shared segments."""
 
     tensors: dict[int, torch.Tensor] = field(default_factory=dict)
-    pinned: list[torch.Tensor] = field(default_factory=list)
     segments: list = field(default_factory=list)
 
 
@@ -199,7 +200,7 @@ def _fill(placement: Placement, t: torch.Tensor, verts: np.ndarray, feats: np.nd
 
 
 def _host_bin(placement: Placement, bin_id: int, verts: np.ndarray, rows: int, feats: np.ndarray,
-              fmt: RowFormat, share_key: str | None, acc: _HostBins, mem: DeviceMemory, notes: list[str]
+              fmt: RowFormat, share_key: str | None, acc: _HostBins, notes: list[str]
               ) -> torch.Tensor:
     shape = (rows, fmt.dim)
     t = None
@@ -216,8 +217,6 @@ def _host_bin(placement: Placement, bin_id: int, verts: np.ndarray, rows: int, f
     if t is None:
         t = torch.zeros(shape, dtype=fmt.storage)
         _fill(placement, t, verts, feats, fmt)
-    if mem.pin_in_place(t):  # page-locked where it is: no pin_memory() copy
-        acc.pinned.append(t)
     return t
 
 

@@ -127,8 +127,8 @@ def register(subparsers) -> None:
     smp.add_argument("--seed", type=int, default=0, help="shuffle / sampling seed (default 0)")
     run = p.add_argument_group("running")
     run.add_argument("--workers", type=_non_negative_int, default=None, metavar="N",
-                     help="sampler worker processes for trainers on this host (default: one per CPU); "
-                          "their batches go through shared memory")
+                     help="sampler worker processes for trainers on this host (default: one per CPU; "
+                          "with --device cuda one per GPU, at most that); their batches go through shared memory")
     run.add_argument("--lanes", type=_positive(int), default=4, metavar="N",
                      help="requests a worker samples in one pass at most (default 4; 1 = one at a time); "
                           "each lane costs the worker 8 bytes per vertex")

@@ -145,8 +145,8 @@ def _caps(tmp_path, kv: float | None, px: float | None):
     from planner.capacities import Capacities, DeviceCapacity, ReadMeasurement
 
     fio = ReadMeasurement(3e9, tool="fio-io_uring")
-    others = tuple(ReadMeasurement(v, tool=t) for v, t in ((kv, TOOL_KVIKIO_TO_GPU), (px, TOOL_POSIX_TO_GPU))
-                   if v is not None)
+    others = tuple(ReadMeasurement(v, tool=t, page_cache="cold")
+                   for v, t in ((kv, TOOL_KVIKIO_TO_GPU), (px, TOOL_POSIX_TO_GPU)) if v is not None)
     return Capacities(devices=(DeviceCapacity("0000:3b:00.0", fio, block_device="nvme0n1", path=str(tmp_path),
                                               others=others),))
 
@@ -212,7 +212,7 @@ def test_auto_weighs_any_registered_backend_with_device_reads(monkeypatch, tmp_p
     figures = {"posix": 3e9, "kvikio": 4e9, "toy-direct": 5e9}
     caps = Capacities(devices=(DeviceCapacity(
         "0000:3b:00.0", ReadMeasurement(3e9, tool="fio-io_uring"), block_device="nvme0n1", path=str(tmp_path),
-        others=tuple(ReadMeasurement(v, tool=tool_to_gpu(n)) for n, v in figures.items())),))
+        others=tuple(ReadMeasurement(v, tool=tool_to_gpu(n), page_cache="cold") for n, v in figures.items())),))
     paths = [str(tmp_path / "bin3.dat")]
     assert choose_backend("auto", cuda=True, capacities=caps, paths=paths).name == "kvikio"
     with READ_BACKENDS.registered("toy-direct", Direct):

@@ -111,6 +111,36 @@ def _gpu_sentence(results: list[dict]) -> str:
     return "GPU figures: " + "; ".join(gpus) + ". Every other figure is a CPU or disk figure."
 
 
+#: the device tool's command for tools/bench_gpu.py (with ``carry: [".whl"]``, ``timeout_s: 540``)
+GPU_RUN_COMMAND = ("python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "
+                   ".whl/*.whl && export PYTHONPATH=/tmp/site || exit; export PYTHONUNBUFFERED=1; "
+                   "timeout -s TERM 450 python3 tools/bench_gpu.py --quick --dir /tmp/moment-gpu --out $OUT "
+                   "--json $OUT/bench_gpu.json > $OUT/log 2>&1; echo \"exit $?\"; tail -c 8000 $OUT/log")
+
+#: how to run tools/bench_gpu.py on the project's device machine (kept here: this page is generated)
+FIRST_GPU_RUN = f"""
+## A first GPU run
+
+The project's device machine (one H200; torch 2.11 with CUDA 13, cupy, nvidia-ml-py, cuFile and PyG, but
+no KvikIO and no network; 15 minutes of device time per task, 10 per command) runs `tools/bench_gpu.py`
+in one command of about 5 minutes. Each step runs in a process of its own under a time limit and is
+written to `$OUT/steps.json` as it ends, so a run cut short keeps what it did.
+
+Once, here: `sh tools/fetch_kvikio_wheels.sh` (KvikIO 26.6 for CUDA 13 and Python 3.12, with
+libkvikio and rapids-logger, 3.1 MB, into `.whl/`, which git ignores). Then the device tool's `run`
+with `carry: [".whl"]`, `timeout_s: 540` and the command
+
+```
+{GPU_RUN_COMMAND}
+```
+
+`$OUT/steps.json` holds every step's record (the environment record first), `$OUT/bench_gpu.json` the
+figures for `python tools/bench_all.py --use gpu=FILE`, `$OUT/log` the whole output. Without the wheels
+the KvikIO halves of `ssd`, `pipelined` and `overlap` are said not measured and the rest runs. Not run
+yet: no task so far has been lent a GPU.
+"""
+
+
 def markdown(results: list[dict], quick: bool) -> str:
     m = machine()
     lines = ["# Benchmarks", "",
@@ -134,7 +164,7 @@ def markdown(results: list[dict], quick: bool) -> str:
     lines += ["", "Commands (each run as its own process; full output in `tools/.bench-logs/`):", ""]
     lines += [f"- {r['bench']}: `{r.get('command', '')}`" + (f" ({r['seconds']:.0f} s" if "seconds" in r else " (")
               + f", {r.get('when') or r.get('machine', {}).get('date', '?')})" for r in results]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + FIRST_GPU_RUN
 
 
 def main() -> int:

@@ -1,42 +1,54 @@
-"""GPU figures (not a test): sampling, gathers per tier, SSD reads into GPU memory, one epoch, row checks.
+"""GPU figures and checks (not a test), one isolated step at a time: a first GPU run that cannot be wasted.
 
-    python tools/bench_gpu.py [--dir /mnt/nvme0/moment-gpu] [--nodes 1000000 --edges 12000000] [--json F]
-    python tools/bench_gpu.py --quick             # minutes: a 200k-vertex graph
-    python tools/bench_gpu.py --dry-run-cpu       # checks this script on a machine without a GPU
+    python tools/bench_gpu.py --dir /mnt/nvme0/moment-gpu --out OUT [--json F]   # every step
+    python tools/bench_gpu.py --quick --dir D --out OUT      # about 5 minutes on one H200 (docs/benchmarks.md)
+    python tools/bench_gpu.py --dry-run-cpu --out OUT        # every step on the CPU: checks the script itself
 
-Needs an NVIDIA GPU with PyTorch built for CUDA (``torch.cuda.is_available()``);
-without one it says so and exits 0 (with ``--json``: no figures, the reason).
-KvikIO figures need ``pip install kvikio-cu12`` (else "not measured", said).
-Every figure is ours against a reference measured in the same run, on the same
-data, with the ratio (above 1: ours better), median of ``--rounds`` rounds:
+Every step runs in a process of its own (``--step NAME``) under its own time
+limit, so a CUDA fault, a hang or a crash in one loses that step alone; the
+steps' records are written to ``OUT/steps.json`` after each step (and the
+figures to ``--json`` after each, for ``tools/bench_all.py``), so a run cut
+short keeps what it did. A step whose input failed (``data``) is skipped,
+said. The steps (``tools/_gpu_steps.py``):
 
-1. **sampling**, M edges/s: ``NeighborSampler`` with the CSR on the GPU vs on the
-   CPU (same graph, seeds, fan-outs 25,10, batches of 8000; the GPU timed to
-   completion with ``torch.cuda.synchronize``);
-2. **gather, GPU tier**, M rows/s into GPU memory: the store's device gather vs
-   the same rows taken from host memory the naive way (``index_select`` into
-   pageable memory, then ``.to(device)``);
-3. **gather, CPU tier**: the store (``index_select`` into pinned staging, one
-   asynchronous copy) vs the naive way;
-4. **SSD tier into GPU memory**: KvikIO (``--backend kvikio``: ``CuFile.pread``
-   into device memory; GDS or compatibility mode, said) vs posix (O_DIRECT
-   reads into pinned memory, one copy up), through the store;
-5. **one epoch** on one GPU (GraphSAGE 25,10, hidden 256), seeds/s: features
-   through a placement with a GPU cache (GPU, CPU and SSD tiers) vs all
-   features in host memory (every row copied up from pinned staging);
-6. **correctness**: the rows every tier and backend gathered into GPU memory,
-   compared with the in-memory feature matrix, bit for bit. Any difference is
-   printed and the script exits 1.
+``env``
+    versions (Python, torch, CUDA, cuDNN, cupy, nvidia-ml-py, PyG, KvikIO),
+    the driver, the GPU and its ``pci_bus_id`` (torch's and NVML's), NVML's raw
+    NVLink answers per link, KvikIO's settings and compatibility state, cuFile's
+    library and config, the file system of ``--dir`` and whether O_DIRECT opens
+    there, the load.
+``data``
+    a Chung-Lu graph and its placement (GPU, CPU and SSD bins under ``--dir``),
+    made once and reused.
+``sampling``, ``sampling_valid``
+    the sampler on the GPU vs on the CPU (M edges/s); every GPU batch checked by
+    :func:`training.samplecheck.sample_problems` (every sampled edge exists,
+    counts = min(degree, fan-out), no vertex twice).
+``tiers``
+    rows of the GPU and CPU tiers into GPU memory: the store vs ``index_select``
+    + ``.to(device)``.
+``ssd``
+    SSD rows into GPU memory, posix vs KvikIO, the bins dropped from the page
+    cache before every batch (residency reported), only the gathers timed.
+``pipelined``
+    back-to-back gathers without waiting, the default stream busy with matrix
+    products, every row of every batch compared with the features (posix and KvikIO).
+``overlap``
+    gathers per second with the default stream busy vs the serialised sum
+    (gathers alone + products alone): above 1, the reads overlap compute.
+``epoch``
+    30 training steps with sampling on the GPU and on the CPU; the loss must fall.
+``nodeshare``
+    one node-shared host segment, mapped and page-locked by two processes,
+    its rows copied up and compared in each.
+``ipc``
+    ``moment serve --device cuda`` (one worker per GPU) and one trainer taking
+    batches by CUDA IPC, every batch checked by the sampling rules.
 
-The graph (Chung-Lu, ``training.synth``) and the placement (the highest-degree
-vertices in the GPU cache, the next in the CPU cache, every row in an SSD bin
-under ``--dir``, which should be on the NVMe SSD to test) are made once and
-reused. Put the results in docs/benchmarks.md with
-``python tools/bench_all.py --only gpu`` (it records the GPU's name).
-
-``--dry-run-cpu`` runs every step on the CPU with tiny inputs to check that this
-script works where no GPU is: its numbers are not GPU figures, and it refuses
-``--json``.
+Without a GPU (and without ``--dry-run-cpu``) it says so, writes the reason
+to ``--json`` and exits 0. ``--dry-run-cpu`` runs every step on the CPU with
+tiny inputs: its numbers are no GPU figures, and it refuses ``--json``.
+Exit status: 0, or 1 when a step failed or rows differed.
 """
 
 from __future__ import annotations
@@ -44,218 +56,32 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
+import os
+import queue
+import signal
+import subprocess
 import sys
-import tempfile
+import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import torch
-
 REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(HERE))
 
-from _results import Figure, write  # noqa: E402
-
-
-def _sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def rate(fn: Callable[[], int], device, seconds: float) -> float:
-    """Units per second of ``fn`` (which returns the units it did), run to completion on ``device``."""
-    fn()  # warm up (allocator, kernels, page cache of the index arrays)
-    _sync(device)
-    n, t0 = 0, time.perf_counter()
-    while True:
-        n += fn()
-        _sync(device)
-        dt = time.perf_counter() - t0
-        if dt >= seconds:
-            return n / dt
+#: the steps in order, each with the steps it needs and its time limit in seconds (x ``--time-scale``)
+STEPS: dict[str, tuple[tuple[str, ...], float]] = {
+    "env": ((), 60), "data": ((), 240), "sampling": (("data",), 90), "sampling_valid": (("data",), 90),
+    "tiers": (("data",), 90), "ssd": (("data",), 120), "pipelined": (("data",), 90), "overlap": (("data",), 90),
+    "epoch": (("data",), 180), "nodeshare": ((), 60), "ipc": (("data",), 120),
+}
 
 
-def rounds(pair: dict[str, Callable[[], float]], k: int) -> dict[str, list[float]]:
-    """``k`` alternating rounds of each measurement (order flipped every round: load hits both alike)."""
-    out: dict[str, list[float]] = {name: [] for name in pair}
-    names = list(pair)
-    for r in range(k):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            out[name].append(pair[name]())
-    return out
-
-
-def make_data(args, work: Path):
-    """A synthetic dataset and its tiered placement under ``work`` (reused when already there)."""
-    from iostack.bins import write_bins
-    from iostack.placement import load_placement, simple_placement
-    from training.data import open_dataset
-    from training.synth import SynthSpec
-    from training.synth_run import synthesize
-
-    tag = f"{args.nodes}-{args.edges}-{args.feature_dim}-{args.gpu_share}-{args.cpu_share}"
-    ds_dir, pl_dir, stamp = work / "dataset", work / "placement", work / "made.json"
-    if not (stamp.exists() and json.loads(stamp.read_text()).get("tag") == tag):
-        print(f"making a {args.nodes:,}-vertex graph with {args.feature_dim} float32 features in {work} ...",
-              flush=True)
-        synthesize(ds_dir, SynthSpec(num_nodes=args.nodes, num_edges=args.edges, generator="chung-lu",
-                                     feature_dim=args.feature_dim, train_share=args.train_share, seed=1),
-                   overwrite=True)
-        ds = open_dataset(ds_dir)
-        deg = np.diff(np.asarray(ds.indptr))
-        order = np.argsort(-deg, kind="stable")  # hottest (highest in-degree) first
-        n = ds.num_nodes
-        g, c = int(n * args.gpu_share), int(n * args.cpu_share)
-        p = simple_placement(n, [("gpu", g), ("cpu", c), ("ssd", n)], order=order)
-        pl_dir.mkdir(parents=True, exist_ok=True)
-        write_bins(ds.features, p, pl_dir)
-        p.save(pl_dir)
-        stamp.write_text(json.dumps({"tag": tag}))
-    return open_dataset(ds_dir), load_placement(pl_dir), ds_dir, pl_dir
-
-
-def bench_sampling(ds, device, args, figures: list, bad: list) -> None:
-    from training.sampler import NeighborSampler
-
-    rng = np.random.default_rng(2)
-    bs = min(8000, ds.num_nodes // 2)
-    seeds = [torch.from_numpy(rng.choice(ds.num_nodes, bs, replace=False)) for _ in range(8)]
-    indptr = torch.from_numpy(np.array(ds.indptr, np.int64))  # copies: the dataset's arrays are read-only maps
-    indices = torch.from_numpy(np.array(ds.indices))
-    samplers = {"gpu": NeighborSampler(indptr.to(device), indices.to(device), (25, 10), seed=0),
-                "cpu": NeighborSampler(indptr, indices, (25, 10), seed=0, num_threads=args.cpu_threads)}
-
-    def run(s):
-        def one() -> int:
-            return sum(s.sample(x).num_edges for x in seeds)
-        return lambda: rate(one, s.device, args.seconds)
-
-    r = rounds({k: run(s) for k, s in samplers.items()}, args.rounds)
-    ours, ref = statistics.median(r["gpu"]) / 1e6, statistics.median(r["cpu"]) / 1e6
-    print(f"sampling (25,10, batches of {bs}): {device} {ours:.2f} M edges/s, CPU ({args.cpu_threads} thread(s)) "
-          f"{ref:.2f} M edges/s, ratio {ours / ref:.2f}")
-    figures.append(Figure("gpu", f"sampling 25,10 batch {bs} on {device} vs CPU ({args.cpu_threads} threads)",
-                          "M edges/s", ours, ref, f"same sampler on the CPU, {args.cpu_threads} thread(s)"))
-
-
-def bench_tiers(ds, placement, pl_dir, device, args, figures: list, bad: list) -> None:
-    from iostack.store import FeatureStore
-
-    feats = torch.from_numpy(np.array(ds.features))
-    rng = np.random.default_rng(3)
-    batch = args.gather_batch
-    store = FeatureStore(placement, pl_dir, features=ds.features, backend="posix", device=device)
-    try:
-        for kind in ("gpu", "cpu"):
-            b = next(x for x in placement.bins if x.kind == kind)
-            verts = placement.vertices_of(b.id)
-            ids = [torch.from_numpy(rng.choice(verts, min(batch, verts.size))) for _ in range(4)]
-            _check(f"{kind} tier", store, feats, ids[0], bad)
-
-            def ours(ids=ids) -> int:
-                return sum(store.gather(x).shape[0] for x in ids)
-
-            def naive(ids=ids) -> int:  # pageable host gather, then a synchronous copy up
-                return sum(feats.index_select(0, x).to(device).shape[0] for x in ids)
-
-            r = rounds({"ours": lambda f=ours: rate(f, device, args.seconds),
-                        "naive": lambda f=naive: rate(f, device, args.seconds)}, args.rounds)
-            o, n = statistics.median(r["ours"]) / 1e6, statistics.median(r["naive"]) / 1e6
-            print(f"gather, {kind} tier, {len(ids[0])} rows per call: store {o:.2f} M rows/s, naive {n:.2f}, "
-                  f"ratio {o / n:.2f}")
-            figures.append(Figure("gpu", f"gather {kind}-tier rows into {device}, {len(ids[0])} rows/call",
-                                  "M rows/s", o, n, "host index_select + .to(device) (pageable)"))
-        mixed = torch.from_numpy(rng.integers(0, ds.num_nodes, batch))
-        _check("all tiers (posix)", store, feats, mixed, bad)
-        moved = store.transfer.counts()
-        print(f"copies up so far by source: {dict(moved.by_route)}")
-    finally:
-        store.close()
-
-
-def bench_ssd(ds, placement, pl_dir, device, args, figures: list, bad: list, notes: list) -> None:
-    from iostack.store import FeatureStore
-
-    feats = torch.from_numpy(np.array(ds.features))
-    ssd = next(x for x in placement.bins if x.kind == "ssd")
-    rng = np.random.default_rng(4)
-    verts = placement.vertices_of(ssd.id)  # only SSD rows: every row of a gather is a read
-    ids = [torch.from_numpy(rng.choice(verts, min(args.gather_batch, verts.size))) for _ in range(4)]
-    stores = {}
-    for name in ("kvikio", "posix"):
-        try:
-            stores[name] = FeatureStore(placement, pl_dir, features=ds.features, backend=name, device=device)
-        except Exception as exc:  # noqa: BLE001 - reported, the other backend still runs
-            notes.append(f"SSD reads with {name}: not measured: {exc}")
-            print(notes[-1])
-    try:
-        for name, s in stores.items():
-            direct, why = next(iter(s.direct_io().values()))
-            print(f"{name}: {'direct (O_DIRECT / GDS)' if direct else 'not direct'}" + (f" - {why}" if why else ""))
-            _check(f"SSD tier ({name})", s, feats, ids[0], bad)
-
-        def run(s):
-            return lambda: rate(lambda: sum(s.gather(x).shape[0] for x in ids), device, args.seconds)
-
-        r = rounds({k: run(s) for k, s in stores.items()}, args.rounds)
-        med = {k: statistics.median(v) / 1e6 for k, v in r.items()}
-        print("SSD rows into GPU memory: " + ", ".join(f"{k} {v:.3f} M rows/s" for k, v in med.items()))
-        if "kvikio" in med and "posix" in med:
-            gds = next(iter(stores["kvikio"].direct_io().values()))[0]
-            figures.append(Figure("gpu", f"SSD rows into {device}, {args.gather_batch} random rows/call "
-                                         f"(KvikIO {'GDS' if gds else 'compatibility mode'})", "M rows/s",
-                                  med["kvikio"], med["posix"], "posix backend (O_DIRECT into pinned, one copy up)",
-                                  note="ratio > 1: --backend auto should take kvikio here (moment profile)"))
-        elif "posix" in med:
-            figures.append(Figure("gpu", f"SSD rows into {device} with posix, {args.gather_batch} rows/call",
-                                  "M rows/s", med["posix"], None, "KvikIO not measured (see notes)"))
-    finally:
-        for s in stores.values():
-            s.close()
-
-
-def _check(what: str, store, feats, ids, bad: list) -> None:
-    got = store.gather(ids).cpu()
-    want = feats.index_select(0, ids.to(torch.int64))
-    if not (got.shape == want.shape and bool((got == want).all())):
-        n = int((got != want).any(1).sum()) if got.shape == want.shape else len(ids)
-        bad.append(f"{what}: {n} of {len(ids)} gathered rows differ from the in-memory features")
-        print(f"MISMATCH {bad[-1]}")
-    else:
-        print(f"rows ok: {what} ({len(ids)} rows equal the in-memory features)")
-
-
-def bench_epoch(ds_dir, pl_dir, device, args, figures: list, notes: list) -> None:
-    from training.specs import IOSpec, ModelSpec, RunSpec, SamplingSpec, TrainSpec
-    from training.trainer import train
-
-    res = {}
-    for name, placement in (("placement", str(pl_dir)), ("memory", None)):
-        starts: list[dict] = []
-        spec = TrainSpec(str(ds_dir), model=ModelSpec(hidden=args.hidden),
-                         sampling=SamplingSpec(fanouts=(25, 10), batch_size=args.train_batch),
-                         io=IOSpec(placement=placement, backend="posix"), run=RunSpec(epochs=1, eval_every_epochs=0))
-        r = train(spec,
-                  progress=lambda x, starts=starts: starts.append(x) if x["kind"] == "start" else None)
-        res[name] = r.final
-        s = starts[0]
-        print(f"epoch ({name}): {r.final['seeds_per_s']:,.0f} seeds/s, I/O wait {100 * r.final['io_wait_share']:.0f}%, "
-              f"device {s['device']}, sampling on {s['sampling']['device']} ({s['sampling']['why']}), "
-              f"tiers {r.final['tiers']}, copies {r.final['transfers']}")
-        notes.extend(f"epoch ({name}): store: {n}" for n in s.get("store_notes", []))
-    figures.append(Figure("gpu", f"one epoch on {device}, GraphSAGE 25,10, batch {args.train_batch}: "
-                                 "GPU-cache placement vs all features in host memory", "seeds/s",
-                          res["placement"]["seeds_per_s"], res["memory"]["seeds_per_s"],
-                          "features in host memory, copied up from pinned staging"))
-
-
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--dir", type=Path, help="work directory, on the SSD to test (default: a temporary one)")
+    ap.add_argument("--dir", type=Path, help="work directory, on the SSD to test (default: one under /var/tmp)")
+    ap.add_argument("--out", type=Path, help="where steps.json (every step's record) goes (default: --dir)")
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--edges", type=int, default=12_000_000)
     ap.add_argument("--feature-dim", type=int, default=256)
@@ -263,67 +89,202 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-share", type=float, default=0.2, help="share of rows in the CPU cache (default 0.2)")
     ap.add_argument("--train-share", type=float, default=0.05)
     ap.add_argument("--gather-batch", type=int, default=100_000, help="rows per gather call")
-    ap.add_argument("--train-batch", type=int, default=8000)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--cpu-threads", type=int, default=8, help="threads of the CPU sampling reference")
     ap.add_argument("--device", default="cuda:0")
-    ap.add_argument("--skip", default="", help="comma-separated steps to skip: sampling,tiers,ssd,epoch")
-    ap.add_argument("--quick", action="store_true", help="200k vertices, 2M edges, 3 rounds of 1 s")
+    ap.add_argument("--only", default="", help="comma-separated steps to run (their inputs too)")
+    ap.add_argument("--skip", default="", help="comma-separated steps to skip")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="multiplies every step's time limit")
+    ap.add_argument("--quick", action="store_true", help="400k vertices, 4M edges, 3 rounds of 1 s (~5 min)")
     ap.add_argument("--dry-run-cpu", action="store_true",
                     help="check this script without a GPU: tiny inputs on the CPU, no figures written")
     ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
+    ap.add_argument("--step", help=argparse.SUPPRESS)  # internal: run this one step here
+    ap.add_argument("--record", type=Path, help=argparse.SUPPRESS)  # internal: where the step writes its record
     args = ap.parse_args(argv)
-    if args.quick or args.dry_run_cpu:
-        args.nodes, args.edges, args.rounds, args.seconds = 200_000, 2_000_000, 3, 1.0
+    if args.quick:
+        args.nodes, args.edges, args.feature_dim, args.rounds, args.seconds = 400_000, 4_000_000, 128, 3, 1.0
         args.gather_batch = min(args.gather_batch, 20_000)
     if args.dry_run_cpu:
-        if args.json:
-            print("--dry-run-cpu measures nothing about GPUs: it writes no --json", file=sys.stderr)
-            return 2
         args.nodes, args.edges, args.feature_dim, args.rounds, args.seconds = 5000, 40000, 16, 1, 0.05
-        args.gather_batch, args.train_batch, args.hidden, args.cpu_threads = 2000, 500, 16, 1
-        device = torch.device("cpu")
-        print("DRY RUN on the CPU: checks that the script runs; no figure below is a GPU figure")
-    elif not torch.cuda.is_available():
-        why = "no CUDA device here (torch.cuda.is_available() is False): nothing measured"
-        print(f"{why}. Run this on a machine with an NVIDIA GPU and PyTorch built for CUDA "
-              "(--dry-run-cpu checks the script itself).")
-        write(args.json, "bench_gpu", [], " ".join(sys.argv), skipped=why)
-        return 0
-    else:
-        device = torch.device(args.device)
-        torch.cuda.set_device(device)
-        print(f"GPU: {torch.cuda.get_device_name(device)} ({device}), torch {torch.__version__}, "
-              f"CUDA {torch.version.cuda}")
+        args.gather_batch, args.hidden, args.cpu_threads, args.train_share = 500, 16, 1, 0.3
+        args.device = "cpu"
+        args.time_scale = max(args.time_scale, 4.0)  # shared CPUs: a slow step is not a hung one
+    return args
+
+
+def _selected(args: argparse.Namespace) -> list[str]:
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    figures: list[Figure] = []
-    bad: list[str] = []
-    notes: list[str] = []
-    with contextlib.ExitStack() as stack:
-        work = args.dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="moment-gpu-",
-                                                                                dir="/var/tmp")))
-        work.mkdir(parents=True, exist_ok=True)
-        ds, placement, ds_dir, pl_dir = make_data(args, work)
-        if "sampling" not in skip:
-            bench_sampling(ds, device, args, figures, bad)
-        if "tiers" not in skip:
-            bench_tiers(ds, placement, pl_dir, device, args, figures, bad)
-        if "ssd" not in skip:
-            bench_ssd(ds, placement, pl_dir, device, args, figures, bad, notes)
-        if "epoch" not in skip:
-            bench_epoch(ds_dir, pl_dir, device, args, figures, notes)
-    figures.append(Figure("gpu", "gathered rows differing from the in-memory features (every tier and backend)",
-                          "rows", float(len(bad)), None, "", higher_is_better=False, target="0"))
-    for n in notes:
-        print(f"note: {n}")
-    if not args.dry_run_cpu:
-        write(args.json, "bench_gpu", figures, " ".join(sys.argv))
-    if bad:
-        print("ROWS DIFFER: " + "; ".join(bad))
-        return 1
+    unknown = (only | skip) - set(STEPS)
+    if unknown:
+        raise SystemExit(f"unknown step(s) {', '.join(sorted(unknown))}: the steps are {', '.join(STEPS)}")
+    if only:
+        only |= {n for s in only for n in STEPS[s][0]}
+    return [s for s in STEPS if (not only or s in only) and s not in skip]
+
+
+def _child_argv(argv: list[str], step: str, record: Path) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), *argv, "--step", step, "--record", str(record)]
+
+
+def _run_step(argv: list[str], step: str, limit_s: float, work: Path) -> dict:
+    """Run ``step`` in a process of its own; its record, or one saying how it ended."""
+    record = work / f".step-{step}.json"
+    record.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    print(f"=== {step} (limit {limit_s:.0f} s)", flush=True)
+    proc = subprocess.Popen(_child_argv(argv, step, record), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    _CURRENT[:] = [proc]
+    tail: list[str] = []
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:  # a thread reads the output: the loop below keeps the deadline whatever the step prints
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + limit_s
+    timed_out = False
+    while True:
+        try:
+            line = lines.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            timed_out = True
+            os.killpg(proc.pid, 9)  # its own session: its children (a server's workers) go too
+            break
+        if line is None:
+            break
+        print(line, end="", flush=True)
+        tail = (tail + [line.rstrip("\n")])[-40:]
+    proc.wait()
+    _CURRENT.clear()
+    seconds = round(time.perf_counter() - t0, 1)
+    if record.exists():
+        rec = json.loads(record.read_text())
+        record.unlink()
+    else:
+        why = (f"timed out after {limit_s:.0f} s" if timed_out else f"its process ended with status "
+               f"{proc.returncode} before writing its record")
+        rec = {"name": step, "status": "timeout" if timed_out else "failed", "error": why, "output_tail": tail}
+    rec["seconds"] = seconds
+    return rec
+
+
+#: the step process running now: stopped with this one (it runs in a session of its own, so that a timed-out
+#: step's children go with it, and would outlive a stopped parent otherwise)
+_CURRENT: list[subprocess.Popen] = []
+
+
+def _on_stop(signum: int, frame: object) -> None:
+    for proc in _CURRENT:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+    raise SystemExit(128 + signum)
+
+
+def _write_steps(out: Path, steps: list[dict], header: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".steps.json.tmp"
+    tmp.write_text(json.dumps({**header, "steps": steps}, indent=1, default=str) + "\n")
+    os.replace(tmp, out / "steps.json")
+
+
+def _write_figures(args: argparse.Namespace, steps: list[dict]) -> None:
+    from _results import Figure, write
+
+    figures = [Figure(**f) for s in steps for f in s.get("figures", [])]
+    bad = [b for s in steps for b in s.get("bad", [])]
+    figures.append(Figure("gpu", "gathered rows differing from the in-memory features (every step)", "rows",
+                          float(len(bad)), None, "", higher_is_better=False, target="0"))
+    write(args.json, "bench_gpu", figures, " ".join(sys.argv))
+
+
+def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
+    import tempfile
+
+    work = args.dir or Path(tempfile.mkdtemp(prefix="moment-gpu-", dir="/var/tmp"))
+    work.mkdir(parents=True, exist_ok=True)
+    out = args.out or work
+    if args.dir is None:
+        argv = [*argv, "--dir", str(work)]
+    header = {"command": " ".join(sys.argv), "dry_run_cpu": bool(args.dry_run_cpu),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "dir": str(work)}
+    if args.dry_run_cpu:
+        print("DRY RUN on the CPU: checks that the script runs; no figure below is a GPU figure")
+    steps: list[dict] = []
+    status: dict[str, str] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_stop)
+    for step in _selected(args):
+        needs, limit = STEPS[step]
+        missing = [n for n in needs if status.get(n, "not run") != "ok"]
+        if missing:
+            rec = {"name": step, "status": "skipped", "error": f"needs {', '.join(missing)}, which did not succeed"}
+            print(f"=== {step}: skipped ({rec['error']})", flush=True)
+        else:
+            rec = _run_step(argv, step, limit * args.time_scale, work)
+        status[step] = rec["status"]
+        steps.append(rec)
+        _write_steps(out, steps, header)
+        if not args.dry_run_cpu:
+            _write_figures(args, steps)
+    print("\n=== summary")
+    for s in steps:
+        print(f"{s['name']:>15}: {s['status']:<8} {s.get('seconds', 0):>6} s  {s.get('error') or ''}".rstrip())
+    for s in steps:
+        for b in s.get("bad", []):
+            print(f"ROWS DIFFER ({s['name']}): {b}")
+    print(f"records: {out / 'steps.json'}")
+    failed = [s for s in steps if s["status"] not in ("ok", "skipped")] + [s for s in steps if s.get("bad")]
+    return 1 if failed else 0
+
+
+def run_one(args: argparse.Namespace) -> int:
+    """Child mode: run ``args.step`` and write its record (also when it raised)."""
+    import traceback
+
+    import _gpu_steps
+
+    rec: dict = {"name": args.step, "status": "ok", "figures": [], "bad": [], "notes": [], "values": {}}
+    try:
+        if os.environ.get("MOMENT_BENCH_GPU_FAIL") == args.step:  # tests: one step fails, the others must not care
+            raise RuntimeError(f"failure injected into step {args.step} (MOMENT_BENCH_GPU_FAIL)")
+        getattr(_gpu_steps, f"step_{args.step}")(args, rec)
+    except Exception as exc:  # noqa: BLE001 - recorded: the other steps go on
+        rec["status"] = "failed"
+        rec["error"] = f"{type(exc).__name__}: {exc}"
+        rec["traceback"] = traceback.format_exc()[-4000:]
+        print(rec["traceback"], flush=True)
+    args.record.write_text(json.dumps(rec, indent=1, default=str) + "\n")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse(argv)
+    if args.step:
+        return run_one(args)
+    if args.dry_run_cpu and args.json:
+        print("--dry-run-cpu measures nothing about GPUs: it writes no --json", file=sys.stderr)
+        return 2
+    if not args.dry_run_cpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            from _results import write
+
+            why = "no CUDA device here (torch.cuda.is_available() is False): nothing measured"
+            print(f"{why}. Run this on a machine with an NVIDIA GPU and PyTorch built for CUDA "
+                  "(--dry-run-cpu checks the script itself).")
+            write(args.json, "bench_gpu", [], " ".join(sys.argv), skipped=why)
+            return 0
+    return orchestrate(args, argv)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,49 @@ def rank_device(local_rank: int = 0, visible: int | None = None, bus: str | None
     return torch.device("cuda", local_rank)
 
 
+def rank_devices(planned: Sequence[str | None], visible: int | None = None,
+                 buses: Mapping[int, str] | None = None) -> list[torch.device]:
+    """Every local rank's CUDA device, decided alike in each rank so that no two ranks share a GPU.
+
+    ``planned[r]``: the bus address rank ``r``'s GPU partition was planned for,
+    or None. A rank with a planned GPU gets it (as :func:`rank_device`); the
+    others take, in rank order, the lowest ordinals no planned rank holds.
+    (Each rank deciding alone, ``cuda:LOCAL_RANK`` for a plain rank, could land
+    on the GPU a partition rank was planned onto.) One visible device is every
+    rank's (a launcher that gives each process its own GPU).
+
+    >>> [str(d) for d in rank_devices(["0000:02:00.0", "0000:03:00.0", None],
+    ...                               buses={0: "0000:01:00.0", 1: "0000:02:00.0", 2: "0000:03:00.0"})]
+    ['cuda:1', 'cuda:2', 'cuda:0']
+
+    Raises
+    ------
+    DeviceError
+        No CUDA device is visible, more ranks than GPUs, a planned GPU is not
+        visible, or two ranks were planned onto one GPU.
+    """
+    if visible is None:
+        visible = len(buses) if buses is not None else (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if visible == 1:
+        return [torch.device("cuda", 0)] * len(planned)
+    fixed = {r: rank_device(r, visible, bus, buses if buses is not None else cuda_bus_addresses()).index
+             for r, bus in enumerate(planned) if bus is not None}
+    if len(set(fixed.values())) != len(fixed):
+        raise DeviceError("two local ranks' GPU partitions were planned onto one GPU; place again for this "
+                          "number of ranks per node")
+    free = iter(i for i in range(visible) if i not in fixed.values())
+    out = []
+    for r in range(len(planned)):
+        i = fixed.get(r)
+        if i is None:
+            i = next(free, None)
+            if i is None:
+                raise DeviceError(f"{len(planned)} local ranks but this process sees {visible} CUDA device(s): "
+                                  "start at most one rank per GPU")
+        out.append(torch.device("cuda", int(i)))
+    return out
+
+
 def partition_of_rank(gpu_bin_devices: Sequence[str | None], local_rank: int, local_world_size: int) -> list[int]:
     """Positions (among the GPU bins) of the partitions a rank holds: every ``local_world_size``-th from its rank.
 

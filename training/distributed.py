@@ -23,7 +23,7 @@ from torch import Tensor
 
 from iostack.transfer import DeviceMemory
 from momentbase.errors import MomentError
-from training.devices import bus_address_in, partition_of_rank, rank_device
+from training.devices import bus_address_in, partition_of_rank, rank_devices
 
 
 @dataclass(frozen=True)
@@ -99,26 +99,34 @@ def data_parallel(model: torch.nn.Module, world: World) -> torch.nn.Module:
                                        process_group=world.group)
 
 
-def _partition(placement_dir: str | None, local_rank: int, local_size: int
-               ) -> tuple[tuple[int, ...] | None, str | None]:
-    """The GPU bins a rank holds and, for one partition of a partitioned cache, its planned GPU's bus address."""
+def _partitions(placement_dir: str | None, local_size: int
+                ) -> list[tuple[tuple[int, ...] | None, str | None]]:
+    """For each local rank: the GPU bins it holds and, for one partition of a partitioned cache, its planned
+    GPU's bus address (every rank's, so that each rank can place the others too)."""
     if placement_dir is None:
-        return None, None
+        return [(None, None)] * local_size
     from iostack.placement import load_placement
 
     try:
         bins = [b for b in load_placement(placement_dir).bins if b.kind == "gpu"]
     except (OSError, MomentError):
-        return None, None  # open_features reports what is wrong with the placement
-    mine = partition_of_rank([b.device for b in bins], local_rank, local_size)
-    if len(bins) < 2 or len(mine) != 1:
-        return tuple(bins[i].id for i in mine), None
-    try:  # the plan's GPU of this partition, from the report `moment place` wrote
-        report = json.loads((Path(placement_dir) / "place.json").read_text())["bins"][bins[mine[0]].id]
-        bus = next((a for a in map(bus_address_in, report.get("stores") or ()) if a), None)
-    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return [(None, None)] * local_size  # open_features reports what is wrong with the placement
+    try:  # the plan's GPU of each partition, from the report `moment place` wrote
+        report = json.loads((Path(placement_dir) / "place.json").read_text())["bins"]
+    except (OSError, ValueError, KeyError, TypeError):
+        report = None
+    out: list[tuple[tuple[int, ...] | None, str | None]] = []
+    for rank in range(local_size):
+        mine = partition_of_rank([b.device for b in bins], rank, local_size)
         bus = None
-    return (bins[mine[0]].id,), bus
+        if len(bins) >= 2 and len(mine) == 1 and report is not None:
+            try:
+                stores = report[bins[mine[0]].id].get("stores") or ()
+                bus = next((a for a in map(bus_address_in, stores) if a), None)
+            except (KeyError, IndexError, TypeError, AttributeError):
+                bus = None
+        out.append((tuple(bins[i].id for i in mine), bus))
+    return out
 
 
 def open_world(placement_dir: str | None = None, memory: DeviceMemory | None = None, timeout_s: float | None = None
@@ -131,12 +139,13 @@ def open_world(placement_dir: str | None = None, memory: DeviceMemory | None = N
     size = int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
-    gpu_bins, bus = _partition(placement_dir, local, local_size)
+    parts = _partitions(placement_dir, max(local_size, local + 1))
+    gpu_bins = parts[local][0]
     cuda = memory is None and torch.cuda.is_available()
     if memory is not None:
         device = memory.device
-    elif cuda:
-        device = rank_device(local, bus=bus)
+    elif cuda:  # every local rank's GPU, decided alike in each: a plain rank never takes a planned one's GPU
+        device = rank_devices([bus for _, bus in parts])[local]
         torch.cuda.set_device(device)  # before NCCL starts, and for every allocation that says just "cuda"
     else:
         device = torch.device("cpu")

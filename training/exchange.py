@@ -12,9 +12,12 @@ at construction) answers the peers' requests from this rank's store.
     steps on every rank), and answers its peers in between, on the prefetch
     thread. Its own group, created with its own timeout, keeps its collectives
     apart from the trainer's gradient all-reduce on the main thread: two
-    threads never interleave calls on one group. Gloo on CPU; NCCL when the
-    ranks train on CUDA devices (rows then stay on the GPUs, GPUDirect RDMA
-    where the fabric has it).
+    threads never interleave calls on one group. Gloo, with host rows, even
+    when the ranks train on CUDA devices: a second NCCL communicator driven
+    from the prefetch thread while DDP's runs on the trainer's is NCCL's known
+    hang pattern (operations on several communicators must be issued in one
+    order on every rank; two threads cannot promise it). The class still takes
+    a ``device`` for a caller that orders its collectives itself.
 
 :class:`RpcExchange`
     One-sided (DDStore's MPI_Get, DYAD's RPC): ``torch.distributed.rpc`` with

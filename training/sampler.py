@@ -315,6 +315,8 @@ class NeighborSampler:
             operations, each an OpenMP fork/join: on a busy machine (or in data-loader
             workers that share cores) ``1`` is much faster — on a loaded 2-core box, 2
             threads ran 3-4x slower than 1.
+        shapes: ``"fixed"`` (:mod:`training.gpusample`: no host synchronisation per hop),
+            ``"data"`` (the CPU's), ``"auto"`` (default): fixed on CUDA where it applies.
 
     The device is the CSR's: put ``indptr``/``indices`` on CUDA to sample there.
     On a GPU a batch synchronises with the host only where a size decides the
@@ -341,6 +343,7 @@ class NeighborSampler:
         *,
         relabel: str = "map",
         num_threads: int | None = None,
+        shapes: str = "auto",
     ) -> None:
         indptr = _as_tensor(indptr, "indptr")
         if not isinstance(indices, NeighbourSource):
@@ -368,6 +371,10 @@ class NeighborSampler:
             raise SamplerError(f"num_threads: expected a positive integer or None, got {num_threads}")
         if relabel not in ("map", "unique"):
             raise SamplerError(f"relabel: expected 'map' or 'unique', got {relabel!r}")
+        fixable = relabel == "map" and not replace and all(int(f) > 0 for f in fanouts) and isinstance(indices, Tensor)
+        if shapes not in ("auto", "data") and not (shapes == "fixed" and fixable):
+            raise SamplerError(f"shapes: expected 'auto', 'data' or 'fixed' (needs relabel 'map', no replacement, "
+                               f"fan-outs > 0 and an in-memory CSR), got {shapes!r}")
         self.indptr = indptr.to(torch.int64)
         self.indices = indices
         self.fanouts = fanouts
@@ -383,6 +390,9 @@ class NeighborSampler:
             self.generator.manual_seed(int(seed))
         self._map: Tensor | None = None  # global id -> stamp << 32 | local id (see _sample_map)
         self._stamp = 0
+        # fixed-size hops (training.gpusample): no host synchronisation per hop, what a GPU wants
+        self.shapes = "fixed" if fixable and (shapes == "fixed" or (shapes == "auto" and self.device.type == "cuda")) \
+            else "data"
 
     def reseed(self, seed: int) -> None:
         """Restart the random stream at ``seed``."""
@@ -405,7 +415,8 @@ class NeighborSampler:
         if check:
             self.check_seeds(seeds)
         seeds = seeds.to(device=self.device, dtype=torch.int64)
-        run = self._sample_map if self.relabel == "map" else self._sample_unique
+        run = self._sample_fixed if self.shapes == "fixed" else self._sample_map if self.relabel == "map" \
+            else self._sample_unique
         if self.num_threads is None or self.device.type != "cpu":
             return run(seeds, check)
         before = torch.get_num_threads()
@@ -481,6 +492,11 @@ class NeighborSampler:
             frontier_start = num_nodes
             num_nodes += new.numel()
         return _batch(torch.cat(parts), num_seeds, sources, targets, parts)
+
+    def _sample_fixed(self, seeds: Tensor, check: bool = True) -> SampledBatch:
+        from training.gpusample import sample_with
+
+        return sample_with(self, seeds, check)
 
     def _sample_unique(self, seeds: Tensor, check: bool = True) -> SampledBatch:
         num_seeds = seeds.numel()

@@ -448,10 +448,11 @@ def _start_exchange(options: ShardedOptions, peers: Peers, feats: ShardedFeature
         return LoopbackExchange(feats.serve, **kw)
     if options.exchange == "rpc":
         return RpcExchange(feats.serve, rank=peers.rank, size=peers.size, timeout_s=options.timeout_s, **kw)
-    if feats.transfer.memory.device.type == "cuda":  # NCCL: rows stay on the GPUs (GPUDirect RDMA between nodes)
-        feats.exchange_device = feats.transfer.memory.device
-        return AllToAllExchange(AllToAllExchange.new_group(options.timeout_s, backend="nccl"), feats.serve,
-                                device=feats.exchange_device, **kw)
+    # gloo, with host rows, even when the ranks train on GPUs: the exchange runs on the prefetch thread while
+    # DDP's all-reduce runs on NCCL from the trainer's thread, and NCCL's rule for several communicators is that
+    # their operations be issued in one order on every rank (its kernels block waiting for peers, and a device
+    # synchronisation inside one waits for the other's): two threads cannot promise that, so a second NCCL
+    # communicator on the prefetch thread could hang the job. Gloo runs no GPU kernels; the rows cross PCIe twice.
     return AllToAllExchange(AllToAllExchange.new_group(options.timeout_s, backend="gloo"), feats.serve, **kw)
 
 

@@ -16,6 +16,28 @@ sets, process-wide (KvikIO's settings are global), ``num_threads`` to at least
 ``threads``, ``gds_threshold`` to at most one page and ``task_size`` to at
 least ``max_read_bytes`` (one task per read); ``configure=False`` leaves them.
 
+Two more settings follow from that plan (issue 34):
+
+* **Bounce buffers.** In compatibility mode KvikIO stages every device read
+  through a pinned bounce buffer per in-flight task, ``bounce_buffer_size``
+  each (16 MiB by default): with the pool at ``threads`` (64) that is 1 GiB of
+  page-locked memory per rank. A task never exceeds ``max_read_bytes`` here, so
+  the backend lowers ``bounce_buffer_size`` to it (64 MiB at the defaults) and
+  reports the bound in :attr:`KvikioBackend.buffer_bytes`.
+* **The default stream.** KvikIO's ``pread`` into device memory synchronises
+  the CUDA default stream before its cuFile reads (``sync_default_stream``,
+  not exposed to Python), and its compatibility mode copies on streams it
+  creates blocking (``CU_STREAM_DEFAULT``, ``detail/stream.cpp``), which
+  serialise with the legacy default stream the training compute runs on. So:
+  with GDS the backend reads with ``raw_read_async`` on a non-blocking stream
+  of its own (``cuFileReadAsync``, nothing waits for the default stream) and
+  waits on that stream alone; in compatibility mode it does not read into
+  device memory at all (``device_reads`` is False on the instance): KvikIO
+  reads into the store's pinned staging on its threads (no CUDA stream) and the
+  store copies up on its own copy stream, as with ``posix``. What this buys is
+  measured on a GPU by ``tools/bench_gpu.py`` (gathers per second with the
+  default stream idle and busy).
+
 KvikIO versions differ (checked against its sources, rapidsai/kvikio):
 up to 24.10 ``kvikio.defaults.compat_mode()`` returns a bool and settings
 change through ``*_reset(value)``; 24.12 returns a ``kvikio.CompatMode`` enum
@@ -35,6 +57,8 @@ this project (no GPU).
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from types import ModuleType
 from typing import Any
@@ -45,6 +69,8 @@ import torch
 from iostack.backends.base import BinHandle, ReadBackend, coalesced_runs, sorted_extents
 from iostack.bins import PAGE, BinFile
 from iostack.errors import StoreError
+
+_log = logging.getLogger(__name__)
 
 #: old (<= 25.02) getter names of the settings ``kvikio.defaults.get`` knows by the first name
 _OLD_GETTERS = {"num_threads": ("num_threads", "get_num_threads"), "compat_mode": ("compat_mode",),
@@ -106,6 +132,16 @@ def gds_status(kvikio: ModuleType) -> tuple[bool, str | None]:
     return True, None
 
 
+def o_direct_opens(path: str) -> bool:
+    """Whether ``path`` opens with O_DIRECT (what cuFile needs to register a file for GPUDirect Storage)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECT", 0))
+    except OSError:
+        return False
+    os.close(fd)
+    return hasattr(os, "O_DIRECT")
+
+
 def _import_kvikio() -> ModuleType:
     try:
         import kvikio  # lazily: it loads libcuda
@@ -140,6 +176,17 @@ def resolve_device(device: str | torch.device) -> torch.device:
 _CUFILE_NOTE = "KvikIO through cuFile (GPUDirect Storage where the driver allows it: `gdscheck -p` tells)"
 
 
+class _StreamRead:
+    """A ``raw_read_async`` future with ``get()``: waits on its own stream and returns the bytes read."""
+
+    # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
+    def __init__(self, fut: Any) -> None:
+        self.fut = fut  # kept alive until done: KvikIO writes the byte count into it
+
+    def get(self) -> int:
+        return int(self.fut.check_bytes_done())
+
+
 class KvikioBackend(ReadBackend):
     """``CuFile.pread`` of coalesced extents, all of a round in flight, into a staging buffer on ``out``'s device.
 
@@ -172,22 +219,95 @@ class KvikioBackend(ReadBackend):
                 set_kvikio_option(k, "task_size", self.max_read_bytes)
         self.gds, self.gds_note = gds_status(self._kvikio)
         self.direct = self.gds
+        # compatibility mode: KvikIO's device reads would copy on blocking streams through bounce
+        # buffers; reading into the store's pinned staging instead keeps its own copy stream
+        self.device_reads = self.gds
+        self.bounce_bytes: int | None = None
+        if configure:
+            self.bounce_bytes = self._size_bounce_buffers()
+        self._async_ok = True
+        self._streams: dict[int, torch.cuda.Stream] = {}
         # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
         self._files: dict[int, Any] = {}
+        self._direct: dict[int, bool] = {}  # per file: does cuFile read it (GDS)?
         self._lock = threading.Lock()
         self._local = threading.local()
         self._next = 0
 
+    def _size_bounce_buffers(self) -> int | None:
+        """Lower KvikIO's ``bounce_buffer_size`` to the largest read a task makes; the bytes it may pin, or None."""
+        k = self._kvikio
+        try:
+            size = int(kvikio_option(k, "bounce_buffer_size"))
+            if size > self.max_read_bytes:
+                set_kvikio_option(k, "bounce_buffer_size", self.max_read_bytes)
+                size = self.max_read_bytes
+        except Exception as exc:  # noqa: BLE001 - KvikIO raises assorted errors; the default stays, said
+            _log.warning("KvikIO bounce buffers not sized (%s): up to %d threads x its default size may be pinned",
+                         exc, self.threads)
+            return None
+        return size * max(self.threads, int(kvikio_option(k, "num_threads")))
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Page-locked bytes KvikIO may hold in bounce buffers for this backend's reads (0 when not known)."""
+        return self.bounce_bytes or 0
+
+    # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
+    def _issue(self, f: Any, view: Any, nbytes: int, offset: int, stream: int | None) -> Any:
+        """Start one read of ``nbytes`` at ``offset`` into ``view``; the returned object's ``get()`` waits for it.
+
+        ``stream`` (a raw CUDA stream handle, with GDS): ``raw_read_async`` on it, whose wait
+        synchronises that stream only; KvikIO's ``pread`` would first synchronise the default
+        stream (the training compute). Where the async API refuses (a cuFile without stream
+        support), the backend falls back to ``pread`` for good, logged.
+        """
+        if stream is not None and self._async_ok:
+            try:
+                return _StreamRead(f.raw_read_async(view, stream, nbytes, offset))
+            except (RuntimeError, AttributeError) as exc:
+                self._async_ok = False
+                _log.warning("KvikIO raw_read_async refused (%s): reads go through pread, which first "
+                             "synchronises the default stream", exc)
+        return f.pread(view, nbytes, offset)
+
+    def _read_stream(self, dev: torch.device) -> int | None:
+        """The raw handle of this backend's non-blocking read stream on ``dev`` (GDS on a GPU only)."""
+        if dev.type != "cuda" or not self.gds or not self._async_ok:
+            return None
+        stream = self._streams.get(dev.index or 0)
+        if stream is None:
+            # torch's pool streams are created cudaStreamNonBlocking: no implicit wait on the default stream
+            stream = self._streams[dev.index or 0] = torch.cuda.Stream(dev)
+        return int(stream.cuda_stream)
+
     def open(self, info: BinFile) -> BinHandle:
+        """Open ``info``'s file; whether its reads go through cuFile is decided for this file.
+
+        KvikIO's compatibility setting is process-wide, but cuFile registers each file on
+        its own (an O_DIRECT descriptor; in ``AUTO`` a file cuFile refuses, e.g. on tmpfs or
+        overlayfs, falls back to POSIX reads alone). So a file O_DIRECT cannot open is
+        reported (and read) as not direct even when the process has GDS.
+
+        Raises
+        ------
+        StoreError
+            KvikIO cannot open the file.
+        """
         try:
             f = self._kvikio.CuFile(info.path, "r")
         except (OSError, RuntimeError) as exc:
             raise StoreError(f"{info.path}: KvikIO cannot open bin {info.bin_id}: {exc}") from None
+        direct, note = self.gds, self.gds_note or _CUFILE_NOTE
+        if direct and not o_direct_opens(info.path):
+            direct, note = False, ("KvikIO through POSIX for this file: its file system refuses O_DIRECT, so cuFile "
+                                   "cannot register it (no GPUDirect Storage)")
         with self._lock:
             fid = self._next
             self._next += 1
             self._files[fid] = f
-        return BinHandle(info=info, fid=fid, direct=self.gds, note=self.gds_note or _CUFILE_NOTE)
+            self._direct[fid] = direct
+        return BinHandle(info=info, fid=fid, direct=direct, note=note)
 
     def _read(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray, positions: np.ndarray | None) -> int:
         return self._read_into(handle, rows, torch.from_numpy(out), positions, None)
@@ -236,10 +356,12 @@ class KvikioBackend(ReadBackend):
             starts, lens = coalesced_runs(np.flatnonzero(np.diff(u) != 1) + 1, u.size,
                                           max(1, self.max_read_bytes // ext))
             host = dev.type == "cpu"
+            stream = None if host or not self._direct.get(handle.fid, False) else self._read_stream(dev)
             futures = []
             for s, n in zip(starts.tolist(), lens.tolist(), strict=True):
                 view = buf[s * ext:(s + n) * ext]
-                futures.append((f.pread(view.numpy() if host else view, n * ext, int(u[s]) * ext), n * ext))
+                futures.append((self._issue(f, view.numpy() if host else view, n * ext, int(u[s]) * ext, stream),
+                                n * ext))
             for fut, want in futures:
                 got = int(fut.get())
                 if got != want:
@@ -275,6 +397,7 @@ class KvikioBackend(ReadBackend):
     def close_handle(self, handle: BinHandle) -> None:
         with self._lock:
             f = self._files.pop(handle.fid, None)
+            self._direct.pop(handle.fid, None)
         if f is not None:
             f.close()
 

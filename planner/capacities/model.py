@@ -10,13 +10,16 @@ VERSION = 1
 #: how a read test opened its file: O_DIRECT (past the page cache) or buffered
 MODES = ("direct", "buffered")
 
+#: the page cache a read test saw: ``cold`` (the file's pages dropped before every batch) or ``warm``
+PAGE_CACHE = ("cold", "warm")
+
 #: link classes a ``links:`` entry may name instead of ``src:``/``dst:``
 LINK_CLASSES = ("host-to-device", "device-to-host", "peer-to-peer", "inter-socket")
 
 _TOP_KEYS = ("schema", "version", "host", "date", "tool", "notes", "devices", "links", "memory",
              "pcie_efficiency")
 _MEASUREMENT_KEYS = ("read_bytes_per_s", "read_iops", "block_bytes", "queue_depth", "tool",
-                     "mode", "file_bytes", "seconds", "jobs", "date", "host", "note")
+                     "mode", "page_cache", "file_bytes", "seconds", "jobs", "date", "host", "note")
 _DEVICE_KEYS = (*_MEASUREMENT_KEYS, "model", "block_device", "path", "other_measurements")
 _LINK_KEYS = ("src", "dst", "class", "device", "bytes_per_s", "transfer_bytes", "tool", "date",
               "host", "note")
@@ -35,6 +38,9 @@ class ReadMeasurement:
     reads in flight, ``tool`` what issued them (``fio-io_uring``,
     ``fio-libaio``, ``fio-psync``, ``moment-posix``, or anything a person
     wrote), ``mode`` ``"direct"`` (O_DIRECT) or ``"buffered"``,
+    ``page_cache`` ``"cold"`` when the file's pages were dropped from the
+    page cache before every batch (a buffered reader then reads the device,
+    as an O_DIRECT one always does) or ``"warm"``,
     ``file_bytes`` the size of the file read, ``jobs`` how the tool
     spread the queue depth ("2 processes x 32 threads"), ``date`` an ISO
     8601 time.
@@ -52,6 +58,7 @@ class ReadMeasurement:
     date: str | None = None
     host: str | None = None
     note: str | None = None
+    page_cache: str | None = None
 
 
 @dataclass(frozen=True)

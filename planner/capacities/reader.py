@@ -22,6 +22,7 @@ from planner.capacities.model import (
     _TOP_KEYS,
     LINK_CLASSES,
     MODES,
+    PAGE_CACHE,
     SCHEMA,
     VERSION,
     Capacities,
@@ -159,7 +160,8 @@ def _whole_size(r: _CapsReader) -> Callable[[YamlNode, str], int]:
 _MEASUREMENT_WHAT = {
     "read_bytes_per_s": "a read rate", "read_iops": "reads per second (a number)",
     "block_bytes": "a read size", "queue_depth": "a queue depth", "tool": "a tool name",
-    "mode": "a mode", "file_bytes": "a file size", "seconds": "a duration in seconds (a number)",
+    "mode": "a mode", "page_cache": "cold or warm", "file_bytes": "a file size",
+    "seconds": "a duration in seconds (a number)",
     "jobs": "a description of the jobs (text)", "date": "a date (ISO 8601)",
     "host": "a host name", "note": "a note (text)",
 }
@@ -170,7 +172,8 @@ def _measurement(r: _CapsReader, node: YamlNode, m: dict[str, tuple[ScalarNode, 
     f = _fields(r, m, {
         "read_bytes_per_s": r.bandwidth, "read_iops": r.number, "block_bytes": _whole_size(r),
         "queue_depth": _positive_int(r, 1 << 20), "tool": r.text,
-        "mode": lambda n, w: r.choice(n, w, MODES), "file_bytes": _whole_size(r),
+        "mode": lambda n, w: r.choice(n, w, MODES), "page_cache": lambda n, w: r.choice(n, w, PAGE_CACHE),
+        "file_bytes": _whole_size(r),
         "seconds": r.number, "jobs": r.text, "date": r.date, "host": r.text, "note": r.text,
     }, _MEASUREMENT_WHAT)
     if "read_bytes_per_s" not in f:

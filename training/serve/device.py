@@ -39,6 +39,31 @@ def device_handover_available(device: str | torch.device) -> str | None:
     return None
 
 
+def worker_devices(device: str, workers: int | None, visible: int, cpus: int) -> list[str]:
+    """The device of each sampler worker: ``cpu`` for every one of ``workers`` (default ``cpus``), or one
+    worker per GPU (``cuda:0``, ``cuda:1``, ...; default every ``visible`` GPU).
+
+    A CUDA worker holds the whole CSR in its GPU's memory and a CUDA context of its own, so
+    two on one GPU would double both for no gain: more workers than GPUs is refused
+    (:class:`ValueError`, the server words it).
+
+    >>> worker_devices("cuda", None, 2, 64), worker_devices("cpu", None, 2, 3)
+    (['cuda:0', 'cuda:1'], ['cpu', 'cpu', 'cpu'])
+
+    Raises
+    ------
+    ValueError
+        ``workers`` is above ``visible`` GPUs for a CUDA device.
+    """
+    if torch.device(device).type != "cuda":
+        return ["cpu"] * (cpus if workers is None else int(workers))
+    count = visible if workers is None else int(workers)
+    if count > visible:
+        raise ValueError(f"{count} workers on {visible} GPU(s): at most one sampler worker per GPU (each holds "
+                         "the whole graph in its GPU's memory)")
+    return [f"cuda:{i}" for i in range(count)]
+
+
 def pack_device_batch(batch: SampledBatch) -> bytes:
     """The CUDA IPC handles of ``batch``'s tensors (bytes to send to a process on the same host)."""
     if batch.n_id.device.type != "cuda":

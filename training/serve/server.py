@@ -79,7 +79,8 @@ class SamplingServer:
         params: the sampling parameters every trainer must use.
         host, port: where to listen (``port=0`` picks a free port; see :attr:`address`).
         workers: sampler worker processes for trainers on this host (default: one per
-            CPU this process may use); each samples with one torch thread.
+            CPU this process may use; with ``device="cuda"`` one per GPU, at most that);
+            each samples with one torch thread, a CUDA worker on its own GPU.
         threads: sampling threads in the server process, for trainers on other hosts
             (their batches travel through rpc).
         device: where the workers sample: ``"cpu"``, or ``"cuda"`` (batches handed over
@@ -102,16 +103,21 @@ class SamplingServer:
                  on_event: Callable[[ServerEvent], None] | None = None, validate: bool = True,
                  lanes: int = DEFAULT_LANES) -> None:
         from training.data import open_dataset
-        from training.serve.device import device_handover_available
+        from training.serve.device import device_handover_available, worker_devices
 
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        self.workers = cpus if workers is None else int(workers)
-        if self.workers < 0 or threads < 1 or lanes < 1:
+        if (workers is not None and workers < 0) or threads < 1 or lanes < 1:
             raise ServerError(f"workers: expected 0 or more, got {workers}; threads: expected 1 or more, "
                               f"got {threads}; lanes: expected 1 or more, got {lanes}")
         self.lanes = int(lanes)
         if device != "cpu" and (why := device_handover_available(device)):
             raise ServerError(f"device {device}: {why}")
+        try:  # on CUDA: one worker per GPU, each bound to its own (not one per CPU, all on GPU 0)
+            self.worker_devices = worker_devices(device, workers, torch.cuda.device_count() if device != "cpu"
+                                                 else 0, cpus)
+        except ValueError as exc:
+            raise ServerError(f"`workers`: {exc}") from None
+        self.workers = len(self.worker_devices)
         self.dataset = open_dataset(dataset, validate=validate)
         if self.dataset.train_idx is None or self.dataset.train_idx.shape[0] == 0:
             raise ServerError(f"{self.dataset.path}: the dataset has no train_idx split to sample from; "
@@ -171,7 +177,7 @@ class SamplingServer:
                 {"dataset": str(self.dataset.path), "batch_size": self.params.batch_size,
                  "fanouts": list(self.params.fanouts), "seed": self.params.seed, "token": self._token,
                  "device": self.device, "lanes": self.lanes},
-                [worker_socket_name(os.getpid(), self.port, i) for i in range(self.workers)])
+                [worker_socket_name(os.getpid(), self.port, i) for i in range(self.workers)], self.worker_devices)
             try:
                 self._workers.start(timeout_s=max(60.0, self.timeout_s))
             except ServerError:

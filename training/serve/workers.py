@@ -262,9 +262,12 @@ def serve_worker(cfg: dict) -> int:
     if os.getppid() != cfg["parent"]:  # the server died before the signal was armed
         return 0
     torch.set_num_threads(1)
+    device = cfg.get("device", "cpu")
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))  # its context, CSR and batches on its own GPU only
     ds = open_dataset(cfg["dataset"], validate=False)
     params = SamplingParams(int(cfg["batch_size"]), tuple(cfg["fanouts"]), int(cfg["seed"]))
-    maker = BatchMaker(ds.indptr, ds.indices, ds.train_idx, params, cfg.get("device", "cpu"),
+    maker = BatchMaker(ds.indptr, ds.indices, ds.train_idx, params, device,
                        lanes=int(cfg.get("lanes", DEFAULT_LANES)), check=False)  # the server checked
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(cfg["socket"])
@@ -366,8 +369,9 @@ def _take_in(conn: socket.socket, conns: dict, token: str, drop, queue: collecti
 class WorkerPool:
     """``count`` worker processes for one server; :meth:`start` returns once all listen."""
 
-    def __init__(self, cfg: dict, sockets: list[str]) -> None:
+    def __init__(self, cfg: dict, sockets: list[str], devices: list[str] | None = None) -> None:
         self.cfg, self.sockets = cfg, sockets
+        self.devices = devices if devices is not None else [cfg.get("device", "cpu")] * len(sockets)
         self.procs: list[subprocess.Popen[str]] = []
 
     def start(self, timeout_s: float) -> None:
@@ -375,8 +379,8 @@ class WorkerPool:
         root = str(Path(__file__).resolve().parents[2])  # the workers import this very package
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         try:
-            for name in self.sockets:
-                cfg = {**self.cfg, "socket": name, "parent": os.getpid()}
+            for name, device in zip(self.sockets, self.devices, strict=True):
+                cfg = {**self.cfg, "socket": name, "parent": os.getpid(), "device": device}
                 self.procs.append(subprocess.Popen(
                     [sys.executable, "-m", "training.serve._worker_main", json.dumps(cfg)],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env))
