@@ -44,6 +44,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "report": {"metrics_path": "`moment train --metrics`"},
     "bench emulate": {"metrics_path": "`moment train --metrics`"},
     "profile": {"file_bytes": "--file-size"},
+    "bench io raw": {"file_bytes": "--file-size"},
 }
 
 #: library calls a message may send the user to, and the command that makes the same call

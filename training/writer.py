@@ -35,6 +35,7 @@ from numpy.typing import DTypeLike
 import training.data as _data
 from iostack.checksums import block_sums
 from momentbase.jsontypes import JsonObject, JsonValue
+from momentbase.space import reserve, write_all
 from planner.progress import Progress
 from training.data import (
     DEFAULT_CHUNK_EDGES,
@@ -369,6 +370,7 @@ class DatasetWriter:
             except (ValueError, OSError):
                 old = None
         if old is not None and old.dtype == dt and old.shape == shape:
+            reserve(fpath)  # a resumed file may hold holes a store would fill: room first, not SIGBUS
             self._features = old
         else:
             self._features = open_paged_npy(fpath, dt, shape)
@@ -391,13 +393,10 @@ class DatasetWriter:
             raise DatasetError(
                 f"feature rows of shape {rows.shape} at row {start} do not fit [{f.shape[0]}, {f.shape[1]}]"
             )
-        data = memoryview(rows).cast("B")
         at = f.offset + start * f.shape[1] * f.dtype.itemsize
         fd = os.open(f.filename, os.O_WRONLY)
         try:
-            done = 0
-            while done < len(data):
-                done += os.pwrite(fd, data[done:], at + done)
+            write_all(fd, memoryview(rows), f.filename, at)
         finally:
             os.close(fd)
 
