@@ -83,6 +83,8 @@ def reserve(path: str | os.PathLike[str], nbytes: int | None = None, *, fd: int 
         free = free_bytes(fd)
         if need == 0:
             return
+        if need > free:  # refused before allocating: ext4's fallocate would fill the disk before it fails
+            raise _refuse(path, need, free)
         try:
             fallocate = os.posix_fallocate
         except AttributeError:  # macOS: no posix_fallocate
@@ -96,8 +98,6 @@ def reserve(path: str | os.PathLike[str], nbytes: int | None = None, *, fd: int 
                     raise _refuse(path, need, free) from None
                 if exc.errno not in _UNSUPPORTED:
                     raise
-        if need > free:
-            raise _refuse(path, need, free)
     finally:
         if own:
             os.close(fd)

@@ -72,12 +72,25 @@ def test_write_all_names_the_file_on_a_full_disk(disk):
         os.close(fd)
 
 
-def test_reserve_counts_free_space_where_fallocate_is_missing(tmp_path, monkeypatch):
+def test_reserve_refuses_more_than_the_free_space_without_allocating(tmp_path, monkeypatch):
     p = tmp_path / "f"
     st = os.statvfs(tmp_path)
     size = 2 * st.f_bavail * st.f_frsize + (1 << 20)
     with open(p, "wb") as f:
         f.truncate(size)  # twice the free space, sparse
-    monkeypatch.delattr(os, "posix_fallocate")
+    calls: list[tuple] = []
+    monkeypatch.setattr(os, "posix_fallocate", lambda *a: calls.append(a))
     with pytest.raises(NoSpaceError, match=rf"needs .* \({size} bytes\)"):
+        reserve(p)
+    assert calls == []  # ext4 would allocate until the disk is full, then fail
+
+
+def test_reserve_counts_free_space_where_fallocate_is_missing(tmp_path, monkeypatch):
+    p = tmp_path / "f"
+    with open(p, "wb") as f:
+        f.truncate(1 << 20)
+    monkeypatch.delattr(os, "posix_fallocate")
+    reserve(p)  # room enough: nothing to say
+    monkeypatch.setattr("momentbase.space.free_bytes", lambda fd: 4096)
+    with pytest.raises(NoSpaceError, match=r"needs 1 MiB \(1048576 bytes\) on its disk, which has 4 KiB"):
         reserve(p)
