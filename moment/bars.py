@@ -98,6 +98,10 @@ class Bars:
         if total is None and done == 0 and stage not in self.tasks:
             self.note(stage)  # an announced step: a line, not a bar
             return
+        if stage in self.tasks:
+            was = self.progress.tasks[self.tasks[stage]]
+            if was.finished and done < was.completed:  # the stage runs again (place's second pre-sample):
+                del self.tasks[stage]                  # a bar of its own, the finished one stays as it ended
         if stage not in self.tasks:
             self.tasks[stage] = self.progress.add_task(stage, total=total, info=info)
         task = self.tasks[stage]

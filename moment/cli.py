@@ -188,7 +188,11 @@ def _register_modules(sub) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse would answer at the top, with `moment`'s usage: the command's own is the one to read
+        from moment.flags import command_parser
+
+        command_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args)
     except MomentError as exc:  # the library names its parameters; the user typed options

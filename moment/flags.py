@@ -64,6 +64,18 @@ def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction |
     return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
 
 
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub-)parser of the command ``args`` ran (``moment data synth``'s for ``data synth``)."""
+    p = parser
+    while True:
+        sub = _subparsers(p)
+        word = getattr(args, sub.dest, None) if sub is not None else None
+        nxt = sub.choices.get(word) if sub is not None and word is not None else None
+        if nxt is None:
+            return p
+        p = nxt
+
+
 def command_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, dict[str, str]]:
     """The command ``args`` ran (``"data synth"``) and its options: ``dest`` -> the longest option string.
 

@@ -10,9 +10,10 @@ run's settings and loads it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,8 @@ import numpy as np
 import torch
 
 from training.errors import TrainError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from training.distributed import World
@@ -70,8 +73,11 @@ def restore_rng(saved: list[dict[str, Any]] | dict[str, Any], world: World) -> s
 
 
 # Any: a checkpoint's torch.save record (states of torch, numpy, random)
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+def save_checkpoint(path: Path, state: dict[str, Any], whole: Callable[[], bool] | None = None) -> None:
     """``torch.save`` to a temporary sibling, fsync, rename: a crash never leaves half a checkpoint.
+
+    ``whole``: asked right before the rename; when it answers False (the job lost its launcher
+    meanwhile) the temporary file is removed and nothing replaces the previous checkpoint.
 
     Raises
     ------
@@ -86,6 +92,9 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
+        if whole is not None and not whole():
+            tmp.unlink()
+            raise TrainError(f"checkpoint {path}: not written, the job is no longer whole (its launcher is gone)")
         os.replace(tmp, path)
     except (OSError, RuntimeError) as exc:  # torch.save reports a failed write as a RuntimeError
         with contextlib.suppress(OSError):
@@ -130,6 +139,10 @@ def checkpoint_path(checkpoint_dir: str | None, resume: bool, need_bytes: int = 
     except OSError as exc:
         raise TrainError(f"checkpoint directory {path.parent}: cannot create it "
                          f"({exc.strerror or exc}); choose another `checkpoint_dir`") from None
+    from training.writer import sweep_leftovers
+
+    for left in sweep_leftovers(path):  # a killed run's half-written checkpoint (.checkpoint.pt.tmp-PID)
+        log.warning("removed %s, the leftover of a run that was killed while writing its checkpoint", left)
     return path
 
 

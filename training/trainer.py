@@ -390,10 +390,12 @@ class _Run:
                                          during=f"epoch {epoch}, step {step}: a checkpoint")
         if self.world.rank != 0:
             return
+        # a job whose launcher was killed is not whole: its ranks are about to stop, and no checkpoint
+        # of theirs may replace the last one the job wrote while it was
         save_checkpoint(self.ckpt_path, {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                                          "epoch": epoch, "step": step,
                                          "sums": None if sums is None else sums.state(), "rng": rngs,
-                                         "config": self.spec.to_dict()})
+                                         "config": self.spec.to_dict()}, whole=self.world.whole)
 
     def epoch(self, epoch: int, first: int, sums: Sums) -> dict:
         """Train steps ``first..`` of ``epoch``, evaluate when due, checkpoint; the epoch record (emitted)."""

@@ -80,12 +80,12 @@ def _alive(pid: int) -> bool:
 
 
 def sweep_leftovers(path: str | os.PathLike) -> list[Path]:
-    """Remove the temporary directories that killed writers of ``path`` left beside it; the ones removed.
+    """Remove the temporary directories (or files) that killed writers of ``path`` left beside it; the ones removed.
 
-    A writer's directory is ``.<name>.tmp-<pid>-*`` (:class:`DatasetWriter`); it is a leftover when
-    no process ``<pid>`` runs (a writer running now keeps its own). Directories named without a
-    pid (written before the pid was part of the name) are left alone: nothing tells whether
-    their writer still runs.
+    A writer's directory is ``.<name>.tmp-<pid>-*`` (:class:`DatasetWriter`; a checkpoint's file is
+    ``.<name>.tmp-<pid>``); it is a leftover when no process ``<pid>`` runs (a writer running now
+    keeps its own). Directories named without a pid (written before the pid was part of the name)
+    are left alone: nothing tells whether their writer still runs.
     """
     p = Path(path)
     prefix = f".{p.name}.tmp-"
@@ -94,8 +94,11 @@ def sweep_leftovers(path: str | os.PathLike) -> list[Path]:
         return swept
     for d in p.parent.iterdir():
         pid = d.name[len(prefix):].split("-", 1)[0] if d.name.startswith(prefix) else ""
-        if pid.isdigit() and d.is_dir() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(d, ignore_errors=True)
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            if d.is_dir():
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                d.unlink(missing_ok=True)
             swept.append(d)
     return sorted(swept)
 
