@@ -36,6 +36,7 @@ import training.launcher as L
 if {watchdog_only}:
     L._parent_death_signal = lambda sig: False   # the watchdog thread alone
 L.bind_to_launcher()
+open({ready!r}, "w").close()
 time.sleep(600)
 """
 
@@ -59,14 +60,18 @@ def _gone_within(pids: list[int], seconds: float) -> bool:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("watchdog_only", [False, True], ids=["prctl", "watchdog"])
-def test_a_bound_process_ends_with_its_launcher(watchdog_only):
-    middle = subprocess.Popen([sys.executable, "-c", MIDDLE, RANK.format(watchdog_only=watchdog_only)], env=ENV,
-                              stdout=subprocess.PIPE, text=True)
+def test_a_bound_process_ends_with_its_launcher(watchdog_only, tmp_path):
+    ready = tmp_path / "bound"
+    middle = subprocess.Popen([sys.executable, "-c", MIDDLE, RANK.format(watchdog_only=watchdog_only,
+                                                                          ready=str(ready))],
+                              env=ENV, stdout=subprocess.PIPE, text=True)
     assert middle.stdout is not None
     rank = int(middle.stdout.readline())
     try:
-        time.sleep(1.5)  # the rank has bound itself (it imports little)
-        assert _running(rank)
+        deadline = time.monotonic() + 120
+        while not ready.exists() and time.monotonic() < deadline:  # the rank has bound itself
+            time.sleep(0.05)
+        assert ready.exists() and _running(rank)
         middle.send_signal(signal.SIGKILL)
         middle.wait()
         assert _gone_within([rank], 10), "the rank outlived its launcher"
