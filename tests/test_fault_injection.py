@@ -31,3 +31,15 @@ def test_quick_faults_give_clear_errors_and_leave_nothing_silently_wrong_or_behi
         disk = [o for o in res["outcomes"] if o["fault"] in ("full", "ro")]
         assert len(disk) == 4 and all(o["exit"] == 2 and o["clear"] for o in disk), disk
     assert res["faults_injected"] == len(res["outcomes"]) >= 3
+
+
+def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
+    """The tool found it: Ctrl-C in the first half second (the command modules loading) printed a traceback."""
+    from moment import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["data", "import", "x", "y"]) == 130
+    assert capsys.readouterr().err == "moment: interrupted\n"
