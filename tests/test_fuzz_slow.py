@@ -127,10 +127,32 @@ def _plan_file():
     return [out.getvalue()], _via_file("plan.json", lambda p: read_plan_file(p))
 
 
+def _sysfs():
+    from tests.test_sysfs import PARSERS
+
+    def every_parser(text: str) -> None:
+        for parse in PARSERS:  # each refuses on its own; the property holds for each
+            with contextlib.suppress(MomentError):
+                parse(text, "/sys/x/attr")
+    return ["0x060400\n", "16.0 GT/s PCIe\n", "16\n", "-1\n", "129\n", "0-3,8\n", "0x10de\n"], every_parser
+
+
+def _edge_list():
+    from tests.conftest import GRAPH_FIXTURES
+    from training.importers._text import iter_rows
+    real = next(iter(sorted((GRAPH_FIXTURES / "soc-Slashdot0902").glob("*.txt*"))), None)
+    head = []
+    if real is not None:
+        import gzip
+        with (gzip.open(real, "rt") if real.suffix == ".gz" else open(real)) as f:
+            head = ["".join(next(f) for _ in range(60))]
+    return head, _via_file("e.txt", lambda p: [r for r in iter_rows(p, ncols=2, chunk_bytes=97)])
+
+
 FORMATS: dict[str, Callable[[], tuple[list[str], Callable[[str], object]]]] = {
     "lspci": _lspci, "nvidia-smi": _nvidia_smi, "hwloc": _hwloc, "nccl": _nccl, "dmidecode": _dmidecode,
     "machine spec": _spec, "capacities": _capacities, "metrics": _metrics, "emulate workload": _workload,
-    "placement": _placement, "plan file": _plan_file,
+    "placement": _placement, "plan file": _plan_file, "sysfs attribute": _sysfs, "edge list": _edge_list,
 }
 
 
