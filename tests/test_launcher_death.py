@@ -135,3 +135,28 @@ def test_kill_9_of_torchrun_stops_its_ranks_and_their_checkpoints(tmp_path):
         for r in ranks:
             if _running(r):
                 os.kill(r, signal.SIGKILL)
+
+
+def test_a_second_run_into_the_same_checkpoint_directory_is_refused_naming_the_first(tmp_path, capsys):
+    """Two trainers writing one checkpoint directory used to both exit 0, each replacing the other's checkpoint."""
+    from moment.cli import main
+    from training.importers import import_dataset
+
+    cora = import_dataset(graph_fixture("cora"), tmp_path / "cora")
+    ck = tmp_path / "ck"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from training.writer import output_lock\n"
+                               f"with output_lock({str(ck)!r}):\n    print('held', flush=True); time.sleep(120)"],
+                              env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        rc = main(["train", "--dataset", str(cora), "--fanouts", "5,5", "--batch-size", "70", "--epochs", "1",
+                   "--hidden", "8", "--eval-every", "0", "--checkpoint", str(ck)])
+        err = capsys.readouterr().err
+        assert rc == 2 and f"another writer has it (process {holder.pid}, since" in err, err
+        assert not (ck / CHECKPOINT_NAME).exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(["train", "--dataset", str(cora), "--fanouts", "5,5", "--batch-size", "70", "--epochs", "1",
+                 "--hidden", "8", "--eval-every", "0", "--checkpoint", str(ck)]) == 0  # its lock died with it
+    assert (ck / CHECKPOINT_NAME).exists() and not (tmp_path / ".ck.lock").exists()

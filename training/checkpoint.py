@@ -13,7 +13,7 @@ import contextlib
 import logging
 import os
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,6 +111,36 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         return torch.load(path, map_location="cpu", weights_only=False)
     except (OSError, RuntimeError, EOFError, ValueError) as exc:
         raise TrainError(f"{path}: not a readable checkpoint ({exc}); delete it to start over") from None
+
+
+@contextlib.contextmanager
+def checkpoint_lock(checkpoint_dir: str | None, rank: int) -> Iterator[None]:
+    """Rank 0 holds the writer's lock on ``checkpoint_dir`` for the whole run (the other ranks write none).
+
+    Two runs writing checkpoints into one directory used to both exit 0, each replacing the other's
+    checkpoint: a resume then mixed two runs. The second now fails at its start naming the first
+    (:func:`training.writer.output_lock`: ``flock``, dropped by the kernel when its process dies).
+
+    Raises
+    ------
+    TrainError
+        The directory's parent cannot be made.
+    DatasetError
+        Another run holds the lock (naming its process and start time).
+    """
+    if checkpoint_dir is None or rank != 0:
+        yield
+        return
+    from training.writer import output_lock
+
+    d = Path(checkpoint_dir)
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrainError(f"checkpoint directory {d}: cannot create it ({exc.strerror or exc}); choose another "
+                         "`checkpoint_dir`") from None
+    with output_lock(d):
+        yield
 
 
 def checkpoint_path(checkpoint_dir: str | None, resume: bool, need_bytes: int = 0) -> Path | None:

@@ -76,6 +76,7 @@ from training.batches import BatchSource, _mix, epoch_seeds
 from training.checkpoint import (
     Resumed,
     checkpoint_bytes,
+    checkpoint_lock,
     checkpoint_path,
     resume,
     rng_state,
@@ -177,6 +178,8 @@ def train(spec: TrainSpec, *, source: BatchSource | None = None, features: Featu
     TrainError
         A dataset without labels or a training split, a checkpoint of other settings, a loss
         that is not finite, a batch source that ends early.
+    DatasetError
+        Another run is writing checkpoints into ``spec.run.checkpoint_dir`` (naming it).
     """
     ds = open_dataset(spec.dataset, validate=False)
     train_idx, labels = _check_dataset(ds)
@@ -184,7 +187,8 @@ def train(spec: TrainSpec, *, source: BatchSource | None = None, features: Featu
     if memory is None:
         memory = memory_for(world.device)
     try:
-        return _train(spec, ds, train_idx, labels, world, memory, _Given(source, features), progress)
+        with checkpoint_lock(spec.run.checkpoint_dir, world.rank):  # one run writes a checkpoint directory
+            return _train(spec, ds, train_idx, labels, world, memory, _Given(source, features), progress)
     finally:
         if world.owns_group:
             import torch.distributed as dist
