@@ -14,8 +14,9 @@ and checks afterwards: a clear one-line message (``moment ...: error: ...``, no 
 "internal error") and a non-zero exit for each failure; no partial output visible as complete;
 the previous good output intact (or replaced by a complete new one); no leftovers (temporary
 files, locks, work directories) once the next run is over. It counts faults injected, clear
-errors, silent wrongs (exit 0 with an incomplete output, or an output that looks complete and is
-not: must be 0) and leftovers (must be 0).
+errors, silent wrongs (exit 0 with an incomplete output, or a cut file under the output's name:
+must be 0), leftovers (must be 0) and previous outputs lost (a directory output its reader now
+refuses, or gone: nothing wrong is visible, but the old output did not survive).
 
     python tools/fault_inject.py                      # every command, every fault, 1 round
     python tools/fault_inject.py --rounds 3 --json faults.json
@@ -148,6 +149,7 @@ class Outcome:
     exit: int | None
     clear: bool  # a failure said in one clear line (or none was needed: exit 0)
     silent_wrong: str = ""  # what is wrong although nothing said so
+    previous_lost: str = ""  # the previous good output did not survive the fault (none partial is visible)
     leftovers: list[str] = field(default_factory=list)
     note: str = ""
 
@@ -246,9 +248,12 @@ def _check_after(cmd: Command, fault: str, rc: int, err: str, out: Path, before:
     if rc == 0 and not (exists and cmd.whole(out)):
         o.silent_wrong = "exit 0 but the output is missing or incomplete"
     elif exists and _digest(out) != before and not cmd.whole(out):
-        o.silent_wrong = "a partial output stands where the output belongs"
+        if out.is_dir():  # its reader refuses it (no manifest, bad checksums): not visible as complete
+            o.previous_lost = "a partial directory its reader refuses stands where the previous output was"
+        else:  # a cut file under the output's name: a picture that opens half drawn
+            o.silent_wrong = "a partial file stands where the output belongs"
     elif before and not exists:
-        o.note = (o.note + "; " if o.note else "") + "the previous output is gone (no partial one left)"
+        o.previous_lost = "the previous output is gone (nothing partial left)"
     return o
 
 
@@ -356,7 +361,7 @@ def run_suite(pairs: list[tuple[str, str]], rounds: int, work: Path, seed: int,
             outcomes.append(o)
             flag = "SILENT WRONG " if o.silent_wrong else ""
             say(f"{name:22} {fault:10} exit {o.exit!s:4} clear={o.clear!s:5} {flag}{o.silent_wrong} "
-                f"leftovers={o.leftovers} {o.note}")
+                f"leftovers={o.leftovers} {o.previous_lost} {o.note}")
     # a process killed with SIGKILL cannot say anything: its failures are counted apart
     failures = [o for o in outcomes if o.exit not in (0, None) and o.fault != "kill9"]
     return {
@@ -369,6 +374,7 @@ def run_suite(pairs: list[tuple[str, str]], rounds: int, work: Path, seed: int,
         "completed_anyway": sum(o.exit == 0 for o in outcomes),
         "killed": sum(o.fault == "kill9" and o.exit != 0 for o in outcomes),
         "silent_wrongs": sum(bool(o.silent_wrong) for o in outcomes),
+        "previous_lost": sum(bool(o.previous_lost) for o in outcomes),
         "leftovers": sum(len(o.leftovers) for o in outcomes),
         "skipped": skipped,
         "outcomes": [asdict(o) for o in outcomes],
@@ -399,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     print(f"faults injected {res['faults_injected']}, clear errors {res['clear_errors']} "
           f"(unclear {res['unclear_errors']}, killed {res['killed']}, completed anyway {res['completed_anyway']}), "
-          f"silent wrongs {res['silent_wrongs']}, leftovers {res['leftovers']}; load {res['load']}")
+          f"silent wrongs {res['silent_wrongs']}, leftovers {res['leftovers']}, previous output lost "
+          f"{res['previous_lost']}; load {res['load']}")
     for s in res["skipped"]:
         print(f"skipped: {s}")
     if args.json:
