@@ -12,7 +12,7 @@ naming the file, the bytes it needs and the bytes free, while the writer can sti
 >>> d = tempfile.mkdtemp()
 >>> p = os.path.join(d, "f.bin")
 >>> with open(p, "wb") as f:
-...     f.truncate(1 << 16)                     # a sparse file: no blocks yet
+...     _ = f.truncate(1 << 16)                 # a sparse file: no blocks yet
 >>> reserve(p)                                  # the file's own length
 >>> os.stat(p).st_blocks * 512 >= 1 << 16
 True
