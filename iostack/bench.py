@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import statistics
 import time
 from collections.abc import Sequence
@@ -18,9 +19,10 @@ import numpy as np
 
 from iostack.backends.base import aligned_empty
 from iostack.backends.posix import PosixBackend
-from iostack.bins import PAGE, open_bin, write_bin_file
+from iostack.bins import PAGE, file_bytes_for, open_bin, write_bin_file
 from iostack.errors import StoreError
 from iostack.placement import Bin
+from momentbase.units import format_size
 from planner.progress import Progress
 
 
@@ -72,7 +74,17 @@ class RawResult:
 
 def bench_file(directory: str | os.PathLike[str], file_bytes: int, row_bytes: int = PAGE,
                progress: Progress | None = None) -> tuple[Path, Bin]:
-    """A bin file of random rows (``file_bytes`` of them) in ``directory``, reused when already there."""
+    """A bin file of random rows (``file_bytes`` of them) in ``directory``, reused when already there.
+
+    Before writing, the directory must have room for the whole file; while writing, ``progress``
+    hears ``"writing the test file"`` once per block; an interrupted write (Ctrl-C, an error)
+    leaves nothing behind (the file appears under its name only when whole).
+
+    Raises
+    ------
+    StoreError
+        ``directory`` has not room for the file (naming both sizes), or the write failed.
+    """
     rows = max(1, file_bytes // row_bytes)
     name = f"moment-bench-{rows}x{row_bytes}.dat"
     b = Bin(0, "ssd", rows, path=name)
@@ -82,10 +94,26 @@ def bench_file(directory: str | os.PathLike[str], file_bytes: int, row_bytes: in
         return path, b
     except StoreError:
         pass
+    need = file_bytes_for(rows, row_bytes)
+    # a stale copy (too short, or a killed run's temporary file) is replaced: its bytes come back
+    have = sum(p.stat().st_size for p in (path, path.with_name(path.name + ".tmp")) if p.is_file())
+    free = shutil.disk_usage(directory).free + have
+    if need > free:
+        raise StoreError(f"`file_bytes` {format_size(need)}: {directory} has {format_size(free)} free for the test "
+                         "file; pass a smaller size (larger than the page cache is enough) or another directory")
     rng = np.random.default_rng()
-    # real random bytes: a sparse or constant file would not touch the device
-    write_bin_file(path, 0, np.uint8, row_bytes, rows,
-                   lambda a, z: rng.integers(0, 256, (z - a, row_bytes), dtype=np.uint8), progress=progress)
+
+    def told(stage: str, done: int, total: int | None) -> None:
+        if progress is not None:
+            progress("writing the test file (MiB)", done * row_bytes >> 20, total and total * row_bytes >> 20)
+
+    try:  # real random bytes: a sparse or constant file would not touch the device
+        write_bin_file(path, 0, np.uint8, row_bytes, rows,
+                       lambda a, z: rng.integers(0, 256, (z - a, row_bytes), dtype=np.uint8), progress=told)
+    except BaseException:  # Ctrl-C included: no partial file stays behind (write_bin_file keeps it on those)
+        for p in (path.with_name(path.name + ".tmp"), path.with_name(path.name + ".tmp.json")):
+            p.unlink(missing_ok=True)
+        raise
     return path, b
 
 

@@ -1,5 +1,9 @@
 import sys
 
-from moment.cli import main
+try:  # Ctrl-C while Python loads the command line: one line, as during the work
+    from moment.cli import main
+except KeyboardInterrupt:
+    print("moment: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

@@ -31,9 +31,12 @@ class Bars:
 
     ``quiet``: draw nothing (``--json``, ``--quiet``). ``unit``: what the counts count,
     shown in the rate column ("rows", "steps"). ``transient``: remove the bars when done.
+    ``log_every_s``: where no bars are drawn (not a terminal), a progress line that often
+    anyway (for work long enough that silence looks like a hang); :data:`LOG_ENV` overrides it.
     """
 
-    def __init__(self, *, quiet: bool = False, unit: str = "", transient: bool = False) -> None:
+    def __init__(self, *, quiet: bool = False, unit: str = "", transient: bool = False,
+                 log_every_s: float | None = None) -> None:
         self.enabled = not quiet and is_terminal()
         self.unit = unit
         self.transient = transient
@@ -41,7 +44,7 @@ class Bars:
         self.tasks: dict[str, TaskID] = {}
         every = os.environ.get(LOG_ENV, "")
         # asked for by name, so even with --json or --quiet (the lines go to stderr, not stdout)
-        self.log_every_s = float(every) if not self.enabled and every else None
+        self.log_every_s = None if self.enabled else float(every) if every else None if quiet else log_every_s
         self._logged: dict[str, tuple[float, float, int]] = {}  # stage -> (started, last line, first done)
 
     def _log(self, stage: str, done: int, total: int | None) -> None:
@@ -95,6 +98,10 @@ class Bars:
         if total is None and done == 0 and stage not in self.tasks:
             self.note(stage)  # an announced step: a line, not a bar
             return
+        if stage in self.tasks:
+            was = self.progress.tasks[self.tasks[stage]]
+            if was.finished and done < was.completed:  # the stage runs again (place's second pre-sample):
+                del self.tasks[stage]                  # a bar of its own, the finished one stays as it ended
         if stage not in self.tasks:
             self.tasks[stage] = self.progress.add_task(stage, total=total, info=info)
         task = self.tasks[stage]

@@ -21,6 +21,7 @@ from iostack.vocab import ENGINES
 from moment._args import examples
 from moment.bars import Bars
 from moment.errors import CommandError
+from momentbase.space import reserve
 
 #: fewer paired rounds than this are too noisy on a shared machine to choose an engine by
 MIN_RUNS_TO_RECORD = 3
@@ -127,7 +128,7 @@ def _raw(args: argparse.Namespace) -> int:
     if not d.is_dir():
         raise CommandError(f"--dir {d}: no such directory")
     con = _console()
-    with Bars() as bars:
+    with Bars(log_every_s=10.0) as bars:  # the test file takes minutes to write: a line now and then, piped too
         res = bench_raw(d, file_bytes=parse_size(args.file_size), row_bytes=parse_size(args.row_size),
                         queue_depth=args.queue_depth, seconds=args.seconds, runs=args.runs,
                         engine=args.engine, progress=bars)
@@ -183,6 +184,7 @@ def _gather(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         fpath = Path(d) / "features.npy"
         feats = np.lib.format.open_memmap(fpath, mode="w+", dtype=np.float32, shape=(v, args.dim))
+        reserve(fpath)  # a full disk: one line, not SIGBUS
         rng = np.random.default_rng(0)
         for a in range(0, v, 1 << 14):
             feats[a:a + (1 << 14)] = rng.random((min(v, a + (1 << 14)) - a, args.dim), dtype=np.float32)

@@ -187,8 +187,16 @@ def _register_modules(sub) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:  # Ctrl-C while the command modules load: the same one line as during the work, not a traceback
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+    except KeyboardInterrupt:
+        print("moment: interrupted", file=sys.stderr)
+        return 130
+    if unknown:  # argparse would answer at the top, with `moment`'s usage: the command's own is the one to read
+        from moment.flags import command_parser
+
+        command_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.func(args)
     except MomentError as exc:  # the library names its parameters; the user typed options

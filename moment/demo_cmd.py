@@ -7,8 +7,8 @@ for it). Defaults: the bundled Machine B spec (the paper's cascaded-switch
 server: 4 GPUs, 8 NVMe SSDs), a skewed Chung–Lu graph made on the spot, and
 one epoch of GraphSAGE on this machine's CPU with its features read from
 the SSD tier of the placement. Everything goes under ``--out``; nothing
-outside it is touched, and an existing demo directory is refused unless
-``--force``.
+outside it is touched: an earlier demo there is replaced (running it twice
+just works), a directory holding anything else is refused.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def register(subparsers) -> None:
         "demo", help="plan -> place -> train one epoch on a bundled default (Machine B, a synthetic graph)",
         description=__doc__.split("\n\n")[1],
         **examples("moment demo                               # about a minute on 2 CPU cores",
-                   "moment demo --out /var/tmp/demo --force   # somewhere else, replacing an earlier run",
+                   "moment demo --out /var/tmp/demo           # somewhere else (an earlier demo there is replaced)",
                    "moment demo --machine moment-a --nodes 50000"))
     p.add_argument("--out", default="moment-demo", metavar="DIR",
                    help="where the plan picture, dataset, placement and metrics go (default ./moment-demo)")
@@ -42,7 +42,8 @@ def register(subparsers) -> None:
     p.add_argument("--feature-dim", default="128", metavar="F", help="feature width, float32 (default 128)")
     p.add_argument("--model", default="sage", choices=MODEL_NAMES, help="GNN (default sage)")
     p.add_argument("--epochs", default="2", metavar="E", help="training epochs (default 2)")
-    p.add_argument("--force", action="store_true", help="replace an earlier demo in --out")
+    # an earlier demo is replaced without it now; still accepted, so that scripts that pass it keep working
+    p.add_argument("--force", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
 
@@ -118,28 +119,28 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out}: exists and is not a directory")
-    if out.exists() and any(out.iterdir()):
-        if not args.force:
-            raise CommandError(f"--out {out}: not empty (an earlier demo?); choose another directory or "
-                               "pass --force to replace it")
-        foreign = sorted(p.name for p in out.iterdir() if not _is_demo_entry(p.name))
-        if foreign:
-            raise CommandError(f"--out {out}: holds {', '.join(foreign[:3])}, which the demo did not write; "
-                               "--force replaces only a demo directory")
-        for p in out.iterdir():  # only what the demo writes
-            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    topo, _ = load_topology(argparse.Namespace(machine=args.machine))  # as `moment plan --machine` loads it
+    _, inventory = choose_inventory(topo, spec=args.machine)
+    console = Console(highlight=False, emoji=False)
+    # an earlier demo is replaced (running the README's command twice just works); anything else is refused
+    earlier = sorted(out.iterdir()) if out.exists() else []
+    foreign = [p.name for p in earlier if not _is_demo_entry(p.name)]
+    if foreign:
+        raise CommandError(f"--out {out}: not empty: holds {', '.join(foreign[:3])}, which the demo did not write; "
+                           "choose another directory (the demo replaces only an earlier demo)")
+    if earlier:
+        console.print(f"[dim]replacing the earlier demo in {out}[/dim]")
+    for p in earlier:  # only what the demo writes
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CommandError(f"--out {out}: cannot create the directory ({exc.strerror or exc})") from None
-    topo, _ = load_topology(argparse.Namespace(machine=args.machine))  # as `moment plan --machine` loads it
-    _, inventory = choose_inventory(topo, spec=args.machine)
     # one SSD bin directory per SSD the plan places (on a real server: one per drive)
     n_ssds = sum(count for model, count in inventory.items if model.kind == "nvme")
     n_gpus = sum(count for model, count in inventory.items if model.kind == "gpu")
     for i in range(n_ssds):
         (out / f"ssd{i}").mkdir(exist_ok=True)
-    console = Console(highlight=False, emoji=False)
     started = time.perf_counter()
     for title, why, argv in _steps(args, out, n_gpus, n_ssds):
         console.print(Rule(f"[bold]{title}[/bold]", align="left"))

@@ -44,6 +44,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "report": {"metrics_path": "`moment train --metrics`"},
     "bench emulate": {"metrics_path": "`moment train --metrics`"},
     "profile": {"file_bytes": "--file-size"},
+    "bench io raw": {"file_bytes": "--file-size"},
 }
 
 #: library calls a message may send the user to, and the command that makes the same call
@@ -61,6 +62,18 @@ _NAMED = re.compile(r"`([a-z_][a-z0-9_]*)(?:=([^`]*))?`")
 def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
     # argparse lists a parser's options only in the private _actions (no public accessor)
     return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub-)parser of the command ``args`` ran (``moment data synth``'s for ``data synth``)."""
+    p = parser
+    while True:
+        sub = _subparsers(p)
+        word = getattr(args, sub.dest, None) if sub is not None else None
+        nxt = sub.choices.get(word) if sub is not None and word is not None else None
+        if nxt is None:
+            return p
+        p = nxt
 
 
 def command_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, dict[str, str]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -214,7 +215,7 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     if args.json:
         sys.stdout.write(json.dumps(placed.report, indent=2) + "\n")
         return 0
-    console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+    console = Console(highlight=False, emoji=False, width=_width())
     _print_summary(console, placed.result, placed.dataset, placed.hotness, placed.targets, out, placed.row_bytes)
     for note in placed.plan_notes:
         console.print(f"[yellow]plan:[/yellow] {note}", markup=True)
@@ -234,6 +235,11 @@ def _spec(args: argparse.Namespace, gpu_bytes: int, cpu_bytes: int):
                      feature_dtype=args.feature_dtype, in_place=args.in_place)
 
 
+def _width() -> int | None:
+    """The console width: the terminal's, or ``COLUMNS`` when set (piped too), else 160 columns."""
+    return None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160
+
+
 def _print_sizing(sizing) -> None:
     """The sizing of ``--cpu-cache auto`` as a small table, before the placement's own."""
     from rich.console import Console
@@ -251,12 +257,37 @@ def _print_sizing(sizing) -> None:
     t.add_row(f"cache per NUMA node (× {sizing.numa_nodes})"
               + (", capped at the features" if sizing.capped else ""),
               f"{format_size(sizing.per_node_bytes)} ({sizing.per_node_bytes // sizing.row_bytes:,} rows)")
-    console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+    console = Console(highlight=False, emoji=False, width=_width())
     console.print(t)
 
 
 def _warn(note: str) -> None:
     print(f"moment place: warning: {note}", file=sys.stderr)
+
+
+def _bins_table(title: str, rows: list[tuple[str, str, str, str, str, str, str, str, str, str]], width: int):
+    """The bins table; on a narrow terminal (80 columns) without vertical rules, and the numbers never cut.
+
+    rich shrinks columns to fit the terminal and cuts what does not fit with an ellipsis, numbers
+    included ("97.9…"). Each number column is given the width of its widest number (and of its
+    header's longest word) as its minimum, so only the words fold: names, headers, "overflow only".
+    """
+    from rich import box
+    from rich.table import Table
+
+    cols = ("bin", "kind", "device", "socket", "rows", "capacity", "share", "target", "deviation", "hash share")
+    narrow = width < 120
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
+                  pad_edge=not narrow, collapse_padding=narrow)
+    for j, c in enumerate(cols):
+        if c in ("kind", "device", "socket"):
+            table.add_column(c, overflow="fold")
+        else:
+            widest = max([len(r[j]) for r in rows if " " not in r[j]] + [max(len(w) for w in c.split())])
+            table.add_column(c, justify="right", overflow="fold", min_width=widest)
+    for r in rows:
+        table.add_row(*r)
+    return table
 
 
 def _print_summary(console, res, ds, hot, targets, out: Path, row_bytes: int) -> None:
@@ -271,18 +302,11 @@ def _print_summary(console, res, ds, hot, targets, out: Path, row_bytes: int) ->
     console.print(f"[bold]{ds.name}[/bold]: {ds.num_nodes:,} rows of {format_size(row_bytes)}{stored} · hotness "
                   f"{hot.spec.method} ({how}) · plan: {targets.source} · strategy {rep.strategy} "
                   f"({rep.seconds:.2f} s)")
-    table = Table(title=f"bins (written to {out})", title_justify="left")
-    cols = ("bin", "kind", "device", "socket", "rows", "capacity", "share", "target", "deviation",
-            "hash share")
-    for c in cols:
-        table.add_column(c, justify="left" if c in ("kind", "device", "socket") else "right")
-    for i, b in enumerate(rep.bins):
-        hb = base.bins[i] if base else None
-        table.add_row(str(b.id), b.kind, b.device, b.socket or "-", f"{b.rows:,}", f"{b.capacity_rows:,}",
-                      f"{b.traffic_share:.2%}", f"{b.target_share:.2%}",
-                      f"{b.deviation:.1%}" if b.target_share > 1e-6 else "overflow only",
-                      f"{hb.traffic_share:.2%}" if hb else "-")
-    console.print(table)
+    rows = [(str(b.id), b.kind, b.device, b.socket or "-", f"{b.rows:,}", f"{b.capacity_rows:,}",
+             f"{b.traffic_share:.2%}", f"{b.target_share:.2%}",
+             f"{b.deviation:.1%}" if b.target_share > 1e-6 else "overflow only",
+             f"{base.bins[i].traffic_share:.2%}" if base else "-") for i, b in enumerate(rep.bins)]
+    console.print(_bins_table(f"bins (written to {out})", rows, console.width))
     for note in res.notes:
         console.print(f"[yellow]target capped:[/yellow] {note}")
 

@@ -111,18 +111,49 @@ def _share_panel(ax, title: str, measured: dict[str, float], target: dict[str, f
     ax.legend(fontsize=8)
 
 
-def _prediction_panel(ax, pvm: list[tuple[str, float, float]]) -> None:
+def _prediction_panel(ax, pvm: list[tuple[str, float, float]]) -> list[float]:
+    """The bars of measured / predicted per figure, labelled; the ratios (labels placed by :func:`_fit_labels`)."""
     names = [n for n, _, _ in pvm]
     ratio = [m / p if p else float("nan") for _, p, m in pvm]
     ax.barh(names, ratio, color=["#55a868" if 0.8 <= r <= 1.25 else "#dd8452" for r in ratio])
     ax.axvline(1.0, color="k", lw=1)
     top = max([r for r in ratio if r == r] + [1.0])
     ax.set_xlim(0, top * 1.15)
-    for i, (_, p, m) in enumerate(pvm):  # the figures inside the bar's row, left-aligned at 0
-        ax.text(0.02 * top, i, f"{m:.3g} measured / {p:.3g} predicted", va="center", fontsize=7, color="white"
-                if ratio[i] > 0.6 * top else "black")
+    for i, (_, p, m) in enumerate(pvm):
+        ax.text(0.0, i, f"{m:.3g} measured / {p:.3g} predicted", va="center", fontsize=7, gid="value-label")
     ax.set_xlabel("measured / predicted")
     ax.set_title("predicted vs measured (1 = exact)", fontsize=10)
+    return ratio
+
+
+def _fit_labels(ax, ratio: list[float]) -> None:
+    """Put each bar's label inside its bar (white) where its measured width fits, else just past the bar's
+    end (black), widening the x axis until every label outside ends inside the panel.
+
+    Run after the layout is final (the panel's width in pixels decides what fits): text widths are
+    measured with the figure's renderer, in pixels, which do not change with the axis limits.
+    """
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    labels = [t for t in ax.texts if t.get_gid() == "value-label"]
+    width_px = ax.get_window_extent(renderer).width
+    text_px = [t.get_window_extent(renderer).width for t in labels]
+    pad_px = 4.0
+    xmax = ax.get_xlim()[1]
+    for _ in range(4):  # a wider axis shrinks the bars: settle which labels fit inside, then the axis
+        px_per_x = width_px / xmax
+        inside = [r == r and 2 * pad_px + w <= r * px_per_x for r, w in zip(ratio, text_px, strict=True)]
+        need = max([xmax] + [((r if r == r else 0.0) * px_per_x + 2 * pad_px + w) / px_per_x
+                             for r, w, ins in zip(ratio, text_px, inside, strict=True) if not ins])
+        if need <= xmax:
+            break
+        xmax = need * 1.02
+    ax.set_xlim(0, xmax)
+    px_per_x = width_px / xmax
+    for t, r, ins in zip(labels, ratio, inside, strict=True):
+        end = r if r == r else 0.0
+        t.set_x(pad_px / px_per_x if ins else end + pad_px / px_per_x)
+        t.set_color("white" if ins else "black")
 
 
 def plot_report(run: RunMetrics, out_dir: str | Path, formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
@@ -150,6 +181,7 @@ def plot_report(run: RunMetrics, out_dir: str | Path, formats: tuple[str, ...] =
     if pvm:
         panels.append("prediction")
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.8), squeeze=False)
+    ratio: list[float] = []
     for ax, what in zip(axes[0], panels, strict=True):
         if what == "time":
             _time_panel(ax, run)
@@ -162,11 +194,13 @@ def plot_report(run: RunMetrics, out_dir: str | Path, formats: tuple[str, ...] =
                          {label[str(b["id"])]: b["target"] for b in pbins},
                          {label[str(b["id"])]: b["expected"] for b in pbins if b["expected"] is not None})
         else:
-            _prediction_panel(ax, pvm)
+            ratio = _prediction_panel(ax, pvm)
     cfg = (run.start or {}).get("config") or {}
     fig.suptitle(f"{run.path.name}" + (f": {cfg.get('model')} on {Path(str(cfg.get('dataset'))).name}"
                                          if cfg.get("model") else ""), fontsize=11)
     fig.tight_layout()
+    if pvm:
+        _fit_labels(axes[0][-1], ratio)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,37 @@ def flat_spec(**fields):
     from training.specs import TrainSpec
 
     return TrainSpec.from_dict(fields)
+
+
+@pytest.fixture
+def disk(tmp_path):
+    """``disk(kind, size="64k")``: a small tmpfs that is ``full`` (0 bytes free), ``tight`` (4 KiB free), ``ro``
+    or ``empty``; ``keep`` names files written on it first. Skips where mount is refused (needs root)."""
+    mounted = []
+
+    def make(kind: str, keep: dict[str, str] | None = None, size: str = "64k") -> Path:
+        d = tmp_path / f"disk-{kind}"
+        d.mkdir()
+        opts = f"size={size}" + (",ro" if kind == "ro" else "")
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(d)], capture_output=True, text=True)
+        if proc.returncode:
+            pytest.skip(f"cannot mount a tmpfs for the {kind} disk ({proc.stderr.strip()}); needs root")
+        mounted.append(d)
+        for name, text in (keep or {}).items():
+            (d / name).write_text(text)
+        if kind in ("full", "tight"):
+            fill = d / "fill"
+            with open(fill, "wb", buffering=0) as f:  # unbuffered: the failing write is the last
+                try:
+                    while True:
+                        f.write(b"\0" * 4096)
+                except OSError:
+                    pass
+            if kind == "tight":
+                with open(fill, "r+b") as f:  # give back one page
+                    f.truncate(max(0, fill.stat().st_size - 4096))
+        return d
+
+    yield make
+    for d in mounted:
+        subprocess.run(["umount", "-l", str(d)], check=False)

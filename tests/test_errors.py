@@ -56,7 +56,7 @@ def test_the_cli_prints_any_root_error_as_one_line(capsys, monkeypatch):
     parser = cli.build_parser()
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     args = parser.parse_args(["topo", "--machine", "moment-a"])
-    monkeypatch.setattr(parser, "parse_args", lambda argv=None: argparse_ns(args, fail))
+    monkeypatch.setattr(parser, "parse_known_args", lambda argv=None: (argparse_ns(args, fail), []))
     assert cli.main(["topo"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert err.strip().splitlines() == ["moment topo: error: data.npz: no features; run moment data import first"]

@@ -100,3 +100,34 @@ def test_train_notes_the_dataset_integrity_check_and_its_metrics_make_a_report(t
     (g / "meta.json").write_text(json.dumps(meta))
     assert main(train) == 0
     assert "dataset: no checksums" in capsys.readouterr().err
+
+
+def test_the_prediction_panels_labels_fit_their_bars_or_sit_past_them(tmp_path, monkeypatch):
+    """Each value label lies inside its bar (white) or wholly past the bar's end inside the panel (black):
+    they used to start inside every bar and run past short ones, white on white (issue 28)."""
+    from moment import plots
+
+    m = _write(tmp_path / "m.jsonl", [{"kind": "start", "config": {}}, _epoch(0), {
+        "kind": "prediction", "predicted": {"epoch_s": 1.6, "io_wait_share": 5.0, "seeds_per_s": 480.0}}])
+    figs = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig))
+    plots.plot_report(read_metrics(m), tmp_path / "r", formats=("png",))
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    ax = figs[0].axes[-1]
+    renderer = FigureCanvasAgg(figs[0]).get_renderer()  # the figure was closed: a canvas of the same size
+    labels = [t for t in ax.texts if " measured / " in t.get_text()]
+    bars = ax.patches
+    assert len(labels) == len(bars) == 3
+    panel = ax.get_window_extent(renderer)
+    placed = []
+    for t, bar in zip(labels, bars, strict=True):
+        tb, bb = t.get_window_extent(renderer), bar.get_window_extent(renderer)
+        if bb.x0 <= tb.x0 and tb.x1 <= bb.x1:
+            placed.append("inside")
+            assert t.get_color() == "white", t.get_text()
+        else:
+            assert tb.x0 >= bb.x1 and tb.x1 <= panel.x1, (t.get_text(), tb, bb, panel)
+            placed.append("past")
+            assert t.get_color() == "black", t.get_text()
+    assert placed[1] == "past"  # io_wait_share: measured 0.25 of 5 predicted, a sliver of a bar

@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 from _results import Figure, write
 
+from momentbase.space import reserve
+
 REPO = Path(__file__).resolve().parents[1]
 
 #: setting -> (kind, share of vertices) per bin
@@ -69,6 +71,7 @@ def _prepare(root: Path, vertices: int, dim: int) -> Path:
     from iostack.placement import simple_placement
 
     feats = np.lib.format.open_memmap(root / "features.npy", mode="w+", dtype=np.float32, shape=(vertices, dim))
+    reserve(root / "features.npy")
     rng = np.random.default_rng(0)
     for a in range(0, vertices, 1 << 14):
         feats[a:a + (1 << 14)] = rng.random((min(vertices, a + (1 << 14)) - a, dim), dtype=np.float32)

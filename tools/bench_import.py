@@ -40,6 +40,8 @@ from pathlib import Path
 import numpy as np
 from _results import Figure, write
 
+from momentbase.space import reserve
+
 #: child prelude: peak anonymous memory sampled from /proc every 2 ms; with MOMENT_TRACEMALLOC=1
 #: also tracemalloc's exact peak of Python and numpy allocations (slower)
 PEAK = """
@@ -223,6 +225,7 @@ def write_igb(root: Path, nodes: int, edges: int, seed: int) -> Path:
             f.write(block.tobytes())
     labels_of(nodes, seed, classes=19).tofile(proc / "paper" / "node_label_19.npy")
     out = np.lib.format.open_memmap(proc / "paper__cites__paper" / "edge_index.npy", "w+", np.int64, (edges, 2))
+    reserve(proc / "paper__cites__paper" / "edge_index.npy")
     a = 0
     for src, dst in zip(source_blocks(nodes, edges, seed), target_blocks(nodes, edges, seed), strict=True):
         out[a : a + src.size, 0], out[a : a + src.size, 1] = src, dst

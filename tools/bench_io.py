@@ -52,6 +52,7 @@ from iostack.bench import bench_gather, bench_raw  # noqa: E402
 from iostack.bins import write_bins  # noqa: E402
 from iostack.placement import simple_placement  # noqa: E402
 from iostack.store import FeatureStore  # noqa: E402
+from momentbase.space import reserve  # noqa: E402
 
 
 def _mib(b: float) -> str:
@@ -222,6 +223,7 @@ def gather(args: argparse.Namespace) -> list[Figure]:
     v, dim, cpu_rows = args.vertices, 1024, args.vertices // 10
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="moment-gather-") as d:
         feats = np.lib.format.open_memmap(Path(d) / "features.npy", mode="w+", dtype=np.float32, shape=(v, dim))
+        reserve(Path(d) / "features.npy")
         rng = np.random.default_rng(0)
         for a in range(0, v, 1 << 14):
             feats[a:a + (1 << 14)] = rng.random((min(v, a + (1 << 14)) - a, dim), dtype=np.float32)

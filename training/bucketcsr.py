@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import DTypeLike
 
+from momentbase.space import reserve, write_all
 from planner.progress import Progress, report
 
 #: edges per bucket the plan aims at: 2**24 keys are 128 MiB on disk and about 0.7 GB sorted
@@ -154,11 +155,7 @@ def spill(root: Path, plan: BucketPlan, chunks: Iterable[tuple[np.ndarray, np.nd
             start = 0
             for b, end in enumerate(ends.tolist()):
                 if end > start:
-                    data = keys[start:end].data.cast("B")
-                    written = 0
-                    while written < len(data):
-                        written += os.write(fds[b], data[written:])
-                    sizes[b] += len(data)
+                    sizes[b] += write_all(fds[b], keys[start:end].data, plan.path(root, b))
                 start = end
             done += blocks_per_chunk
             if total_blocks is not None:
@@ -207,11 +204,8 @@ def npy_header(dtype: DTypeLike, shape: tuple[int, ...]) -> bytes:
     return head
 
 
-def _pwrite_all(fd: int, arr: np.ndarray, at: int) -> None:
-    data = np.ascontiguousarray(arr).data.cast("B")
-    done = 0
-    while done < len(data):
-        done += os.pwrite(fd, data[done:], at + done)
+def _pwrite_all(fd: int, arr: np.ndarray, at: int, path: Path) -> None:
+    write_all(fd, np.ascontiguousarray(arr).data, path, at)
 
 
 def build(root: Path, plan: BucketPlan, indptr_path: Path, indices_path: Path, idt: np.dtype, state: BuildState, *,
@@ -228,7 +222,8 @@ def build(root: Path, plan: BucketPlan, indptr_path: Path, indices_path: Path, i
     try:
         if state.buckets_done == 0:
             os.ftruncate(ip_fd, NPY_HEADER_BYTES + (n + 1) * 8)
-            _pwrite_all(ip_fd, np.zeros(1, np.int64), NPY_HEADER_BYTES)  # indptr[0] = 0
+            reserve(indptr_path, fd=ip_fd)  # its length is known: room first, named in one line
+            _pwrite_all(ip_fd, np.zeros(1, np.int64), NPY_HEADER_BYTES, indptr_path)  # indptr[0] = 0
         for b in range(state.buckets_done):  # done but not yet deleted when the run stopped
             plan.path(root, b).unlink(missing_ok=True)
         for b in range(state.buckets_done, plan.num_buckets):
@@ -246,9 +241,9 @@ def build(root: Path, plan: BucketPlan, indptr_path: Path, indices_path: Path, i
             rows = keys // n - lo
             counts = np.bincount(rows, minlength=hi - lo)
             del rows
-            _pwrite_all(ix_fd, (keys % n).astype(idt), NPY_HEADER_BYTES + state.edges * idt.itemsize)
+            _pwrite_all(ix_fd, (keys % n).astype(idt), NPY_HEADER_BYTES + state.edges * idt.itemsize, indices_path)
             ends = state.edges + np.cumsum(counts)
-            _pwrite_all(ip_fd, ends, NPY_HEADER_BYTES + (lo + 1) * 8)
+            _pwrite_all(ip_fd, ends, NPY_HEADER_BYTES + (lo + 1) * 8, indptr_path)
             state = replace(state, buckets_done=b + 1, edges=int(state.edges + keys.size), largest_bucket=largest)
             del keys, ends, counts
             if checkpoint is not None:

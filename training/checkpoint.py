@@ -10,9 +10,10 @@ run's settings and loads it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,8 @@ import numpy as np
 import torch
 
 from training.errors import TrainError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from training.distributed import World
@@ -70,8 +73,11 @@ def restore_rng(saved: list[dict[str, Any]] | dict[str, Any], world: World) -> s
 
 
 # Any: a checkpoint's torch.save record (states of torch, numpy, random)
-def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+def save_checkpoint(path: Path, state: dict[str, Any], whole: Callable[[], bool] | None = None) -> None:
     """``torch.save`` to a temporary sibling, fsync, rename: a crash never leaves half a checkpoint.
+
+    ``whole``: asked right before the rename; when it answers False (the job lost its launcher
+    meanwhile) the temporary file is removed and nothing replaces the previous checkpoint.
 
     Raises
     ------
@@ -86,6 +92,9 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
+        if whole is not None and not whole():
+            tmp.unlink()
+            raise TrainError(f"checkpoint {path}: not written, the job is no longer whole (its launcher is gone)")
         os.replace(tmp, path)
     except (OSError, RuntimeError) as exc:  # torch.save reports a failed write as a RuntimeError
         with contextlib.suppress(OSError):
@@ -102,6 +111,36 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         return torch.load(path, map_location="cpu", weights_only=False)
     except (OSError, RuntimeError, EOFError, ValueError) as exc:
         raise TrainError(f"{path}: not a readable checkpoint ({exc}); delete it to start over") from None
+
+
+@contextlib.contextmanager
+def checkpoint_lock(checkpoint_dir: str | None, rank: int) -> Iterator[None]:
+    """Rank 0 holds the writer's lock on ``checkpoint_dir`` for the whole run (the other ranks write none).
+
+    Two runs writing checkpoints into one directory used to both exit 0, each replacing the other's
+    checkpoint: a resume then mixed two runs. The second now fails at its start naming the first
+    (:func:`training.writer.output_lock`: ``flock``, dropped by the kernel when its process dies).
+
+    Raises
+    ------
+    TrainError
+        The directory's parent cannot be made.
+    DatasetError
+        Another run holds the lock (naming its process and start time).
+    """
+    if checkpoint_dir is None or rank != 0:
+        yield
+        return
+    from training.writer import output_lock
+
+    d = Path(checkpoint_dir)
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrainError(f"checkpoint directory {d}: cannot create it ({exc.strerror or exc}); choose another "
+                         "`checkpoint_dir`") from None
+    with output_lock(d):
+        yield
 
 
 def checkpoint_path(checkpoint_dir: str | None, resume: bool, need_bytes: int = 0) -> Path | None:
@@ -130,6 +169,10 @@ def checkpoint_path(checkpoint_dir: str | None, resume: bool, need_bytes: int = 
     except OSError as exc:
         raise TrainError(f"checkpoint directory {path.parent}: cannot create it "
                          f"({exc.strerror or exc}); choose another `checkpoint_dir`") from None
+    from training.writer import sweep_leftovers
+
+    for left in sweep_leftovers(path):  # a killed run's half-written checkpoint (.checkpoint.pt.tmp-PID)
+        log.warning("removed %s, the leftover of a run that was killed while writing its checkpoint", left)
     return path
 
 

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from momentbase.space import reserve
+
 #: ``report(stage, done, total)``, as :mod:`planner.progress`
 Report = Callable[[str, int, "int | None"], None]
 EdgeChunks = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]
@@ -95,6 +97,7 @@ def place_edges(chunks: EdgeChunks, indptr: np.ndarray, path: Path, idt: np.dtyp
     sort)."""
     n, total = indptr.size - 1, int(indptr[-1])
     raw = np.lib.format.open_memmap(path, mode="w+", dtype=idt, shape=(total,))
+    reserve(path)  # before the first store: a full disk is a one-line error, not SIGBUS
     cursor = indptr[:-1].copy()
     done = 0
     for s, d in chunks():
@@ -148,6 +151,7 @@ def sort_rows(raw_path: Path, indptr: np.ndarray, out: Path, chunk_edges: int, r
         report("sorting rows", a, total)
     np.cumsum(new_indptr, out=new_indptr)
     final = np.lib.format.open_memmap(out, mode="w+", dtype=raw.dtype, shape=(write,))
+    reserve(out)
     for a in range(0, write, chunk_edges):
         final[a : min(a + chunk_edges, write)] = raw[a : min(a + chunk_edges, write)]
     final.flush()

@@ -48,6 +48,7 @@ import numpy as np
 
 from iostack.checksums import BlockSums, bad_blocks
 from momentbase.jsontypes import JsonObject, JsonValue
+from momentbase.space import reserve
 from planner.progress import Progress
 from training.errors import TrainingError
 from training.vocab import DATASET_FEATURE_DTYPES
@@ -420,6 +421,7 @@ def open_paged_npy(path: str | os.PathLike[str], dtype: np.dtype, shape: tuple[i
     with open(path, "wb") as f:
         f.write(np.lib.format.magic(1, 0) + struct.pack("<H", len(header)) + header)
         f.truncate(total + -(-data // FEATURE_PAGE) * FEATURE_PAGE)
+        reserve(path, fd=f.fileno())  # a full disk fails here in one line, not with SIGBUS at a store
     return np.memmap(path, dtype=dt, mode="r+", offset=total, shape=tuple(shape))
 
 

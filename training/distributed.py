@@ -24,6 +24,7 @@ from torch import Tensor
 from iostack.transfer import DeviceMemory
 from momentbase.errors import MomentError
 from training.devices import bus_address_in, partition_of_rank, rank_devices
+from training.launcher import Launcher, bind_to_launcher
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,12 @@ class World:
     gpu_bins: tuple[int, ...] | None = None
     #: the group of the per-step collectives (short timeout); None: the default group
     group: Any = None
+    #: the process that launched the ranks, which they do not outlive (None: one process, or not bound)
+    launcher: Launcher | None = None
+
+    def whole(self) -> bool:
+        """Whether the job is still whole: its launcher lives (a killed launcher's ranks are orphans)."""
+        return self.launcher is None or self.launcher.alive()
 
     def all_reduce(self, t: Tensor, op: str = "sum", during: str = "an all-reduce") -> Tensor:
         if self.size > 1:
@@ -153,6 +160,7 @@ def open_world(placement_dir: str | None = None, memory: DeviceMemory | None = N
         return World(0, 1, device, False, 0, 1, None)
     import torch.distributed as dist
 
+    launcher = bind_to_launcher()  # a kill -9 of torchrun must not leave the ranks running on as orphans
     owns = False
     if not dist.is_initialized():
         dist.init_process_group("nccl" if cuda else "gloo")
@@ -164,7 +172,7 @@ def open_world(placement_dir: str | None = None, memory: DeviceMemory | None = N
         from datetime import timedelta
 
         group = dist.new_group(timeout=timedelta(seconds=float(timeout_s)))
-    return World(dist.get_rank(), dist.get_world_size(), device, owns, local, local_size, gpu_bins, group)
+    return World(dist.get_rank(), dist.get_world_size(), device, owns, local, local_size, gpu_bins, group, launcher)
 
 
 def param_spread(params: Sequence[Tensor], world: World, epoch: int = 0) -> float:

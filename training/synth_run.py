@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import DTypeLike
 
+from momentbase.space import write_all
 from planner.progress import Progress, report
 from training.bucketcsr import (
     BUCKET_EDGES,
@@ -67,10 +68,7 @@ def _npy_write_slice(path: Path, arr: np.ndarray, at: int) -> None:
     """``pwrite`` ``arr`` at element ``at`` of a 1-D ``.npy`` this module made (header of fixed size)."""
     fd = os.open(path, os.O_WRONLY)
     try:
-        data = np.ascontiguousarray(arr).data.cast("B")
-        done = 0
-        while done < len(data):
-            done += os.pwrite(fd, data[done:], NPY_HEADER_BYTES + at * arr.itemsize + done)
+        write_all(fd, np.ascontiguousarray(arr).data, path, NPY_HEADER_BYTES + at * arr.itemsize)
     finally:
         os.close(fd)
 

@@ -76,6 +76,7 @@ from training.batches import BatchSource, _mix, epoch_seeds
 from training.checkpoint import (
     Resumed,
     checkpoint_bytes,
+    checkpoint_lock,
     checkpoint_path,
     resume,
     rng_state,
@@ -177,6 +178,8 @@ def train(spec: TrainSpec, *, source: BatchSource | None = None, features: Featu
     TrainError
         A dataset without labels or a training split, a checkpoint of other settings, a loss
         that is not finite, a batch source that ends early.
+    DatasetError
+        Another run is writing checkpoints into ``spec.run.checkpoint_dir`` (naming it).
     """
     ds = open_dataset(spec.dataset, validate=False)
     train_idx, labels = _check_dataset(ds)
@@ -184,7 +187,8 @@ def train(spec: TrainSpec, *, source: BatchSource | None = None, features: Featu
     if memory is None:
         memory = memory_for(world.device)
     try:
-        return _train(spec, ds, train_idx, labels, world, memory, _Given(source, features), progress)
+        with checkpoint_lock(spec.run.checkpoint_dir, world.rank):  # one run writes a checkpoint directory
+            return _train(spec, ds, train_idx, labels, world, memory, _Given(source, features), progress)
     finally:
         if world.owns_group:
             import torch.distributed as dist
@@ -390,10 +394,12 @@ class _Run:
                                          during=f"epoch {epoch}, step {step}: a checkpoint")
         if self.world.rank != 0:
             return
+        # a job whose launcher was killed is not whole: its ranks are about to stop, and no checkpoint
+        # of theirs may replace the last one the job wrote while it was
         save_checkpoint(self.ckpt_path, {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                                          "epoch": epoch, "step": step,
                                          "sums": None if sums is None else sums.state(), "rng": rngs,
-                                         "config": self.spec.to_dict()})
+                                         "config": self.spec.to_dict()}, whole=self.world.whole)
 
     def epoch(self, epoch: int, first: int, sums: Sums) -> dict:
         """Train steps ``first..`` of ``epoch``, evaluate when due, checkpoint; the epoch record (emitted)."""

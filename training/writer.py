@@ -35,6 +35,7 @@ from numpy.typing import DTypeLike
 import training.data as _data
 from iostack.checksums import block_sums
 from momentbase.jsontypes import JsonObject, JsonValue
+from momentbase.space import reserve, write_all
 from planner.progress import Progress
 from training.data import (
     DEFAULT_CHUNK_EDGES,
@@ -79,12 +80,12 @@ def _alive(pid: int) -> bool:
 
 
 def sweep_leftovers(path: str | os.PathLike) -> list[Path]:
-    """Remove the temporary directories that killed writers of ``path`` left beside it; the ones removed.
+    """Remove the temporary directories (or files) that killed writers of ``path`` left beside it; the ones removed.
 
-    A writer's directory is ``.<name>.tmp-<pid>-*`` (:class:`DatasetWriter`); it is a leftover when
-    no process ``<pid>`` runs (a writer running now keeps its own). Directories named without a
-    pid (written before the pid was part of the name) are left alone: nothing tells whether
-    their writer still runs.
+    A writer's directory is ``.<name>.tmp-<pid>-*`` (:class:`DatasetWriter`; a checkpoint's file is
+    ``.<name>.tmp-<pid>``); it is a leftover when no process ``<pid>`` runs (a writer running now
+    keeps its own). Directories named without a pid (written before the pid was part of the name)
+    are left alone: nothing tells whether their writer still runs.
     """
     p = Path(path)
     prefix = f".{p.name}.tmp-"
@@ -93,8 +94,11 @@ def sweep_leftovers(path: str | os.PathLike) -> list[Path]:
         return swept
     for d in p.parent.iterdir():
         pid = d.name[len(prefix):].split("-", 1)[0] if d.name.startswith(prefix) else ""
-        if pid.isdigit() and d.is_dir() and int(pid) != os.getpid() and not _alive(int(pid)):
-            shutil.rmtree(d, ignore_errors=True)
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            if d.is_dir():
+                shutil.rmtree(d, ignore_errors=True)
+            else:
+                d.unlink(missing_ok=True)
             swept.append(d)
     return sorted(swept)
 
@@ -369,6 +373,7 @@ class DatasetWriter:
             except (ValueError, OSError):
                 old = None
         if old is not None and old.dtype == dt and old.shape == shape:
+            reserve(fpath)  # a resumed file may hold holes a store would fill: room first, not SIGBUS
             self._features = old
         else:
             self._features = open_paged_npy(fpath, dt, shape)
@@ -391,13 +396,10 @@ class DatasetWriter:
             raise DatasetError(
                 f"feature rows of shape {rows.shape} at row {start} do not fit [{f.shape[0]}, {f.shape[1]}]"
             )
-        data = memoryview(rows).cast("B")
         at = f.offset + start * f.shape[1] * f.dtype.itemsize
         fd = os.open(f.filename, os.O_WRONLY)
         try:
-            done = 0
-            while done < len(data):
-                done += os.pwrite(fd, data[done:], at + done)
+            write_all(fd, memoryview(rows), f.filename, at)
         finally:
             os.close(fd)
 
