@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from moment.cli import main
-from tests.conftest import graph_fixture
 from training.batches import LocalBatchSource
 from training.data import open_dataset
 from training.errors import TrainError
@@ -19,15 +17,8 @@ from training.specs import IOSpec, RunSpec, SamplingSpec, TrainSpec
 
 
 @pytest.fixture(scope="module")
-def cora(tmp_path_factory) -> Path:
-    """Cora imported and placed by the commands a user runs: GPU, CPU and SSD bins (GPU bins on the host here)."""
-    root = tmp_path_factory.mktemp("cora")
-    assert main(["data", "import", str(graph_fixture("cora")), str(root / "cora")]) == 0
-    ssd = [a for _ in range(8) for a in ("--ssd", str(root / "ssd"))]
-    assert main(["place", "--dataset", str(root / "cora"), "--machine", "moment-b", "--gpu-cache", "256KiB",
-                 "--cpu-cache", "1MiB", *ssd, "--fanouts", "10,5", "--batch-size", "35",
-                 "--out", str(root / "place")]) == 0
-    return root / "cora"
+def cora(placed_cora) -> Path:
+    return placed_cora
 
 
 @pytest.fixture(scope="module")
