@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from tests.conftest import REPO
 from training.batches import LocalBatchSource
 from training.data import open_dataset
 from training.errors import TrainError
@@ -80,3 +85,24 @@ def test_evaluation_covers_each_split_once(cora):
 def test_bad_settings_are_named(cora):
     with pytest.raises(TrainError, match="`fanouts`"):
         open_loader(cora, fanouts=(0,))
+
+
+@pytest.mark.heavy  # two torch processes under torchrun (~20 s)
+def test_torchrun_two_ranks_with_the_users_ddp(cora, placement, tmp_path):
+    """The user's script initialises the group and wraps its own model in DDP: each step's two parts are the
+    one-process batch, node-shared SSD reads are on, the parameters stay equal."""
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([torchrun, "--nproc-per-node", "2", str(REPO / "tests" / "loader_ranks.py"), str(cora),
+                           str(placement), str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    with open_loader(cora, fanouts=(5, 5), batch_size=48, seed=2) as one:
+        whole = [b.batch.n_id[: b.batch.batch_size].tolist() for b in one]
+    assert all(r["world_size"] == 2 and r["steps"] == len(whole) == 3 for r in ranks)
+    for step, seeds in enumerate(whole):
+        assert ranks[0]["seeds"][step] + ranks[1]["seeds"][step] == seeds
+    assert all(r["start"]["node_shared_reads"]["on"] for r in ranks)
+    assert all(r["metrics"]["steps"] == 3 and r["metrics"]["tiers"] for r in ranks)
+    assert ranks[0]["param_sum"] == ranks[1]["param_sum"]

@@ -108,13 +108,17 @@ class MomentLoader:
             self._end_world()
             raise
         self._closed = False
-        self._prepare, self._workers = self._feed.training_prepare(spec.model.normalize_features)
-        self._epoch, self._sums, self._steps = 0, Sums(), 0
-        self._since = self._snapshot()
-        self._emit({"kind": "start", "device": str(self.world.device), "features": type(self.features).__name__,
-                    "sampling": {"device": str(self._feed.sample_dev), "why": self._feed.why},
-                    "node_shared_reads": self._feed.shared.to_dict(), "prefetch_workers": self._workers,
-                    "steps_per_epoch": len(self)})
+        try:
+            self._prepare, self._workers = self._feed.training_prepare(spec.model.normalize_features)
+            self._epoch, self._sums, self._steps = 0, Sums(), 0
+            self._since = self._snapshot()
+            self._emit({"kind": "start", "device": str(self.world.device), "features": type(self.features).__name__,
+                        "sampling": {"device": str(self._feed.sample_dev), "why": self._feed.why},
+                        "node_shared_reads": self._feed.shared.to_dict(), "prefetch_workers": self._workers,
+                        "steps_per_epoch": len(self)})
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def features(self) -> FeatureSource:
