@@ -1,9 +1,16 @@
 """A PyTorch Geometric ``FeatureStore`` over Moment's tiered stores.
 
 Each ``(group_name, attr_name)`` (e.g. ``(None, "x")`` or ``("paper", "x")``)
-maps to a :class:`~iostack.store.FeatureStore` (read-only: served by gathers) or
-to a plain tensor put with ``put_tensor``. ``index`` in a
-:class:`~torch_geometric.data.TensorAttr` selects vertex ids; ``None`` means all.
+maps to a :class:`~iostack.store.FeatureStore` (read-only: served by gathers
+from its GPU, host and SSD tiers) or to a plain tensor put with ``put_tensor``
+(labels, say). ``index`` in a :class:`~torch_geometric.data.TensorAttr`
+selects vertex ids; ``None`` means all. With a graph store over the same
+vertices (:class:`training.pyg.MomentGraphStore`) PyG's loaders take the pair as
+a remote backend: ``NeighborLoader((feature_store, graph_store), ...)`` gathers
+every batch's rows through :meth:`~iostack.store.FeatureStore.gather` (PyG's
+``filter_custom_store`` asks for all of a batch's attributes in one
+``multi_get_tensor``). This module imports ``torch_geometric``: import it only
+where PyG is wanted.
 
 >>> import numpy as np, torch
 >>> from iostack.placement import simple_placement
@@ -64,8 +71,8 @@ class PygFeatureStore(_PygFeatureStore):
             elif isinstance(index, int):
                 ids = torch.tensor([index])
             else:
-                ids = torch.as_tensor(index)
-            return entry.gather(ids)
+                ids = torch.as_tensor(index, dtype=torch.int64)
+            return entry.gather(ids.cpu())
         return entry if index is None else entry[index]
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
@@ -81,3 +88,9 @@ class PygFeatureStore(_PygFeatureStore):
 
     def get_all_tensor_attrs(self) -> list[TensorAttr]:
         return [TensorAttr(group_name=g, attr_name=a) for g, a in self._entries]
+
+    def close(self) -> None:
+        """Close the tiered stores it holds (it owns them once handed in)."""
+        for entry in self._entries.values():
+            if isinstance(entry, FeatureStore):
+                entry.close()

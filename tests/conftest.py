@@ -91,3 +91,19 @@ def disk(tmp_path):
     yield make
     for d in mounted:
         subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+@pytest.fixture(scope="session")
+def placed_cora(tmp_path_factory) -> Path:
+    """Cora imported and placed by the commands a user runs (``moment data import``, ``moment place`` for
+    moment-b: GPU, CPU and SSD bins; GPU bins live on the host without CUDA); the dataset directory, with
+    the placement in ``../place``."""
+    from moment.cli import main
+
+    root = tmp_path_factory.mktemp("placed-cora")
+    assert main(["data", "import", str(graph_fixture("cora")), str(root / "cora")]) == 0
+    ssd = [a for _ in range(8) for a in ("--ssd", str(root / "ssd"))]
+    assert main(["place", "--dataset", str(root / "cora"), "--machine", "moment-b", "--gpu-cache", "128KiB",
+                 "--cpu-cache", "1MiB", *ssd, "--fanouts", "10,5", "--batch-size", "35",
+                 "--out", str(root / "place")]) == 0
+    return root / "cora"

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,7 +72,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from iostack.transfer import DeviceMemory, Transfer, memory_for
-from training.batches import BatchSource, _mix, epoch_seeds
+from training.batches import BatchSource
 from training.checkpoint import (
     Resumed,
     checkpoint_bytes,
@@ -90,27 +90,19 @@ from training.exchange import PeerLostError
 from training.features import (
     FeatureSource,
     feature_dtype_of,
-    open_features,
-    open_store,
-    share_key_of,
 )
+from training.feed import Feed, eval_batches, open_feed
 from training.hostmem import keep_freed_host_memory
 from training.memplan import check_host_memory
 from training.metrics import JsonlWriter, Predictor, Sums, add_step, epoch_record, moved_since
 from training.models import build_model
-from training.nodereads import NodeReads, setup_node_shared_reads, ssd_reads
+from training.nodereads import ssd_reads
 from training.pipeline import (
-    Lookups,
     Prefetcher,
     Prepared,
-    csr_on,
-    open_source,
-    prefetch_workers,
-    preparer,
-    sampling,
 )
 from training.sampler import NeighborSampler, SampledBatch
-from training.specs import IOSpec, ModelSpec, RunSpec, TrainSpec
+from training.specs import ModelSpec, RunSpec, TrainSpec
 
 __all__ = ["TrainResult", "train"]
 
@@ -204,24 +196,6 @@ class _Given:
     features: FeatureSource | None = None
 
 
-def _sharded(placement_dir: str | None) -> bool:
-    from training.sharded import is_sharded
-
-    return is_sharded(placement_dir)
-
-
-def _open_sharded(io: IOSpec, timeout_s: float, ds: Dataset, world: World, memory: DeviceMemory) -> FeatureSource:
-    """This node's shard of a placement sharded across nodes (:mod:`training.sharded`)."""
-    from training.sharded import Peers, ShardedOptions, open_sharded
-
-    options = ShardedOptions(io.exchange, timeout_s, int(io.remote_cache_bytes), io.remote_cache_dir)
-    peers = Peers.from_env(world.rank, world.size, world.local_rank, world.local_size)
-    return open_sharded(ds, io.placement, peers, options, transfer=Transfer(memory), open_store=open_store,
-                        share_key=lambda d: share_key_of(ds, str(d)),
-                        local_gpu_bins=world.gpu_bins if world.size > 1 else None, backend=io.backend,
-                        capacities=io.capacities)
-
-
 def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarray, world: World,
            memory: DeviceMemory, given: _Given, progress: Progress | None) -> TrainResult:
     run_spec = spec.run
@@ -234,30 +208,21 @@ def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarr
         if progress is not None:
             progress(rec)
 
-    features, source = given.features, given.source
-    csr: tuple | None = None
+    feed: Feed | None = None
     try:
         # before the caches fill: will they and training fit in the memory there is? (a warning, never a refusal)
         memory_note = check_host_memory(spec.io, spec.sampling, ds, hidden=spec.model.hidden,
                                         gpu_bins_on_host=world.device.type == "cpu",
-                                        ranks=world.local_size) if world.rank == 0 and features is None else None
-        if features is None:
-            features = _open_run_features(spec, ds, world, memory)
-        predictor = Predictor.for_run(spec.io, features, ds)
-        sample_dev, sample_why, lookups = sampling(spec.sampling, ds, labels, memory,
-                                                   global_degrees=spec.model.global_degrees)
-        csr = csr_on(ds, sample_dev, spec.sampling.graph_on, spec.sampling.graph_cache_bytes)
-        if source is None:
-            source = open_source(spec.sampling, run_spec.seed, train_idx, world, csr)
-        shared = setup_node_shared_reads(spec.io.node_shared_reads, world, features, source.steps(0),
-                                         spec.distributed.timeout_s)
+                                        ranks=world.local_size) if world.rank == 0 and given.features is None else None
+        feed = open_feed(spec, ds, labels, train_idx, world, memory, source=given.source, features=given.features)
+        shared = feed.shared
+        predictor = Predictor.for_run(spec.io, feed.features, ds)
         if predictor is not None:  # the node's other ranks read the same SSDs in the same steps
             predictor.node(shared.ranks if shared.on else world.local_size, shared.on)
-        run, resumed = _set_up(spec, ds, world, features, source, shared, lookups, csr, train_idx.shape[0],
-                               emit, predictor)
+        run, resumed = _set_up(spec, ds, world, feed, train_idx.shape[0], emit, predictor)
         if resumed is not None and metrics_file is not None:
             metrics_file.rewind(resumed.epoch, resumed.step)
-        start = run.start_record(resumed, *_sampled_where(spec, given, sample_dev, sample_why))
+        start = run.start_record(resumed, *_sampled_where(spec, given, feed.sample_dev, feed.why))
         start["node_shared_reads"] = shared.to_dict()
         start["prefetch_workers"] = run.workers
         start["memory_check"] = memory_note
@@ -272,12 +237,8 @@ def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarr
         return TrainResult(model=run.model, epochs=tuple(records), world_size=world.size, rank=world.rank,
                            resumed_from=(resumed.epoch, resumed.step) if resumed is not None else None)
     finally:  # what the run opened itself; what the caller handed in stays open
-        if source is not None and given.source is None:
-            source.close()
-        if features is not None and given.features is None:
-            features.close()
-        if csr is not None and not isinstance(csr[1], Tensor):
-            csr[1].close()  # neighbour lists on disk: their file and reader
+        if feed is not None:
+            feed.close()
         if metrics_file is not None:
             metrics_file.close()
 
@@ -290,47 +251,29 @@ def _sampled_where(spec: TrainSpec, given: _Given, sample_dev: torch.device, why
     return ("server" if spec.sampling.server else str(sample_dev)), why
 
 
-def _set_up(spec: TrainSpec, ds: Dataset, world: World, features: FeatureSource, source: BatchSource,
-            shared: NodeReads, lookups: Lookups, csr: tuple[Tensor, Tensor], n_train: int,
+def _set_up(spec: TrainSpec, ds: Dataset, world: World, feed: Feed, n_train: int,
             emit: Callable[[dict], None], predictor: Predictor | None) -> tuple[_Run, Resumed | None]:
     """The model, its optimizer (resumed from the checkpoint when asked), DDP, and the run around them.
 
-    The training steps gather through ``shared.features`` (the store composed with node-shared SSD reads
-    when they are on), evaluation through ``features``.
+    The training steps gather through ``feed.shared.features`` (the store composed with node-shared SSD
+    reads when they are on), evaluation through ``feed.features``.
     """
-    model, params, optimizer = _model(spec.model, spec.sampling.layers, spec.run, features.dim, ds.num_classes,
-                                      world.device)
+    model, params, optimizer = _model(spec.model, spec.sampling.layers, spec.run, feed.features.dim,
+                                      ds.num_classes, world.device)
     ckpt_path = checkpoint_path(spec.run.checkpoint_dir, spec.run.resume, checkpoint_bytes(params))
     resumed = None
     if spec.run.resume and ckpt_path is not None and ckpt_path.exists():
         resumed = resume(ckpt_path, spec.to_dict(), model, optimizer, world)
     ddp = data_parallel(model, world)  # after a resume: DDP starts every rank from rank 0's state
-    workers = prefetch_workers(features, shared.on)
     normalize = spec.model.normalize_features
-    run = _Run(spec, ds, world, shared.features, model, ddp, params, optimizer,
-               preparer(shared.features, lookups, normalize, concurrent=workers > 1),
-               source, source.steps(0), int(n_train), ckpt_path, emit, predictor,
-               NeighborSampler(*csr, spec.sampling.evaluation_fanouts, seed=spec.run.seed),
-               preparer(features, lookups, normalize),  # evaluation reads privately
+    prepare, workers = feed.training_prepare(normalize)
+    assert feed.shared.features is not None
+    run = _Run(spec, ds, world, feed.shared.features, model, ddp, params, optimizer, prepare,
+               feed.source, feed.source.steps(0), int(n_train), ckpt_path, emit, predictor,
+               NeighborSampler(*feed.csr, spec.sampling.evaluation_fanouts, seed=spec.run.seed),
+               feed.eval_prepare(normalize),  # evaluation reads privately
                workers)
     return run, resumed
-
-
-def _open_run_features(spec: TrainSpec, ds: Dataset, world: World, memory: DeviceMemory) -> FeatureSource:
-    """The run's features: a sharded placement's, a placement's store, or the dataset's in memory."""
-    io = spec.io
-    if _sharded(io.placement):
-        features = _open_sharded(io, spec.distributed.timeout_s, ds, world, memory)
-    else:
-        features = open_features(ds, io.placement, io.backend, memory=memory,
-                                 local_gpu_bins=world.gpu_bins if world.size > 1 else None,
-                                 share_key=share_key_of(ds, io.placement)
-                                 if io.placement and world.local_size > 1 else None,
-                                 capacities=io.capacities)
-    if world.size > 1 and world.local_size > 1 and hasattr(features, "unlink_shared"):
-        world.barrier()  # every rank of the node has mapped the shared tiers: no name need stay
-        features.unlink_shared()
-    return features
 
 
 def _model(spec: ModelSpec, layers: int, run: RunSpec, dim: int, num_classes: int, device: torch.device
@@ -549,15 +492,9 @@ def _evaluate(model: torch.nn.Module, idx: np.ndarray, sampler: NeighborSampler,
               transfer: Transfer) -> float:
     """Accuracy on ``idx``, every rank evaluating its share; the same sample whatever the epoch."""
     model.eval()
-    parts = epoch_seeds(idx, 0, spec.sampling.eval_batch_size, rank=world.rank, world_size=world.size, shuffle=False)
-
-    def batches() -> Iterator[SampledBatch]:
-        for i, part in enumerate(parts):
-            sampler.reseed(_mix(spec.run.seed, 0x5EED, world.rank, i))
-            yield sampler.sample(part)
-
+    _, batches = eval_batches(sampler, idx, spec.sampling.eval_batch_size, spec.run.seed, world)
     hits = torch.zeros(2, dtype=torch.float64, device=world.device)
-    pre = Prefetcher(batches(), prepare, spec.io.prefetch, transfer)
+    pre = Prefetcher(batches, prepare, spec.io.prefetch, transfer)
     try:
         while True:
             item, _ = pre.get()
