@@ -197,7 +197,7 @@ def test_host_tiers_are_one_copy_per_node(fp16_store_dir):
 
 
 def test_row_buffers_reuse_only_what_nothing_else_holds():
-    from iostack.transfer import RowBuffers
+    from iostack.rowbuffers import RowBuffers
 
     rb = RowBuffers(8, torch.float32, slots=2)
     a = rb.take(100)

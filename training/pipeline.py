@@ -91,6 +91,8 @@ class Prefetcher:
         self._prepare = prepare
         self._depth = depth
         self._transfer = transfer
+        #: the device memory the batches land in (None: no transfer given)
+        self.memory = None if transfer is None else transfer.memory
         self._stop = threading.Event()
         self._workers: list[threading.Thread] = []  # none: prepared inline in get()
         self._turn = threading.Condition()

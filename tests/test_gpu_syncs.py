@@ -1,0 +1,163 @@
+"""Every synchronisation of the GPU path, shown needed: on the deferred fake accelerator each test fails
+when the wait it covers is removed (``tools/check_syncs.py`` removes each in turn and checks).
+
+No GPU here: :class:`tests.fake_cuda.FakeDeviceMemory` with ``deferred=True`` queues copies on their
+streams, poisons their destinations until they run, and reports work that overwrites or frees memory
+that queued work still uses; the synchronisations themselves are the library's code.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from iostack.errors import StoreError
+from iostack.transfer import Transfer
+from tests.fake_cuda import DRIVER, FakeCudaError, FakeDeviceMemory, reset_driver
+
+
+@pytest.fixture
+def mem():
+    reset_driver()
+    m = FakeDeviceMemory(deferred=True)
+    with m:
+        yield m
+    m.check()  # no ordering violation went unnoticed
+    reset_driver()
+
+
+def _batch(t, values, name="rows", slots=None):
+    with t.batch() as b:
+        stage = b.staging(name, tuple(values.shape), values.dtype)
+        stage.copy_(values)
+        x = b.to_device(stage)
+    return x, b
+
+
+def test_a_landing_orders_the_consumer_after_the_copies(mem):
+    t = Transfer(mem)
+    v = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    x, b = _batch(t, v)
+    b.landing.wait()
+    assert torch.equal(x + 0, v)
+
+
+def test_reading_without_the_landing_sees_poison():
+    reset_driver()
+    m = FakeDeviceMemory(deferred=True)
+    with m:
+        x, _ = _batch(Transfer(m), torch.ones(4))
+        assert torch.isnan(x + 0).all()
+    with pytest.raises(FakeCudaError, match="never waited"):
+        m.check()
+    reset_driver()
+
+
+def test_the_consumer_records_its_use_of_the_batch(mem):
+    t = Transfer(mem)
+    x, b = _batch(t, torch.ones(5))
+    b.landing.wait()
+    y = x * 2  # queued on the default stream, which nobody has waited for
+    del x, b
+    assert mem.violations == [], mem.violations  # freed after record_stream: kept until the default stream is past it
+    mem.synchronize(mem.mark())
+    assert torch.equal(y + 0, torch.full((5,), 2.0))
+
+
+def test_staging_is_reused_only_after_its_copy(mem):
+    t = Transfer(mem, staging_slots=2)
+    got = [_batch(t, torch.full((8,), float(i))) for i in range(5)]  # never consumed in between
+    for i, (x, b) in enumerate(got):
+        b.landing.wait()
+        assert torch.equal(x + 0, torch.full((8,), float(i))), i
+
+
+def test_a_batch_that_stages_more_than_the_ring_holds_waits_for_its_own_copies(mem):
+    """Defect 11a: the ring wrapped inside one batch and the first copy read the third batch's rows."""
+    t = Transfer(mem, staging_slots=2)
+    with t.batch() as b:
+        xs = []
+        for i in range(5):
+            stage = b.staging("rows", (8,), torch.float32)
+            stage.copy_(torch.full((8,), float(i)))
+            xs.append(b.to_device(stage))
+    b.landing.wait()
+    for i, x in enumerate(xs):
+        assert torch.equal(x + 0, torch.full((8,), float(i))), i
+
+
+def test_a_side_stream_starts_after_the_callers_work(mem):
+    t = Transfer(mem)
+    src = mem.empty_pinned(16).view(torch.float32)
+    src.copy_(torch.arange(4.0))
+    dev = mem.empty((4,), torch.float32)
+    mem.copy(dev, src)  # queued on the default stream
+    with t.batch() as b:
+        y = b.keep(mem.adopt(dev * 2))  # on the copy stream: must come after the default stream's copy
+    b.landing.wait()
+    assert torch.equal(y + 0, torch.arange(4.0) * 2)
+    t.finish_thread()  # `dev` was read on the copy stream: done before it is freed
+
+
+def test_a_producer_thread_waits_for_its_copies_before_its_buffers_go(mem):
+    t = Transfer(mem)
+    out = []
+
+    def produce():
+        with t.on_thread_stream():
+            try:
+                out.append(_batch(t, torch.arange(6.0)))
+            finally:
+                t.finish_thread()
+
+    th = threading.Thread(target=produce)
+    th.start()
+    th.join()
+    del th
+    import gc
+
+    gc.collect()
+    assert mem.violations == [], mem.violations  # its staging ring died with it
+    x, b = out[0]
+    b.landing.wait()
+    assert torch.equal(x + 0, torch.arange(6.0))
+
+
+def test_a_tensor_of_another_gpu_is_copied_not_used_in_place(mem):
+    """Defect 1: a batch served from cuda:0 to a trainer on cuda:1 was kept on cuda:0."""
+    other = FakeDeviceMemory(index=1, deferred=True)
+    served = mem.empty((4,), torch.int64)
+    served.copy_(torch.arange(4))
+    with pytest.raises(FakeCudaError, match="same device"):
+        served + other.empty((4,), torch.int64)
+    t = Transfer(other)
+    with t.batch() as b:
+        mine = b.to_device(served)
+    b.landing.wait()
+    assert other.is_local(mine) and not other.is_local(served)
+    assert t.counts().by_route == {("device", "device"): (1, 32)}
+    assert torch.equal(mine + other.empty((4,), torch.int64).zero_(), torch.arange(4))
+
+
+@pytest.mark.parametrize("error,pinned", [(0, True), (712, False)])
+def test_host_registration_already_registered_is_not_an_error(error, pinned):
+    m = FakeDeviceMemory(register_error=error)
+    t = torch.zeros(100)
+    assert m.pin_in_place(t) is pinned
+    assert m.pin_in_place(torch.zeros(0)) is False
+
+
+def test_host_registration_refused_says_why():
+    with pytest.raises(StoreError, match="ulimit -l"):
+        FakeDeviceMemory(register_error=2).pin_in_place(torch.zeros(100))
+
+
+def test_random_flushes_keep_results_right(mem):
+    DRIVER.flush_p = 0.5
+    t = Transfer(mem, staging_slots=2)
+    got = [_batch(t, torch.full((8,), float(i))) for i in range(12)]
+    for i, (x, b) in enumerate(got):
+        b.landing.wait()
+        assert torch.equal(x + 0, torch.full((8,), float(i))), i
