@@ -250,6 +250,8 @@ class _Bypass(TorchFunctionMode):
             return func(*args, **(kwargs or {}))
 
 
+_VIEWS = {"__getitem__", "view", "reshape", "narrow", "view_as", "unsqueeze", "squeeze", "flatten", "detach",
+          "as_strided", "t", "permute", "transpose", "expand", "select", "unflatten"}
 _READS_TO_HOST = {"item", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__"}
 
 
@@ -283,6 +285,9 @@ class _Watch(TorchFunctionMode):
         out = kwargs.get("out")
         if isinstance(out, torch.Tensor):
             written.add(out.untyped_storage().data_ptr())
+        if name in _VIEWS and len(leaves) == 1:  # a view reads nothing: its later use does
+            with torch._C.DisableTorchFunction():
+                return func(*args, **kwargs)
         if any(i is not None for i in infos):
             d.touch(leaves, written, stream, name)
             if stream is not None and name in _READS_TO_HOST:

@@ -233,3 +233,71 @@ def test_training_on_the_deferred_fake_equals_the_host_run(cora, monkeypatch):
     batches = [-(-len(getattr(open_dataset(cora), f"{split}_idx")) // 100) for split in ("valid", "test")]
     assert reads == [2 * n for n in batches], (reads, batches)
     reset_driver()
+
+
+# -- KvikIO straight into device memory ---------------------------------------------------------------
+
+
+@pytest.fixture
+def ssd_bin(tmp_path):
+    import numpy as np
+
+    from iostack.bins import write_bins
+    from iostack.placement import simple_placement
+
+    feats = np.random.default_rng(0).random((600, 1024)).astype(np.float32)
+    info = write_bins(feats, simple_placement(600, [("ssd", 600)]), tmp_path, fsync=False)[0]
+    return feats, info
+
+
+@pytest.mark.parametrize("delay", [None, 0.002])
+def test_kvikio_device_rounds_wait_before_refilling_their_staging(mem, ssd_bin, monkeypatch, delay):
+    """Several rounds through one device staging buffer; the index of each goes up from pinned memory (11b)."""
+    import sys
+
+    import numpy as np
+
+    from iostack.backends.kvikio_backend import KvikioBackend
+    from iostack.bins import PAGE
+    from tests.fake_kvikio import fake_kvikio
+
+    mod = fake_kvikio(compat="OFF", cufile_available=True, write_delay_s=delay, task_size=PAGE)
+    monkeypatch.setitem(sys.modules, "kvikio", mod)
+    feats, info = ssd_bin
+    be = KvikioBackend(device="cpu", max_read_bytes=2 * PAGE, staging_bytes=4 * PAGE)
+    h = be.open(info)
+    t = Transfer(mem)
+    scratch = mem.empty((1 << 16,), torch.uint8)
+    queued = scratch + 1  # default-stream work on a block freed next: the staging buffer may be that block
+    del scratch, queued
+    ids = np.concatenate([np.arange(0, 40), [300, 7]])
+    out = mem.empty((ids.size, 1024), torch.float32)
+    be.read_rows(h, ids, out, transfer=t)
+    mem.synchronize(mem.mark())
+    assert torch.equal(out + 0, torch.from_numpy(feats[ids]))
+    assert mod.stats["device_preads"] > 2 and mod.stats["tasks"] >= mod.stats["device_preads"]
+    assert mod.stats["default_stream_syncs"] == mod.stats["device_preads"]  # sync_default_stream, cuFile on
+    c = t.counts()
+    assert c.to_device() > 0 and c.to_device("pageable") == 0  # every round's index from pinned memory
+    be.close()
+
+
+def test_kvikio_small_device_reads_are_synchronous(mem, ssd_bin, monkeypatch):
+    import sys
+
+    import numpy as np
+
+    from iostack.backends.kvikio_backend import KvikioBackend
+    from tests.fake_kvikio import fake_kvikio
+
+    mod = fake_kvikio(compat="ON")
+    monkeypatch.setitem(sys.modules, "kvikio", mod)
+    feats, info = ssd_bin
+    be = KvikioBackend(device="cpu", configure=False)  # gds_threshold left at 16 KiB: one-page reads bypass the pool
+    h = be.open(info)
+    out = mem.empty((2, 1024), torch.float32)
+    be.read_rows(h, np.array([5, 500]), out, transfer=Transfer(mem))
+    mem.synchronize(mem.mark())
+    assert torch.equal(out + 0, torch.from_numpy(feats[[5, 500]]))
+    assert mod.stats["sync_reads"] == mod.stats["device_preads"] == 2 and mod.stats["default_stream_syncs"] == 0
+    be.close()

@@ -243,6 +243,9 @@ class ReadBackend(ABC):
         info = handle.info
         rows = _int64(rows, "rows")
         view, dev = _byte_rows(out, info)
+        if dev is None and transfer is not None and transfer.accelerated and isinstance(out, torch.Tensor) \
+                and transfer.memory.kind_of(out) == "device":  # device memory that torch calls the host's (a fake)
+            view, dev = (out if out.dtype == torch.uint8 else out.view(torch.uint8)), transfer.device
         if positions is None:
             if view.shape[0] != rows.size:
                 raise ValueError(f"out has {view.shape[0]} rows for {rows.size} requested rows (pass positions= "
