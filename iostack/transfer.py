@@ -227,6 +227,13 @@ class AcceleratedMemory(DeviceMemory):
                 self.record_stream(t, stream)  # sync-point: landing-record-stream
 
     def pin_in_place(self, t: Tensor) -> bool:
+        """Page-lock ``t``'s memory where it is; False when nothing was registered (already page-locked too).
+
+        Raises
+        ------
+        StoreError
+            ``cudaHostRegister`` refused (the locked-memory limit, usually).
+        """
         # cudaHostRegister on the tensor's own pages (torch's pin_memory() would copy them into
         # a private, power-of-two-rounded block per process)
         if self.kind_of(t) != "pageable" or not t.is_contiguous() or t.numel() == 0:

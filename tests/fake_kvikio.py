@@ -107,7 +107,8 @@ def fake_kvikio(version: str = "26.02", compat: str = "AUTO", cufile_available: 
 
             DRIVER.touch([buf], {buf.untyped_storage().data_ptr()}, None, "a KvikIO read into device memory")
             with _Bypass():
-                buf.view(torch.uint8).reshape(-1)[:len(data)].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+                got = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+                buf.view(torch.uint8).reshape(-1)[:len(data)].copy_(got)
         else:
             arr = buf.numpy() if isinstance(buf, torch.Tensor) else buf
             np.asarray(arr).reshape(-1)[:len(data)] = np.frombuffer(data, np.uint8)
