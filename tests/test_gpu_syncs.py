@@ -185,56 +185,6 @@ def test_a_served_batch_from_another_gpu_is_moved_to_the_trainers(mem):
     assert torch.equal(got + 0, torch.from_numpy(feats[[4, 5, 5]]))
 
 
-# -- the trainer, end to end on the deferred fake ---------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cora(tmp_path_factory):
-    from tests.conftest import graph_fixture
-    from training.importers import import_dataset
-
-    return import_dataset(graph_fixture("cora"), tmp_path_factory.mktemp("cora") / "cora")
-
-
-def test_training_on_the_deferred_fake_equals_the_host_run(cora, monkeypatch):
-    """Every landing waited for (else poison reaches the loss), the step timed on its own event (defect 3),
-    and evaluation reads nothing back per batch (defect 11c)."""
-    import training.trainer as trainer_mod
-    from tests.conftest import flat_spec
-    from training.data import open_dataset
-    from training.trainer import train
-
-    cfg = flat_spec(dataset=str(cora), epochs=1, prefetch=2, backend="posix", eval_every_epochs=1,
-                    model="gcn", fanouts=(10, 5), batch_size=35, hidden=16, seed=3, eval_batch_size=100)
-    host = train(cfg)
-    reset_driver()
-    m = FakeDeviceMemory(deferred=True)
-    reads = []
-    inner = trainer_mod._evaluate
-
-    def evaluate(*a, **k):
-        before = DRIVER.host_reads
-        try:
-            return inner(*a, **k)
-        finally:
-            reads.append(DRIVER.host_reads - before)
-
-    monkeypatch.setattr(trainer_mod, "_evaluate", evaluate)
-    with m:
-        fake = train(cfg, memory=m)
-    m.check()
-    for k, v in host.model.state_dict().items():
-        assert torch.equal(v, fake.model.state_dict()[k]), k
-    assert fake.final["valid_acc"] == host.final["valid_acc"]
-    steps = fake.final["steps"]
-    assert DRIVER.syncs.get("default0", 0) >= steps  # each step waited on the default stream's own event
-    # the evaluation loop reads nothing back per batch (it did: float() of each batch's hits); what is
-    # left is the model's own per-layer trimming (training.models._needs: one host read per layer and batch)
-    batches = [-(-len(getattr(open_dataset(cora), f"{split}_idx")) // 100) for split in ("valid", "test")]
-    assert reads == [2 * n for n in batches], (reads, batches)
-    reset_driver()
-
-
 # -- KvikIO straight into device memory ---------------------------------------------------------------
 
 
@@ -305,3 +255,75 @@ def test_kvikio_small_device_reads_are_synchronous(mem, ssd_bin, monkeypatch):
     assert torch.equal(out + 0, torch.from_numpy(feats[[5, 500]]))
     assert mod.stats["sync_reads"] == mod.stats["device_preads"] == 2 and mod.stats["default_stream_syncs"] == 0
     be.close()
+
+
+def test_a_gpu_bin_filled_in_more_chunks_than_the_ring_holds(mem, monkeypatch, tmp_path):
+    import numpy as np
+
+    import iostack.caches
+    from iostack.bins import write_bins
+    from iostack.placement import simple_placement
+    from iostack.store import FeatureStore
+
+    monkeypatch.setattr(iostack.caches, "_FILL_ROWS", 40)  # 300 GPU rows: 8 chunks through 3 staging slots
+    rng = np.random.default_rng(2)
+    feats = rng.random((800, 16)).astype(np.float32)
+    p = simple_placement(800, [("gpu", 300), ("cpu", 200), ("ssd", 300)], order=rng.permutation(800))
+    write_bins(feats, p, tmp_path, fsync=False)
+    with FeatureStore(p, tmp_path, features=feats, memory=mem, backend="posix",
+                      backend_options={"processes": 0}) as s:
+        ids = rng.integers(0, 800, 500)
+        x = s.gather_landing(ids).wait()
+        assert torch.equal(x + 0, torch.from_numpy(feats[ids]))
+        s.transfer.finish_thread()
+        mem.synchronize(mem.mark())
+
+
+# -- the trainer, end to end on the deferred fake ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory):
+    from tests.conftest import graph_fixture
+    from training.importers import import_dataset
+
+    return import_dataset(graph_fixture("cora"), tmp_path_factory.mktemp("cora") / "cora")
+
+
+def test_training_on_the_deferred_fake_equals_the_host_run(cora, monkeypatch):
+    """Every landing waited for (else poison reaches the loss), the step timed on its own event (defect 3),
+    and evaluation reads nothing back per batch (defect 11c)."""
+    import training.trainer as trainer_mod
+    from tests.conftest import flat_spec
+    from training.data import open_dataset
+    from training.trainer import train
+
+    cfg = flat_spec(dataset=str(cora), epochs=1, prefetch=2, backend="posix", eval_every_epochs=1,
+                    model="gcn", fanouts=(10, 5), batch_size=35, hidden=16, seed=3, eval_batch_size=100)
+    host = train(cfg)
+    reset_driver()
+    m = FakeDeviceMemory(deferred=True)
+    reads = []
+    inner = trainer_mod._evaluate
+
+    def evaluate(*a, **k):
+        before = DRIVER.host_reads
+        try:
+            return inner(*a, **k)
+        finally:
+            reads.append(DRIVER.host_reads - before)
+
+    monkeypatch.setattr(trainer_mod, "_evaluate", evaluate)
+    with m:
+        fake = train(cfg, memory=m)
+    m.check()
+    for k, v in host.model.state_dict().items():
+        assert torch.equal(v, fake.model.state_dict()[k]), k
+    assert fake.final["valid_acc"] == host.final["valid_acc"]
+    steps = fake.final["steps"]
+    assert DRIVER.syncs.get("default0", 0) >= steps  # each step waited on the default stream's own event
+    # the evaluation loop reads nothing back per batch (it did: float() of each batch's hits); what is
+    # left is the model's own per-layer trimming (training.models._needs: one host read per layer and batch)
+    batches = [-(-len(getattr(open_dataset(cora), f"{split}_idx")) // 100) for split in ("valid", "test")]
+    assert reads == [2 * n for n in batches], (reads, batches)
+    reset_driver()

@@ -11,6 +11,8 @@ Exits 1 when a point is missed (or the baseline fails), so CI runs it.
     python3 tools/check_syncs.py            # all points, the GPU-path tests
     python3 tools/check_syncs.py --list     # the points only
     python3 tools/check_syncs.py --json out.json
+    python3 tools/check_syncs.py --jobs 4      # four scratch copies, four mutations at once
+    python3 tools/check_syncs.py --repo ../old --tests tests/test_transfer.py   # another tree's points
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,11 +66,12 @@ def mutate(text: str, line: int) -> str:
     return "".join(lines)
 
 
-def _copy(dest: Path) -> Path:
-    root = dest / REPO.name
-    shutil.copytree(REPO, root, ignore=shutil.ignore_patterns(".git", "__pycache__", ".mypy_cache", ".ruff_cache",
+def _copy(repo: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest / repo.name
+    shutil.copytree(repo, root, ignore=shutil.ignore_patterns(".git", "__pycache__", ".mypy_cache", ".ruff_cache",
                                                                  ".pytest_cache", "*.egg-info", "build"))
-    shared = REPO.parent / "shared"  # the fixtures the tests find beside the repository
+    shared = repo.parent / "shared"  # the fixtures the tests find beside the repository
     if shared.exists():
         os.symlink(shared.resolve(), dest / "shared")
     return root
@@ -90,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="+", default=None, help="check these sync-point names only")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per test run")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--jobs", type=int, default=2, help="mutations run at once (one scratch copy each)")
+    ap.add_argument("--repo", default=str(REPO), help="the tree whose sync points are checked (default: this one)")
     args = ap.parse_args(argv)
-    points = sync_points()
+    repo = Path(args.repo).resolve()
+    points = sync_points(repo)
     if args.only:
         points = [p for p in points if p[2] in set(args.only)]
     if args.list:
@@ -99,14 +107,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:32s} {path}:{line}")
         return 0
     t0 = time.time()
-    results = []
     with tempfile.TemporaryDirectory(prefix="check-syncs-") as tmp:
-        root = _copy(Path(tmp))
-        ok, tail = _run(root, args.tests, args.timeout)
+        roots: queue.Queue[Path] = queue.Queue()
+        for k in range(max(1, args.jobs)):
+            roots.put(_copy(repo, Path(tmp) / str(k)))
+        first = roots.get()
+        ok, tail = _run(first, args.tests, args.timeout)
+        roots.put(first)
         if not ok:
             print(f"check_syncs: the GPU-path tests fail without any mutation: {tail}")
             return 1
-        for path, line, name in points:
+
+        def check(point: tuple[str, int, str]) -> dict:
+            path, line, name = point
+            root = roots.get()
             f = root / path
             original = f.read_text()
             f.write_text(mutate(original, line))
@@ -114,14 +128,20 @@ def main(argv: list[str] | None = None) -> int:
                 passed, tail = _run(root, args.tests, args.timeout)
             finally:
                 f.write_text(original)
-            results.append({"name": name, "where": f"{path}:{line}", "caught": not passed, "tests": tail})
+                roots.put(root)
             print(f"{'caught' if not passed else 'MISSED':7s} {name:32s} {path}:{line}  ({tail})", flush=True)
+            return {"name": name, "where": f"{path}:{line}", "caught": not passed, "tests": tail}
+
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            results = list(pool.map(check, points))
     missed = [r["name"] for r in results if not r["caught"]]
     print(f"{len(results) - len(missed)} of {len(results)} sync points caught ({time.time() - t0:.0f} s)"
           + (f"; missed: {', '.join(missed)}" if missed else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                               "tests": args.tests, "points": results}, indent=1))
+                                               "load": Path("/proc/loadavg").read_text().split()[:3],
+                                               "repo": str(repo), "tests": args.tests, "points": results},
+                                              indent=1))
     return 1 if missed else 0
 
 
