@@ -223,15 +223,13 @@ def _host_bin(placement: Placement, bin_id: int, verts: np.ndarray, rows: int, f
 def _device_bin(placement: Placement, verts: np.ndarray, rows: int, feats: np.ndarray, fmt: RowFormat,
                 transfer: Transfer) -> torch.Tensor:
     """A GPU bin filled chunk by chunk through pinned staging (never a whole host copy first)."""
-    mem = transfer.memory
     with transfer.batch() as tb:
         t = tb.empty((rows, fmt.dim), fmt.storage)
         for v, chunk in _in_file_order(verts, feats):
             stage = tb.staging("fill", (v.size, fmt.dim), fmt.storage)
             stage.copy_(fmt.encode(chunk))
             at = tb.to_device(torch.from_numpy(placement.row_of[v]))
-            t.index_copy_(0, at, tb.to_device(stage))
-            mem.host_wait(mem.mark())  # the staging slot is reused by the next chunk
+            t.index_copy_(0, at, tb.to_device(stage))  # the ring waits before a slot comes round again
     assert tb.landing is not None  # set when the batch's block ends
     tb.landing.wait()
     transfer.reset_counts()

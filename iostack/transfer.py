@@ -107,6 +107,22 @@ class DeviceMemory:
     def unpin(self, t: Tensor) -> None:
         """Undo :meth:`pin_in_place` (before the memory is freed or unmapped)."""
 
+    def copy(self, dst: Tensor, src: Tensor) -> Tensor:
+        """``dst.copy_(src)`` issued on the current stream without blocking the host (from pinned memory)."""
+        return dst.copy_(src, non_blocking=True)
+
+    def device_of(self, t: Tensor) -> torch.device:
+        """The device ``t`` lives on."""
+        return t.device
+
+    def to_host(self, t: Tensor) -> Tensor:
+        """A device tensor's values in pageable host memory (the host waits for them)."""
+        return t.to("cpu")
+
+    def is_local(self, t: Tensor) -> bool:
+        """Whether ``t`` is in this device's memory (not the host's, nor another GPU's: those are copied)."""
+        return self.kind_of(t) == "device" and self.device_of(t) == self.device
+
     def free_bytes(self) -> int | None:
         """Free device memory in bytes, None when the device is the host."""
         return None
@@ -145,14 +161,104 @@ class HostMemory(DeviceMemory):
     """No accelerator (this machine): results are host tensors, nothing is copied."""
 
 
-class CudaMemory(DeviceMemory):
+class AcceleratedMemory(DeviceMemory):
+    """A device apart from the host, described by a few primitives; the ordering rules built on them live here.
+
+    :class:`CudaMemory` implements the primitives with ``torch.cuda``; the
+    tests' fake accelerator (``tests/fake_cuda.py``) with a model of streams,
+    events and deferred copies. Each synchronisation of the GPU path is one
+    line marked ``# sync-point: NAME`` (``tools/check_syncs.py`` deletes each
+    in turn and checks that a test fails).
+    """
+
+    accelerated = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._registered: set[int] = set()
+
+    # -- primitives ----------------------------------------------------------------------------
+    def current_stream(self) -> Stream:
+        """The calling thread's current stream on this device."""
+        raise NotImplementedError
+
+    def stream_context(self, stream: Stream) -> contextlib.AbstractContextManager:
+        """Make ``stream`` (and its device) current inside the block, nothing more."""
+        raise NotImplementedError
+
+    def wait_event(self, stream: Stream, mark: Mark) -> None:
+        """Order ``stream``'s later work after ``mark`` (on the device: the host does not block)."""
+        raise NotImplementedError
+
+    def wait_stream(self, stream: Stream, other: Stream) -> None:
+        """Order ``stream``'s later work after everything issued to ``other`` so far."""
+        raise NotImplementedError
+
+    def record_stream(self, t: Tensor, stream: Stream) -> None:
+        """Tell the allocator that ``stream`` uses ``t`` (its memory is not reused before that use ends)."""
+        raise NotImplementedError
+
+    def synchronize(self, mark: Mark) -> None:
+        """Block the host until ``mark`` has completed."""
+        raise NotImplementedError
+
+    def host_register(self, t: Tensor) -> int:
+        """``cudaHostRegister`` of ``t``'s pages: 0, or the CUDA error code."""
+        raise NotImplementedError
+
+    # -- the ordering rules --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def on_stream(self, stream: Stream) -> Iterator[None]:
+        current = self.current_stream()
+        if current != stream:
+            # inputs made before the block (on the caller's stream) must be ready for it
+            self.wait_stream(stream, current)  # sync-point: side-stream-after-caller
+        with self.stream_context(stream):
+            yield
+
+    def host_wait(self, mark: Mark) -> None:
+        self.synchronize(mark)
+
+    def consumer_wait(self, mark: Mark, tensors: tuple[Tensor, ...]) -> None:
+        stream = self.current_stream()
+        self.wait_event(stream, mark)  # sync-point: landing-wait-event
+        for t in tensors:
+            if self.kind_of(t) == "device":
+                self.record_stream(t, stream)  # sync-point: landing-record-stream
+
+    def pin_in_place(self, t: Tensor) -> bool:
+        """Page-lock ``t``'s memory where it is; False when nothing was registered (already page-locked too).
+
+        Raises
+        ------
+        StoreError
+            ``cudaHostRegister`` refused (the locked-memory limit, usually).
+        """
+        # cudaHostRegister on the tensor's own pages (torch's pin_memory() would copy them into
+        # a private, power-of-two-rounded block per process)
+        if self.kind_of(t) != "pageable" or not t.is_contiguous() or t.numel() == 0:
+            return False
+        rc = self.host_register(t)
+        if rc == HOST_MEMORY_ALREADY_REGISTERED:
+            return False  # someone else in this process registered these pages: already page-locked, not ours
+        if rc != 0:
+            nbytes = t.numel() * t.element_size()
+            raise StoreError(f"cudaHostRegister of {nbytes} bytes failed (cudaError {rc}); is the locked-memory "
+                             "limit (ulimit -l) too low for the CPU cache?")
+        self._registered.add(t.data_ptr())
+        return True
+
+
+#: ``cudaErrorHostMemoryAlreadyRegistered``: the range (or part of it) is page-locked already
+HOST_MEMORY_ALREADY_REGISTERED = 712
+
+
+class CudaMemory(AcceleratedMemory):
     """A CUDA device through PyTorch: caching allocator, ``cudaHostRegister``, streams and events.
 
     ``device`` must name one device (``cuda`` alone becomes the current one).
     Not run in this project (no GPU); built on the documented PyTorch calls.
     """
-
-    accelerated = True
 
     def __init__(self, device: str | torch.device = "cuda") -> None:
         super().__init__()
@@ -166,7 +272,6 @@ class CudaMemory(DeviceMemory):
         if dev.index >= torch.cuda.device_count():
             raise StoreError(f"device {dev}: only {torch.cuda.device_count()} CUDA device(s) are visible")
         self.device = dev
-        self._registered: set[int] = set()
 
     def kind_of(self, t: Tensor) -> str:
         if t.device.type == "cuda":
@@ -176,19 +281,9 @@ class CudaMemory(DeviceMemory):
     def empty_pinned(self, nbytes: int) -> Tensor:
         return torch.empty(int(nbytes), dtype=torch.uint8, pin_memory=True)
 
-    def pin_in_place(self, t: Tensor) -> bool:
-        # cudaHostRegister on the tensor's own pages (torch's pin_memory() would copy them into
-        # a private, power-of-two-rounded block per process); flag 1 = cudaHostRegisterPortable,
-        # as torch.cuda._pin_memory_utils passes
-        if t.device.type != "cpu" or not t.is_contiguous() or t.numel() == 0 or t.is_pinned():
-            return False
-        ptr, nbytes = t.data_ptr(), t.numel() * t.element_size()
-        rc = int(torch.cuda.cudart().cudaHostRegister(ptr, nbytes, 1))
-        if rc != 0:
-            raise StoreError(f"cudaHostRegister of {nbytes} bytes failed (cudaError {rc}); is the locked-memory "
-                             "limit (ulimit -l) too low for the CPU cache?")
-        self._registered.add(ptr)
-        return True
+    def host_register(self, t: Tensor) -> int:
+        # flag 1 = cudaHostRegisterPortable, as torch.cuda._pin_memory_utils passes
+        return int(torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 1))
 
     def unpin(self, t: Tensor) -> None:
         ptr = t.data_ptr()
@@ -202,15 +297,25 @@ class CudaMemory(DeviceMemory):
     def new_stream(self) -> Stream:
         return torch.cuda.Stream(device=self.device)
 
+    def current_stream(self) -> Stream:
+        return torch.cuda.current_stream(self.device)
+
     @contextlib.contextmanager
-    def on_stream(self, stream: Stream) -> Iterator[None]:
-        with torch.cuda.device(self.device):
-            current = torch.cuda.current_stream(self.device)
-            if current != stream:
-                # inputs made before the block (on the caller's stream) must be ready for it
-                stream.wait_stream(current)
-            with torch.cuda.stream(stream):
-                yield
+    def stream_context(self, stream: Stream) -> Iterator[None]:
+        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+            yield
+
+    def wait_event(self, stream: Stream, mark: Mark) -> None:
+        stream.wait_event(mark)
+
+    def wait_stream(self, stream: Stream, other: Stream) -> None:
+        stream.wait_stream(other)
+
+    def record_stream(self, t: Tensor, stream: Stream) -> None:
+        t.record_stream(stream)
+
+    def synchronize(self, mark: Mark) -> None:
+        mark.synchronize()
 
     def mark(self, stream: Stream = None) -> Mark:
         ev = torch.cuda.Event(enable_timing=True)
@@ -220,16 +325,6 @@ class CudaMemory(DeviceMemory):
     def seconds(self, start: Mark, end: Mark) -> float:
         end.synchronize()
         return start.elapsed_time(end) / 1000.0
-
-    def host_wait(self, mark: Mark) -> None:
-        mark.synchronize()
-
-    def consumer_wait(self, mark: Mark, tensors: tuple[Tensor, ...]) -> None:
-        stream = torch.cuda.current_stream(self.device)
-        stream.wait_event(mark)
-        for t in tensors:
-            if t.device.type == "cuda":
-                t.record_stream(stream)
 
     def set_device(self) -> None:
         torch.cuda.set_device(self.device)
@@ -325,53 +420,6 @@ class _Ring:
         self.next = 0
 
 
-class RowBuffers:
-    """Host output tensors for gathered rows, reused once nothing else holds them.
-
-    A batch's rows (tens of MB) are larger than glibc's largest ``mmap`` threshold
-    (32 MiB), so each fresh output is a new mapping that faults in page by page:
-    gathering 87k rows of 512 B into a new tensor took 31 ms, into a reused one 7 ms
-    (``index_select``, one thread). A buffer is handed out again only when its storage
-    is held by this ring alone (the batch, its views and autograd's saved tensors all
-    count), so reuse can never overwrite rows still in use; otherwise a new buffer is
-    made, which is what every gather did before.
-
-    >>> rb = RowBuffers(4, torch.float32)
-    >>> a = rb.take(3); a.shape
-    torch.Size([3, 4])
-    >>> b = rb.take(2); b.data_ptr() == a.data_ptr()  # ``a`` is still alive
-    False
-    >>> del a; rb.take(2).data_ptr() != b.data_ptr()
-    True
-    """
-
-    def __init__(self, dim: int, dtype: torch.dtype, slots: int = 4) -> None:
-        self.dim = int(dim)
-        self.dtype = dtype
-        self.slots = int(slots)
-        self._bufs: list[Tensor] = []
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _free(buf: Tensor) -> bool:
-        # the ring's own reference and the temporary storage object made for the query
-        return torch._C._storage_Use_Count(buf.untyped_storage()._cdata) <= 2
-
-    def take(self, rows: int) -> Tensor:
-        """A ``[rows, dim]`` tensor whose values are undefined (to be overwritten)."""
-        with self._lock:
-            for i, buf in enumerate(self._bufs):
-                if self._free(buf):
-                    if buf.shape[0] < rows:
-                        # a little headroom: the next batch is rarely the same size
-                        buf = self._bufs[i] = torch.empty((rows + rows // 8, self.dim), dtype=self.dtype)
-                    return buf[:rows]
-            buf = torch.empty((rows, self.dim), dtype=self.dtype)
-            if len(self._bufs) < self.slots:
-                self._bufs.append(buf)
-            return buf[:rows]  # a view: the ring's own tensor is never the one handed out
-
-
 class Transfer:
     """Host↔device movement for one device (see the module docstring). Thread-safe.
 
@@ -414,11 +462,14 @@ class Transfer:
             loc.stream = self.memory.new_stream()
         return loc
 
-    def _slot(self, name: str, nbytes: int) -> _Slot:
+    def _slot(self, name: str, nbytes: int, taken: list[_Slot]) -> _Slot:
         """This thread's next slot of ring ``name``, holding at least ``nbytes`` of pinned memory.
 
         Blocks until the copy that last read the slot's buffer has finished
-        (:meth:`Batch.staging` ties the slot to its batch's last event).
+        (:meth:`Batch.staging` ties the slot to its batch's last event). ``taken``:
+        the slots the open batch holds already; a batch that stages under one name
+        more often than the ring has slots comes back to one of its own, whose copy
+        was issued but has no event yet: it waits for the copies issued so far.
         """
         loc = self._thread()
         ring = loc.rings.get(name)
@@ -427,8 +478,10 @@ class Transfer:
         slot = ring.slots[ring.next]
         ring.next = (ring.next + 1) % len(ring.slots)
         if slot.mark is not None:
-            self.memory.host_wait(slot.mark)
+            self.memory.host_wait(slot.mark)  # sync-point: staging-reuse
             slot.mark = None
+        elif any(s is slot for s in taken) and self.memory.accelerated:
+            self.memory.host_wait(self.memory.mark(loc.stream))  # sync-point: staging-wrap
         if slot.buf is None or slot.buf.numel() < nbytes:
             # grow geometrically: batches vary in size, and each new pinned block costs a page-locking call
             grown = max(int(nbytes), 2 * slot.buf.numel() if slot.buf is not None else 0, 1 << 16)
@@ -453,7 +506,7 @@ class Transfer:
         """Wait for everything this thread issued (a producer thread calls it before it ends)."""
         loc = self._thread()
         if self.memory.accelerated:
-            self.memory.host_wait(self.memory.mark(loc.stream))
+            self.memory.host_wait(self.memory.mark(loc.stream))  # sync-point: thread-end
 
 
 class Batch:
@@ -500,7 +553,7 @@ class Batch:
     def staging(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
         """A pinned host tensor of ``shape``, reused across batches once its last copy has finished."""
         nbytes = int(torch.Size(shape).numel()) * torch.empty((), dtype=dtype).element_size()
-        slot = self.transfer._slot(name, nbytes)
+        slot = self.transfer._slot(name, nbytes, self._slots)
         self._slots.append(slot)
         assert slot.buf is not None
         return slot.buf[:nbytes].view(dtype).view(shape)
@@ -509,17 +562,18 @@ class Batch:
         """``src`` on the device (into ``out`` if given), then cast to ``dtype`` there.
 
         A host ``src`` is copied once, asynchronously when it is pinned; a
-        device ``src`` is not copied. Without an accelerator ``src`` itself
-        comes back (cast on the host).
+        ``src`` on this device is not copied, one on another GPU is (a batch
+        served from a sampling worker's GPU to a trainer on another one).
+        Without an accelerator ``src`` itself comes back (cast on the host).
         """
         mem = self.memory
         if not mem.accelerated:
             return src if dtype is None or src.dtype == dtype else src.to(dtype)
-        if mem.kind_of(src) == "device" and out is None:
+        if mem.is_local(src) and out is None:
             dev = src
         else:
             dev = out if out is not None else mem.empty(tuple(src.shape), src.dtype)
-            dev.copy_(src, non_blocking=True)
+            mem.copy(dev, src)
             self.transfer.count(src, "device")
         return self.cast(dev, dtype)
 
@@ -534,4 +588,4 @@ class Batch:
         if self.memory.kind_of(src) != "device" or not self.memory.accelerated:
             return src
         self.transfer.count(src, "pageable")
-        return src.to("cpu")
+        return self.memory.to_host(src)

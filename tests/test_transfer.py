@@ -140,7 +140,9 @@ def test_kvikio_reads_land_on_the_device(fp16_store_dir, monkeypatch):
         n = _tiers(p, ids)
         # SSD rows were read straight into the result: only the CPU rows crossed from the host
         c = s.transfer.counts()
-        assert c.bytes_to_device() == (2 * n["gpu"] + n["cpu"]) * 8 + n["cpu"] * 64 * 2
+        # ... and the KvikIO rounds' index (slot, row in page, destination: int64 each), from pinned memory
+        assert c.bytes_to_device() == (2 * n["gpu"] + n["cpu"]) * 8 + n["cpu"] * 64 * 2 + n["ssd"] * 3 * 8
+        assert c.to_device("pageable") == 0
         assert len(mod.stats["preads"]) == 2  # every page of each SSD bin is hit: one coalesced read per bin
 
 
@@ -197,7 +199,7 @@ def test_host_tiers_are_one_copy_per_node(fp16_store_dir):
 
 
 def test_row_buffers_reuse_only_what_nothing_else_holds():
-    from iostack.transfer import RowBuffers
+    from iostack.rowbuffers import RowBuffers
 
     rb = RowBuffers(8, torch.float32, slots=2)
     a = rb.take(100)

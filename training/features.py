@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from iostack.transfer import CudaMemory, DeviceMemory, Gathered, HostMemory, RowBuffers, Transfer
+from iostack.rowbuffers import RowBuffers
+from iostack.transfer import CudaMemory, DeviceMemory, Gathered, HostMemory, Transfer
 from training.data import Dataset
 from training.errors import TrainError
 

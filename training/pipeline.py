@@ -91,6 +91,8 @@ class Prefetcher:
         self._prepare = prepare
         self._depth = depth
         self._transfer = transfer
+        #: the device memory the batches land in (None: no transfer given)
+        self.memory = None if transfer is None else transfer.memory
         self._stop = threading.Event()
         self._workers: list[threading.Thread] = []  # none: prepared inline in get()
         self._turn = threading.Condition()
@@ -284,9 +286,13 @@ def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *,
 
 
 def _up(tb: Batch, t: Tensor, name: str) -> Tensor:
-    """``t`` on the training device: a host tensor through pinned staging (one asynchronous copy)."""
-    if not tb.memory.accelerated or tb.memory.kind_of(t) == "device":
-        return tb.keep(t) if tb.memory.accelerated else t
+    """``t`` on the training device: a host tensor through pinned staging (one asynchronous copy), one on
+    another GPU (a batch a sampling worker served from its own) copied across."""
+    mem = tb.memory
+    if not mem.accelerated or mem.is_local(t):
+        return tb.keep(t) if mem.accelerated else t
+    if mem.kind_of(t) == "device":
+        return tb.to_device(t)
     stage = tb.staging(name, tuple(t.shape), t.dtype)
     return tb.to_device(stage.copy_(t))
 

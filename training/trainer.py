@@ -423,7 +423,7 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
         raise PeerLostError(f"epoch {epoch}, step {step}: {exc}") from None
     if item is None:
         raise TrainError(f"the batch source ended before step {step}; it must yield every step of the epoch")
-    item.wait()  # its copies were issued on the prefetch thread's stream
+    item.wait()  # its copies were issued on the prefetch thread's stream  # sync-point: step-landing
     global_bs = min(batch_size, n_train - step * batch_size)
     during = f"epoch {epoch}, step {step}"
     t1 = time.perf_counter()
@@ -435,8 +435,11 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
     with peer_errors(during):  # DDP's bucketed all-reduce runs inside backward
         (loss * (world.size / global_bs)).backward()
     stats = torch.stack([loss.detach().float(), (out.detach().argmax(1) == item.y).sum().float()])
-    if world.device.type == "cuda":
-        torch.cuda.synchronize(world.device)
+    mem = pre.memory
+    if mem is not None and mem.accelerated:
+        # the step's own work, for compute_s; torch.cuda.synchronize would wait for the prefetch
+        # thread's copy stream too, folding the next batch's copies into every step
+        mem.host_wait(mem.mark())  # sync-point: step-end
     t2 = time.perf_counter()
     world.all_reduce(stats, during=during)  # the global batch's summed loss and hits, on every rank
     t3 = time.perf_counter()
@@ -500,10 +503,11 @@ def _evaluate(model: torch.nn.Module, idx: np.ndarray, sampler: NeighborSampler,
             item, _ = pre.get()
             if item is None:
                 break
-            item.wait()
+            item.wait()  # sync-point: eval-landing
             if item.batch.batch_size:
                 out = model(item.x, item.batch.edge_index_per_layer, item.batch.batch_size, deg=item.deg)
-                hits[0] += float((out.argmax(1) == item.y).sum())
+                # summed where the model ran: float() here would make the host wait for every batch
+                hits[0] += (out.argmax(1) == item.y).sum().to(hits.device, hits.dtype)
                 hits[1] += item.batch.batch_size
     finally:
         pre.close()

@@ -138,15 +138,16 @@ def _int64(a, what: str) -> np.ndarray:
     return arr.astype(np.int64, copy=False).reshape(-1)
 
 
-def _byte_rows(out, info: BinFile):
-    """``out`` as rows of bytes ``(n, row_bytes)``: a host numpy view (device None) or a device uint8 tensor."""
+def _byte_rows(out, info: BinFile, on_device: bool = False):
+    """``out`` as rows of bytes ``(n, row_bytes)``: a host numpy view (device None) or a device uint8 tensor
+    (``on_device``: a host tensor that stands for device memory stays a tensor)."""
     rb = info.row_bytes
     if isinstance(out, torch.Tensor):
         if out.dim() != 2 or out.shape[1] * out.element_size() != rb or out.stride(1) != 1:
             raise ValueError(f"out must be a tensor of rows of {rb} bytes ((n, {rb}) uint8 or (n, dim) of the "
                              f"bin's dtype, contiguous rows), got {out.dtype} {tuple(out.shape)}")
         view = out if out.dtype == torch.uint8 else out.view(torch.uint8)
-        if view.device.type == "cpu":
+        if view.device.type == "cpu" and not on_device:
             return view.detach().numpy(), None
         return view, view.device
     if not isinstance(out, np.ndarray) or out.ndim != 2 or out.dtype != np.uint8 or out.shape[1] != rb:
@@ -242,7 +243,12 @@ class ReadBackend(ABC):
         """
         info = handle.info
         rows = _int64(rows, "rows")
-        view, dev = _byte_rows(out, info)
+        # device memory that torch calls the host's (the tests' fake accelerator)
+        labelled = transfer is not None and transfer.accelerated and isinstance(out, torch.Tensor) \
+            and out.device.type == "cpu" and transfer.memory.kind_of(out) == "device"
+        view, dev = _byte_rows(out, info, labelled)
+        if labelled:
+            dev = transfer.device
         if positions is None:
             if view.shape[0] != rows.size:
                 raise ValueError(f"out has {view.shape[0]} rows for {rows.size} requested rows (pass positions= "

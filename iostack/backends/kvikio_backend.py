@@ -310,34 +310,45 @@ class KvikioBackend(ReadBackend):
         return BinHandle(info=info, fid=fid, direct=direct, note=note)
 
     def _read(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray, positions: np.ndarray | None) -> int:
-        return self._read_into(handle, rows, torch.from_numpy(out), positions, None)
+        return self._read_into(handle, rows, torch.from_numpy(out), positions, None, None)
 
     def _read_device(self, handle: BinHandle, rows: np.ndarray, out: torch.Tensor, positions: np.ndarray | None,
                      # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
                      transfer: Any) -> int:
-        with torch.cuda.device(out.device):
-            return self._read_into(handle, rows, out, positions, transfer)
+        from iostack.transfer import CudaMemory
 
-    def _staging(self, nbytes: int, device: torch.device) -> tuple[torch.Tensor, dict]:
+        mem = transfer.memory if transfer is not None else CudaMemory(out.device)
+        with mem.stream_context(mem.current_stream()):  # the device current, the stream as it is
+            return self._read_into(handle, rows, out, positions, transfer, mem)
+
+    def _host_staging(self, nbytes: int) -> torch.Tensor:
+        """This thread's host staging buffer (the reads of a round are waited for before the next one)."""
+        buf = getattr(self._local, "host_buf", None)
+        if buf is None or buf.numel() < nbytes:
+            buf = self._local.host_buf = torch.empty(max(int(nbytes), PAGE), dtype=torch.uint8)
+        return buf
+
+    # Any: a DeviceMemory (iostack.transfer sits above the backends)
+    def _staging(self, nbytes: int, device: torch.device, mem: Any) -> tuple[torch.Tensor, dict]:
         """This thread's staging buffer on ``device`` (grown to ``nbytes``), once its last reader is done."""
         cache = getattr(self._local, "staging", None)
         if cache is None:
             cache = self._local.staging = {}
-        entry = cache.setdefault(str(device), {"buf": None, "done": None})
+        entry = cache.setdefault(str(device), {"buf": None, "done": None, "index": None})
         if entry["done"] is not None:
-            entry["done"].synchronize()  # the gather that read it last has finished: KvikIO may overwrite it
+            # the gather that read it last (and the index upload before it) has finished: KvikIO may overwrite it
+            mem.host_wait(entry["done"])  # sync-point: kvikio-staging-reuse
             entry["done"] = None
         if entry["buf"] is None or entry["buf"].numel() < nbytes:
             entry["buf"] = None
-            entry["buf"] = torch.empty(max(int(nbytes), PAGE), dtype=torch.uint8, device=device)
-            if device.type == "cuda":
-                # KvikIO writes outside any stream: work still queued on this memory's previous life must end
-                torch.cuda.current_stream(device).synchronize()
+            entry["buf"] = mem.empty((max(int(nbytes), PAGE),), torch.uint8)
+            # KvikIO writes outside any stream: work still queued on this memory's previous life must end
+            mem.host_wait(mem.mark())  # sync-point: kvikio-new-staging
         return entry["buf"], entry
 
     def _read_into(self, handle: BinHandle, rows: np.ndarray, out: torch.Tensor, positions: np.ndarray | None,
                    # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
-                   transfer: Any) -> int:
+                   transfer: Any, mem: Any) -> int:
         info = handle.info
         f = self._files.get(handle.fid)
         if f is None:
@@ -348,15 +359,21 @@ class KvikioBackend(ReadBackend):
         ex = sorted_extents(key)
         uniq, order, sinv = ex.uniq, ex.order, ex.sinv
         per_round = max(1, self.staging_bytes // ext)
-        dev = out.device
+        dev = out.device if mem is None else mem.device
+        host = mem is None
         requests = 0
         for a in range(0, uniq.size, per_round):
             u = uniq[a:a + per_round]
-            buf, entry = self._staging(u.size * ext, dev)
+            entry: dict[str, Any] = {}  # Any: a staging buffer, a Mark and a pinned index buffer
+            if host:
+                buf = self._host_staging(u.size * ext)
+            else:
+                buf, entry = self._staging(u.size * ext, dev, mem)
             starts, lens = coalesced_runs(np.flatnonzero(np.diff(u) != 1) + 1, u.size,
                                           max(1, self.max_read_bytes // ext))
-            host = dev.type == "cpu"
-            stream = None if host or not self._direct.get(handle.fid, False) else self._read_stream(dev)
+            # (a device that torch calls the CPU is the tests' fake accelerator: no raw CUDA stream there)
+            direct = not host and dev.type == "cuda" and self._direct.get(handle.fid, False)
+            stream = self._read_stream(dev) if direct else None
             futures = []
             for s, n in zip(starts.tolist(), lens.tolist(), strict=True):
                 view = buf[s * ext:(s + n) * ext]
@@ -373,26 +390,33 @@ class KvikioBackend(ReadBackend):
             src = buf[:u.size * ext].view(u.size, ext)
             dst = pos if positions is None else positions[pos]
             # one upload of every index this round needs: staging slot, row within the page, destination
-            index = self._to(np.stack([slot, rows[pos] % info.rows_per_page if packed else slot, dst]), dev, transfer)
+            table = np.stack([slot, rows[pos] % info.rows_per_page if packed else slot, dst])
+            index = torch.from_numpy(table) if host else self._upload(table, entry, mem, transfer)
             if packed:
                 k = info.rows_per_page
                 vals = src[:, :k * info.row_bytes].reshape(u.size, k, info.row_bytes)[index[0], index[1]]
             else:
                 vals = src.index_select(0, index[0])[:, :info.row_bytes]
             out.index_copy_(0, index[2], vals)
-            if dev.type == "cuda":
-                entry["done"] = torch.cuda.current_stream(dev).record_event()
+            if not host:
+                entry["done"] = mem.mark()
         return requests
 
     @staticmethod
-    # Any: KvikIO has no stubs (CuFile handles, options, transfer hooks)
-    def _to(index: np.ndarray, dev: torch.device, transfer: Any) -> torch.Tensor:
-        t = torch.from_numpy(np.ascontiguousarray(index, dtype=np.int64))
-        if dev.type == "cpu":
-            return t
+    # Any: a DeviceMemory and a Transfer (iostack.transfer sits above the backends)
+    def _upload(index: np.ndarray, entry: dict, mem: Any, transfer: Any) -> torch.Tensor:
+        """``index`` on the device, copied from this thread's pinned index buffer (asynchronously: from pageable
+        memory the copy would be staged and the host would wait). The buffer is refilled only after
+        ``entry["done"]``, which follows this copy on the stream."""
+        nbytes = index.size * 8
+        if entry["index"] is None or entry["index"].numel() < nbytes:
+            entry["index"] = None
+            entry["index"] = mem.empty_pinned(max(nbytes, PAGE))
+        pinned = entry["index"][:nbytes].view(torch.int64).view(index.shape)
+        pinned.copy_(torch.from_numpy(np.ascontiguousarray(index, dtype=np.int64)))
         if transfer is not None:
-            transfer.count(t, "device")
-        return t.to(dev)
+            transfer.count(pinned, "device")
+        return mem.copy(mem.empty(tuple(index.shape), torch.int64), pinned)
 
     def close_handle(self, handle: BinHandle) -> None:
         with self._lock:
