@@ -1,25 +1,20 @@
-"""Uniform neighbour sampling over a CSR graph, vectorised in torch (CPU or CUDA alike).
+"""Uniform neighbour sampling over a CSR graph: compiled loops on CPU, tensor operations on CUDA.
 
-The graph is CSR: ``indices[indptr[v]:indptr[v + 1]]`` are the vertices ``v``
-aggregates from (the dataset format of :mod:`training.data`). For a mini-batch of
-seed vertices, :class:`NeighborSampler` draws, per layer, ``fanout`` distinct
-neighbours of every vertex reached in the previous hop, uniformly without
-replacement (all of them when the degree is at most the fan-out, or when the
-fan-out is ``-1``), and returns a :class:`SampledBatch` laid out exactly like the
-output of PyTorch Geometric's ``NeighborLoader``:
+The graph is CSR: ``indices[indptr[v]:indptr[v + 1]]`` are the vertices ``v`` aggregates
+from (the dataset format of :mod:`training.data`). For a mini-batch of seed vertices,
+:class:`NeighborSampler` draws, per layer, ``fanout`` distinct neighbours of every vertex
+reached in the previous hop, uniformly without replacement (all of them when the degree is
+at most the fan-out, or the fan-out is ``-1``), and returns a :class:`SampledBatch` laid out
+like the output of PyTorch Geometric's ``NeighborLoader``:
 
 - ``n_id``: the global ids of the batch's vertices, seeds first, then the vertices
   first reached at hop 1, hop 2, ... (each vertex once);
-- ``edge_index``: ``2 × E`` in local ids (positions in ``n_id``), row 0 the
-  neighbour (message source), row 1 the vertex that aggregates (target), edges
-  ordered by hop, so PyG's ``SAGEConv``/``GATConv``/``GCNConv`` take it directly
-  and ``torch_geometric.utils.trim_to_layer`` can trim it per layer with
-  ``num_sampled_nodes`` / ``num_sampled_edges``.
+- ``edge_index``: ``2 × E`` in local ids (positions in ``n_id``), row 0 the neighbour
+  (message source), row 1 the vertex that aggregates (target), edges ordered by hop, so
+  PyG's convolutions take it and ``trim_to_layer`` trims it with the per-hop counts.
 
-No Python loop runs over seeds or edges: each layer is a fixed sequence of tensor
-operations, so the same code runs on CUDA tensors (the device follows the CSR
-tensors). See :func:`sample_neighbors` for how a uniform ``k``-subset of every
-neighbourhood is drawn at once.
+On CPU a hop is a few compiled loops over the threads (:mod:`training.compiled_sampler`);
+the torch path (CUDA, lists on disk, no numba) is tensor operations (:func:`sample_neighbors`).
 
 >>> import torch
 >>> indptr = torch.tensor([0, 2, 4, 6, 6])           # 4 vertices, vertex 3 isolated
@@ -44,16 +39,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from training import compiled_sampler as cs
 from training.errors import TrainingError
 
-__all__ = [
-    "NeighborSampler",
-    "NeighbourSource",
-    "SampledBatch",
-    "SamplerError",
-    "count_accesses",
-    "sample_neighbors",
-]
+__all__ = ["NeighborSampler", "NeighbourSource", "SampledBatch", "SamplerError", "count_accesses", "sample_neighbors"]
 
 #: from this many rows on, Floyd's membership test runs column by column (measured: it
 #: wins for 30 000 rows, loses to one matrix comparison for a few hundred)
@@ -125,13 +114,8 @@ class SampledBatch:
 
     def to(self, device: torch.device | str) -> SampledBatch:
         """The same batch with its tensors on ``device``."""
-        return SampledBatch(
-            self.n_id.to(device),
-            self.batch_size,
-            self.edge_index.to(device),
-            self.num_sampled_nodes,
-            self.num_sampled_edges,
-        )
+        return SampledBatch(self.n_id.to(device), self.batch_size, self.edge_index.to(device),
+                            self.num_sampled_nodes, self.num_sampled_edges)
 
 
 @runtime_checkable
@@ -187,14 +171,9 @@ def sample_neighbors(
     ``min(d, fanout)`` edges (``d`` when ``fanout == -1``, exactly ``fanout`` draws when
     ``replace``).
 
-    Without replacement, a row with ``d <= fanout`` takes its whole neighbourhood; the
-    rows with ``d > fanout`` draw a uniform ``fanout``-subset of their positions all at
-    once with Robert Floyd's algorithm (:func:`_subset_floyd`): ``fanout`` steps, each one
-    batch of tensor operations over every such row, so the only Python loop runs over the
-    fan-out, never over rows. It is exact (each subset has probability ``1 / C(d, k)``),
-    needs no rejection rounds and exactly ``fanout`` random numbers per row. (Sorting one
-    random key per neighbour and rejecting repeated draws were tried first; both were
-    slower, because of the per-row sort.)
+    Without replacement, a row with ``d <= fanout`` takes its whole neighbourhood, the
+    others a uniform ``fanout``-subset by Robert Floyd's algorithm (:func:`_subset_floyd`),
+    all rows at once: exact, ``fanout`` random numbers per row, no rejection rounds.
 
     Draws use float64 uniforms scaled by ``d`` (bias below ``d / 2**53``).
 
@@ -307,16 +286,17 @@ class NeighborSampler:
             same seed, graph and seed vertices give the same batches.
         relabel: how global ids become local ids: ``"map"`` (default) scatters into a
             vertex-sized ``int64`` map kept between batches (stamped per batch, never
-            reset) — ``O(E)`` per batch, ``8 × num_nodes`` bytes once; ``"unique"`` uses
-            ``torch.unique`` and ``searchsorted`` — ``O(E log E)``, no per-graph memory.
+            reset) — ``O(E)`` per batch, ``8 × num_nodes`` bytes once; ``"unique"`` holds
+            only the batch's vertices (a hash table on the compiled path, ``torch.unique``
+            and ``searchsorted`` on the torch path) — no per-graph memory. Both give the
+            same batches (new vertices in order of first appearance).
 
-        num_threads: torch intra-op threads while a CPU batch is sampled (restored after);
-            ``None`` leaves torch's setting alone. A batch is a chain of ~100 short tensor
-            operations, each an OpenMP fork/join: on a busy machine (or in data-loader
-            workers that share cores) ``1`` is much faster — on a loaded 2-core box, 2
-            threads ran 3-4x slower than 1.
+        num_threads: threads a CPU batch runs on (torch's intra-op setting and the
+            compiled kernels'; restored after); ``None``: torch's current setting.
         shapes: ``"fixed"`` (:mod:`training.gpusample`: no host synchronisation per hop),
             ``"data"`` (the CPU's), ``"auto"`` (default): fixed on CUDA where it applies.
+        compiled: data-sized CPU batches from :mod:`training.compiled_sampler` where numba
+            is there (the same batches); ``False``, CUDA, a :class:`NeighbourSource`: torch's.
 
     The device is the CSR's: put ``indptr``/``indices`` on CUDA to sample there.
     On a GPU a batch synchronises with the host only where a size decides the
@@ -344,6 +324,7 @@ class NeighborSampler:
         relabel: str = "map",
         num_threads: int | None = None,
         shapes: str = "auto",
+        compiled: bool = True,
     ) -> None:
         indptr = _as_tensor(indptr, "indptr")
         if not isinstance(indices, NeighbourSource):
@@ -381,6 +362,7 @@ class NeighborSampler:
         self.replace = bool(replace)
         self.relabel = relabel
         self.num_threads = num_threads
+        self.compiled = bool(compiled)
         self.num_nodes = indptr.numel() - 1
         self.device = indptr.device
         self.generator = torch.Generator(device=self.device)
@@ -417,6 +399,9 @@ class NeighborSampler:
         seeds = seeds.to(device=self.device, dtype=torch.int64)
         run = self._sample_fixed if self.shapes == "fixed" else self._sample_map if self.relabel == "map" \
             else self._sample_unique
+        if self.shapes == "data" and self.compiled and self.device.type == "cpu" and isinstance(self.indices, Tensor) \
+                and cs.available():
+            run = self._sample_compiled
         if self.num_threads is None or self.device.type != "cpu":
             return run(seeds, check)
         before = torch.get_num_threads()
@@ -438,16 +423,10 @@ class NeighborSampler:
     __call__ = sample
 
     def _hops(self, frontier: Tensor, hop: int) -> tuple[Tensor, Tensor]:
-        return sample_neighbors(
-            self.indptr,
-            self.indices,
-            frontier,
-            self.fanouts[hop],
-            replace=self.replace,
-            generator=self.generator,
-        )
+        return sample_neighbors(self.indptr, self.indices, frontier, self.fanouts[hop], replace=self.replace,
+                                generator=self.generator)
 
-    def _sample_map(self, seeds: Tensor, check: bool = True) -> SampledBatch:
+    def _stamp_seeds(self, seeds: Tensor, check: bool) -> tuple[Tensor, int]:
         # The map holds ``stamp << 32 | local id``; a new stamp per batch makes every older
         # entry read as "not in this batch" (it is smaller than ``base``), so nothing is
         # ever reset: the map costs O(batch) per batch, like the batch itself.
@@ -456,12 +435,24 @@ class NeighborSampler:
             self._stamp = 0
         self._stamp += 1
         base = self._stamp << 32
-        node_map = self._map
-        num_seeds = seeds.numel()
-        ids = torch.arange(num_seeds, device=self.device)
-        node_map.scatter_(0, seeds, ids + base)
-        if check and num_seeds and not bool((node_map.index_select(0, seeds) - base == ids).all()):
+        ids = torch.arange(seeds.numel(), device=self.device)
+        self._map.scatter_(0, seeds, ids + base)
+        if check and seeds.numel() and not bool((self._map.index_select(0, seeds) - base == ids).all()):
             raise SamplerError("seeds: contain repeated vertex ids; pass each seed once")
+        return self._map, base
+
+    def _sample_compiled(self, seeds: Tensor, check: bool = True) -> SampledBatch:
+        g = cs.Csr(self.indptr.numpy(), self.indices.numpy(), self.fanouts, self.replace, self.generator)
+        node_map, base = self._stamp_seeds(seeds, check) if self.relabel == "map" else (None, 0)
+        if node_map is None:
+            _check_distinct(seeds.sort()[0], check)
+        n_id, edge_index, nodes, edges = cs.sample(g, seeds.numpy(), cs.threads_for(self.num_threads),
+                                                   None if node_map is None else node_map.numpy(), base)
+        return SampledBatch(torch.from_numpy(n_id), seeds.numel(), torch.from_numpy(edge_index), nodes, edges)
+
+    def _sample_map(self, seeds: Tensor, check: bool = True) -> SampledBatch:
+        node_map, base = self._stamp_seeds(seeds, check)
+        num_seeds = seeds.numel()
         parts, sources, targets = [seeds], [], []
         num_nodes, frontier_start = num_seeds, 0
         for hop in range(len(self.fanouts)):
@@ -501,8 +492,7 @@ class NeighborSampler:
     def _sample_unique(self, seeds: Tensor, check: bool = True) -> SampledBatch:
         num_seeds = seeds.numel()
         known, order = seeds.sort()
-        if check and num_seeds > 1 and bool((known[1:] == known[:-1]).any()):
-            raise SamplerError("seeds: contain repeated vertex ids; pass each seed once")
+        _check_distinct(known, check)
         parts, sources, targets = [seeds], [], []
         num_nodes, frontier_start = num_seeds, 0
         for hop in range(len(self.fanouts)):
@@ -511,10 +501,15 @@ class NeighborSampler:
             uniq, inverse = torch.unique(nbr, return_inverse=True)
             at = torch.searchsorted(known, uniq).clamp(max=max(known.numel() - 1, 0))
             found = known[at] == uniq if known.numel() else torch.zeros_like(uniq, dtype=torch.bool)
-            new = uniq[~found]  # ascending global id within the hop
+            # new vertices in order of first appearance, as relabel="map" (the same batches)
+            at_e = torch.arange(nbr.numel(), device=self.device)
+            first_at = torch.full_like(uniq, nbr.numel()).scatter_reduce_(0, inverse, at_e, reduce="amin")
+            fresh = (~found).nonzero().squeeze(1)
+            fresh = fresh.index_select(0, first_at.index_select(0, fresh).argsort())
+            new = uniq.index_select(0, fresh)
             local_uniq = torch.empty_like(uniq)
             local_uniq[found] = order[at[found]]
-            local_uniq[~found] = torch.arange(num_nodes, num_nodes + new.numel(), device=self.device)
+            local_uniq[fresh] = torch.arange(num_nodes, num_nodes + new.numel(), device=self.device)
             parts.append(new)
             sources.append(local_uniq[inverse])
             targets.append(row + frontier_start)
@@ -522,8 +517,13 @@ class NeighborSampler:
             num_nodes += new.numel()
             # keep the sorted (global id, local id) pairs for the next hop's lookups
             known, perm = torch.cat([known, new]).sort()
-            order = torch.cat([order, local_uniq[~found]])[perm]
+            order = torch.cat([order, local_uniq[fresh]])[perm]
         return _batch(torch.cat(parts), num_seeds, sources, targets, parts)
+
+
+def _check_distinct(ordered: Tensor, check: bool) -> None:
+    if check and ordered.numel() > 1 and bool((ordered[1:] == ordered[:-1]).any()):
+        raise SamplerError("seeds: contain repeated vertex ids; pass each seed once")
 
 
 def _batch(

@@ -1,0 +1,230 @@
+"""The CPU sampler's compiled path: each hop a few compiled loops split over the threads given.
+
+:class:`training.sampler.NeighborSampler` samples a CPU batch here when numba is there
+(:func:`available`). The torch path is a chain of ~100 short tensor operations, each an
+OpenMP fork and join, and its relabelling (the ``amin`` scatter, ``torch.unique``) runs
+on one core: a second thread gained it 1.1-1.5x where DGL's C++ sampler gains 3x. Here a
+hop is five steps (:mod:`training._sample_kernels`), each split into one part per thread:
+
+1. per frontier row, its degree and edge count;
+2. per row, its neighbours: all of them, or Floyd's ``fanout``-subset drawn from the
+   *same* uniforms the torch path draws (one ``torch.rand`` per hop on the sampler's
+   generator, same shape), scaled and truncated the same way;
+3. the relabelling: each vertex owned by one thread, which visits its edges in order and
+   finds its first appearance; then 4. the first appearances numbered in edge order and
+   5. the repeats given their first appearance's id.
+
+So a batch is bit-identical to the torch path's for the same seed, at any thread count
+(tests/test_sampler_compiled.py checks it). The parts run on a pool of Python threads (the
+kernels release the GIL), not numba's OpenMP ``prange``: OpenMP's threads spin ~300,000
+rounds at every barrier before sleeping, and on a loaded machine the spinning thread takes
+the core its partner needs (at load 15 on 2 cores, 2 threads took 189 ms of CPU for a batch
+that costs 27 ms on one). A pool thread sleeps in a lock while it waits.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import ModuleType
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Csr", "Hops", "available", "hop", "sample", "sample_map", "sample_unique", "threads_for"]
+
+
+@functools.cache
+def _kernels() -> ModuleType | None:
+    try:
+        from training import _sample_kernels
+    except ImportError as e:  # no numba wheel for this platform: the torch path, same batches
+        log.info("numba is not importable (%s); the sampler uses its torch path", e)
+        return None
+    return _sample_kernels
+
+
+def available() -> bool:
+    """Whether the compiled kernels can run here (numba importable)."""
+    return _kernels() is not None
+
+
+def threads_for(num_threads: int | None) -> int:
+    """Threads a batch runs on: ``num_threads``, or torch's intra-op setting when None."""
+    return max(1, int(torch.get_num_threads() if num_threads is None else num_threads))
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _forget_pool() -> None:
+    # a forked child has none of the parent's threads: its first batch starts a new pool
+    _POOL.clear()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """The process's helper threads (grown to the most parts asked for, minus the caller)."""
+    with _POOL_LOCK:
+        if not _POOL or _POOL[0]._max_workers < workers:
+            _POOL[:] = [ThreadPoolExecutor(workers, thread_name_prefix="moment-sampler")]
+        return _POOL[0]
+
+
+def _run(parts: int, kernel: Callable[..., None], *args: object) -> None:
+    """``kernel(c, parts, *args)`` for every part ``c``, at once; returns when all are done."""
+    if parts == 1:
+        kernel(0, 1, *args)
+        return
+    futures = [_pool(parts - 1).submit(kernel, c, parts, *args) for c in range(1, parts)]
+    kernel(0, parts, *args)
+    for f in futures:
+        f.result()
+
+
+@dataclass(frozen=True)
+class Csr:
+    """What a hop reads: the CSR as numpy arrays (``indices`` int32 or int64), the fan-outs,
+    with or without replacement, and the generator the uniforms come from."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    fanouts: tuple[int, ...]
+    replace: bool
+    generator: torch.Generator
+
+
+#: per hop, ``(new vertices, local ids of the sampled neighbours, targets)``, int64 arrays
+Hops = list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def hop(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int) -> tuple[np.ndarray, np.ndarray]:
+    """One hop from frontier ``nodes`` (int64): ``(nbr, target)``, int64 ``[E]`` each, the
+    sampled neighbours' global ids and ``row_base +`` the row each edge belongs to, in the
+    torch path's order; the uniforms come from ``g.generator`` in the torch path's shapes."""
+    k = _kernels()
+    assert k is not None
+    rows = nodes.size
+    start, deg, count = (np.empty(rows, np.int64) for _ in range(3))
+    drawn = np.empty(rows, np.uint8)
+    sums = np.zeros((parts + 1, 2), np.int64)
+    _run(parts, k.hop_plan, g.indptr, nodes, fanout, g.replace, start, deg, count, drawn, sums)
+    np.cumsum(sums, axis=0, out=sums)
+    edges, drawing = int(sums[-1, 0]), int(sums[-1, 1])
+    u = np.empty((0, 0), np.float64)
+    if drawing:
+        shape = (drawing, fanout) if g.replace else (fanout, drawing)
+        u = torch.rand(shape, generator=g.generator, dtype=torch.float64).numpy()
+    nbr = np.empty(edges, np.int64)
+    target = np.empty(edges, np.int64)
+    _run(parts, k.hop_fill, g.indices, start, deg, count, drawn, sums, fanout, g.replace, u, row_base, nbr, target)
+    return nbr, target
+
+
+def _number(k: ModuleType, parts: int, nbr: np.ndarray, local: np.ndarray, counts: np.ndarray,
+            num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    begin = np.zeros(parts + 1, np.int64)
+    np.cumsum(counts.sum(axis=0), out=begin[1:])
+    new = np.empty(int(begin[-1]), np.int64)
+    at = np.empty(int(begin[-1]), np.int64)
+    _run(parts, k.number, nbr, local, begin, num_nodes, new, at)
+    return new, at
+
+
+def sample_map(g: Csr, seeds: np.ndarray, node_map: np.ndarray, base: int, parts: int) -> Hops:
+    """Every hop of a batch whose seeds are entered in the stamped ``node_map`` already:
+    new vertices numbered in order of first appearance (the torch path's ``"map"`` order)."""
+    k = _kernels()
+    assert k is not None
+    out: Hops = []
+    frontier, num_nodes, frontier_start = seeds, seeds.size, 0
+    for fanout in g.fanouts:
+        nbr, target = hop(g, frontier, fanout, parts, frontier_start)
+        local = np.empty(nbr.size, np.int64)
+        counts = np.zeros((parts, parts), np.int64)
+        _run(parts, k.scan_map, nbr, node_map, base, local, counts)
+        new, _ = _number(k, parts, nbr, local, counts, num_nodes)
+        _run(parts, k.finish_map, nbr, local, new, node_map, base, num_nodes)
+        out.append((new, local, target))
+        frontier, frontier_start, num_nodes = new, num_nodes, num_nodes + new.size
+    return out
+
+
+class _Table:
+    """One thread's hash table for ``relabel="unique"`` (``int64 [parts, slots, 2]``), kept
+    between batches so that it is neither allocated nor cleared per batch: entries carry the
+    batch's epoch. It grows with the largest batch (O(batch) bytes, never O(graph))."""
+
+    def __init__(self) -> None:
+        self.table = np.zeros((1, 1, 2), np.int64)
+        self.epoch = 0
+
+    def fit(self, parts: int, entries: int) -> bool:
+        """Make room for ``entries`` vertices at load <= 2/3; True if the table was replaced
+        (empty: the caller enters the batch's vertices again)."""
+        slots = 1 << max(4, int(3 * entries // (2 * parts) - 1).bit_length())
+        if self.table.shape[0] == parts and self.table.shape[1] >= slots and self.epoch < _MAX_EPOCH:
+            return False
+        self.table = np.zeros((parts, max(slots, self.table.shape[1] if self.table.shape[0] == parts else 0), 2),
+                              np.int64)
+        self.epoch = 0
+        return True
+
+
+_MAX_EPOCH = (1 << 23) - 1  # tags are epoch << 40: vertex ids below 2**40
+_LOCAL = threading.local()
+
+
+def sample_unique(g: Csr, seeds: np.ndarray, parts: int) -> Hops:
+    """Every hop of a batch with a hash table of the batch's vertices (memory O(batch), kept
+    per thread) instead of a vertex map; the same batches as :func:`sample_map`."""
+    k = _kernels()
+    assert k is not None
+    t = getattr(_LOCAL, "table", None)
+    if t is None:
+        t = _LOCAL.table = _Table()
+    out: Hops = []
+    ids = [seeds]
+    insert, num_nodes, frontier, frontier_start = seeds, 0, seeds, 0
+    t.fit(parts, seeds.size)
+    t.epoch += 1
+    for fanout in g.fanouts:
+        nbr, target = hop(g, frontier, fanout, parts, frontier_start)
+        if t.fit(parts, num_nodes + insert.size + nbr.size):
+            t.epoch += 1
+            insert = np.concatenate(ids)
+            num_nodes = 0
+        local = np.empty(nbr.size, np.int64)
+        where = np.empty(nbr.size, np.int64)
+        counts = np.zeros((parts, parts), np.int64)
+        total = num_nodes + insert.size
+        _run(parts, k.scan_table, t.table, t.epoch << 40, insert, num_nodes, nbr, local, where, counts)
+        new, at = _number(k, parts, nbr, local, counts, total)
+        _run(parts, k.finish_table, nbr, local, at, where, t.table, total)
+        out.append((new, local, target))
+        ids.append(new)
+        frontier, frontier_start, num_nodes, insert = new, total, total + new.size, new[:0]
+    return out
+
+
+def sample(g: Csr, seeds: np.ndarray, parts: int, node_map: np.ndarray | None, base: int,
+           ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], tuple[int, ...]]:
+    """A whole batch: ``(n_id, edge_index, vertices per hop, edges per hop)`` (``SampledBatch``'s
+    fields), through the stamped ``node_map`` (seeds entered) or, when None, a hash table."""
+    hops = sample_unique(g, seeds, parts) if node_map is None else sample_map(g, seeds, node_map, base, parts)
+    # numpy's copies, not torch.cat: a parallel torch op leaves torch's OpenMP threads spinning
+    edge_index = np.empty((2, sum(h[1].size for h in hops)), np.int64)
+    np.concatenate([h[1] for h in hops], out=edge_index[0])
+    np.concatenate([h[2] for h in hops], out=edge_index[1])
+    n_id = np.concatenate([seeds, *(h[0] for h in hops)])
+    return n_id, edge_index, (seeds.size, *(h[0].size for h in hops)), tuple(h[1].size for h in hops)
