@@ -166,7 +166,9 @@ def ddak(
     move together; ``order`` an optional precomputed hot-first order of the
     item ids (a permutation of ``0..n-1``), e.g. reused across calls.
     ``progress`` hears ``("ddak", done, 3)`` after the sort, the pool loop
-    and the outputs (a call per pool would slow the loop). Reads per
+    and the outputs (a call per pool would slow the loop), and before that,
+    on a machine's first large placement, the kernels' compilation
+    (:func:`planner.compiled.prepare`). Reads per
     consumer group: :func:`planner.affinity.ddak_affinity` (see "Consumer
     groups" in the module docstring).
 
@@ -187,6 +189,8 @@ def ddak(
     if pool < 1:
         raise PlannerError(f"pool: {pool} items; must be ≥ 1")
     n = h.shape[0]
+    if _use_compiled(n):  # the first placement on a machine compiles the kernels: say so
+        compiled.prepare(progress)
     report(progress, "ddak", 0, 3)
     if order is not None and order.shape != (n,):
         raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
