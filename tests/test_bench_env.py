@@ -12,6 +12,7 @@ import json
 import sys
 import threading
 
+import numpy as np
 import pytest
 
 from tests.conftest import REPO
@@ -67,14 +68,14 @@ def test_the_kernel_cache_state_reads_numba_cache_dir(tmp_path, monkeypatch):
     assert _results._kernel_cache_state()["state"] == "warm"
 
 
-@pytest.mark.parametrize(("cpu", "wait", "cores", "says"), [
-    (19.0, 0.5, 2, None),  # 1.9 cores busy
-    (10.0, 0.5, 2, "serially"),  # one core, nothing else running: serial work
-    (10.0, 9.0, 2, "busy"),  # one core, threads waiting for a core: the machine
-    (10.0, 0.0, 1, None),  # one core is all there is
+@pytest.mark.parametrize(("cpu", "busiest", "cores", "says"), [
+    (19.0, 9.5, 2, None),  # 1.9 cores busy
+    (10.0, 9.9, 2, "one thread"),  # one thread did the work
+    (10.0, 5.0, 2, "busy"),  # two threads shared it, yet one core's worth: the machine was busy
+    (10.0, 10.0, 1, None),  # one core is all there is
 ])
-def test_the_parallel_warning_names_its_cause(cpu, wait, cores, says):
-    w = _results.CpuUse(wall_s=10.0, cpu_s=cpu, wait_s=wait, cores=cores).warning("the sort")
+def test_the_parallel_warning_names_its_cause(cpu, busiest, cores, says):
+    w = _results.CpuUse(wall_s=10.0, cpu_s=cpu, wait_s=5.0, busiest_thread_s=busiest, cores=cores).warning("the sort")
     if says is None:
         assert w is None
     else:
@@ -96,3 +97,23 @@ def test_the_meter_counts_the_cpu_of_every_thread():
     use = m.use
     assert use.wall_s > 0 and use.cpu_s > 0 and use.wait_s >= 0 and use.cores >= 1
     assert use.cpu_s <= use.wall_s * use.cores * 1.05 + 0.05  # no more CPU than the cores could give
+    # Python threads take turns on the GIL: the main thread sat in join, the threads ended (schedstat
+    # forgets them), so no live thread accounts for the work
+    assert 0 <= use.busiest_thread_s < use.cpu_s
+
+
+def test_the_spread_tells_parallel_work_from_serial():
+    pytest.importorskip("numba")
+    from planner import compiled
+
+    h = np.random.default_rng(0).random(3_000_000).astype(np.float32)
+    compiled.hot_sort(h[:1000])  # compiled or loaded, and the threads started, outside the meter
+    with _results.CpuMeter() as par:
+        for _ in range(3):
+            compiled.hot_sort(h)
+    with _results.CpuMeter() as ser:
+        np.sort(h)
+    if par.use.cores < 2:
+        pytest.skip("one core: nothing to spread over")
+    assert par.use.spread > 1.5  # both threads sorted their share
+    assert ser.use.spread < 1.2  # numpy's sort is one thread

@@ -125,13 +125,15 @@ def environment() -> dict:
 
 @dataclass(frozen=True)
 class CpuUse:
-    """CPU time against wall time over a piece of work: ``cpu_s`` user + system of the process,
+    """CPU time against wall time over a piece of work: ``cpu_s`` user + system of the process;
     ``wait_s`` the time its threads were ready to run but waited for a core (other processes
-    had it), summed over the threads alive at the end; ``cores`` the cores it could use."""
+    had it) and ``busiest_thread_s`` the CPU time of its busiest thread, both over the threads
+    alive at the end; ``cores`` the cores it could use."""
 
     wall_s: float
     cpu_s: float
     wait_s: float
+    busiest_thread_s: float
     cores: int
 
     @property
@@ -139,31 +141,42 @@ class CpuUse:
         """CPU/wall: how many cores the work kept busy on average."""
         return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
+    @property
+    def spread(self) -> float:
+        """CPU time over the busiest thread's: how many cores the work could keep busy on a quiet
+        machine (2.0: two threads shared it evenly; 1.0: one thread did it all), which the load hardly
+        changes."""
+        return self.cpu_s / self.busiest_thread_s if self.busiest_thread_s > 0 else 1.0
+
     def line(self) -> str:
         return (f"CPU {self.cpu_s:.1f} s / wall {self.wall_s:.1f} s = {self.cores_used:.2f} of {self.cores} "
-                f"cores; waited for a core {self.wait_s:.1f} s (load {', '.join(map(str, _loadavg()))})")
+                f"cores; spread over threads {self.spread:.2f}; waited for a core {self.wait_s:.1f} s "
+                f"(load {', '.join(map(str, _loadavg()))})")
 
     def warning(self, what: str) -> str | None:
         """A line starting "WARNING" when parallel work ``what`` kept fewer than :data:`PARALLEL_MIN`
         cores busy with 2 or more to use, naming the likely cause; None otherwise."""
         if self.cores < 2 or self.cores_used >= PARALLEL_MIN:
             return None
-        busy = self.wait_s >= 0.25 * self.wall_s
-        why = (f"its threads waited {self.wait_s:.1f} s for a core: the machine was busy, re-measure on a quiet one"
-               if busy else "its threads hardly waited for a core: the work itself ran serially")
+        if self.spread < PARALLEL_MIN:
+            why = f"its busiest thread did {1 / self.spread:.0%} of the CPU work: much of it ran on one thread"
+        else:
+            why = (f"the work was spread over threads ({self.spread:.2f}) but they waited {self.wait_s:.1f} s "
+                   "for a core: the machine was busy, re-measure on a quiet one")
         return f"WARNING: {what} kept {self.cores_used:.2f} of {self.cores} cores busy (< {PARALLEL_MIN}); {why}"
 
 
-def _schedstat_wait_s() -> float:
-    """Seconds this process's live threads have waited on a run queue (0 where the kernel has no schedstat)."""
-    total = 0
+def _schedstat() -> dict[str, tuple[int, int]]:
+    """Per live thread of this process: (ns on a CPU, ns waiting on a run queue); empty without schedstat."""
+    out = {}
     for t in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else []:
         try:
             with open(f"/proc/self/task/{t}/schedstat") as f:
-                total += int(f.read().split()[1])
-        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+                run, wait = f.read().split()[:2]
+            out[t] = (int(run), int(wait))
+        except (OSError, ValueError):  # a thread that ended meanwhile
             continue
-    return total / 1e9
+    return out
 
 
 class CpuMeter:
@@ -173,7 +186,7 @@ class CpuMeter:
     def __enter__(self) -> CpuMeter:
         self._t = time.perf_counter()
         self._cpu = self._cpu_s()
-        self._wait = _schedstat_wait_s()
+        self._sched = _schedstat()
         return self
 
     @staticmethod
@@ -182,9 +195,12 @@ class CpuMeter:
         return u.ru_utime + u.ru_stime
 
     def __exit__(self, *exc: object) -> None:
+        wall, cpu, now = time.perf_counter() - self._t, self._cpu_s() - self._cpu, _schedstat()
+        before = self._sched
+        runs = [r - before.get(t, (0, 0))[0] for t, (r, _) in now.items()]
+        wait = sum(w - before.get(t, (0, 0))[1] for t, (_, w) in now.items())
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        self.use = CpuUse(time.perf_counter() - self._t, self._cpu_s() - self._cpu,
-                          max(0.0, _schedstat_wait_s() - self._wait), cores)
+        self.use = CpuUse(wall, cpu, max(0.0, wait / 1e9), max(runs, default=0) / 1e9, cores)
 
 
 @dataclass(frozen=True)
