@@ -94,6 +94,9 @@ def _kernels():
     return _kernels
 
 
+_prepared = False
+
+
 def cache_state() -> str:
     """``"warm"`` when numba's disk cache holds every kernel of :data:`KERNELS` for this machine,
     ``"cold"`` when some must be compiled first, ``"unknown"`` when numba's cache could not be
@@ -123,7 +126,9 @@ def prepare(progress: Progress | None = None) -> None:
     each step compiles on a few items (10-15 s of CPU in all). Needs
     :func:`available`.
     """
-    if cache_state() == "warm":
+    global _prepared
+    if _prepared or cache_state() == "warm":
+        _prepared = True  # compiled or cached: no need to read numba's index again in this process
         return
     stage = "compiling kernels (first run; cached on disk after)"
     h = np.arange(64, dtype=np.float32)
@@ -141,6 +146,7 @@ def prepare(progress: Progress | None = None) -> None:
         report(progress, stage, i, len(steps))
         step()
     report(progress, stage, len(steps), len(steps))
+    _prepared = True
 
 
 def available() -> bool:

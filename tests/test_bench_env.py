@@ -51,6 +51,7 @@ def test_the_recorder_writes_the_environment(tmp_path):
     assert env["versions"]["numpy"] and env["versions"]["python"]
     assert env["commit"] is None or len(env["commit"].split("+")[0]) == 40
     assert env["numba_cache_at_start"]["state"].split()[0] in {"warm", "partly", "cold", "unknown"}
+    assert env["run"]["wall_s"] > 0 and env["run"]["cpu_s"] > 0
 
 
 def test_the_kernel_cache_state_reads_numba_cache_dir(tmp_path, monkeypatch):

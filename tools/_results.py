@@ -69,9 +69,15 @@ def _kernel_cache_state() -> dict:
             "kernels": len(KERNELS)}
 
 
+def _cpu_with_children_s() -> float:
+    """User + system CPU seconds of this process and of its children that have been waited for."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 # taken when a benchmark imports this module, i.e. as it starts
 _AT_START = {"load": _loadavg(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-             "numba_cache": _kernel_cache_state()}
+             "numba_cache": _kernel_cache_state(), "t": time.perf_counter(), "cpu_s": _cpu_with_children_s()}
 
 
 def _versions() -> dict:
@@ -115,12 +121,18 @@ def _threads() -> dict:
 
 def environment() -> dict:
     """Where and under what conditions the figures were measured: load (1, 5, 15 min) when the
-    benchmark started and now, cores, thread settings, versions, moment's commit, and whether
-    the compiled kernels' cache was warm at the start (``numba_cache``)."""
+    benchmark started and now, cores, thread settings, versions, moment's commit, whether the
+    compiled kernels' cache was warm at the start (``numba_cache_at_start``), and the run's wall
+    and CPU time so far (``run``)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    wall = time.perf_counter() - _AT_START["t"]
+    cpu = _cpu_with_children_s() - _AT_START["cpu_s"]
     return {"load_before": _AT_START["load"], "load_after": _loadavg(), "started": _AT_START["date"],
             "cores": cores, "cpu_count": os.cpu_count(), "threads": _threads(), "versions": _versions(),
-            "commit": _commit(), "numba_cache_at_start": _AT_START["numba_cache"]}
+            "commit": _commit(), "numba_cache_at_start": _AT_START["numba_cache"],
+            # the whole run, children waited for included: its own figures say which parts are parallel
+            "run": {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                    "cores_used": round(cpu / wall, 3) if wall > 0 else None}}
 
 
 @dataclass(frozen=True)
