@@ -92,6 +92,11 @@ def _rss_bytes() -> int:
 def _child(which: str, h: np.ndarray, pool: int, cache_dir: str, out) -> None:
     # numba reads NUMBA_CACHE_DIR when first imported, here (the parent never imports it)
     os.environ["NUMBA_CACHE_DIR"] = cache_dir
+    try:  # short of memory (10⁹ items on a shared machine), the kernel kills this child first
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
     start = _rss_bytes()
     bins = bins_for(h.shape[0])
     with CpuMeter() as m:
@@ -123,8 +128,15 @@ def run(which: str, h: np.ndarray, pool: int, cache_dir: str) -> tuple[float, in
     rx, tx = ctx.Pipe(duplex=False)
     p = ctx.Process(target=_child, args=(which, h, pool, cache_dir, tx))
     p.start()
-    res = rx.recv()
+    try:
+        res = rx.recv()
+    except EOFError:
+        p.join()
+        raise SystemExit(f"{which}: the placer's child ended without a result (exit code {p.exitcode}; -9 is "
+                         f"usually the OOM killer: check `free -g`)") from None
     p.join()
+    print(f"{which}: {res[0]:.2f} s, CPU {res[4]:.1f} s, {res[1] / 1e9:.2f} GB beyond the input, "
+          f"max deviation {res[2]:.3g}; {res[5].line()}", flush=True)
     return res
 
 
