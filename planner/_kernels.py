@@ -12,6 +12,8 @@ from numba import njit, prange
 
 _TOP = 1 << 16
 _SMALL = 32  # buckets up to this many items are insertion-sorted
+_0 = np.int64(0)
+_8 = np.int64(8)
 
 
 @njit(cache=True, inline="always")
@@ -104,13 +106,14 @@ def _sort_bucket(order, low, s, e, tmp_id, tmp_low, count):  # pragma: no cover 
                 i -= 1
             low[i + 1] = v
             order[i + 1] = o
+    # every argument an int64 (not a literal 0 or 8): one compiled _counting_pass, not three
     elif np.int64(hi) - np.int64(lo) < 256:
-        _counting_pass(order, low, tmp_id, tmp_low, s, e, 0, 0, np.int64(lo), count)
+        _counting_pass(order, low, tmp_id, tmp_low, s, e, _0, _0, np.int64(lo), count)
         order[s:e] = tmp_id[: e - s]
         low[s:e] = tmp_low[: e - s]
     else:
-        _counting_pass(order, low, tmp_id, tmp_low, s, e, 0, 0, 0, count)
-        _counting_pass(tmp_id, tmp_low, order, low, 0, e - s, s, 8, 0, count)
+        _counting_pass(order, low, tmp_id, tmp_low, s, e, _0, _0, _0, count)
+        _counting_pass(tmp_id, tmp_low, order, low, _0, e - s, s, _8, _0, count)
 
 
 @njit(parallel=True, cache=True)

@@ -110,6 +110,17 @@ ns an item, three quarters of the time); compiled, 29.6 s
 CPU, load 2.4; 12.9 s of CPU before). Fresh
 memory is a large part of what remains: the first touch of a page costs
 about 1 s of CPU a GB on these VMs, and the outputs alone are 12 GB.
+Everything but the pool loop and its segment bookkeeping splits over the
+threads; those two are O(n / pool), about 3 % of the CPU time, and serial
+because each pool's bin depends on where the pools before it went. At 10⁸
+items the CPU time is spread 1.85 threads' worth (CPU over the busiest
+thread's; hash placement 1.00), so a run whose wall time equals its CPU
+time on a busy machine had its cores taken by others: the benchmark prints
+the spread and the time the threads waited for a core (at load 14: 0.31
+of 2 cores busy, 21 s of waiting in a 14 s run). 10⁹ items at load 15
+(2026-11-29): 267 s, 68.8 s of CPU spread 1.95 threads' worth, 453 s of
+waiting for a core; 12.88 GB, max deviation 4.5e-5 (hash: 285 s, 74.8 s of
+CPU, spread 1.00).
 
 >>> import numpy as np
 >>> bins = [DdakBin("gpu0", "gpu", 2, 6.0), DdakBin("ssd0", "ssd", 10, 4.0)]
@@ -166,7 +177,9 @@ def ddak(
     move together; ``order`` an optional precomputed hot-first order of the
     item ids (a permutation of ``0..n-1``), e.g. reused across calls.
     ``progress`` hears ``("ddak", done, 3)`` after the sort, the pool loop
-    and the outputs (a call per pool would slow the loop). Reads per
+    and the outputs (a call per pool would slow the loop), and before that,
+    on a machine's first large placement, the kernels' compilation
+    (:func:`planner.compiled.prepare`). Reads per
     consumer group: :func:`planner.affinity.ddak_affinity` (see "Consumer
     groups" in the module docstring).
 
@@ -187,6 +200,8 @@ def ddak(
     if pool < 1:
         raise PlannerError(f"pool: {pool} items; must be ≥ 1")
     n = h.shape[0]
+    if _use_compiled(n):  # the first placement on a machine compiles the kernels: say so
+        compiled.prepare(progress)
     report(progress, "ddak", 0, 3)
     if order is not None and order.shape != (n,):
         raise PlannerError(f"order: expected shape ({n},), got {order.shape}")

@@ -176,3 +176,72 @@ def test_bin_of_never_takes_over_a_callers_order(monkeypatch, threshold):
     np.testing.assert_array_equal(mine, kept)
     assert not np.shares_memory(r.bin_of, mine)
     _same(r, ddak(h, bins, pool=10))
+
+
+@pytest.mark.parametrize("n", [(1 << 22) + 12_345, pytest.param(9_000_001, marks=pytest.mark.slow)])
+def test_large_placements_are_the_numpy_paths_to_the_bit(n):
+    # sizes where the compiled path runs by itself (from 4M items), both threads' id ranges and
+    # bucket groups busy; against the numpy sort, the Python greedy and the blocked scatter
+    rng = np.random.default_rng(n)
+    h = (1.0 / (rng.permutation(n) + 1.0) ** 0.9).astype(np.float32)
+    h[rng.integers(0, n, n // 50)] = 0.0
+    h[::7] = h[1]  # many equal keys: ties keep id order
+    bins = [DdakBin("g0", "gpu", n // 20, 0.2), DdakBin("g1", "gpu", n // 20, 0.2),
+            DdakBin("c0", "cpu", n // 10, 0.1), DdakBin("s0", "ssd", n, 0.25), DdakBin("s1", "ssd", n, 0.25)]
+    assert P._use_compiled(n)
+    fast = ddak(h, bins, pool=100)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(P, "_COMPILED_MIN_ITEMS", 1 << 40)
+        _same(fast, ddak(h, bins, pool=100))
+
+
+def test_prepare_leaves_every_kernel_cached():
+    compiled.prepare()
+    assert compiled.cache_state() == "warm"
+    seen: list[tuple] = []
+    compiled.prepare(lambda *a: seen.append(a))
+    assert seen == []  # nothing to compile: nothing announced
+
+
+_FIRST_RUN = """
+import json, sys
+import numpy as np
+from planner import compiled
+from planner.ddak import ddak
+from planner.placement import DdakBin
+import planner.placement as P
+P._COMPILED_MIN_ITEMS = 0
+before = compiled.cache_state()
+seen = []
+h = np.random.default_rng(0).random(5000).astype(np.float32)
+ddak(h, [DdakBin("g", "gpu", 500, 1.0), DdakBin("s", "ssd", 5000, 1.0)], pool=10,
+     progress=lambda *a: seen.append(a))
+from planner import _kernels
+misses = sum(sum(getattr(_kernels, k).stats.cache_misses.values()) for k in compiled.KERNELS)
+print(json.dumps({"before": before, "after": compiled.cache_state(), "seen": seen, "misses": misses}))
+"""
+
+
+@pytest.mark.slow  # compiles every kernel: 10-15 s of CPU
+def test_a_first_placement_says_it_compiles_and_the_next_loads_the_cache(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = os.environ | {"NUMBA_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+
+    def run() -> dict:
+        out = subprocess.run([sys.executable, "-c", _FIRST_RUN], env=env, capture_output=True, text=True,
+                             check=True, timeout=600)
+        return json.loads(out.stdout.splitlines()[-1])
+
+    first, second = run(), run()
+    assert first["before"] == "cold" and first["after"] == "warm" and first["misses"] > 0
+    stages = [s for s, _, _ in first["seen"]]
+    assert stages[0].startswith("compiling kernels") and stages.index("ddak") > 0
+    assert first["seen"][stages.index("ddak") - 1][1:] == [5, 5]  # compiled before the placement began
+    assert second["before"] == "warm" and second["misses"] == 0
+    assert all(s == "ddak" for s, _, _ in second["seen"])
