@@ -126,3 +126,75 @@ def test_bad_sizes_and_names_are_one_line_errors():
         RowCache(-1, 10, 2, fallback=lambda i: torch.zeros(i.size, 2))
     with pytest.raises(StoreError, match="unknown cache policy"):
         RowCache(1, 10, 2, fallback=lambda i: torch.zeros(i.size, 2), policy="fifo")
+
+
+# --- the trainer's host cache (training/cached_features.py, moment train --cache-policy) -----------------
+
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory):
+    from tests.conftest import graph_fixture
+    from training.importers import import_dataset
+
+    return import_dataset(graph_fixture("cora"), tmp_path_factory.mktemp("cora") / "cora")
+
+
+@pytest.fixture(scope="module")
+def cora_placed(cora, tmp_path_factory):
+    from moment.cli import main
+
+    out = tmp_path_factory.mktemp("pl")
+    ssd = [a for _ in range(8) for a in ("--ssd", str(out / "ssd"))]
+    assert main(["place", "--dataset", str(cora), "--machine", "moment-b", "--gpu-cache", "0", "--cpu-cache",
+                 "64KiB", *ssd, "--out", str(out / "pl"), "--fanouts", "5,5", "--batch-size", "35"]) == 0
+    return out / "pl"
+
+
+def test_cached_features_equal_the_source_and_warm_from_the_placement(cora, cora_placed):
+    from training.cached_features import CachedFeatures, static_fill
+    from training.data import open_dataset
+    from training.features import open_features
+
+    ds = open_dataset(cora)
+    warm = static_fill(str(cora_placed))
+    assert warm.size and np.unique(warm).size == warm.size
+    for policy in POLICIES:
+        src = open_features(ds, str(cora_placed), "posix")
+        feats = CachedFeatures(src, ds.num_nodes, 200 * ds.feature_dim * 4, policy, warm)
+        assert set(feats.cache.cached_ids().tolist()) <= set(warm.tolist())
+        rng = np.random.default_rng(1)
+        for _ in range(5):
+            ids = torch.from_numpy(rng.integers(0, ds.num_nodes, 300))
+            assert torch.equal(feats.gather(ids), torch.from_numpy(np.asarray(ds.features))[ids].float())
+        assert "cache" in feats.totals() and 0 < feats.epoch_record()["cache_hit_rate"] < 1
+        assert feats.memory_bytes()["dynamic_cache"] >= 200 * ds.feature_dim * 4
+        feats.close()
+
+
+def test_cli_trains_alike_with_every_policy(cora, cora_placed, tmp_path):
+    import json
+
+    from moment.cli import main
+
+    losses = {}
+    for policy in POLICIES:
+        metrics = tmp_path / f"{policy}.jsonl"
+        extra = [] if policy == "static" else ["--dynamic-cache", "32KiB"]
+        assert main(["train", "--dataset", str(cora), "--placement", str(cora_placed), "--fanouts", "5,5",
+                     "--batch-size", "35", "--epochs", "2", "--hidden", "16", "--seed", "3", "--prefetch", "1",
+                     "--metrics", str(metrics), "--cache-policy", policy, *extra]) == 0
+        recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+        losses[policy] = [r["loss"] for r in recs if r["kind"] == "step"]
+        epochs = [r for r in recs if r["kind"] == "epoch"]
+        assert len(epochs) == 2
+        if policy != "static":
+            assert all(0 <= e["cache_hit_rate"] <= 1 for e in epochs)
+            assert "cache" in epochs[-1]["tiers"]
+    assert all(v == losses["static"] for v in losses.values())  # exact rows: the same steps
+
+
+def test_cli_dynamic_policy_without_a_size_is_one_line(cora, capsys):
+    from moment.cli import main
+
+    assert main(["train", "--dataset", str(cora), "--cache-policy", "lru"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--dynamic-cache" in err
