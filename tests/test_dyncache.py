@@ -198,3 +198,16 @@ def test_cli_dynamic_policy_without_a_size_is_one_line(cora, capsys):
     assert main(["train", "--dataset", str(cora), "--cache-policy", "lru"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--dynamic-cache" in err
+
+
+def test_cli_dynamic_cache_alone_takes_the_measured_default(cora, tmp_path):
+    import json
+
+    from moment.cli import main
+
+    metrics = tmp_path / "m.jsonl"
+    assert main(["train", "--dataset", str(cora), "--fanouts", "5", "--batch-size", "64", "--epochs", "1",
+                 "--hidden", "8", "--dynamic-cache", "64KiB", "--metrics", str(metrics)]) == 0
+    recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+    start = next(r for r in recs if r["kind"] == "start")["config"]
+    assert start["cache_policy"] == DEFAULT_POLICY and start["dynamic_cache"] == 64 << 10
