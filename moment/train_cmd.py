@@ -12,6 +12,7 @@ import sys
 import time
 
 from iostack.backends import backend_choices
+from iostack.cachepolicy import CACHE_POLICIES, DEFAULT_POLICY
 from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
 from moment.errors import CommandError
@@ -35,7 +36,8 @@ def _spec(args: argparse.Namespace):
         io=IOSpec(placement=args.placement, backend=args.backend, capacities=args.capacities, prefetch=args.prefetch,
                   node_shared_reads=not args.no_node_shared_reads, exchange=args.exchange,
                   remote_cache_bytes=_size(args.remote_cache, "--remote-cache"),
-                  remote_cache_dir=args.remote_cache_dir),
+                  remote_cache_dir=args.remote_cache_dir, cache_policy=_cache_policy(args),
+                  dynamic_cache_bytes=_size(args.dynamic_cache, "--dynamic-cache")),
         distributed=DistributedSpec(timeout_s=args.timeout),
         run=RunSpec(epochs=args.epochs, seed=args.seed, lr=args.lr, weight_decay=args.weight_decay,
                     eval_every_epochs=args.eval_every, checkpoint_dir=args.checkpoint,
@@ -216,6 +218,34 @@ def _summary(result, spec, state: dict):
     return t
 
 
+def _cache_policy(args: argparse.Namespace) -> str:
+    """``--cache-policy``, or the measured default where only ``--dynamic-cache`` was given."""
+    if args.cache_policy is not None:
+        return args.cache_policy
+    return DEFAULT_POLICY if args.dynamic_cache not in ("0", "none") else "static"
+
+
+def _cache_options(p: argparse.ArgumentParser) -> None:
+    """The caches that fill on access (:mod:`training.cached_features`) and the options of several nodes."""
+    r = p.add_argument_group("a cache that fills on access")
+    r.add_argument("--cache-policy", choices=CACHE_POLICIES.names(),
+                   help="static: the placement's caches as filled at start (the default without --dynamic-cache); "
+                        "or a host cache of --dynamic-cache SIZE in front of the rows that fills on access, evicting "
+                        f"by this policy (default {DEFAULT_POLICY}, the best in tools/bench_dyncache.py), "
+                        "warm-started with the placement's GPU and CPU bins")
+    r.add_argument("--dynamic-cache", default="0", metavar="SIZE",
+                   help="the size of that cache, e.g. 2GiB (default 0: none)")
+    n = p.add_argument_group("several nodes (a placement from `moment place --nodes N`)")
+    n.add_argument("--exchange", choices=EXCHANGES, default="alltoall",
+                   help="how remote rows travel: one all_to_all per step on its own group (default), or "
+                        "one-sided RPC fetches")
+    n.add_argument("--remote-cache", default="0", metavar="SIZE",
+                   help="keep the hottest rows of other nodes in a node-local cache of this size, e.g. 2GiB "
+                        "(default 0: none)")
+    n.add_argument("--remote-cache-dir", metavar="DIR",
+                   help="hold that cache in an SSD bin under DIR instead of host memory")
+
+
 def register(subparsers) -> None:
     """Add ``moment train``."""
     p = subparsers.add_parser(
@@ -286,13 +316,5 @@ def register(subparsers) -> None:
     r.add_argument("--timeout", type=float, default=30.0, metavar="S",
                    help="seconds a rank waits on the others in a step (all-reduce, feature exchange) before it "
                         "stops with an error (default 30)")
-    n = p.add_argument_group("several nodes (a placement from `moment place --nodes N`)")
-    n.add_argument("--exchange", choices=EXCHANGES, default="alltoall",
-                   help="how remote rows travel: one all_to_all per step on its own group (default), or "
-                        "one-sided RPC fetches")
-    n.add_argument("--remote-cache", default="0", metavar="SIZE",
-                   help="keep the hottest rows of other nodes in a node-local cache of this size, e.g. 2GiB "
-                        "(default 0: none)")
-    n.add_argument("--remote-cache-dir", metavar="DIR",
-                   help="hold that cache in an SSD bin under DIR instead of host memory")
+    _cache_options(p)
     p.set_defaults(func=_train_command)

@@ -29,6 +29,7 @@ def _choices(parser: argparse.ArgumentParser, path: tuple[str, ...] = ("moment",
 def _registry_tables() -> dict[tuple[str, str], tuple[str, ...]]:
     """Options that name an extension point: their registry's names (``auto`` first for backends)."""
     from iostack.backends import READ_BACKENDS
+    from iostack.cachepolicy import CACHE_POLICIES
     from planner.flow import FLOW_MODELS
     from planner.policies import PLACEMENT_POLICIES
     from training.hotness_methods import HOTNESS_METHODS
@@ -40,6 +41,7 @@ def _registry_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         ("moment place", "--hotness"): HOTNESS_METHODS.names(),
         ("moment place", "--strategy"): PLACEMENT_POLICIES.names(),
         ("moment train", "--backend"): backends,
+        ("moment train", "--cache-policy"): CACHE_POLICIES.names(),
         ("moment bench io gather", "--backend"): backends,
     }
 

@@ -49,6 +49,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "loop": ("bench_loop.py", ["--rounds", "3", "--one-ssd", "--gpu-cache"],
              ["--rounds", "1", "--nodes", "30000", "--edges", "300000", "--one-ssd", "--gpu-cache"]),
     "precision": ("bench_precision.py", [], ["--quick"]),
+    "dyncache": ("bench_dyncache.py", ["--repeats", "3"],
+                 ["--nodes", "50000", "--batches", "10", "--window", "5000", "--shift", "2500", "--repeats", "1"]),
     "startup": ("bench_startup.py", ["--repeats", "15"], ["--repeats", "5"]),
     # the step alone, flat all-reduce and DDP interleaved (the whole run against an old tree: --reference)
     "ddp": ("bench_ddp.py", ["--exchange", "--steps", "150"], ["--exchange", "--steps", "40"]),

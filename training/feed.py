@@ -103,6 +103,11 @@ def open_run_features(spec: TrainSpec, ds: Dataset, world: World, memory: Device
                                  share_key=share_key_of(ds, io.placement)
                                  if io.placement and world.local_size > 1 else None,
                                  capacities=io.capacities)
+        if io.cache_policy != "static":
+            from training.cached_features import CachedFeatures, static_fill
+
+            features = CachedFeatures(features, ds.num_nodes, io.dynamic_cache_bytes, io.cache_policy,
+                                      static_fill(io.placement))
     if world.size > 1 and world.local_size > 1 and hasattr(features, "unlink_shared"):
         world.barrier()  # every rank of the node has mapped the shared tiers: no name need stay
         features.unlink_shared()

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from iostack.backends import backend_choices
+from iostack.cachepolicy import CACHE_POLICIES
 from momentbase.jsontypes import JsonObject, JsonValue
 from training.errors import TrainError
 from training.models import MODELS
@@ -163,7 +164,10 @@ class IOSpec:
     batches prepared ahead (0 = inline). ``node_shared_reads``: the ranks of a node read each SSD page
     of a step once, for all of them (:mod:`training.nodereads`). ``exchange``, ``remote_cache_bytes``
     (0 = none), ``remote_cache_dir`` (an SSD directory for it instead of host memory): a placement
-    sharded across nodes (:mod:`training.sharded`)."""
+    sharded across nodes (:mod:`training.sharded`). ``cache_policy``: ``static`` (the placement's caches
+    as filled at start), or a policy of :data:`iostack.cachepolicy.CACHE_POLICIES` for a host cache of
+    ``dynamic_cache_bytes`` that fills on access, warm-started with the static fill
+    (:mod:`training.cached_features`)."""
 
     placement: str | None = None
     backend: str = "auto"
@@ -173,9 +177,17 @@ class IOSpec:
     exchange: str = "alltoall"
     remote_cache_bytes: int = 0
     remote_cache_dir: str | None = None
+    cache_policy: str = "static"
+    dynamic_cache_bytes: int = 0
 
     def __post_init__(self) -> None:
         _path(self, "placement", "capacities", "remote_cache_dir")
+        if self.cache_policy not in CACHE_POLICIES.names():
+            raise TrainError(f"`cache_policy` {self.cache_policy!r}: expected one of "
+                             f"{', '.join(CACHE_POLICIES.names())}")
+        if self.cache_policy != "static" and int(self.dynamic_cache_bytes) <= 0:
+            raise TrainError(f"`cache_policy` {self.cache_policy}: give `dynamic_cache_bytes`, the size of the cache "
+                             "that fills on access (> 0)")
         if self.backend not in backend_choices():
             raise TrainError(f"`backend` {self.backend!r}: expected one of {', '.join(backend_choices())}")
         if self.backend == "kvikio" and self.placement is None:
@@ -234,12 +246,13 @@ RECORD_FIELDS = (
     "weight_decay", "dropout", "attn_dropout", "hidden", "heads", "out_heads", "gcn_norm", "normalize_features",
     "seed", "prefetch", "eval_every_epochs", "metrics_path", "checkpoint_dir", "checkpoint_every_steps", "resume",
     "server", "backend", "server_timeout_s", "sample_on", "capacities", "timeout_s", "exchange", "remote_cache",
-    "remote_cache_dir", "node_shared_reads", "graph_on", "graph_cache")
+    "remote_cache_dir", "node_shared_reads", "graph_on", "graph_cache", "cache_policy", "dynamic_cache")
 
 _GROUPS: dict[str, type] = {"model": ModelSpec, "sampling": SamplingSpec, "io": IOSpec,
                             "distributed": DistributedSpec, "run": RunSpec}
 #: record fields whose name in their spec differs
-_RENAMED = {"model": "arch", "remote_cache": "remote_cache_bytes", "graph_cache": "graph_cache_bytes"}
+_RENAMED = {"model": "arch", "remote_cache": "remote_cache_bytes", "graph_cache": "graph_cache_bytes",
+            "dynamic_cache": "dynamic_cache_bytes"}
 
 
 def _where() -> dict[str, tuple[str, str]]:
