@@ -116,6 +116,11 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
     counts = args.gpus or (None,)
     if len(counts) > 1:
         return _run_scaling(args, topo, counts)
+    book = None
+    if args.prices is not None:  # a bad price file is reported before the search, not after the plan
+        from planner.pricing import load_prices
+
+        book = load_prices(args.prices or None)
     topo, inventory = choose_inventory(
         topo, spec=args.machine, gpus=counts[0], ssds=args.ssds,
         gpu_model=args.gpu_model, ssd_model=args.ssd_model,
@@ -165,11 +170,11 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
             print_nodes(nodes, console)
         if args.svg:
             console.print(f"[dim]picture written to {args.svg}[/dim]")
-        if args.prices is not None:
+        if book is not None:
             from moment.plan_costs import print_prices
-            from planner.pricing import load_prices, price_plan
+            from planner.pricing import price_plan
 
-            print_prices(price_plan(result, load_prices(args.prices or None)), console)
+            print_prices(price_plan(result, book), console)
     return 0
 
 

@@ -167,3 +167,11 @@ def test_repro_paper_generator_quick(tmp_path):
     for c in doc["claims"]:  # every difference over 10% carries its reason
         assert c["within_10pct"] or c["reason"], c["claim"]
     assert not math.isnan(by["5-year TCO, Machine A/B ($)"]["ours"])
+
+
+def test_cli_bad_price_file_fails_before_planning(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("schema: moment.prices\n")
+    done = _moment("plan", "--machine", "moment-b", "--prices", str(bad))
+    assert done.returncode == 2 and "date" in done.stderr
+    assert "layouts" not in done.stdout  # nothing planned, nothing printed
