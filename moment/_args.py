@@ -30,6 +30,22 @@ def parse_fanouts(text: str, flag: str = "--fanouts") -> tuple[int, ...]:
     return out
 
 
+def parse_gpu_counts(text: str) -> tuple[int, ...]:
+    """``"4"`` -> ``(4,)``, ``"1,2,4"`` -> ``(1, 2, 4)``: distinct counts, each at least 1; a
+    :class:`~moment.errors.CommandError` naming ``--gpus`` otherwise.
+
+    >>> parse_gpu_counts("4"), parse_gpu_counts("1, 2,4")
+    ((4,), (1, 2, 4))
+    """
+    try:
+        out = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        out = ()
+    if not out or any(n < 1 for n in out) or len(set(out)) != len(out):
+        raise CommandError(f"--gpus {text!r}: expected a GPU count or distinct comma-separated counts, e.g. 1,2,4")
+    return out
+
+
 def size_arg(text: str, flag: str) -> int:
     """A size like ``8GiB`` in bytes (``0``, ``0B``, ``none``: 0); :class:`~moment.errors.CommandError` naming
     ``flag`` otherwise.

@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from moment._args import (
     accept_negative_values,
     add_source_args,
+    argtype,
     examples,
     load_topology,
+    parse_gpu_counts,
 )
 from momentbase.errors import MomentError
 from planner.flow import FLOW_MODELS
@@ -133,11 +135,15 @@ def _add_plan(sub) -> None:
                    "moment plan --machine moment-b --cpu-cache-share 0.3 --svg plan.svg",
                    "moment plan --machine moment-a --gpus 2 --ssds 4 --ssd-model samsung-980-pro   # what-if",
                    "moment plan --machine moment-b --json > plan.json   # for moment place --plan",
+                   "moment plan --machine moment-a --gpus 1,2,4   # scaling table",
+                   "moment plan --machine moment-b --prices   # $ per GB/s and TCO",
                    "moment plan --lspci-vvv lspci-vvv.txt --dmidecode dmidecode.txt --unknown-link-gbps 16"),
     )
     add_source_args(pl, planning=True)
     inv = pl.add_argument_group("devices to place (default: the spec's inventory or the machine's own)")
-    inv.add_argument("--gpus", type=int, metavar="N", help="number of GPUs to place")
+    inv.add_argument("--gpus", type=argtype(parse_gpu_counts), metavar="N[,N...]",
+                     help="number of GPUs to place; several (1,2,4): a table of the recommended and the "
+                          "classic layouts per count (the paper's §4.6 scaling)")
     inv.add_argument("--ssds", type=int, metavar="N", help="number of NVMe SSDs to place")
     inv.add_argument("--gpu-model", metavar="MODEL", help="GPU model (e.g. a100-40gb-pcie, h100-pcie)")
     inv.add_argument("--ssd-model", metavar="MODEL", help="SSD model (e.g. p5510, samsung-980-pro)")
@@ -159,6 +165,9 @@ def _add_plan(sub) -> None:
                      help="with --json: the layout whose targets `moment place --plan` gets (default recommended; "
                           "current: the machine as cabled now, for data placed before the devices move)")
     how.add_argument("--svg", metavar="FILE", help="write the recommended layout with its flows")
+    how.add_argument("--prices", nargs="?", const="", default=None, metavar="FILE",
+                     help="price the plan: $ per GB/s of every ranked layout and a 5-year TCO, from the "
+                          "bundled dated price file or FILE (same format)")
     from moment.plan_nodes import add_args as add_node_args
 
     add_node_args(pl)

@@ -113,8 +113,16 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
         from moment.plan_nodes import network_demand
 
         network_demand(args)
+    counts = args.gpus or (None,)
+    if len(counts) > 1:
+        return _run_scaling(args, topo, counts)
+    book = None
+    if args.prices is not None:  # a bad price file is reported before the search, not after the plan
+        from planner.pricing import load_prices
+
+        book = load_prices(args.prices or None)
     topo, inventory = choose_inventory(
-        topo, spec=args.machine, gpus=args.gpus, ssds=args.ssds,
+        topo, spec=args.machine, gpus=counts[0], ssds=args.ssds,
         gpu_model=args.gpu_model, ssd_model=args.ssd_model,
     )
     measured_notes: list[str] = []
@@ -162,6 +170,31 @@ def run(args: argparse.Namespace, topo, caps=None) -> int:
             print_nodes(nodes, console)
         if args.svg:
             console.print(f"[dim]picture written to {args.svg}[/dim]")
+        if book is not None:
+            from moment.plan_costs import print_prices
+            from planner.pricing import price_plan
+
+            print_prices(price_plan(result, book), console)
+    return 0
+
+
+def _run_scaling(args: argparse.Namespace, topo, counts: tuple[int, ...]) -> int:
+    """``--gpus 1,2,4``: one plan per count, the recommended and classic layouts side by side."""
+    from rich.console import Console
+
+    from moment.plan_costs import print_scaling
+    from planner.scaling import scaling_table
+    from planner.workload import Demand
+
+    if args.json or args.svg or getattr(args, "nodes", 1) != 1 or args.prices is not None:
+        raise PlannerError(f"--gpus {','.join(map(str, counts))}: several GPU counts print a table only "
+                           "(no --json, --svg, --nodes or --prices); give one count for those")
+    table = scaling_table(topo, counts, Demand(args.demand_gb * 1e9, args.gpu_cache_share, args.cpu_cache_share),
+                          spec=args.machine, ssds=args.ssds, model=args.model,
+                          nvlink_pairs=parse_nvlink(args.nvlink),
+                          unknown_link_bytes_per_s=unknown_link_bytes_per_s(args))
+    console = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
+    print_scaling(table, console)
     return 0
 
 
