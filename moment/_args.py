@@ -31,8 +31,9 @@ def parse_fanouts(text: str, flag: str = "--fanouts") -> tuple[int, ...]:
 
 
 def parse_gpu_counts(text: str) -> tuple[int, ...]:
-    """``"4"`` -> ``(4,)``, ``"1,2,4"`` -> ``(1, 2, 4)``: distinct counts, each at least 1; a
-    :class:`~moment.errors.CommandError` naming ``--gpus`` otherwise.
+    """``"4"`` -> ``(4,)``, ``"1,2,4"`` -> ``(1, 2, 4)``: distinct counts, each at least 1 (a single
+    ``0`` stays allowed: SSDs alone, which the planner judges); a :class:`~moment.errors.CommandError`
+    naming ``--gpus`` otherwise.
 
     >>> parse_gpu_counts("4"), parse_gpu_counts("1, 2,4")
     ((4,), (1, 2, 4))
@@ -41,6 +42,8 @@ def parse_gpu_counts(text: str) -> tuple[int, ...]:
         out = tuple(int(p) for p in text.split(","))
     except ValueError:
         out = ()
+    if out == (0,):
+        return out
     if not out or any(n < 1 for n in out) or len(set(out)) != len(out):
         raise CommandError(f"--gpus {text!r}: expected a GPU count or distinct comma-separated counts, e.g. 1,2,4")
     return out
