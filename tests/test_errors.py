@@ -18,7 +18,7 @@ ERRORS = {
     "training.data": ["DatasetError"],
     "training.sampler": ["SamplerError"],
     "training.hotness": ["HotnessError"],
-    "training.placing": ["PlacingError"],
+    "training.place.bins": ["PlacingError"],
     "training.devices": ["DeviceError"],
     "training.models": ["ModelError"],
     "training.synth": ["SynthError"],

@@ -1,6 +1,6 @@
 """Training on a feature store sharded across nodes: local rows from the node's tiers, the rest from their holders.
 
-A placement made by ``moment place --nodes N`` (:mod:`training.sharding`) gives
+A placement made by ``moment place --nodes N`` (:mod:`training.place.nodes`) gives
 every node a directory of its own: its share of the rows (local ids, see
 :mod:`iostack.shards`) in its own GPU/CPU/SSD bins, the layout, the hotness.
 Under a multi-node ``torchrun`` each node opens its directory

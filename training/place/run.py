@@ -2,14 +2,14 @@
 
 A dataset and a plan go in; a placement directory comes out: the hotness
 (computed or loaded, :mod:`training.hotness`), the plan's traffic targets
-resolved for the caches (:func:`training.placing.targets_for_caches`), DDAK or
-a baseline over the feasible targets (:func:`training.placing.place`), the SSD
+resolved for the caches (:func:`training.place.bins.targets_for_caches`), DDAK or
+a baseline over the feasible targets (:func:`training.place.policy.place`), the SSD
 bin files (:func:`iostack.bins.write_bins`), the expected shares under an
 independent pre-sample, the report (``place.json``) and, last, the placement
 index (:meth:`iostack.placement.Placement.save`), whose manifest carries the
 dataset's fingerprint (:func:`training.data.fingerprint`) so that training
 refuses a placement made from another dataset. With ``nodes > 1`` the rows are
-split over the nodes instead (:func:`training.sharding.place_sharded`).
+split over the nodes instead (:func:`training.place.nodes.place_sharded`).
 
 ``moment place`` is this call with options parsed and the result printed. The
 order of the writes keeps a failure harmless: nothing under ``out`` is a
@@ -36,17 +36,11 @@ from training.data import Dataset, fingerprint, open_dataset
 from training.hotness import Hotness, get_hotness
 from training.hotness_methods import HOTNESS_METHODS
 from training.memplan import CacheSizing
+from training.place.bins import PlacingError, build_bins, check_free_space, targets_for_caches
+from training.place.policy import PlaceResult, place
+from training.place.report import expected_shares
+from training.place.specs import PlaceSpec
 from training.place_guard import holds_placement_lock
-from training.place_specs import PlaceSpec
-from training.placing import (
-    PlaceResult,
-    PlacingError,
-    build_bins,
-    check_free_space,
-    expected_shares,
-    place,
-    targets_for_caches,
-)
 
 if TYPE_CHECKING:
     from iostack.codec import FeatureCodec
@@ -63,7 +57,7 @@ class PlacedDataset:
     ``report``: the ``place.json`` it wrote to ``out`` (for ``nodes > 1`` the
     root's: the nodes and their rows). ``result``: the one machine's placement
     and reports (``None`` for ``nodes > 1``); ``sharded``: the nodes'
-    (:class:`training.sharding.ShardedPlacement`, ``None`` for one machine).
+    (:class:`training.place.nodes.ShardedPlacement`, ``None`` for one machine).
     ``row_bytes``: a row as the bins hold it (bytes). ``plan_notes``: how the
     plan's targets were resolved; ``warnings``: why the SSD directories are
     not separate drives, when they are not.
@@ -140,12 +134,12 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
     dataset : path or Dataset
         The dataset directory (``moment data import``) or an open dataset; it needs features.
     handoff : PlanHandoff
-        The plan (:func:`planner.handoff.read_plan_file`, or :func:`training.placing.plan_now`).
+        The plan (:func:`planner.handoff.read_plan_file`, or :func:`planner.handoff.plan_now`).
     out : path
         The placement directory (created); one holding a placement is refused unless ``force``.
     spec : PlaceSpec
         The tiers, the policy, the split over nodes, the hotness and the rows' type
-        (:mod:`training.place_specs`).
+        (:mod:`training.place.specs`).
     hotness_dir : path, optional
         Where the hotness is saved (default ``<dataset>/hotness``) and reused from unless
         ``recompute_hotness``.
@@ -175,9 +169,9 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
     --------
     >>> import tempfile
     >>> from planner.topology.discover import topology_from_files
-    >>> from training.placing import plan_now
+    >>> from planner.handoff import plan_now
     >>> from training.hotness import HotnessSpec
-    >>> from training.place_specs import TierSpec
+    >>> from training.place.specs import TierSpec
     >>> from training.synth import SynthSpec
     >>> from training.synth_run import synthesize
     >>> tmp = Path(tempfile.mkdtemp())
@@ -223,7 +217,7 @@ def _open(dataset: str | os.PathLike[str] | Dataset, feature_dtype: str | None,
 def _in_place_shift(ds: Dataset, handoff: PlanHandoff) -> int:
     """Whether the dataset's feature file can be a one-SSD plan's bin as it is: the rows its header takes.
 
-    One machine and the rows' own type (:class:`~training.place_specs.PlaceSpec` refused the rest).
+    One machine and the rows' own type (:class:`~training.place.specs.PlaceSpec` refused the rest).
     """
     from iostack.bins import in_place_shift
 
@@ -345,8 +339,8 @@ def _as_in_place(result: PlaceResult, shift: int) -> PlaceResult:
 
 
 def _place_nodes(job: _Job) -> PlacedDataset:
-    """Several nodes: every node's directory (:func:`training.sharding.place_sharded`), the root report."""
-    from training.sharding import place_sharded, sharded_summary
+    """Several nodes: every node's directory (:func:`training.place.nodes.place_sharded`), the root report."""
+    from training.place.nodes import place_sharded, sharded_summary
 
     spec = job.spec
     job.warn_ssd()
