@@ -79,8 +79,8 @@ class Feed:
 
 def _open_sharded(io: IOSpec, placement: str, timeout_s: float, ds: Dataset, world: World, memory: DeviceMemory
                   ) -> FeatureSource:
-    """This node's shard of a placement sharded across nodes (:mod:`training.sharded`)."""
-    from training.sharded import Peers, ShardedOptions, open_sharded
+    """This node's shard of a placement sharded across nodes (:mod:`training.sharded.features`)."""
+    from training.sharded.features import Peers, ShardedOptions, open_sharded
 
     options = ShardedOptions(io.exchange, timeout_s, int(io.remote_cache_bytes), io.remote_cache_dir)
     peers = Peers.from_env(world.rank, world.size, world.local_rank, world.local_size)
@@ -92,7 +92,7 @@ def _open_sharded(io: IOSpec, placement: str, timeout_s: float, ds: Dataset, wor
 
 def open_run_features(spec: TrainSpec, ds: Dataset, world: World, memory: DeviceMemory) -> FeatureSource:
     """The run's features: a sharded placement's, a placement's store, or the dataset's in memory."""
-    from training.sharded import is_sharded
+    from training.sharded.features import is_sharded
 
     io = spec.io
     if io.placement is not None and is_sharded(io.placement):

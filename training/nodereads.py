@@ -48,7 +48,7 @@ class GlooNodeExchange:
 
     ``group``: a gloo group of exactly the node's ranks; ``rank``: this
     process's index in it; ``size``: its size. A peer lost or hung past the
-    group's timeout raises :class:`~training.exchange.PeerLostError`.
+    group's timeout raises :class:`~training.sharded.exchange.PeerLostError`.
     """
 
     # Any: a torch.distributed process group (ProcessGroup is not a public type across torch versions)

@@ -86,7 +86,6 @@ from training.data import Dataset, open_dataset
 from training.distributed import World, data_parallel, open_world, param_spread, peer_errors
 from training.divergence import check as check_divergence
 from training.errors import TrainError
-from training.exchange import PeerLostError
 from training.features import (
     FeatureSource,
     feature_dtype_of,
@@ -102,6 +101,7 @@ from training.pipeline import (
     Prepared,
 )
 from training.sampler import NeighborSampler, SampledBatch
+from training.sharded.exchange import PeerLostError
 from training.specs import ModelSpec, RunSpec, TrainSpec
 
 __all__ = ["TrainResult", "train"]
