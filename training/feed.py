@@ -8,7 +8,7 @@ where the graph is sampled and the per-vertex lookups
 (:func:`training.pipeline.sampling`), the CSR there
 (:func:`training.pipeline.csr_on`), this rank's batch source
 (:func:`training.pipeline.open_source`) and node-shared SSD reads
-(:func:`training.nodereads.setup_node_shared_reads`, a collective call on every
+(:func:`training.nodeshare.setup_node_shared_reads`, a collective call on every
 rank). :func:`eval_batches` is the evaluation batches both sample.
 """
 
@@ -27,7 +27,7 @@ from training.data import Dataset
 from training.diskcsr import DiskNeighbours
 from training.distributed import World
 from training.features import FeatureSource, open_features, open_store, share_key_of
-from training.nodereads import NodeReads, setup_node_shared_reads
+from training.nodeshare import NodeReads, setup_node_shared_reads
 from training.pipeline import Lookups, Prepared, csr_on, open_source, prefetch_workers, preparer, sampling
 from training.sampler import NeighborSampler, SampledBatch
 from training.specs import IOSpec, TrainSpec

@@ -161,7 +161,7 @@ class IOSpec:
     in memory). ``backend``: the SSD read backend (``auto``: chosen by the measurements in
     ``capacities``, a ``moment profile`` file; :func:`iostack.backends.choose_backend`). ``prefetch``:
     batches prepared ahead (0 = inline). ``node_shared_reads``: the ranks of a node read each SSD page
-    of a step once, for all of them (:mod:`training.nodereads`). ``exchange``, ``remote_cache_bytes``
+    of a step once, for all of them (:mod:`training.nodeshare`). ``exchange``, ``remote_cache_bytes``
     (0 = none), ``remote_cache_dir`` (an SSD directory for it instead of host memory): a placement
     sharded across nodes (:mod:`training.sharded.features`)."""
 

@@ -95,7 +95,7 @@ from training.hostmem import keep_freed_host_memory
 from training.memplan import check_host_memory
 from training.metrics import JsonlWriter, Predictor, Sums, add_step, epoch_record, moved_since
 from training.models import build_model
-from training.nodereads import ssd_reads
+from training.nodeshare import ssd_reads
 from training.pipeline import (
     Prefetcher,
     Prepared,
