@@ -13,7 +13,7 @@ ERRORS = {
     "momentbase.units": ["SizeError"],
     "planner.errors": ["PlannerError", "ParseError", "TopologyError"],
     "iostack.errors": ["StoreError"],
-    "iostack.emulate_workload": ["WorkloadError"],
+    "iostack.bench.workload": ["WorkloadError"],
     "training.errors": ["TrainingError", "TrainError"],
     "training.data": ["DatasetError"],
     "training.sampler": ["SamplerError"],
