@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from iostack.placement import MANIFEST, Placement
+from iostack.placement import MANIFEST, Placement, save_json
+from iostack.shards import SHARDS
 from planner.handoff import PlanHandoff, PlanTargets
 from planner.progress import Progress, report
 from training.data import Dataset, fingerprint, open_dataset
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: files whose presence in ``out`` means a placement is there already
-HELD = (MANIFEST, "shards.json")
+HELD = (MANIFEST, SHARDS)
 
 @dataclass(frozen=True)
 class PlacedDataset:
@@ -314,7 +315,7 @@ def _place_one(job: _Job, row_bytes: int, codec: FeatureCodec | None, force: boo
            "plan_notes": list(job.plan_notes),
            # per bin: share of the reads under an independent pre-sample (seed + 1), or None
            "expected_shares": held}
-    _write_atomic(job.out / "place.json", json.dumps(rep, indent=1) + "\n")
+    save_json(job.out / "place.json", rep)
     res.placement.save(job.out, dataset_fingerprint=head["dataset_fingerprint"])  # last: exists once its bins do
     return PlacedDataset(job.out, ds, hot, job.targets, rep, row_bytes, result=res, plan_notes=job.plan_notes,
                          warnings=job.warnings)
@@ -355,12 +356,6 @@ def _place_nodes(job: _Job) -> PlacedDataset:
                            f"({getattr(exc, 'filename', '')}); check `out` and the `ssd_dirs` directories") from None
     return PlacedDataset(job.out, job.ds, job.hot, job.targets, {**head, **sharded_summary(sp)}, job.ds.row_bytes,
                          sharded=sp, plan_notes=job.plan_notes, warnings=job.warnings)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def check_placement_is_for(placement: Placement, placement_dir: str | os.PathLike[str], ds: Dataset) -> None:
