@@ -38,10 +38,10 @@ from training.hotness import Hotness, get_hotness
 from training.hotness_methods import HOTNESS_METHODS
 from training.memplan import CacheSizing
 from training.place.bins import PlacingError, build_bins, check_free_space, targets_for_caches
+from training.place.guard import holds_placement_lock
 from training.place.policy import PlaceResult, place
 from training.place.report import expected_shares
 from training.place.specs import PlaceSpec
-from training.place_guard import holds_placement_lock
 
 if TYPE_CHECKING:
     from iostack.codec import FeatureCodec
@@ -122,7 +122,7 @@ def ssd_warnings(ssd_dirs: Iterable[str | os.PathLike[str]], root: str = "/") ->
     return notes
 
 
-@holds_placement_lock  # one writer of out at a time; what a killed one left is swept (training/place_guard.py)
+@holds_placement_lock  # one writer of out at a time; what a killed one left is swept (training/place/guard.py)
 def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandoff, out: str | os.PathLike[str],
                   spec: PlaceSpec, *, hotness_dir: str | os.PathLike[str] | None = None,
                   recompute_hotness: bool = False, force: bool = False, plan_notes: Sequence[str] = (),
