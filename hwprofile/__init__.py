@@ -13,6 +13,8 @@ give the PCIe figures; this package measures the rest where it can:
   convention: bytes read plus bytes written, per second);
 - :func:`cuda_bandwidths` (:mod:`hwprofile.cuda`): host→device,
   device→host and peer copies, on a machine with CUDA and PyTorch only;
+- :func:`~hwprofile.gpureads.add_device_read_figures` (:mod:`hwprofile.gpureads`): each
+  read backend's reads into GPU memory, what ``--backend auto`` chooses by (CUDA only);
 - :func:`profile_machine` (:mod:`hwprofile.machine`): all of it, as a
   :class:`ProfileSpec` (an :class:`SsdProbe`, a :class:`MemoryProbe`) says, as
   :class:`~planner.capacities.Capacities` keyed by the devices the test

@@ -1,44 +1,27 @@
-"""The SSD tiers: a placement's SSD bins read by a read backend, privately or together with the node's ranks.
+"""The SSD tier: a placement's SSD bins read by a read backend.
 
 :class:`SsdTier` serves SSD bins through a :class:`~iostack.backends.ReadBackend`
 (one open :class:`~iostack.backends.base.BinHandle` per bin), counting what this
-process read (requests, 4 KiB pages, distinct rows). :class:`NodeSharedSsdTier`
-wraps one: per gather, the node's ranks read the union of their SSD rows once
-(:mod:`iostack.nodeshare`) and each copies its rows out of the shared buffer.
-It is chosen when a store is composed (:func:`with_node_shared_reads`), for the
-gathers every rank of the node makes in step (the training steps); the store it
-was composed from still reads privately (evaluation).
+process read (requests, 4 KiB pages, distinct rows). Reading them together with
+the node's ranks is :mod:`iostack.nodeshare`'s :class:`~iostack.nodeshare.NodeSharedSsdTier`,
+which wraps one.
 """
-
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Collection, Iterator, Sequence
-from typing import Protocol
+from collections.abc import Collection, Sequence
 
 import numpy as np
 import torch
 
 from iostack.backends.base import BinHandle, ReadBackend
-from iostack.bins import open_bin
+from iostack.bins import PAGE, open_bin
 from iostack.binverify import BlockChecker, warn_unsummed
 from iostack.errors import StoreError
-from iostack.nodeshare import NodeExchange, NodeSharedReads, SharedStep, page_units, pages_per_unit
 from iostack.placement import Placement
 from iostack.tiers import INTO_DEVICE, VIA_HOST, Tier
 from iostack.transfer import Transfer
-
-
-class Composed(Protocol):
-    """What composing node-shared reads needs of a :class:`~iostack.store.FeatureStore` (kept apart: the store
-    module imports this one)."""
-
-    tiers: list[Tier]
-    row_bytes: int
-
-    def with_tiers(self, *tiers: Tier) -> Composed: ...
 
 
 class SsdTier(Tier):
@@ -176,104 +159,22 @@ def open_ssd_tier(placement: Placement, bin_dir: str | os.PathLike[str] | None, 
     return SsdTier(backend, handles, bins=[b.id for b in bins], transfer=transfer), dtype, dim
 
 
-class NodeSharedSsdTier(Tier):
-    """``inner``'s bins, read once per gather by the node's ranks together (``shared``, see :mod:`iostack.nodeshare`).
+def page_units(distinct_rows: np.ndarray, rows_per_page: int) -> int:
+    """Distinct page extents of sorted, distinct ``distinct_rows`` (pages of packed rows; rows themselves
+    when a row is a page or more). Sorted input: counted without a second sort.
 
-    Every rank of the node must make the same number of gathers through it, in
-    step order. Counts go to ``inner``'s counters: rows served here, and this
-    rank's part of the node's reads (requests, pages, distinct rows).
+    >>> page_units(np.array([0, 1, 5, 8, 9]), 4), page_units(np.array([0, 1, 5]), 1)
+    (3, 3)
     """
-
-    held = "file"
-    lands = VIA_HOST
-    per_gather = True
-
-    def __init__(self, inner: SsdTier, shared: NodeSharedReads) -> None:
-        self.bins, self.counters = inner.bins, inner.counters  # one set of figures, whichever way read
-        self.inner, self.shared = inner, shared
-
-    @contextlib.contextmanager
-    def gathering(self, groups: Sequence[tuple[int, torch.Tensor]]) -> Iterator[Tier]:
-        """This gather's reader: a copy out of the step's shared buffer (released when the block ends), or
-        ``inner`` where the node fell back to private reads."""
-        inner = self.inner
-        st = self.shared.step([(b, r.numpy()) for b, r in groups],
-                              inner.read_checked)
-        if st is None:
-            yield inner
-            return
-        try:
-            for x in st.reads:
-                info = inner.handles[x.bin_id].info
-                self.counters[x.bin_id].add_disk(x.requests, x.units * pages_per_unit(info.row_bytes,
-                                                                                      info.rows_per_page),
-                                                 x.rows, x.seconds)
-            yield _SharedCopy(self, st)
-        finally:
-            st.release()
-
-    def read(self, bin_id: int, rows: torch.Tensor, out: torch.Tensor, positions: torch.Tensor | None) -> None:
-        """Not served alone: a gather reads through :meth:`gathering`'s reader.
-
-        Raises
-        ------
-        StoreError
-            Always (the reads of a node-shared step are made for the whole gather at once).
-        """
-        raise StoreError("node-shared SSD reads are made per gather: read through gathering(groups)")
-
-    def buffer_bytes(self) -> int:
-        return self.shared.buffer_bytes()
-
-    def direct_io(self) -> dict[int, tuple[bool, str | None]]:
-        return self.inner.direct_io()
-
-    def close(self) -> None:
-        self.shared.close()
+    r = np.asarray(distinct_rows, np.int64)
+    if r.size == 0 or rows_per_page <= 1:
+        return int(r.size)
+    return int(np.count_nonzero(np.diff(r // rows_per_page))) + 1
 
 
-class _SharedCopy(Tier):
-    """One gather's reads out of its node-shared step buffer."""
-
-    def __init__(self, tier: NodeSharedSsdTier, step: SharedStep) -> None:
-        self.bins, self.counters, self._row_bytes, self._step = tier.bins, tier.counters, tier.shared.row_bytes, step
-
-    def read(self, bin_id: int, rows: torch.Tensor, out: torch.Tensor, positions: torch.Tensor | None) -> None:
-        t0 = time.perf_counter()
-        c = rows.numel()
-        self._step.copy_into(bin_id, rows.numpy(), out.view(torch.uint8).numpy(),
-                             None if positions is None else positions.numpy())
-        self.counters[bin_id].add(c, c * self._row_bytes, 0, time.perf_counter() - t0)
+def pages_per_unit(row_bytes: int, rows_per_page: int) -> int:
+    """4 KiB pages of one extent: 1 for packed rows, the row's pages otherwise."""
+    return 1 if rows_per_page > 1 else -(-row_bytes // PAGE)
 
 
-def node_shared_reads_blocked(store: Composed) -> str | None:
-    """Why ``store``'s SSD reads cannot be shared with a node's ranks (None: they can)."""
-    ssd = [t for t in store.tiers if isinstance(t, SsdTier)]
-    return ssd[0].sharing_blocked() if ssd else "no SSD bin to read"
-
-
-def with_node_shared_reads(store: Composed, exchange: NodeExchange, key: str, *,
-                           directory: str | os.PathLike[str] | None = None) -> Composed:
-    """``store`` composed with its SSD tier read together with the node's ranks (:class:`NodeSharedSsdTier`).
-
-    The returned store shares every tier with ``store`` (closing either closes
-    both); gather through it what every rank of ``exchange`` gathers in step,
-    from one thread at a time per step order (see :mod:`iostack.nodeshare`), and
-    through ``store`` what only this rank gathers. ``key`` names this job's
-    shared buffers (the same on the node's ranks, unique to the job).
-
-    Raises
-    ------
-    StoreError
-        When the reads cannot be shared (:func:`node_shared_reads_blocked` says why).
-    """
-    blocked = node_shared_reads_blocked(store)
-    if blocked is not None:
-        raise StoreError(f"node-shared SSD reads: {blocked}")
-    ssd = next(t for t in store.tiers if isinstance(t, SsdTier))
-    shared = NodeSharedReads(exchange, key, store.row_bytes,
-                             {b: h.info.rows_per_page for b, h in ssd.handles.items()}, directory=directory)
-    return store.with_tiers(NodeSharedSsdTier(ssd, shared))
-
-
-__all__ = ["NodeSharedSsdTier", "SsdTier", "node_shared_reads_blocked", "open_ssd_tier", "with_node_shared_reads"]
+__all__ = ["SsdTier", "open_ssd_tier", "page_units", "pages_per_unit"]

@@ -10,7 +10,7 @@ GPUs' partitions; :mod:`iostack.caches` fills them) and an
 :class:`~iostack.ssdreads.SsdTier` (SSD bins over a read backend); tiers passed
 in ``tiers=`` serve their bins instead, and :meth:`FeatureStore.with_tiers`
 composes a store that reads some bins another way (node-shared SSD reads:
-:func:`iostack.ssdreads.with_node_shared_reads`).
+:func:`iostack.nodeshare.with_node_shared_reads`).
 
 A store has one device (``device``; its :class:`~iostack.transfer.DeviceMemory`
 says how memory there works). On a CUDA device a gather assembles its result
@@ -59,9 +59,9 @@ from iostack.backends.base import AlignedPool, ReadBackend
 from iostack.binstats import BinStats, bin_stats, tier_rows, tier_stats
 from iostack.caches import RowFormat, cache_tiers
 from iostack.errors import StoreError
-from iostack.nodeshare import NodeSharedReads
+from iostack.nodeshare import NodeSharedReads, NodeSharedSsdTier
 from iostack.placement import Placement
-from iostack.ssdreads import NodeSharedSsdTier, open_ssd_tier
+from iostack.ssdreads import open_ssd_tier
 from iostack.tiers import INTO_DEVICE, ON_DEVICE, Tier, check_tiers
 from iostack.transfer import Batch, DeviceMemory, Gathered, Transfer, memory_for
 

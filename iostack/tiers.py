@@ -18,8 +18,8 @@ gather to the host hands every tier host tensors and the host result.
 
 Here: :class:`HostTier` (bins in host memory: the CPU cache, another GPU's
 partition, a GPU bin where the device is the host) and :class:`DeviceTier`
-(bins in this store's GPU memory). The SSD tier and the node-shared SSD tier
-are in :mod:`iostack.ssdreads`; :mod:`iostack.caches` fills the cache tiers from
+(bins in this store's GPU memory). The SSD tier is in :mod:`iostack.ssdreads`, the
+node-shared SSD tier in :mod:`iostack.nodeshare`; :mod:`iostack.caches` fills the cache tiers from
 the feature matrix.
 
 >>> t = HostTier({0: torch.arange(6.0).reshape(3, 2)})

@@ -4,7 +4,7 @@
 side by side with the ratio. ``gather``: the training access stream without
 training (hot-skewed Zipf ids, or an id stream from a ``.npy``), DLIO-style.
 ``moment bench emulate WORKLOAD.yaml`` replays a whole training I/O workload
-(:mod:`iostack.emulate`); ``moment bench record`` records the stream of a
+(:mod:`iostack.bench.emulate`); ``moment bench record`` records the stream of a
 ``moment train`` configuration for it.
 """
 
@@ -119,7 +119,7 @@ def _console():
 def _raw(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from iostack.bench import bench_raw
+    from iostack.bench.io import bench_raw
     from momentbase.units import format_size, parse_size
 
     if args.queue_depth < 1 or args.runs < 1 or not 0 < args.seconds < float("inf"):
@@ -157,7 +157,7 @@ def _raw(args: argparse.Namespace) -> int:
 def _gather(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from iostack.bench import bench_gather
+    from iostack.bench.io import bench_gather
     from iostack.bins import write_bins
     from iostack.placement import simple_placement
     from iostack.store import FeatureStore
@@ -209,8 +209,8 @@ def _emulate(args: argparse.Namespace) -> int:
 
     from rich.table import Table
 
-    from iostack.emulate import emulate
-    from iostack.emulate_workload import load_workload
+    from iostack.bench.emulate import emulate
+    from iostack.bench.workload import load_workload
     from momentbase.units import format_size
 
     w = load_workload(args.workload)

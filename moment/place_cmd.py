@@ -1,6 +1,6 @@
 """``moment place``: hotness, DDAK and the bin files of a dataset on a planned machine.
 
-Thin: parse, call :func:`training.place_run.place_dataset` (the whole
+Thin: parse, call :func:`training.place.run.place_dataset` (the whole
 workflow), print. What it writes to ``--out``:
 ``placement.json`` + ``bin_of.npy`` + ``row_of.npy`` (:meth:`Placement.save`,
 last, so an existing placement is replaced only once everything else is
@@ -122,9 +122,8 @@ def register(subparsers) -> None:
 
 def _handoff(args: argparse.Namespace):
     """The plan to place for: the ``--plan`` file, or one made now for the named machine."""
-    from planner.handoff import read_plan_file
+    from planner.handoff import plan_now, read_plan_file
     from planner.plan import choose_inventory, measured_inventory
-    from training.placing import plan_now
 
     if args.plan:
         named = [f"--{k.replace('_', '-')}" for k in ("machine", "capacities", "nvlink", "unknown_link_gbps",
@@ -173,7 +172,7 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     from moment.bars import Bars
     from moment.place_dirs import make_dirs
     from moment.place_nodes import print_nodes
-    from training.place_run import check_out, place_dataset
+    from training.place.run import check_out, place_dataset
 
     gpu_bytes = _size(args.gpu_cache, "--gpu-cache")
     auto = args.cpu_cache.strip().lower() == "auto"
@@ -223,9 +222,9 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
 
 
 def _spec(args: argparse.Namespace, gpu_bytes: int, cpu_bytes: int):
-    """The placement ``args`` ask for (:class:`training.place_specs.PlaceSpec`)."""
+    """The placement ``args`` ask for (:class:`training.place.specs.PlaceSpec`)."""
     from training.hotness import HotnessSpec
-    from training.place_specs import PlaceSpec, PolicySpec, ShardSpec, TierSpec
+    from training.place.specs import PlaceSpec, PolicySpec, ShardSpec, TierSpec
 
     return PlaceSpec(TierSpec(gpu_bytes, cpu_bytes, args.ssd, args.gpu_cache_mode),
                      PolicySpec(args.strategy, args.pool, args.seed),

@@ -1,4 +1,4 @@
-"""``moment place``'s directories: create them, clean up (the "SSDs are one drive" warnings: training.place_run).
+"""``moment place``'s directories: create them, clean up (the "SSDs are one drive" warnings: training.place.run).
 
 The command creates its ``--out`` and ``--ssd`` directories before any work (so that a path it
 cannot create fails in a second, not after minutes of pre-sampling); if it then fails, it removes

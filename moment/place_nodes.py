@@ -1,5 +1,5 @@
-"""``moment place --nodes N``: the nodes printed (the work: training.place_run, training.sharding; its options are
-checked by training.place_specs.ShardSpec)."""
+"""``moment place --nodes N``: the nodes printed (the work: training.place.run, training.place.nodes; its options are
+checked by training.place.specs.ShardSpec)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def print_nodes(args: argparse.Namespace, sp, ds, hot, targets) -> int:
     from rich.table import Table
 
     from momentbase.units import format_size
-    from training.sharding import sharded_summary
+    from training.place.nodes import sharded_summary
 
     summary = sharded_summary(sp)
     if args.json:

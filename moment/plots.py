@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from iostack.emulate import EmulateResult
+    from iostack.bench.emulate import EmulateResult
     from training.runreport import RunMetrics
 
 
@@ -40,7 +40,8 @@ def _save(fig: Figure, path: Path) -> None:
 
 
 def plot_emulation(result: EmulateResult, path: str | Path) -> Path:
-    """Per-step I/O wait and compute of reader 0, and bytes per tier, of an :class:`~iostack.emulate.EmulateResult`."""
+    """Per-step I/O wait and compute of reader 0, and bytes per tier, of an
+    :class:`~iostack.bench.emulate.EmulateResult`."""
     plt = _pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
     steps = range(len(result.step_wait_s))

@@ -1,7 +1,7 @@
 """``moment profile``: measure SSD random reads, memory and GPU copies here; write a capacities file.
 
 Thin: parse, call :func:`hwprofile.profile_machine` (and
-:func:`iostack.bench.add_device_read_figures` for the backends' reads into
+:func:`hwprofile.gpureads.add_device_read_figures` for the backends' reads into
 GPU memory), print the figures, save them.
 """
 
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     with Bars(transient=True) as bars:
         caps = profile_machine(spec, topo, sys_root=args.sys_root, progress=bars)
         if args.ssd:  # what `moment train --backend auto` compares: both backends' reads into GPU memory
-            from iostack.bench import add_device_read_figures
+            from hwprofile.gpureads import add_device_read_figures
 
             caps = add_device_read_figures(caps, args.ssd, seconds=min(seconds, 3.0), file_bytes=file_bytes,
                                            keep_file=args.keep_file, progress=bars)

@@ -48,7 +48,7 @@ interleave the hottest pools between the tier's bins and leave a tight bin
 short (measured: a host memory at 86 % of its target, 3 % more reads from the
 SSDs). Tight targets are what a caller gets from capping each cache bin at
 the hottest rows it can hold, in order of falling target
-(:func:`training.placing.feasible_targets`); on a two-socket machine the
+(:func:`training.place.bins.feasible_targets`); on a two-socket machine the
 largest host-memory target is the memory local to the GPUs, so the hottest
 rows are read without crossing sockets.
 
@@ -475,7 +475,7 @@ def _tight_bin(js: list[int], tgt: list[float], acc: list[float], cap: list[int]
     hotness of the next items it has room for (from sorted position ``at``,
     at pool granularity): sharing those items with the tier's other bins, as
     the score would, leaves it short. This is how
-    :func:`training.placing.feasible_targets` caps cache targets (bins in
+    :func:`training.place.bins.feasible_targets` caps cache targets (bins in
     order of falling target, each capped at the hottest rows it can hold),
     and on a two-socket machine the flow model gives the largest host-memory
     target to the memory local to the GPUs, so its rows are the hottest.

@@ -1,7 +1,7 @@
 """fio, the reference reader: its command line, its JSON output, a run with engine fallback.
 
 ``moment profile`` (:mod:`hwprofile`) and the I/O benchmarks
-(:mod:`iostack.bench`) measure the same random reads with fio beside
+(:mod:`iostack.bench.io`) measure the same random reads with fio beside
 Moment's own reader; this module is the one place that runs it.
 """
 

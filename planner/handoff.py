@@ -2,7 +2,7 @@
 
 A plan (:func:`planner.plan.plan`) recommends a layout and predicts, with a
 flow model, how many bytes every store (a GPU cache, a host memory, an SSD)
-serves each GPU per iteration. Placement (``training.placing``, DDAK) needs
+serves each GPU per iteration. Placement (``training.place``, DDAK) needs
 exactly that: a target per store, and which socket each store and GPU sits
 on. This module owns the typed object that carries it (:class:`PlanTargets`)
 and the plan file that holds it between ``moment plan --json`` and
@@ -37,17 +37,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from momentbase.jsontypes import JsonObject, JsonValue
 from planner.errors import PlannerError
 from planner.topology.model import LinkKind, NodeKind, Topology
 from planner.vocab import HANDOFF_LAYOUTS
 
-__all__ = ["PLAN_SCHEMA", "PLAN_VERSION", "PlanFileError", "PlanHandoff", "PlanTargets", "StoreTarget",
+if TYPE_CHECKING:
+    from planner.capacities.model import Capacities
+
+__all__ = ["PLAN_SCHEMA", "PLAN_VERSION", "PlanFileError", "PlanHandoff", "PlanTargets", "StoreTarget", "plan_now",
            "devices_of", "handoff_from_plan", "nvlink_pairs_of", "plan_document", "plan_file_dict", "read_plan_file",
            "targets_from_flow"]
 
@@ -251,6 +254,29 @@ def handoff_from_plan(result, source: str = "", unknown_link_bytes_per_s: float 
     targets = targets_from_flow(entry.placed, flow, result.machine, source or result.machine)
     return PlanHandoff(result.machine, result.model, result.demand, entry.placed, targets,
                        unknown_link_bytes_per_s, source or result.machine, layout)
+
+
+def plan_now(topology: Topology, *, spec: str | None = None, model: str = "maxflow",
+             nvlink_pairs: Sequence[tuple[int, int]] = (), unknown_link_bytes_per_s: float | None = None,
+             capacities: Capacities | None = None, source: str = "") -> PlanHandoff:
+    """The hand-off of a plan made now, exactly as ``moment plan`` makes it by default (demand 1 GB per
+    GPU, cache shares 0), through the plan file's form: the placement made from it equals the one made
+    from ``moment plan --json`` output.
+
+    ``spec``: the machine spec naming the devices (:func:`planner.plan.choose_inventory`);
+    ``capacities``: measured figures for the device models (``moment profile``).
+    """
+    from planner.plan import choose_inventory, measured_inventory, plan
+    from planner.workload import Demand
+
+    topo, inventory = choose_inventory(topology, spec=spec)
+    if capacities is not None:
+        inventory, _ = measured_inventory(inventory, capacities)
+    result = plan(topo, inventory, Demand(1e9), model=model, top=1, nvlink_pairs=nvlink_pairs,
+                  unknown_link_bytes_per_s=unknown_link_bytes_per_s)
+    h = handoff_from_plan(result, unknown_link_bytes_per_s=unknown_link_bytes_per_s)
+    return read_plan_file(json.loads(json.dumps(plan_file_dict(h))),
+                          source=source or f"a plan of {result.machine} made now")
 
 
 def _targets_dict(t: PlanTargets) -> JsonObject:

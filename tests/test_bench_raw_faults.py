@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 
-from iostack.bench import bench_file
+from iostack.bench.io import bench_file
 from moment.cli import main
 from tests.conftest import REPO
 

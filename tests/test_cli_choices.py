@@ -78,8 +78,8 @@ def test_the_heavy_modules_check_against_the_light_tables():
     import planner.handoff as handoff
     import training.data as data
     import training.devices as devices
-    import training.placing as placing
-    import training.sharded as sharded
+    import training.place.bins as placing
+    import training.sharded.features as sharded
     import training.specs as specs
     from iostack import vocab as io_vocab
     from planner import vocab as plan_vocab

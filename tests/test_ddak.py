@@ -319,7 +319,7 @@ def test_affinity_with_one_group_changes_nothing():
 
 def test_a_tight_cache_bin_takes_the_hottest_items():
     # two host memories whose targets are what the hottest rows they can hold serve, in order
-    # (training.placing.feasible_targets caps them so): sharing the hottest rows between them,
+    # (training.place.bins.feasible_targets caps them so): sharing the hottest rows between them,
     # as the score alone would, leaves the first one short and reads more from the SSD
     h = zipf(50_000, a=0.9)
     hs = np.sort(h.astype(np.float64))[::-1]

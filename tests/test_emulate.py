@@ -10,14 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from iostack.emulate import compute_on, emulate, make_stream, metrics_device, metrics_times
-from iostack.emulate_workload import (
-    ComputeSpec,
-    StreamSpec,
-    WorkloadError,
-    load_workload,
-    workload_from_dict,
-)
+from iostack.bench.emulate import compute_on, emulate, make_stream, metrics_device, metrics_times
+from iostack.bench.workload import ComputeSpec, StreamSpec, WorkloadError, load_workload, workload_from_dict
 from training.stream import record_stream
 from training.synth import SynthSpec
 from training.synth_run import synthesize

@@ -101,7 +101,7 @@ def _metrics():
 
 
 def _workload():
-    from iostack.emulate_workload import load_workload
+    from iostack.bench.workload import load_workload
     texts = ["data: {synthetic: {rows: 2048, row_bytes: 4KiB, dir: /nonexistent}}\n"
              "stream: {kind: uniform, rows_per_step: 256, steps: 4}\n",
              "data:\n  synthetic:\n    rows: 4096\n    row_bytes: 512\n    dir: /nonexistent\n"

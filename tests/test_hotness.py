@@ -162,7 +162,7 @@ def test_hot_share():
     assert hot_share(np.zeros(3), [1]) == [0.0]
 
 
-@pytest.mark.parametrize("name", ["training.hotness", "training.placing"])
+@pytest.mark.parametrize("name", ["training.hotness", "training.place.bins"])
 def test_docstring_examples(name):
     import doctest
     import importlib

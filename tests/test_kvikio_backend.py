@@ -176,7 +176,7 @@ def test_auto_backend_is_chosen_by_measurement(monkeypatch, tmp_path):
 def test_device_read_figures_say_why_not_without_cuda(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    from iostack.bench import add_device_read_figures
+    from hwprofile.gpureads import add_device_read_figures
 
     caps = add_device_read_figures(_caps(tmp_path, None, None), [str(tmp_path)])
     assert any("into GPU memory" in n and "no CUDA device" in n for n in caps.notes)

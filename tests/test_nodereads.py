@@ -1,4 +1,4 @@
-"""Node-shared SSD reads across real processes (training.nodereads): gloo on the CPU, two ranks.
+"""Node-shared SSD reads across real processes (training.nodeshare): gloo on the CPU, two ranks.
 
 Who shares is decided the same way on every rank: one node's ranks share; ranks
 that report different nodes, different step counts, or a rank that turned it
@@ -60,7 +60,7 @@ def _worker(rank: int, d: str) -> None:
 
     from iostack.store import FeatureStore
     from training.distributed import World
-    from training.nodereads import setup_node_shared_reads, ssd_reads
+    from training.nodeshare import setup_node_shared_reads, ssd_reads
 
     dist.init_process_group("gloo", init_method=f"file://{d}/init", rank=rank, world_size=2)
     feats, p = _placed(Path(d) / f"bins{rank}")

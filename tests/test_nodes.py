@@ -29,8 +29,8 @@ from training.checkpoint import CHECKPOINT_NAME
 from training.data import open_dataset
 from training.hotness import degree_from_csr
 from training.importers import import_dataset
-from training.place_specs import PolicySpec, ShardSpec, TierSpec
-from training.sharding import place_sharded
+from training.place.nodes import place_sharded
+from training.place.specs import PolicySpec, ShardSpec, TierSpec
 from training.trainer import train
 
 COMMON = ["--fanouts=-1,-1", "--hidden", "16", "--dropout", "0", "--seed", "3", "--lr", "0.01", "--eval-every", "0",

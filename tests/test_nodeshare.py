@@ -20,9 +20,8 @@ import pytest
 import torch
 
 from iostack.bins import write_bins
-from iostack.nodeshare import NodeExchange, encode_keys, plan_share
+from iostack.nodeshare import NodeExchange, encode_keys, plan_share, with_node_shared_reads
 from iostack.placement import simple_placement
-from iostack.ssdreads import with_node_shared_reads
 from iostack.store import FeatureStore
 from tests.fake_cuda import FakeDeviceMemory
 

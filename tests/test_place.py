@@ -1,4 +1,4 @@
-"""training.placing and `moment place`: bins from a plan, DDAK placement, bin files a FeatureStore opens."""
+"""training.place and `moment place`: bins from a plan, DDAK placement, bin files a FeatureStore opens."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from tests.conftest import graph_fixture
 from training.data import open_dataset
 from training.hotness import HotnessSpec, compute_hotness
 from training.importers.planetoid import import_planetoid
-from training.placing import ZERO_TARGET_SHARE, PlacingError, build_bins, place
+from training.place.bins import ZERO_TARGET_SHARE, PlacingError, build_bins
+from training.place.policy import place
 
 
 @pytest.fixture(scope="module")
@@ -334,7 +335,7 @@ def _routed_plan() -> PlanTargets:
 def test_reads_per_socket_put_rows_near_their_readers(cora, tmp_path):
     """With each socket's reads, DDAK follows the plan's routing: fewer cross-socket reads than hash,
     reported per (reader socket, bin socket); without them every GPU reads alike."""
-    from training.placing import bin_split
+    from training.place.bins import bin_split
 
     t = _routed_plan()
     row = cora.row_bytes
@@ -405,11 +406,11 @@ def _twin(cora, where: Path) -> Path:
 
 def test_a_library_placement_carries_the_fingerprint_and_is_refused_for_another_dataset(cora, tmp_path):
     """place_dataset is the whole job: its manifest records the dataset, and opening checks it."""
+    from planner.handoff import plan_now
     from planner.topology.discover import topology_from_files
     from training.features import open_features
-    from training.place_run import place_dataset
-    from training.place_specs import PlaceSpec, TierSpec
-    from training.placing import plan_now
+    from training.place.run import place_dataset
+    from training.place.specs import PlaceSpec, TierSpec
 
     out, seen = tmp_path / "out", []
     plan = plan_now(topology_from_files(machine="moment-b"), spec="moment-b")
@@ -442,7 +443,7 @@ def test_an_old_placement_without_a_fingerprint_still_opens_and_says_so(cora, tm
     del rep["dataset_fingerprint"]
     (out / "place.json").write_text(json.dumps(rep))
     twin = open_dataset(_twin(cora, tmp_path / "twin"))
-    with caplog.at_level("WARNING", logger="training.place_run"):
+    with caplog.at_level("WARNING", logger="training.place.run"):
         open_features(twin, str(out)).close()  # nothing to compare: it opens
     assert any("records no dataset fingerprint" in r.getMessage() and str(out) in r.getMessage()
                for r in caplog.records)

@@ -9,7 +9,7 @@ import pytest
 
 from moment.cli import main
 from moment.place_dirs import make_dirs, remove_created
-from training.place_run import ssd_warnings
+from training.place.run import ssd_warnings
 
 
 def test_dirs_on_one_device_are_named_in_one_warning(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from moment.cli import main
-from training.place_guard import _ssd_prefix, placement_leftovers, writing_placement
+from training.place.guard import _ssd_prefix, placement_leftovers, writing_placement
 from training.writer import output_lock
 
 REPO = Path(__file__).resolve().parents[1]

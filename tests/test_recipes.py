@@ -117,7 +117,8 @@ def test_read_backend_recipe(recipe, tmp_path):
 @_one("placement policy")
 def test_placement_policy_recipe(recipe, tmp_path):
     from planner.handoff import PlanTargets, StoreTarget
-    from training.placing import build_bins, place
+    from training.place.bins import build_bins
+    from training.place.policy import place
 
     t = PlanTargets("toy", gpus=(("gpu0", "socket0"),),
                     stores=(StoreTarget("cache:gpu0", "gpu", "gpu0", "socket0", 1.0),

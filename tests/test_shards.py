@@ -19,11 +19,11 @@ from moment.cli import main
 from planner.handoff import PlanTargets, StoreTarget
 from tests.conftest import graph_fixture
 from tests.fake_cuda import FakeDeviceMemory
-from training.exchange import PeerLostError
-from training.place_specs import PolicySpec, ShardSpec, TierSpec
-from training.remote_cache import RemoteCache, cache_rows
-from training.sharded import NodeError, Peers, ShardedFeatures, ShardedOptions, _fill_cache, join
-from training.sharding import place_sharded
+from training.place.nodes import place_sharded
+from training.place.specs import PolicySpec, ShardSpec, TierSpec
+from training.sharded.exchange import PeerLostError
+from training.sharded.features import NodeError, Peers, ShardedFeatures, ShardedOptions, _fill_cache, join
+from training.sharded.remote_cache import RemoteCache, cache_rows
 
 
 @settings(max_examples=60, deadline=None)

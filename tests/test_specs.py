@@ -1,4 +1,4 @@
-"""The specs of training (training/specs.py) and placement (training/place_specs.py), and what `train()` takes
+"""The specs of training (training/specs.py) and placement (training/place/specs.py), and what `train()` takes
 as objects: a batch source, a feature source."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from training.batches import LocalBatchSource, num_steps
 from training.data import open_dataset
 from training.errors import TrainError
 from training.features import MemoryFeatures
-from training.place_specs import PlaceSpec, PolicySpec, ShardSpec, TierSpec
-from training.placing import PlacingError
+from training.place.bins import PlacingError
+from training.place.specs import PlaceSpec, PolicySpec, ShardSpec, TierSpec
 from training.sampler import NeighborSampler, SampledBatch
 from training.specs import (
     RECORD_FIELDS,
@@ -237,7 +237,7 @@ def test_handed_in_objects_train_what_the_spec_builds(graph):
 
 
 # ----------------------------------------------------------------------------------------------
-# the placement's specs (training/place_specs.py)
+# the placement's specs (training/place/specs.py)
 
 
 @pytest.mark.parametrize("make, match", [

@@ -236,10 +236,12 @@ def figure_targets(n: int = 1_000_000) -> list[Figure]:
 
 
 def figure_graph(nodes: int, edges: int, pool: int | None) -> list[Figure]:
+    from planner.handoff import plan_now
     from planner.topology.spec.load import load_machine
     from training.data import open_dataset
     from training.hotness import HotnessSpec, compute_hotness
-    from training.placing import build_bins, place, plan_now, targets_for_caches
+    from training.place.bins import build_bins, targets_for_caches
+    from training.place.policy import place
     from training.synth import SynthSpec
     from training.synth_run import synthesize
 

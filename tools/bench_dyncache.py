@@ -37,8 +37,8 @@ from _results import Figure, write
 
 from iostack.cachepolicy import CACHE_POLICIES
 from iostack.dyncache import RowCache
-from training.remote_cache import cache_rows
 from training.sampler import NeighborSampler
+from training.sharded.remote_cache import cache_rows
 
 
 def drifting_graph(n: int, degree: int, local: int, hot_share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

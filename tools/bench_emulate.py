@@ -54,8 +54,8 @@ sys.path.insert(0, str(REPO))
 import _cli  # noqa: E402
 from _results import Figure, write  # noqa: E402
 
-from iostack.emulate import emulate  # noqa: E402
-from iostack.emulate_workload import workload_from_dict  # noqa: E402
+from iostack.bench.emulate import emulate  # noqa: E402
+from iostack.bench.workload import workload_from_dict  # noqa: E402
 
 #: every step with 2 OpenMP threads unless the caller's environment sets them
 moment = partial(_cli.moment, omp_threads="2")
@@ -83,7 +83,7 @@ def engine_alone(path: Path, rows: int, steps: int, seed: int) -> float:
 
 
 def plain_vs_fio(base: Path, rounds: int, steps: int) -> tuple[list[float], list[float], list[float]]:
-    from iostack.bench import bench_file
+    from iostack.bench.io import bench_file
     from planner.fio import run_fio
 
     d = base / "plain"

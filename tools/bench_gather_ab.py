@@ -10,7 +10,7 @@ SSD bins (``cpu+ssd``, the setting of ``tools/bench_io.py gather``). Each round
 runs, per setting, one fresh process with ``PYTHONPATH`` set to this checkout
 (ours) and one set to ``--ref`` (the reference), in alternating order, each
 opening a :class:`~iostack.store.FeatureStore` on the same files and timing
-``iostack.bench.bench_gather`` (Zipf-skewed batches of ``--batch`` ids, the same
+``iostack.bench.io.bench_gather`` (Zipf-skewed batches of ``--batch`` ids, the same
 seed both sides; without a GPU the "gpu" bin is host memory) for ``--seconds``;
 round 0 is a warm-up (page cache, ``.pyc``) and not counted. Reported per
 side: the median over the rounds of rows/s and of each run's median latency per
@@ -46,7 +46,7 @@ _CHILD = """
 import json, sys, time
 import numpy as np
 import torch
-from iostack.bench import bench_gather
+from iostack.bench.io import bench_gather
 from iostack.placement import load_placement
 from iostack.store import FeatureStore
 d, feats_path = sys.argv[1], sys.argv[2]

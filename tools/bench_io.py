@@ -25,7 +25,7 @@ file registered (the issue asks for it; fio with ``--registerfiles --fixedbufs``
 78.1 k/s without, medians of 4 alternating 3 s runs at load 2.7: within this disk's noise).
 
 ``gather``: Zipf-skewed ids through a FeatureStore
-with CPU and SSD tiers (``iostack.bench.bench_gather``): rows/s, GB/s, tier shares, latency,
+with CPU and SSD tiers (``iostack.bench.io.bench_gather``): rows/s, GB/s, tier shares, latency,
 and the store's memory (its tiers and read buffers) with the process's peak RSS.
 """
 
@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 from _results import Figure, write  # noqa: E402
 
 from iostack.backends.choice import record_engine  # noqa: E402
-from iostack.bench import bench_gather, bench_raw  # noqa: E402
+from iostack.bench.io import bench_gather, bench_raw  # noqa: E402
 from iostack.bins import write_bins  # noqa: E402
 from iostack.placement import simple_placement  # noqa: E402
 from iostack.store import FeatureStore  # noqa: E402
@@ -158,7 +158,7 @@ def binding(args: argparse.Namespace) -> list[Figure]:
     """
     from iostack.backends import _uring
     from iostack.backends.base import aligned_empty
-    from iostack.bench import bench_file
+    from iostack.bench.io import bench_file
 
     try:
         import liburing  # noqa: F401

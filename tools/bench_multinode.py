@@ -5,7 +5,7 @@
 Nodes are separate process groups on localhost: one ``torchrun --nnodes N
 --nproc-per-node L --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT`` per
 node, each with its own data directory (``out/node<k>`` of a placement made by
-:func:`training.sharding.place_sharded`), every rank running
+:func:`training.place.nodes.place_sharded`), every rank running
 ``tools/multinode_worker.py`` (``training.trainer.train`` plus
 ``/proc/self/smaps_rollup``). The data set is a skewed Chung-Lu graph from
 ``moment data synth``, hotness by pre-sampling; every row of a node sits in its
@@ -186,8 +186,8 @@ def _placements(args, work: Path):
     from planner.handoff import PlanTargets, StoreTarget
     from training.data import open_dataset
     from training.hotness import HotnessSpec, get_hotness
-    from training.place_specs import PolicySpec, ShardSpec, TierSpec
-    from training.sharding import place_sharded
+    from training.place.nodes import place_sharded
+    from training.place.specs import PolicySpec, ShardSpec, TierSpec
 
     g = work / "graph"
     if not (g / "meta.json").exists():
@@ -339,8 +339,8 @@ def _cora(work: Path) -> list[Figure]:
     from training.data import open_dataset
     from training.hotness import HotnessSpec, get_hotness
     from training.importers import import_dataset
-    from training.place_specs import PolicySpec, ShardSpec, TierSpec
-    from training.sharding import place_sharded
+    from training.place.nodes import place_sharded
+    from training.place.specs import PolicySpec, ShardSpec, TierSpec
 
     # the real Cora of ../shared/fixtures (MOMENT_SHARED moves it, as for the tests)
     src = Path(os.environ.get("MOMENT_SHARED", REPO.parent / "shared")) / "fixtures" / "graphs" / "cora"

@@ -77,7 +77,7 @@ def tree_digests(root: Path, prefix: str) -> dict[str, str]:
     for p in sorted(root.rglob("*")):
         if not p.is_file():
             continue
-        # an SSD bin's name carries a digest of the placement's full path (training.placing)
+        # an SSD bin's name carries a digest of the placement's full path (training.place.bins)
         rel = re.sub(r"-[0-9a-f]{8}-bin", "-<digest>-bin", f"{prefix}/{p.relative_to(root).as_posix()}")
         if p.suffix == ".json":
             out[rel] = json_digest(p.read_text())

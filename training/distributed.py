@@ -3,7 +3,7 @@
 :func:`open_world` joins the ``torchrun`` group (``gloo`` on CPU, ``nccl`` on
 CUDA) with a second group of short timeout for the per-step collectives, so
 that a dead or hung peer stops a step with one clear error
-(:class:`~training.exchange.PeerLostError`) instead of torch's 30-minute wait;
+(:class:`~training.sharded.exchange.PeerLostError`) instead of torch's 30-minute wait;
 :func:`data_parallel` wraps the model in
 :class:`~torch.nn.parallel.DistributedDataParallel` on that group.
 """
@@ -83,7 +83,7 @@ def peer_errors(during: str) -> Iterator[None]:
     try:
         yield
     except RuntimeError as exc:
-        from training.exchange import PeerLostError
+        from training.sharded.exchange import PeerLostError
 
         raise PeerLostError.of(exc, during) from None
 

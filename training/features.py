@@ -5,7 +5,7 @@
 training device; both sources satisfy :class:`FeatureSource`: the placement's
 :class:`~iostack.store.FeatureStore` itself, or :class:`MemoryFeatures`. A placement made
 from another dataset is refused (its manifest records the dataset's
-fingerprint, :func:`training.place_run.check_placement_is_for`).
+fingerprint, :func:`training.place.run.check_placement_is_for`).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def open_features(ds: Dataset, placement_dir: str | None, backend: str = "auto",
 
     if not Path(placement_dir).is_dir():
         raise TrainError(f"{placement_dir}: no such placement directory (write one with `moment place`)")
-    from training.place_run import check_placement_is_for
+    from training.place.run import check_placement_is_for
 
     placement = load_placement(placement_dir)
     check_placement_is_for(placement, placement_dir, ds)

@@ -8,7 +8,7 @@ where the graph is sampled and the per-vertex lookups
 (:func:`training.pipeline.sampling`), the CSR there
 (:func:`training.pipeline.csr_on`), this rank's batch source
 (:func:`training.pipeline.open_source`) and node-shared SSD reads
-(:func:`training.nodereads.setup_node_shared_reads`, a collective call on every
+(:func:`training.nodeshare.setup_node_shared_reads`, a collective call on every
 rank). :func:`eval_batches` is the evaluation batches both sample.
 """
 
@@ -27,7 +27,7 @@ from training.data import Dataset
 from training.diskcsr import DiskNeighbours
 from training.distributed import World
 from training.features import FeatureSource, open_features, open_store, share_key_of
-from training.nodereads import NodeReads, setup_node_shared_reads
+from training.nodeshare import NodeReads, setup_node_shared_reads
 from training.pipeline import Lookups, Prepared, csr_on, open_source, prefetch_workers, preparer, sampling
 from training.sampler import NeighborSampler, SampledBatch
 from training.specs import IOSpec, TrainSpec
@@ -79,8 +79,8 @@ class Feed:
 
 def _open_sharded(io: IOSpec, placement: str, timeout_s: float, ds: Dataset, world: World, memory: DeviceMemory
                   ) -> FeatureSource:
-    """This node's shard of a placement sharded across nodes (:mod:`training.sharded`)."""
-    from training.sharded import Peers, ShardedOptions, open_sharded
+    """This node's shard of a placement sharded across nodes (:mod:`training.sharded.features`)."""
+    from training.sharded.features import Peers, ShardedOptions, open_sharded
 
     options = ShardedOptions(io.exchange, timeout_s, int(io.remote_cache_bytes), io.remote_cache_dir)
     peers = Peers.from_env(world.rank, world.size, world.local_rank, world.local_size)
@@ -92,7 +92,7 @@ def _open_sharded(io: IOSpec, placement: str, timeout_s: float, ds: Dataset, wor
 
 def open_run_features(spec: TrainSpec, ds: Dataset, world: World, memory: DeviceMemory) -> FeatureSource:
     """The run's features: a sharded placement's, a placement's store, or the dataset's in memory."""
-    from training.sharded import is_sharded
+    from training.sharded.features import is_sharded
 
     io = spec.io
     if io.placement is not None and is_sharded(io.placement):

@@ -59,7 +59,7 @@ from training.errors import TrainError
 from training.features import FeatureSource
 from training.feed import eval_batches, open_feed
 from training.metrics import Sums, add_step, moved_since
-from training.nodereads import ssd_reads
+from training.nodeshare import ssd_reads
 from training.pipeline import Prefetcher, Prepared
 from training.sampler import NeighborSampler
 from training.specs import IOSpec, RunSpec, SamplingSpec, TrainSpec

@@ -244,7 +244,7 @@ def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *,
     """A batch's preparation: its rows gathered (float32, on the device), labels and degrees looked up.
 
     ``features`` composed with node-shared SSD reads (the training steps'
-    store, :mod:`training.nodereads`): every rank of the node must then
+    store, :mod:`training.nodeshare`): every rank of the node must then
     prepare the same number of batches, and each batch says how long its
     gather waited for the others.
     ``concurrent``: it runs on several threads at once (a :class:`Prefetcher`

@@ -9,7 +9,7 @@ of the code:
   sampling server (:mod:`training.pipeline`, :mod:`training.serve`);
 - :class:`IOSpec`: where the feature rows come from and how they travel
   (placement, read backend, prefetch, node-shared reads, a sharded placement's
-  exchange and remote cache; :mod:`training.features`, :mod:`training.sharded`);
+  exchange and remote cache; :mod:`training.features`, :mod:`training.sharded.features`);
 - :class:`DistributedSpec`: how long a rank waits on the others;
 - :class:`RunSpec`: epochs, seed, optimiser, evaluation, checkpoints, metrics.
 
@@ -162,9 +162,9 @@ class IOSpec:
     in memory). ``backend``: the SSD read backend (``auto``: chosen by the measurements in
     ``capacities``, a ``moment profile`` file; :func:`iostack.backends.choose_backend`). ``prefetch``:
     batches prepared ahead (0 = inline). ``node_shared_reads``: the ranks of a node read each SSD page
-    of a step once, for all of them (:mod:`training.nodereads`). ``exchange``, ``remote_cache_bytes``
+    of a step once, for all of them (:mod:`training.nodeshare`). ``exchange``, ``remote_cache_bytes``
     (0 = none), ``remote_cache_dir`` (an SSD directory for it instead of host memory): a placement
-    sharded across nodes (:mod:`training.sharded`). ``cache_policy``: ``static`` (the placement's caches
+    sharded across nodes (:mod:`training.sharded.features`). ``cache_policy``: ``static`` (the placement's caches
     as filled at start), or a policy of :data:`iostack.cachepolicy.CACHE_POLICIES` for a host cache of
     ``dynamic_cache_bytes`` that fills on access, warm-started with the static fill
     (:mod:`training.cached_features`)."""

@@ -3,15 +3,15 @@
 :func:`record_stream` samples the batches a ``moment train`` run with the same dataset,
 fan-outs, batch size, seed and rank would train on (batches depend only on ``(seed,
 epoch, rank, step)``, :mod:`training.batches`) and saves each step's vertex ids with
-:func:`iostack.emulate.save_stream`, for ``moment bench emulate`` to replay through the
+:func:`iostack.bench.emulate.save_stream`, for ``moment bench emulate`` to replay through the
 tiered store without the model.
 
 >>> import tempfile, numpy as np
 >>> from pathlib import Path
 >>> from training.synth import SynthSpec
 >>> from training.synth_run import synthesize
->>> from iostack.emulate import make_stream
->>> from iostack.emulate_workload import StreamSpec
+>>> from iostack.bench.emulate import make_stream
+>>> from iostack.bench.workload import StreamSpec
 >>> with tempfile.TemporaryDirectory() as d:
 ...     _ = synthesize(f"{d}/g", SynthSpec(num_nodes=500, num_edges=3000, feature_dim=4, train_share=0.2))
 ...     _ = record_stream(f"{d}/g", f"{d}/s.npz", fanouts=(5, 5), batch_size=32)
@@ -42,7 +42,7 @@ def record_stream(dataset: str | os.PathLike[str], out: str | os.PathLike[str], 
     The same construction as :func:`training.trainer.train` (sampler seeded with ``seed``,
     :class:`~training.batches.LocalBatchSource`), so the stream is the one training reads.
     """
-    from iostack.emulate import save_stream
+    from iostack.bench.emulate import save_stream
 
     ds = open_dataset(dataset, validate=False)
     if ds.train_idx is None or len(ds.train_idx) == 0:

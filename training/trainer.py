@@ -86,7 +86,6 @@ from training.data import Dataset, open_dataset
 from training.distributed import World, data_parallel, open_world, param_spread, peer_errors
 from training.divergence import check as check_divergence
 from training.errors import TrainError
-from training.exchange import PeerLostError
 from training.features import (
     FeatureSource,
     feature_dtype_of,
@@ -96,12 +95,13 @@ from training.hostmem import keep_freed_host_memory
 from training.memplan import check_host_memory
 from training.metrics import JsonlWriter, Predictor, Sums, add_step, epoch_record, moved_since
 from training.models import build_model
-from training.nodereads import ssd_reads
+from training.nodeshare import ssd_reads
 from training.pipeline import (
     Prefetcher,
     Prepared,
 )
 from training.sampler import NeighborSampler, SampledBatch
+from training.sharded.exchange import PeerLostError
 from training.specs import ModelSpec, RunSpec, TrainSpec
 
 __all__ = ["TrainResult", "train"]

@@ -19,7 +19,7 @@ SAMPLE_ON = ("auto", "cpu", "gpu")
 #: where a CSR may live while a run samples from it (:mod:`training.diskcsr`)
 GRAPH_ON = ("memory", "disk")
 
-#: how the ranks of a sharded placement exchange feature rows (:mod:`training.exchange`)
+#: how the ranks of a sharded placement exchange feature rows (:mod:`training.sharded.exchange`)
 EXCHANGES = ("alltoall", "rpc")
 
 #: how the GPUs' caches split the hot rows: each GPU holds them all, or its share

@@ -1,9 +1,11 @@
-"""Feature-row placement for a dataset on a planned machine: plan targets -> DDAK bins -> iostack Placement.
+"""The bins of a plan: the plan's traffic targets (for the caches given) -> the bins a policy fills.
 
 The glue between the planner (which store should serve which share of the
-reads: :attr:`planner.flow.FlowResult.store_bytes`), DDAK
-(:mod:`planner.ddak`, which knows nothing of graphs) and the feature store
-(:class:`iostack.placement.Placement`).
+reads: :attr:`planner.flow.FlowResult.store_bytes`) and the placement policy
+(:mod:`training.place.policy`, DDAK or a baseline, which knows nothing of
+plans): the bins, their capacities and targets, the targets capped at what
+the caches can serve (:func:`feasible_targets`), the room the SSD bins need
+(:func:`check_free_space`).
 
 Bins from a plan (:func:`build_bins`):
 
@@ -25,14 +27,6 @@ A store with a zero target in the plan still gets its bin, with a target
 of :data:`ZERO_TARGET_SHARE` of the total: it takes at most one pool of hot
 rows while the targets are being met, then only the overflow.
 
-The report (:class:`PlacementReport`) says what a placement does to the
-reads: each bin's share of the hotness against its target, the SSDs'
-share and bytes per epoch, and the cross-socket share of the bytes the GPUs
-receive. Data-parallel GPUs each read the same distribution, so every bin's
-traffic reaches every GPU; a byte crosses sockets when its bin sits on
-another socket than the GPU reading it (GPU caches never: a replicated
-cache is local, a partitioned one is reached over NVLink).
-
 >>> t = PlanTargets("toy", gpus=(("gpu0", "socket0"),),
 ...     stores=(StoreTarget("cache:gpu0", "gpu", "gpu0", "socket0", 1.0),
 ...             StoreTarget("ssd0", "ssd", "ssd0", "socket0", 3.0)))
@@ -47,34 +41,21 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from iostack.bins import file_bytes_for
-from iostack.placement import Bin, Placement
-from planner.affinity import Affinity
-from planner.baselines import hash_placement
-from planner.handoff import (
-    PlanHandoff,
-    PlanTargets,
-    StoreTarget,
-)
-from planner.placement import DdakBin, DdakResult
-from planner.policies import place_items
-from planner.progress import Progress
+from iostack.placement import Placement
+from planner.handoff import PlanHandoff, PlanTargets, StoreTarget
 from training.errors import TrainingError
 from training.vocab import GPU_MODES
 
-if TYPE_CHECKING:
-    from iostack.codec import FeatureCodec
-
 #: target share given to a plan store whose target is 0 (DDAK needs positive targets)
 ZERO_TARGET_SHARE = 1e-9
+
 
 class PlacingError(TrainingError):
     """A placement request that cannot be honoured (the message names the input and the fix)."""
@@ -106,30 +87,6 @@ def targets_for_caches(handoff: PlanHandoff, hotness: np.ndarray, *, gpu_rows: i
     when they had to be solved again."""
     g, c = cache_shares(hotness, handoff.targets, gpu_rows=gpu_rows, cpu_rows=cpu_rows, gpu_mode=gpu_mode)
     return handoff.resolve(g, c)
-
-
-def plan_now(topology, *, spec: str | None = None, model: str = "maxflow", nvlink_pairs=(),
-             unknown_link_bytes_per_s: float | None = None, capacities=None, source: str = "") -> PlanHandoff:
-    """The hand-off of a plan made now, exactly as ``moment plan`` makes it by default (demand 1 GB per
-    GPU, cache shares 0), through the plan file's form: the placement made from it equals the one made
-    from ``moment plan --json`` output."""
-    import json
-
-    from planner.handoff import handoff_from_plan, plan_file_dict, read_plan_file
-    from planner.plan import choose_inventory, measured_inventory, plan
-    from planner.workload import Demand
-
-    topo, inventory = choose_inventory(topology, spec=spec)
-    if capacities is not None:
-        inventory, _ = measured_inventory(inventory, capacities)
-    result = plan(topo, inventory, Demand(1e9), model=model, top=1, nvlink_pairs=nvlink_pairs,
-                  unknown_link_bytes_per_s=unknown_link_bytes_per_s)
-    h = handoff_from_plan(result, unknown_link_bytes_per_s=unknown_link_bytes_per_s)
-    return read_plan_file(json.loads(json.dumps(plan_file_dict(h))),
-                          source=source or f"a plan of {result.machine} made now")
-
-
-# --- bins --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -225,53 +182,6 @@ def build_bins(targets: PlanTargets, *, num_rows: int, row_bytes: int, gpu_cache
     return bins
 
 
-# --- placing -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BinReport:
-    """What one bin serves: rows, its share of the reads against its target (shares of all reads)."""
-
-    id: int
-    kind: str
-    device: str
-    socket: str | None
-    rows: int
-    capacity_rows: int
-    traffic_share: float
-    target_share: float
-
-    @property
-    def deviation(self) -> float:
-        """``|traffic - target| / target``."""
-        return abs(self.traffic_share - self.target_share) / self.target_share
-
-
-@dataclass(frozen=True)
-class PlacementReport:
-    """A placement's expected effect on the reads.
-
-    ``max_relative_deviation`` over the bins whose target is not the
-    zero-target stand-in; ``ssd_share`` the share of reads the SSD bins
-    serve; ``ssd_bytes_per_epoch`` those reads in bytes per epoch (``None``
-    when the hotness is not a read count, e.g. degree or PageRank);
-    ``cross_socket_share`` the share of the bytes delivered to the GPUs that
-    cross sockets; ``seconds`` the time the placer took. ``socket_reads``:
-    ``(reader socket, bin socket, share of all reads)`` for every pair with
-    reads (a GPU cache counts on the reader's socket: it is local), from the
-    reads per socket when :func:`place` had them, else every GPU reading alike.
-    """
-
-    strategy: str
-    bins: tuple[BinReport, ...]
-    max_relative_deviation: float
-    ssd_share: float
-    ssd_bytes_per_epoch: float | None
-    cross_socket_share: float
-    seconds: float
-    socket_reads: tuple[tuple[str | None, str | None, float], ...] = ()
-
-
 def reader_sockets(targets: PlanTargets) -> tuple[str | None, ...]:
     """The GPUs' sockets, each once, in the order of the plan's GPUs (the reader groups of a placement)."""
     return tuple(dict.fromkeys(s for _, s in targets.gpus))
@@ -296,70 +206,6 @@ def bin_split(targets: PlanTargets, bins: Sequence[BinPlan]) -> np.ndarray:
         if out[j].sum() <= 0:
             out[j] = gpus_per
     return out / out.sum(axis=1, keepdims=True)
-
-
-def socket_reads(result: DdakResult, bins: Sequence[BinPlan], targets: PlanTargets,
-                 group_reads: np.ndarray | None = None) -> np.ndarray:
-    """Reads by (reader socket, bin): ``(len(reader_sockets), len(bins))``, shares of all reads.
-
-    ``group_reads`` (``[num_rows, len(reader_sockets)]``) are the reads of
-    each socket's GPUs; without them every GPU reads the bins' traffic alike
-    (data-parallel training: each rank takes a random part of every batch).
-    """
-    socks = list(reader_sockets(targets))
-    m = len(bins)
-    if group_reads is None:
-        traffic = np.asarray(result.traffic_per_bin, dtype=np.float64)
-        per = np.array([sum(1 for _, s in targets.gpus if s == k) for k in socks], dtype=np.float64)
-        out = np.outer(per / per.sum(), traffic)
-    else:
-        out = np.stack([np.bincount(result.bin_of, weights=group_reads[:, g], minlength=m)
-                        for g in range(len(socks))])
-    total = out.sum()
-    return out / total if total > 0 else out
-
-
-def report_for(result: DdakResult, bins: Sequence[BinPlan], targets: PlanTargets, *, strategy: str,
-               row_bytes: int, reads_per_epoch: float | None, seconds: float = 0.0,
-               group_reads: np.ndarray | None = None) -> PlacementReport:
-    """The :class:`PlacementReport` of ``result`` (``reads_per_epoch``: all reads of an epoch, or ``None``;
-    ``group_reads``: reads per socket, see :func:`socket_reads`)."""
-    traffic = np.asarray(result.traffic_per_bin, dtype=np.float64)
-    total = float(traffic.sum())
-    shares = traffic / total if total > 0 else np.zeros_like(traffic)
-    # targets renormalised over the bins there are (a plan store without a bin, e.g. host
-    # memory with no CPU cache, leaves its share to the others), as DDAK sees them
-    t_sum = sum(b.target_share for b in bins)
-    reports = tuple(BinReport(i, b.kind, b.device, b.socket, int(result.items_per_bin[i]), b.capacity_rows,
-                              float(shares[i]), b.target_share / t_sum) for i, b in enumerate(bins))
-    real = [r for r, b in zip(reports, bins, strict=True) if b.target_share > ZERO_TARGET_SHARE]
-    dev = max((r.deviation for r in real), default=0.0) if total > 0 else 0.0
-    ssd = float(sum(r.traffic_share for r in reports if r.kind == "ssd"))
-    cross = 0.0
-    pairs: dict[tuple[str | None, str | None], float] = {}
-    if targets.gpus:
-        by = socket_reads(result, bins, targets, group_reads)
-        for g, gsock in enumerate(reader_sockets(targets)):
-            for j, b in enumerate(bins):
-                where = gsock if b.kind == "gpu" else b.socket  # a GPU cache is on the reader's side
-                pairs[(gsock, where)] = pairs.get((gsock, where), 0.0) + float(by[g, j])
-                if where is not None and gsock is not None and where != gsock:
-                    cross += float(by[g, j])
-    ssd_bytes = ssd * reads_per_epoch * row_bytes if reads_per_epoch is not None else None
-    return PlacementReport(strategy, reports, float(dev), ssd, ssd_bytes, float(cross), seconds,
-                           tuple((a, b, v) for (a, b), v in pairs.items() if v > 0))
-
-
-@dataclass(frozen=True)
-class PlaceResult:
-    """A placement with its report, and the hash baseline's report on the same input."""
-
-    placement: Placement
-    bins: tuple[BinPlan, ...]
-    report: PlacementReport
-    baseline: PlacementReport | None
-    #: where the plan's targets were more than the caches can serve (see :func:`feasible_targets`)
-    notes: tuple[str, ...] = ()
 
 
 def _top_sums(h: np.ndarray, ks: Sequence[int]) -> np.ndarray:
@@ -396,7 +242,7 @@ def feasible_targets(hotness: np.ndarray, bins: Sequence[BinPlan]) -> tuple[list
     """
     h = np.asarray(hotness)
     total = float(h.sum(dtype=np.float64))
-    out, notes = list(bins), []
+    out, notes = list(bins), list[str]()
     if total <= 0 or not any(b.kind in ("gpu", "cpu") for b in bins):
         return out, notes
     t_sum = sum(b.target_share for b in bins) or 1.0
@@ -430,90 +276,6 @@ def feasible_targets(hotness: np.ndarray, bins: Sequence[BinPlan]) -> tuple[list
     return out, notes
 
 
-def default_pool(num_rows: int, num_bins: int) -> int:
-    """The paper's pool of 100 rows, smaller for small inputs: at least 100 pools per bin.
-
-    A bin's traffic can only move in whole pools, so with a few thousand rows
-    (Cora) pools of 100 would leave every bin tens of percent off target.
-
-    >>> default_pool(10**9, 10), default_pool(2708, 11)
-    (100, 2)
-    """
-    return max(1, min(100, num_rows // (100 * max(1, num_bins))))
-
-
-def place(hotness: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets, *, row_bytes: int,
-          strategy: str = "ddak", pool: int | None = None, seed: int = 0, reads_per_epoch: float | None = None,
-          baseline: bool = True, codec: FeatureCodec | None = None, progress: Progress | None = None,
-          group_reads: np.ndarray | None = None) -> PlaceResult:
-    """Place every row: ``hotness`` (``[num_rows]``, any non-negative numbers) into ``bins``.
-
-    ``pool``: DDAK's pool size; ``None`` takes :func:`default_pool`.
-    ``row_bytes``: a row as the bins hold it (``codec.row_bytes`` for a
-    :class:`iostack.codec.FeatureCodec`, which the placement then carries).
-    ``progress``: DDAK's stages (:func:`planner.ddak.ddak`).
-    ``group_reads`` (``[num_rows, len(reader_sockets(targets))]``): each
-    row's reads by the GPUs of each socket; with two or more sockets DDAK
-    puts rows on the bins the plan routes to their readers' socket
-    (:class:`planner.affinity.Affinity` with :func:`bin_split`), and the reports
-    count cross-socket reads from them.
-
-    Returns the iostack :class:`Placement` (SSD bins' capacity = the rows
-    they got, the size of their file) with the report, and the hash
-    baseline's report on the same bins and hotness (``baseline=False``: none).
-    """
-    h = np.asarray(hotness)
-    if h.dtype != np.float32:
-        h = h.astype(np.float32)  # DDAK's fast path; counts stay exact up to 2**24
-    bins, notes = feasible_targets(h, bins)
-    dbins = [DdakBin(f"bin{i}", b.kind, b.capacity_rows, b.target_share) for i, b in enumerate(bins)]
-    if pool is None:
-        pool = default_pool(h.size, len(dbins))
-    affinity = None
-    if group_reads is not None:
-        group_reads = np.asarray(group_reads, dtype=np.float32)
-        if group_reads.shape != (h.size, len(reader_sockets(targets))):
-            raise PlacingError(f"reads per socket: expected shape ({h.size}, {len(reader_sockets(targets))}), "
-                               f"got {group_reads.shape}")
-        if group_reads.shape[1] > 1:
-            affinity = Affinity(group_reads, bin_split(targets, bins))
-    t = time.perf_counter()
-    result = place_items(strategy, h, dbins, pool=pool, seed=seed, progress=progress, affinity=affinity)
-    sec = time.perf_counter() - t
-    rep = report_for(result, bins, targets, strategy=strategy, row_bytes=row_bytes,
-                     reads_per_epoch=reads_per_epoch, seconds=sec, group_reads=group_reads)
-    base = None
-    if baseline:
-        t = time.perf_counter()
-        hashed = hash_placement(h, dbins) if strategy != "hash" else result
-        base = report_for(hashed, bins, targets, strategy="hash", row_bytes=row_bytes,
-                          reads_per_epoch=reads_per_epoch, seconds=time.perf_counter() - t,
-                          group_reads=group_reads)
-        del hashed
-    items = result.items_per_bin
-    ibins = tuple(Bin(i, b.kind, int(items[i]) if b.kind == "ssd" else b.capacity_rows, path=b.path,
-                      device=b.device) for i, b in enumerate(bins))
-    placement = Placement(ibins, result.bin_of, result.row_of, codec=codec)
-    return PlaceResult(placement, tuple(bins), rep, base, tuple(notes))
-
-
-def expected_shares(bin_of: np.ndarray, hotness: np.ndarray, num_bins: int) -> list[float]:
-    """Each bin's share of the reads under ``hotness`` (``[num_rows]``), for rows placed by ``bin_of``.
-
-    With a hotness the placement was *not* fitted to (an independent pre-sample), this is an
-    unbiased estimate of what training will read from each bin: DDAK fitted to one sample
-    puts the rows that happened to be hot in it into the caches, and a new epoch reads them
-    less often (on a skewed graph with 4 KiB rows here, the in-sample SSD share was 11-21% below
-    what training read; python tools/bench_loop.py).
-
-    >>> expected_shares(np.array([0, 1, 1]), np.array([2.0, 1.0, 1.0]), 3)
-    [0.5, 0.5, 0.0]
-    """
-    w = np.bincount(np.asarray(bin_of, np.int64), weights=np.asarray(hotness, np.float64), minlength=num_bins)
-    total = float(w.sum())
-    return [float(x) / total if total > 0 else 0.0 for x in w[:num_bins]]
-
-
 def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.PathLike[str]) -> None:
     """Raise :class:`PlacingError` if the SSD bin files will not fit their file systems.
 
@@ -540,8 +302,6 @@ def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.Pat
 
 
 __all__ = [
-    "BinPlan", "BinReport", "PlaceResult", "PlacementReport",
-    "PlacingError", "bin_split", "build_bins", "cache_shares", "check_free_space",
-    "expected_shares", "place", "plan_now", "reader_sockets", "report_for", "socket_reads",
-    "ssd_bin_path", "targets_for_caches"
+    "ZERO_TARGET_SHARE", "BinPlan", "PlacingError", "bin_split", "build_bins", "cache_shares",
+    "check_free_space", "feasible_targets", "reader_sockets", "ssd_bin_path", "targets_for_caches",
 ]

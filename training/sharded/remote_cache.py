@@ -2,7 +2,7 @@
 
 :func:`cache_rows` picks them (by the placement's hotness, up to a budget of
 rows); :class:`RemoteCache` holds them in node-shared host memory or an SSD
-bin and serves them by vertex id. :mod:`training.sharded` fills it at start
+bin and serves them by vertex id. :mod:`training.sharded.features` fills it at start
 and reads it before asking the holders.
 """
 

@@ -3,7 +3,7 @@
 The store's side (the union of a step's SSD rows, split by page, read into a
 node-shared buffer) is :mod:`iostack.nodeshare`, a tier wrapping the store's SSD
 tier in the store the training steps gather through
-(:func:`iostack.ssdreads.with_node_shared_reads`); this module gives it the ranks
+(:func:`iostack.nodeshare.with_node_shared_reads`); this module gives it the ranks
 of this node (:class:`GlooNodeExchange`) and decides, the same way on every
 rank, where it is used (:func:`setup_node_shared_reads`):
 
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from iostack.ssdreads import node_shared_reads_blocked, with_node_shared_reads
+from iostack.nodeshare import node_shared_reads_blocked, with_node_shared_reads
 from iostack.store import FeatureStore
 from momentbase.jsontypes import JsonObject
 from training.distributed import World, peer_errors
@@ -48,7 +48,7 @@ class GlooNodeExchange:
 
     ``group``: a gloo group of exactly the node's ranks; ``rank``: this
     process's index in it; ``size``: its size. A peer lost or hung past the
-    group's timeout raises :class:`~training.exchange.PeerLostError`.
+    group's timeout raises :class:`~training.sharded.exchange.PeerLostError`.
     """
 
     # Any: a torch.distributed process group (ProcessGroup is not a public type across torch versions)

@@ -3,7 +3,7 @@
 A :class:`Workload` names the data, the access stream, the emulated compute, the
 readers, prefetch depth, checkpoint writes and epochs (``docs/emulate.md``);
 :func:`load_workload` reads one from YAML, :func:`workload_from_dict` from a mapping.
-:mod:`iostack.emulate` replays it.
+:mod:`iostack.bench.emulate` replays it.
 
 >>> w = workload_from_dict({"data": {"synthetic": {"rows": 1000, "row_bytes": 4096, "dir": "/tmp"}},
 ...                         "stream": {"kind": "uniform", "rows_per_step": 64, "steps": 3}})

@@ -30,7 +30,7 @@ The workload file is YAML (``docs/emulate.md``)::
     epochs: 1
     checkpoint: {bytes: 256MiB, every_steps: 100, dir: /ssd/ckpt}
 
->>> from iostack.emulate_workload import workload_from_dict
+>>> from iostack.bench.workload import workload_from_dict
 >>> w = workload_from_dict({"data": {"synthetic": {"rows": 1000, "row_bytes": 4096, "dir": "/tmp"}},
 ...                         "stream": {"kind": "uniform", "rows_per_step": 64, "steps": 3}})
 >>> w.stream.kind, w.compute.seconds_per_step, w.readers
@@ -52,13 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from iostack.emulate_workload import (
-    CheckpointSpec,
-    ComputeSpec,
-    StreamSpec,
-    Workload,
-    WorkloadError,
-)
+from iostack.bench.workload import CheckpointSpec, ComputeSpec, StreamSpec, Workload, WorkloadError
 from iostack.errors import StoreError
 from momentbase.jsontypes import JsonObject, JsonValue
 from planner.progress import Progress
@@ -119,7 +113,7 @@ def make_stream(spec: StreamSpec, num_rows: int) -> Stream:
     if spec.kind == "uniform":
         ids = rng.integers(0, num_rows, n, dtype=np.int64)
     else:
-        from iostack.bench import zipf_ids
+        from iostack.bench.io import zipf_ids
 
         # a random relabelling: the hot ids are spread over the file, as a real graph's are
         perm = rng.permutation(num_rows)
@@ -249,7 +243,7 @@ class EmulateResult:
 
 
 def _open_store(w: Workload):
-    from iostack.bench import bench_file
+    from iostack.bench.io import bench_file
     from iostack.placement import Placement, load_placement
     from iostack.store import FeatureStore
 

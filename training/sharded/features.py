@@ -1,6 +1,6 @@
 """Training on a feature store sharded across nodes: local rows from the node's tiers, the rest from their holders.
 
-A placement made by ``moment place --nodes N`` (:mod:`training.sharding`) gives
+A placement made by ``moment place --nodes N`` (:mod:`training.place.nodes`) gives
 every node a directory of its own: its share of the rows (local ids, see
 :mod:`iostack.shards`) in its own GPU/CPU/SSD bins, the layout, the hotness.
 Under a multi-node ``torchrun`` each node opens its directory
@@ -12,7 +12,7 @@ Under a multi-node ``torchrun`` each node opens its directory
   placement's hotness, up to a budget, fetched once at start into node-shared
   host memory or an SSD bin);
 * the others from the nodes that hold them, in **one batched exchange per
-  step** (:mod:`training.exchange`: ``all_to_all`` on a group of its own, or
+  step** (:mod:`training.sharded.exchange`: ``all_to_all`` on a group of its own, or
   RPC), on the prefetch thread, so it overlaps the training step.
 
 Before anything is read, the ranks compare what they were started with
@@ -46,8 +46,8 @@ from iostack.shards import ShardLayout, load_layout, read_manifest
 from iostack.transfer import Gathered, Transfer
 from momentbase.errors import MomentError
 from training.errors import TrainingError
-from training.exchange import PeerLostError, RowExchange
-from training.remote_cache import RemoteCache, cache_rows
+from training.sharded.exchange import PeerLostError, RowExchange
+from training.sharded.remote_cache import RemoteCache, cache_rows
 from training.vocab import EXCHANGES
 
 #: rows fetched per round when the locality cache is filled at start
@@ -168,7 +168,7 @@ class ShardedFeatures:
     ``store``: this node's :class:`~iostack.store.FeatureStore` (local ids);
     ``local``: ``[V]`` global → local id (-1: not here); ``server_rank``:
     per shard, the rank this process asks; ``exchange``: the
-    :class:`~training.exchange.RowExchange`; ``all_reduce``: a sum over the
+    :class:`~training.sharded.exchange.RowExchange`; ``all_reduce``: a sum over the
     ranks (the main thread's group) for the epoch figures.
     """
 
@@ -441,7 +441,7 @@ def _node_store(node_dir: Path, layout: ShardLayout, shard: int, peers: Peers, t
 
 def _start_exchange(options: ShardedOptions, peers: Peers, feats: ShardedFeatures) -> RowExchange:
     """The exchange, serving ``feats``'s rows from the moment it is up (peers may ask right away)."""
-    from training.exchange import AllToAllExchange, LoopbackExchange, RpcExchange
+    from training.sharded.exchange import AllToAllExchange, LoopbackExchange, RpcExchange
 
     kw = {"dim": feats.dim, "dtype": feats.dtype}
     if peers.size <= 1:

@@ -1,15 +1,15 @@
-"""What a placement is: small frozen specs for :func:`training.place_run.place_dataset` and
-:func:`training.sharding.place_sharded`, grouped by the code that reads them.
+"""What a placement is: small frozen specs for :func:`training.place.run.place_dataset` and
+:func:`training.place.nodes.place_sharded`, grouped by the code that reads them.
 
 - :class:`TierSpec`: the caches and SSD directories the bins are built from
-  (:func:`training.placing.build_bins`, the plan's targets for the caches);
+  (:func:`training.place.bins.build_bins`, the plan's targets for the caches);
 - :class:`PolicySpec`: the placement policy, DDAK or a baseline, with its pool and seed
-  (:func:`training.placing.place`);
-- :class:`ShardSpec`: the split of the rows over nodes (:func:`training.sharding.place_sharded`);
+  (:func:`training.place.policy.place`);
+- :class:`ShardSpec`: the split of the rows over nodes (:func:`training.place.nodes.place_sharded`);
 - :class:`PlaceSpec`: the three, with the hotness to compute and how the rows are stored
   (``moment place``'s options, parsed).
 
-Each checks its own fields when made and raises :class:`~training.placing.PlacingError`.
+Each checks its own fields when made and raises :class:`~training.place.bins.PlacingError`.
 
 >>> spec = PlaceSpec(TierSpec(gpu_cache_bytes=1 << 20, ssd_dirs=["/ssd0", "/ssd1"]), PolicySpec("hash"))
 >>> spec.tiers.ssd_dirs, spec.policy.strategy, spec.shards.nodes
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from iostack.vocab import STORAGE_DTYPES
 from planner.policies import PLACEMENT_POLICIES
 from training.hotness import HotnessSpec
-from training.placing import PlacingError
+from training.place.bins import PlacingError
 from training.vocab import GPU_MODES
 
 __all__ = ["PlaceSpec", "PolicySpec", "ShardSpec", "TierSpec"]

@@ -1,12 +1,12 @@
 """One writer per placement: a placement's writer locks its output and sweeps what a killed writer left.
 
-:func:`writing_placement` wraps a placement writer (:func:`training.place_run.place_dataset`):
+:func:`writing_placement` wraps a placement writer (:func:`training.place.run.place_dataset`):
 it takes the dataset writers' lock (:func:`training.writer.output_lock`: ``flock`` on
 ``.<name>.lock`` beside the output, naming the holder's process, start and host; the
 kernel drops it when its process dies) on ``out``, so a second writer of the same
 placement fails at once naming the first, instead of the two overwriting each other's
 bins (bins in an SSD directory other than ``out`` carry a digest of ``out`` in their
-names, :func:`training.placing.build_bins`, so placements sharing it never meet).
+names, :func:`training.place.bins.build_bins`, so placements sharing it never meet).
 Holding the lock, it removes what a killed writer of this placement left
 (:func:`placement_leftovers`): its temporary files (``*.dat.tmp``, ``*.dat.tmp.json``,
 ``.<file>.tmp``) and, while ``out`` holds no placement index, the whole bins written
@@ -53,7 +53,7 @@ def _with_nodes(tops: Iterable[Path]) -> list[Path]:
 
 def _ssd_prefix(placement_dir: Path) -> str:
     """What the names of ``placement_dir``'s bins in another directory start with (as
-    :func:`training.placing.build_bins` names them: the directory's name and a digest of its path)."""
+    :func:`training.place.bins.build_bins` names them: the directory's name and a digest of its path)."""
     where = placement_dir.resolve()
     return f"{where.name}-{hashlib.sha1(str(where).encode()).hexdigest()[:8]}-"
 

@@ -4,7 +4,7 @@
 nodes by :func:`iostack.shards.shard_rows` (the hottest ``hot_rows`` held by
 ``replicas`` nodes, DDStore's width; every other row by one), then each node's
 rows are placed into that node's GPU, CPU and SSD bins exactly as one machine's
-(:func:`training.placing.place`: DDAK on the plan's targets, with the hotness
+(:func:`training.place.policy.place`: DDAK on the plan's targets, with the hotness
 of the node's rows). Node ``k`` gets a directory of its own, ``out/node<k>``,
 with everything it needs and nothing it does not:
 
@@ -27,7 +27,7 @@ out/node<k>`` where each node has only its own directory.
 
 >>> import numpy as np, tempfile
 >>> from planner.handoff import PlanTargets, StoreTarget
->>> from training.place_specs import PolicySpec, ShardSpec, TierSpec
+>>> from training.place.specs import PolicySpec, ShardSpec, TierSpec
 >>> t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),))
 >>> feats = np.arange(20, dtype=np.float32).reshape(10, 2)
 >>> with tempfile.TemporaryDirectory() as d:
@@ -52,8 +52,9 @@ from iostack.placement import MANIFEST, save_json, save_npy
 from iostack.shards import SHARDS, ShardLayout, shard_rows
 from planner.handoff import PlanTargets
 from planner.progress import Progress
-from training.place_specs import PolicySpec, ShardSpec, TierSpec
-from training.placing import PlaceResult, PlacingError, build_bins, check_free_space, place
+from training.place.bins import PlacingError, build_bins, check_free_space
+from training.place.policy import PlaceResult, place
+from training.place.specs import PolicySpec, ShardSpec, TierSpec
 
 #: rows copied per block into a node's rows.npy
 BLOCK_ROWS = 1 << 16

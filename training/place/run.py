@@ -2,14 +2,14 @@
 
 A dataset and a plan go in; a placement directory comes out: the hotness
 (computed or loaded, :mod:`training.hotness`), the plan's traffic targets
-resolved for the caches (:func:`training.placing.targets_for_caches`), DDAK or
-a baseline over the feasible targets (:func:`training.placing.place`), the SSD
+resolved for the caches (:func:`training.place.bins.targets_for_caches`), DDAK or
+a baseline over the feasible targets (:func:`training.place.policy.place`), the SSD
 bin files (:func:`iostack.bins.write_bins`), the expected shares under an
 independent pre-sample, the report (``place.json``) and, last, the placement
 index (:meth:`iostack.placement.Placement.save`), whose manifest carries the
 dataset's fingerprint (:func:`training.data.fingerprint`) so that training
 refuses a placement made from another dataset. With ``nodes > 1`` the rows are
-split over the nodes instead (:func:`training.sharding.place_sharded`).
+split over the nodes instead (:func:`training.place.nodes.place_sharded`).
 
 ``moment place`` is this call with options parsed and the result printed. The
 order of the writes keeps a failure harmless: nothing under ``out`` is a
@@ -29,24 +29,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from iostack.placement import MANIFEST, Placement
+from iostack.placement import MANIFEST, Placement, save_json
+from iostack.shards import SHARDS
 from planner.handoff import PlanHandoff, PlanTargets
 from planner.progress import Progress, report
 from training.data import Dataset, fingerprint, open_dataset
 from training.hotness import Hotness, get_hotness
 from training.hotness_methods import HOTNESS_METHODS
 from training.memplan import CacheSizing
-from training.place_guard import holds_placement_lock
-from training.place_specs import PlaceSpec
-from training.placing import (
-    PlaceResult,
-    PlacingError,
-    build_bins,
-    check_free_space,
-    expected_shares,
-    place,
-    targets_for_caches,
-)
+from training.place.bins import PlacingError, build_bins, check_free_space, targets_for_caches
+from training.place.guard import holds_placement_lock
+from training.place.policy import PlaceResult, place
+from training.place.report import expected_shares
+from training.place.specs import PlaceSpec
 
 if TYPE_CHECKING:
     from iostack.codec import FeatureCodec
@@ -54,7 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: files whose presence in ``out`` means a placement is there already
-HELD = (MANIFEST, "shards.json")
+HELD = (MANIFEST, SHARDS)
 
 @dataclass(frozen=True)
 class PlacedDataset:
@@ -63,7 +58,7 @@ class PlacedDataset:
     ``report``: the ``place.json`` it wrote to ``out`` (for ``nodes > 1`` the
     root's: the nodes and their rows). ``result``: the one machine's placement
     and reports (``None`` for ``nodes > 1``); ``sharded``: the nodes'
-    (:class:`training.sharding.ShardedPlacement`, ``None`` for one machine).
+    (:class:`training.place.nodes.ShardedPlacement`, ``None`` for one machine).
     ``row_bytes``: a row as the bins hold it (bytes). ``plan_notes``: how the
     plan's targets were resolved; ``warnings``: why the SSD directories are
     not separate drives, when they are not.
@@ -127,7 +122,7 @@ def ssd_warnings(ssd_dirs: Iterable[str | os.PathLike[str]], root: str = "/") ->
     return notes
 
 
-@holds_placement_lock  # one writer of out at a time; what a killed one left is swept (training/place_guard.py)
+@holds_placement_lock  # one writer of out at a time; what a killed one left is swept (training/place/guard.py)
 def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandoff, out: str | os.PathLike[str],
                   spec: PlaceSpec, *, hotness_dir: str | os.PathLike[str] | None = None,
                   recompute_hotness: bool = False, force: bool = False, plan_notes: Sequence[str] = (),
@@ -140,12 +135,12 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
     dataset : path or Dataset
         The dataset directory (``moment data import``) or an open dataset; it needs features.
     handoff : PlanHandoff
-        The plan (:func:`planner.handoff.read_plan_file`, or :func:`training.placing.plan_now`).
+        The plan (:func:`planner.handoff.read_plan_file`, or :func:`planner.handoff.plan_now`).
     out : path
         The placement directory (created); one holding a placement is refused unless ``force``.
     spec : PlaceSpec
         The tiers, the policy, the split over nodes, the hotness and the rows' type
-        (:mod:`training.place_specs`).
+        (:mod:`training.place.specs`).
     hotness_dir : path, optional
         Where the hotness is saved (default ``<dataset>/hotness``) and reused from unless
         ``recompute_hotness``.
@@ -175,9 +170,9 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
     --------
     >>> import tempfile
     >>> from planner.topology.discover import topology_from_files
-    >>> from training.placing import plan_now
+    >>> from planner.handoff import plan_now
     >>> from training.hotness import HotnessSpec
-    >>> from training.place_specs import TierSpec
+    >>> from training.place.specs import TierSpec
     >>> from training.synth import SynthSpec
     >>> from training.synth_run import synthesize
     >>> tmp = Path(tempfile.mkdtemp())
@@ -223,7 +218,7 @@ def _open(dataset: str | os.PathLike[str] | Dataset, feature_dtype: str | None,
 def _in_place_shift(ds: Dataset, handoff: PlanHandoff) -> int:
     """Whether the dataset's feature file can be a one-SSD plan's bin as it is: the rows its header takes.
 
-    One machine and the rows' own type (:class:`~training.place_specs.PlaceSpec` refused the rest).
+    One machine and the rows' own type (:class:`~training.place.specs.PlaceSpec` refused the rest).
     """
     from iostack.bins import in_place_shift
 
@@ -320,7 +315,7 @@ def _place_one(job: _Job, row_bytes: int, codec: FeatureCodec | None, force: boo
            "plan_notes": list(job.plan_notes),
            # per bin: share of the reads under an independent pre-sample (seed + 1), or None
            "expected_shares": held}
-    _write_atomic(job.out / "place.json", json.dumps(rep, indent=1) + "\n")
+    save_json(job.out / "place.json", rep)
     res.placement.save(job.out, dataset_fingerprint=head["dataset_fingerprint"])  # last: exists once its bins do
     return PlacedDataset(job.out, ds, hot, job.targets, rep, row_bytes, result=res, plan_notes=job.plan_notes,
                          warnings=job.warnings)
@@ -345,8 +340,8 @@ def _as_in_place(result: PlaceResult, shift: int) -> PlaceResult:
 
 
 def _place_nodes(job: _Job) -> PlacedDataset:
-    """Several nodes: every node's directory (:func:`training.sharding.place_sharded`), the root report."""
-    from training.sharding import place_sharded, sharded_summary
+    """Several nodes: every node's directory (:func:`training.place.nodes.place_sharded`), the root report."""
+    from training.place.nodes import place_sharded, sharded_summary
 
     spec = job.spec
     job.warn_ssd()
@@ -361,12 +356,6 @@ def _place_nodes(job: _Job) -> PlacedDataset:
                            f"({getattr(exc, 'filename', '')}); check `out` and the `ssd_dirs` directories") from None
     return PlacedDataset(job.out, job.ds, job.hot, job.targets, {**head, **sharded_summary(sp)}, job.ds.row_bytes,
                          sharded=sp, plan_notes=job.plan_notes, warnings=job.warnings)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def check_placement_is_for(placement: Placement, placement_dir: str | os.PathLike[str], ds: Dataset) -> None:
