@@ -309,8 +309,8 @@ def test_plain_ranks_never_take_a_partition_ranks_gpu():
 def test_feature_exchange_never_opens_a_second_nccl_communicator(monkeypatch):
     """Defect 10: on GPUs the exchange ran NCCL all_to_all on a group of its own from the prefetch thread while
     DDP's all-reduce ran NCCL from the trainer's thread, NCCL's known hang pattern. It runs on gloo now."""
-    from training import exchange as ex
-    from training import sharded as sh
+    from training.sharded import exchange as ex
+    from training.sharded import features as sh
 
     made: list[str] = []
     monkeypatch.setattr(ex.AllToAllExchange, "new_group", classmethod(lambda cls, t, backend="gloo": made.append(

@@ -25,8 +25,9 @@ appearance. The same torch code runs on the CPU, where the tests check it agains
 the sampling rules (:mod:`training.samplecheck`) and count its synchronising ops.
 
 >>> indptr, indices = torch.tensor([0, 3, 3, 103]), torch.arange(103) % 3
->>> b = sample_fixed(indptr, indices, torch.tensor([0, 2]), (5, 2), torch.zeros(4, dtype=torch.int64), 1 << 32)
->>> b.num_sampled_nodes, b.num_sampled_edges
+>>> n_id, edge_index, nodes, edges = sample_fixed(indptr, indices, torch.tensor([0, 2]), (5, 2),
+...                                               torch.zeros(4, dtype=torch.int64), 1 << 32)
+>>> nodes, edges
 ((2, 1, 0), (8, 0))
 """
 
@@ -37,8 +38,6 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
-
-from training.sampler import _MAX_STAMP, NeighborSampler, SampledBatch, SamplerError
 
 
 def floyd_parallel(deg: Tensor, k: int, u: Tensor) -> Tensor:
@@ -79,32 +78,16 @@ def _hop(indptr: Tensor, indices: Tensor, frontier: Tensor, valid: Tensor, fanou
     return pos.reshape(-1), real.reshape(-1)
 
 
-def sample_with(sampler: NeighborSampler, seeds: Tensor, check: bool = True) -> SampledBatch:
-    """``sampler``'s batch of ``seeds`` with fixed-size hops (its ``shapes`` is ``"fixed"``), on its map and stamp.
-
-    Raises
-    ------
-    SamplerError
-        ``check`` and a seed repeated.
-    """
-    if check and seeds.numel() > 1 and bool((seeds.sort().values.diff() == 0).any()):
-        raise SamplerError("seeds: contain repeated vertex ids; pass each seed once")
-    s = sampler
-    if s._map is None or s._map.numel() != s.num_nodes + 1 or s._stamp >= _MAX_STAMP:
-        s._map, s._stamp = torch.zeros(s.num_nodes + 1, dtype=torch.int64, device=s.device), 0  # + the sink
-    s._stamp += 1
-    assert isinstance(s.indices, Tensor)  # "fixed" needs an in-memory CSR (checked at construction)
-    return sample_fixed(s.indptr, s.indices, seeds, s.fanouts, s._map, s._stamp << 32, s.generator)
-
-
 def sample_fixed(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequence[int], node_map: Tensor,
-                 base: int, generator: torch.Generator | None = None) -> SampledBatch:
+                 base: int, generator: torch.Generator | None = None
+                 ) -> tuple[Tensor, Tensor, tuple[int, ...], tuple[int, ...]]:
     """The multi-hop sample of ``seeds`` (distinct, int64, on ``indptr``'s device), fan-outs all >= 0.
 
     ``node_map``: int64 ``[num_nodes + 1]`` whose entries are all below
     ``base`` (``stamp << 32``; written here, never reset); the batch is
-    :class:`~training.sampler.NeighborSampler`'s layout. One host
-    synchronisation, at the end (the sizes of the compacted batch).
+    :class:`~training.sampler.NeighborSampler`'s layout (``n_id``, ``edge_index``, the
+    vertices added per hop, the edges per hop: a ``SampledBatch``'s fields but its
+    ``batch_size``). One host synchronisation, at the end (the sizes of the compacted batch).
     """
     dev = indptr.device
     sink = node_map.numel() - 1  # masked slots write here
@@ -156,5 +139,4 @@ def sample_fixed(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Sequen
         edge_index[0].scatter_(0, dest, local)
         edge_index[1].scatter_(0, dest, target)
         done += e
-    return SampledBatch(n_id=n_id[:sum(nodes)], batch_size=b, edge_index=edge_index[:, :total],
-                        num_sampled_nodes=tuple(nodes), num_sampled_edges=tuple(per_edge))
+    return n_id[:sum(nodes)], edge_index[:, :total], tuple(nodes), tuple(per_edge)

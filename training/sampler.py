@@ -1,20 +1,14 @@
 """Uniform neighbour sampling over a CSR graph: compiled loops on CPU, tensor operations on CUDA.
 
-The graph is CSR: ``indices[indptr[v]:indptr[v + 1]]`` are the vertices ``v`` aggregates
-from (the dataset format of :mod:`training.data`). For a mini-batch of seed vertices,
-:class:`NeighborSampler` draws, per layer, ``fanout`` distinct neighbours of every vertex
-reached in the previous hop, uniformly without replacement (all of them when the degree is
-at most the fan-out, or the fan-out is ``-1``), and returns a :class:`SampledBatch` laid out
-like the output of PyTorch Geometric's ``NeighborLoader``:
+The graph is CSR: ``indices[indptr[v]:indptr[v + 1]]`` are the vertices ``v`` aggregates from
+(the dataset format of :mod:`training.data`). For a mini-batch of seed vertices, :class:`NeighborSampler`
+draws, per layer, ``fanout`` distinct neighbours of every vertex reached in the previous hop, uniformly
+without replacement (all of them when the degree is at most the fan-out, or the fan-out is ``-1``), and
+returns a :class:`SampledBatch` laid out like PyTorch Geometric's ``NeighborLoader`` output (PyG's
+convolutions take it, ``trim_to_layer`` trims it with the per-hop counts).
 
-- ``n_id``: the global ids of the batch's vertices, seeds first, then the vertices
-  first reached at hop 1, hop 2, ... (each vertex once);
-- ``edge_index``: ``2 × E`` in local ids (positions in ``n_id``), row 0 the neighbour
-  (message source), row 1 the vertex that aggregates (target), edges ordered by hop, so
-  PyG's convolutions take it and ``trim_to_layer`` trims it with the per-hop counts.
-
-On CPU a hop is a few compiled loops over the threads (:mod:`training.compiled_sampler`);
-the torch path (CUDA, lists on disk, no numba) is tensor operations (:func:`sample_neighbors`).
+On CPU a hop is a few compiled loops (:mod:`training.compiled_sampler`); the torch path (CUDA,
+lists on disk, no numba) is tensor operations (:func:`sample_neighbors`, :mod:`training.gpusample`).
 
 >>> import torch
 >>> indptr = torch.tensor([0, 2, 4, 6, 6])           # 4 vertices, vertex 3 isolated
@@ -41,6 +35,7 @@ from torch import Tensor
 
 from training import compiled_sampler as cs
 from training.errors import TrainingError
+from training.gpusample import sample_fixed
 
 __all__ = ["NeighborSampler", "NeighbourSource", "SampledBatch", "SamplerError", "count_accesses", "sample_neighbors"]
 
@@ -485,9 +480,14 @@ class NeighborSampler:
         return _batch(torch.cat(parts), num_seeds, sources, targets, parts)
 
     def _sample_fixed(self, seeds: Tensor, check: bool = True) -> SampledBatch:
-        from training.gpusample import sample_with
-
-        return sample_with(self, seeds, check)
+        _check_distinct(seeds.sort().values if check else seeds[:0], check)
+        if self._map is None or self._map.numel() != self.num_nodes + 1 or self._stamp >= _MAX_STAMP:
+            self._map, self._stamp = torch.zeros(self.num_nodes + 1, dtype=torch.int64, device=self.device), 0  # + sink
+        self._stamp += 1
+        assert isinstance(self.indices, Tensor)  # "fixed" needs an in-memory CSR (checked at construction)
+        n_id, edge_index, nodes, edges = sample_fixed(self.indptr, self.indices, seeds, self.fanouts, self._map,
+                                                      self._stamp << 32, self.generator)
+        return SampledBatch(n_id, seeds.numel(), edge_index, nodes, edges)
 
     def _sample_unique(self, seeds: Tensor, check: bool = True) -> SampledBatch:
         num_seeds = seeds.numel()
