@@ -209,10 +209,14 @@ def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | 
         if fsync:  # what the rows of a bench read must come from is the device, not the cache
             with contextlib.suppress(OSError, AttributeError), open(path, "rb") as f:
                 os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-    except OSError as exc:
+    except BaseException as exc:  # Ctrl-C too: no half-written bin left beside the placement
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise StoreError(f"{path}: cannot write bin {bin_id}: {exc.strerror or exc}") from None
+        with contextlib.suppress(OSError):
+            _manifest_path(tmp).unlink()
+        if isinstance(exc, OSError):
+            raise StoreError(f"{path}: cannot write bin {bin_id}: {exc.strerror or exc}") from None
+        raise
     return info
 
 

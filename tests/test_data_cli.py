@@ -115,12 +115,18 @@ def test_64_overwritten_feature_bytes_are_caught_by_every_command(cora_copy, tmp
     _overwrite(cora_copy / "features.npy", 9_000_000, b"\xff" * 64)
     want = (f"{cora_copy / 'features.npy'}: block 2 of 4 (bytes 8,388,608 to 12,582,912) "
             "does not match the CRC-32 meta.json recorded")
-    for argv in (["data", "info", str(cora_copy)], ["data", "info", str(cora_copy), "--verify"],
+    for argv in (["data", "info", str(cora_copy)],
                  ["train", "--dataset", str(cora_copy), "--epochs", "1", "--model", "gcn"]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert want in err and "re-import or regenerate" in err and "Traceback" not in err, err
         assert len(err.strip().splitlines()) == 1
+    # --verify reads every block of every file and reports them all, with exit status 1 (something is bad)
+    assert main(["data", "info", str(cora_copy), "--verify"]) == 1
+    out = capsys.readouterr().out
+    bad = [line for line in out.splitlines() if line.startswith("BAD")]
+    assert len(bad) == 1 and "features.npy" in bad[0] and "(block 2)" in bad[0], out
+    assert "1 of 7 files are corrupt" in out and "re-import or regenerate" in out
 
 
 def test_info_says_what_was_verified(cora_copy, capsys):

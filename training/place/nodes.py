@@ -50,6 +50,7 @@ import numpy as np
 from iostack.bins import write_bins
 from iostack.placement import MANIFEST, save_json, save_npy
 from iostack.shards import SHARDS, ShardLayout, shard_rows
+from momentbase.space import reserve
 from planner.handoff import PlanTargets
 from planner.progress import Progress
 from training.place.bins import PlacingError, build_bins, check_free_space
@@ -169,11 +170,16 @@ def _write_rows(feats: np.ndarray, rows: np.ndarray, path: Path) -> np.ndarray:
     """``feats[rows]`` to ``path`` (a .npy written block by block, renamed into place); its memmap."""
     tmp = path.with_name(f".{path.name}.tmp")
     out = np.lib.format.open_memmap(tmp, mode="w+", dtype=feats.dtype, shape=(int(rows.size), feats.shape[1]))
-    for a in range(0, rows.size, BLOCK_ROWS):
-        out[a:a + BLOCK_ROWS] = feats[rows[a:a + BLOCK_ROWS]]
-    out.flush()
-    del out
-    os.replace(tmp, path)
+    try:
+        reserve(tmp)  # before the first store: a full disk is a one-line error, not SIGBUS
+        for a in range(0, rows.size, BLOCK_ROWS):
+            out[a:a + BLOCK_ROWS] = feats[rows[a:a + BLOCK_ROWS]]
+        out.flush()
+        del out
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return np.load(path, mmap_mode="r")
 
 
