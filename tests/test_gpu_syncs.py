@@ -8,8 +8,10 @@ that queued work still uses; the synchronisations themselves are the library's c
 
 from __future__ import annotations
 
+import itertools
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -326,4 +328,27 @@ def test_training_on_the_deferred_fake_equals_the_host_run(cora, monkeypatch):
     # left is the model's own per-layer trimming (training.models._needs: one host read per layer and batch)
     batches = [-(-len(getattr(open_dataset(cora), f"{split}_idx")) // 100) for split in ("valid", "test")]
     assert reads == [2 * n for n in batches], (reads, batches)
+    reset_driver()
+
+
+def test_the_loader_waits_for_each_batch_on_the_deferred_fake(cora, monkeypatch):
+    """The user's loop gets rows only after their copies landed: training and evaluation batches equal the
+    dataset's rows (without the landing waits they read as poison)."""
+    from tests.conftest import flat_spec
+    from training.data import open_dataset
+    from training.loader import MomentLoader
+
+    cfg = flat_spec(dataset=str(cora), epochs=1, prefetch=2, backend="posix", fanouts=(10, 5), batch_size=35,
+                    seed=3, eval_batch_size=100)
+    feats = torch.from_numpy(np.asarray(open_dataset(cora).features))
+    reset_driver()
+    m = FakeDeviceMemory(deferred=True)
+    seen = 0
+    with m, MomentLoader(cfg, memory=m) as loader:
+        for b in itertools.chain(loader, loader.evaluation("valid")):  # each checked as it comes, as a loop does
+            x = b.x.cpu() if hasattr(b.x, "cpu") else b.x
+            assert torch.equal(torch.as_tensor(x), feats[b.batch.n_id.cpu()]), "a row read before it landed"
+            seen += 1
+    m.check()
+    assert seen > 5
     reset_driver()

@@ -166,7 +166,7 @@ class MomentLoader:
                 item, waited = pre.get()
                 if item is None:
                     raise TrainError(f"the batch source ended before step {step} of epoch {epoch}")
-                item.wait()
+                item.wait()  # sync-point: loader-landing
                 self._record(epoch, step, steps, item, waited)
                 yield item
         finally:
@@ -196,7 +196,7 @@ class MomentLoader:
                 item, _ = pre.get()
                 if item is None:
                     return
-                yield item.wait()
+                yield item.wait()  # sync-point: loader-eval-landing
         finally:
             pre.close()
 
