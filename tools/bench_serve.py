@@ -26,6 +26,20 @@ the cost of the hand-over (requests, replies, wake-ups) less what a worker's pas
 several requests saves. So the CPU time per batch of
 every process involved (trainers, server, workers) is printed too: unlike batches/s it
 hardly depends on what else runs on the machine.
+
+Three sides, interleaved in every round: ``local`` (the trainer's own sampler, the
+compiled one), ``torch`` (a server started with ``--torch-sampler``: its workers' fused
+torch passes, the path before) and ``compiled`` (the default server: the compiled
+sampler, one request at a time). Per batch, the CPU is split into the trainers' (local:
+the sampling; served: requests out, replies in, views of the ring slot), the server
+process's and the workers'; the trainers' wall time in the batch source's ``next()``
+(sampling, or waiting for a served batch) and after it (touching the batch) is given
+too. Then the sampling alone is timed in this process on one thread (no sockets, laid
+into a buffer as into a slot): a worker's CPU per batch less that is its hand-off
+(receiving requests, slot bookkeeping, replies, wake-ups). A batch laid in a slot is
+never serialised or copied: there is no serialisation stage to time. A fresh process's
+first compiled batch loads numba's cached kernels (~0.5-1 s): the trainers pay it before
+the timed loop, the workers at their start; its time is printed.
 """
 
 from __future__ import annotations
@@ -196,11 +210,12 @@ def start_server(args, torch_sampler: bool) -> tuple[subprocess.Popen, str]:
     raise SystemExit(f"the server did not start: {proc.communicate()[0]}")
 
 
-def stage_split(args) -> dict[str, list[float]]:
+def stage_split(args, world: int) -> dict[str, list[float]]:
     """The sampling stage alone, in this process on one thread, ``--rounds`` interleaved repeats: CPU ms per
     batch of the trainer's local sampler, of a worker's sampling with the compiled sampler (one request at a
     time) and with the torch path's fused passes of ``--lanes`` requests, each laid into a buffer as a worker
-    lays it into a ring slot. The same requests (rank 0 of 1, epoch 0)."""
+    lays it into a ring slot. The same requests: epoch 0, every rank of ``world`` trainers (a batch of
+    ``batch_size / world`` seeds each), ``--steps`` of them."""
     import torch
 
     from training.batches import _mix
@@ -214,7 +229,8 @@ def stage_split(args) -> dict[str, list[float]]:
     params = SamplingParams(args.batch_size, tuple(int(f) for f in args.fanouts.split(",")), 1)
     makers = {name: BatchMaker(ds.indptr, ds.indices, ds.train_idx, params, lanes=args.lanes, check=False,
                                compiled=compiled) for name, compiled in (("compiled", True), ("torch", False))}
-    reqs = [(0, 0, 1, s, True) for s in range(min(args.steps, makers["torch"].steps()))]
+    reqs = [(0, r, world, s, True) for s in range(min(args.steps, makers["torch"].steps())) for r in range(world)]
+    reqs = reqs[:args.steps]
     buf = torch.empty(1 << 22, dtype=torch.int64)
     local = NeighborSampler(ds.indptr, ds.indices, params.fanouts, seed=0, num_threads=1)
     seeds = [makers["torch"].seeds(*r[:4]) for r in reqs]
@@ -297,13 +313,16 @@ def _report(args, runs, split, load0: str, load1: str) -> list[Figure]:
                 higher_is_better=False,
                 note=f"served: trainer {_med(rows, 'trainer_cpu_ms'):.2f} + server {_med(rows, 'server_cpu_ms'):.2f} "
                      f"+ workers {_med(rows, 'worker_cpu_ms'):.2f} ms; {common}"))
-    med = {k: statistics.median(v) for k, v in split.items()}
-    print(f"\nsampling alone, one thread, CPU ms per batch (median, range of {args.rounds}): " + ", ".join(
-        f"{k} {med[k]:.2f} ({min(v):.2f}..{max(v):.2f})" for k, v in split.items()))
+    meds = {n: {k: statistics.median(v) for k, v in sp.items()} for n, sp in split.items()}
+    for n, sp in split.items():
+        print(f"\nsampling alone, one thread, {args.batch_size // n} seeds, CPU ms per batch (median, range of "
+              f"{args.rounds}): " + ", ".join(f"{k} {meds[n][k]:.2f} ({min(v):.2f}..{max(v):.2f})"
+                                              for k, v in sp.items()))
     first = statistics.median(r["first_ms"] for sides in runs.values() for r in sides["local"])
     print(f"a fresh trainer's first local batch: {first:.0f} ms (median; numba's cached kernels loading: start-up, "
           "outside the timed loop, as a worker's is at its own start)")
     for n, sides in runs.items():
+        med = meds[n]
         for side in ("torch", "compiled"):
             rows = sides[side]
             hand = _med(rows, "worker_cpu_ms") - med[side]
@@ -313,10 +332,11 @@ def _report(args, runs, split, load0: str, load1: str) -> list[Figure]:
                   f"{_med(rows, 'server_cpu_ms'):.2f}"
                   f" + trainer get (requests out, replies, slot views) {get:.2f} ms CPU; local sampling "
                   f"{med['local']:.2f} in the trainer's {_med(sides['local'], 'trainer_cpu_ms'):.2f} ms")
-    figures.append(Figure("serve", "a worker's sampling alone, CPU per batch: compiled one at a time vs torch "
-                          f"fused passes of {args.lanes}", "ms", med["compiled"], med["torch"],
-                          "torch path, fused passes (the workers' sampler before)", higher_is_better=False,
-                          note=f"local sampler {med['local']:.2f} ms; median of {args.rounds}; {load0} before"))
+        figures.append(Figure("serve", f"a worker's sampling alone, {args.batch_size // n} seeds, CPU per batch: "
+                              f"compiled one at a time vs torch fused passes of {args.lanes}", "ms", med["compiled"],
+                              med["torch"], "torch path, fused passes (the workers' sampler before)",
+                              higher_is_better=False, note=f"local sampler {med['local']:.2f} ms; median of "
+                              f"{args.rounds}; {load0} before"))
     return figures
 
 
@@ -365,7 +385,7 @@ def main() -> int:
         for proc, _ in servers.values():
             proc.terminate()
             proc.wait(timeout=30)
-    split = stage_split(args)
+    split = {n: stage_split(args, n) for n in (1, 2)}
     load1 = _load()
     figures = _report(args, runs, split, load0, load1)
     write(args.json, "bench_serve", figures, shlex.join(sys.argv))
