@@ -71,6 +71,7 @@ def _serve_command(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         lanes=args.lanes,
+        compiled=not args.torch_sampler,
         threads=args.threads,
         device=args.device,
         timeout_s=args.timeout,
@@ -132,6 +133,9 @@ def register(subparsers) -> None:
     run.add_argument("--lanes", type=_positive(int), default=4, metavar="N",
                      help="requests a worker samples in one pass at most (default 4; 1 = one at a time); "
                           "each lane costs the worker 8 bytes per vertex")
+    run.add_argument("--torch-sampler", action="store_true",
+                     help="workers sample on the torch path, --lanes requests fused in one pass (the same "
+                          "batches; default: the compiled sampler, one request at a time, cheaper per batch)")
     run.add_argument("--threads", type=_positive(int), default=1,
                      help="sampling threads in the server for trainers on other hosts (default 1)")
     run.add_argument("--device", choices=("cpu", "cuda"), default="cpu",

@@ -55,7 +55,7 @@ def test_every_lane_is_the_batch_sampled_alone(num_nodes, fanouts, replace, inde
     seeds = [torch.randperm(num_nodes, generator=gen)[:min(k, num_nodes)] for k in sizes]
     rng_seeds = [rng + i for i in range(len(seeds))]
     sampler = NeighborSampler(indptr, indices, fanouts, replace=replace)
-    f = FusedSampler(NeighborSampler(indptr, indices, fanouts, replace=replace), max_lanes)
+    f = FusedSampler(NeighborSampler(indptr, indices, fanouts, replace=replace, compiled=False), max_lanes)
     for _ in range(2):  # the second pass reuses the lanes' maps (stamped, never reset)
         got = f.sample(seeds, rng_seeds)
         assert len(got) == len(seeds)
@@ -68,7 +68,7 @@ def test_overlapping_lanes_keep_their_own_local_ids():
     indptr, indices = power_law_csr(500, 5000, 1)
     seeds = torch.arange(0, 500, 3)
     sampler = NeighborSampler(indptr, indices, (10, 5))
-    a, b = FusedSampler(NeighborSampler(indptr, indices, (10, 5)), 2).sample([seeds, seeds], [7, 8])
+    a, b = FusedSampler(NeighborSampler(indptr, indices, (10, 5), compiled=False), 2).sample([seeds, seeds], [7, 8])
     assert_same(a, alone(sampler, seeds, 7))
     assert_same(b, alone(sampler, seeds, 8))
     assert not torch.equal(a.edge_index, b.edge_index)  # different draws, same vertex numbering rules
@@ -76,8 +76,13 @@ def test_overlapping_lanes_keep_their_own_local_ids():
 
 def test_batches_are_laid_into_the_destinations_given():
     indptr, indices = power_law_csr(400, 4000, 2)
-    f = FusedSampler(NeighborSampler(indptr, indices, (5, 3)), 3)
     seeds = [torch.arange(0, 40), torch.arange(100, 110), torch.arange(200, 260)]
+    for compiled in (False, True):  # a fused torch pass, or the compiled sampler's batches one at a time
+        _laid_into_destinations(FusedSampler(NeighborSampler(indptr, indices, (5, 3), compiled=compiled), 3),
+                                indptr, indices, seeds)
+
+
+def _laid_into_destinations(f, indptr, indices, seeds):
     buffers = [torch.full((1 << 16,), -1, dtype=torch.int64), None, torch.full((1 << 16,), -1, dtype=torch.int64)]
     asked = []
 
@@ -102,7 +107,7 @@ def test_more_batches_than_lanes_go_in_passes_and_unique_relabel_goes_alone():
     seeds = [torch.arange(i * 20, i * 20 + 15) for i in range(7)]
     for relabel in ("map", "unique"):
         sampler = NeighborSampler(indptr, indices, (4, 4), relabel=relabel)
-        f = FusedSampler(NeighborSampler(indptr, indices, (4, 4), relabel=relabel), 3)
+        f = FusedSampler(NeighborSampler(indptr, indices, (4, 4), relabel=relabel, compiled=False), 3)
         got = f.sample(seeds[:1], [0]) + f.sample(seeds[1:], range(1, 7))  # the map grows from 1 lane to 3
         for i, (g, x) in enumerate(zip(got, seeds, strict=True)):
             assert_same(g, alone(sampler, x, i))

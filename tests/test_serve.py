@@ -431,18 +431,20 @@ def test_worker_answers_into_the_ring_or_a_memfd_when_a_batch_is_too_big(graph):
     trainer_end.close()
 
 
-@pytest.mark.parametrize("lanes", [3, 1])
-def test_worker_samples_two_trainers_requests_in_one_pass_into_their_rings(graph, lanes):
+@pytest.mark.parametrize("lanes,compiled", [(3, False), (1, False), (3, True)])
+def test_worker_samples_two_trainers_requests_in_one_pass_into_their_rings(graph, lanes, compiled):
     """One pass over requests of two trainers (one message each, as a trainer sends a chunk): every
     batch lands in the slot asked for and equals the trainer's local batch; a bad request in the pass
-    gets its own error reply and spares the others."""
+    gets its own error reply and spares the others. The torch path fuses the pass; the compiled sampler
+    (the default) samples its requests one at a time, the same batches."""
     from training.data import open_dataset
     from training.serve.protocol import ERROR, OK, Reply, Request
     from training.serve.ring import BatchRing
     from training.serve.workers import BatchMaker, _answer, _Trainer
 
     ds = open_dataset(graph)
-    maker = BatchMaker(ds.indptr, ds.indices, ds.train_idx, SamplingParams(256, (10, 5), 3), lanes=lanes)
+    maker = BatchMaker(ds.indptr, ds.indices, ds.train_idx, SamplingParams(256, (10, 5), 3), lanes=lanes,
+                       compiled=compiled)
     assert maker.lanes == lanes
     chunk = Request.decode_many(Request(1, 0, 0, 2).encode() + Request(2, 1, 0, 3).encode())
     assert chunk == [Request(1, 0, 0, 2), Request(2, 1, 0, 3)]

@@ -38,7 +38,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Csr", "Hops", "available", "hop", "sample", "sample_map", "sample_unique", "threads_for"]
+__all__ = ["Csr", "Hops", "applies", "available", "hop", "sample", "sample_map", "sample_unique", "threads_for"]
 
 
 @functools.cache
@@ -54,6 +54,13 @@ def _kernels() -> ModuleType | None:
 def available() -> bool:
     """Whether the compiled kernels can run here (numba importable)."""
     return _kernels() is not None
+
+
+def applies(shapes: str, compiled: bool, device: torch.device, indices: object) -> bool:
+    """Whether a sampler with these settings samples a CPU batch here (data-shaped batches, ``compiled``
+    asked for, a CPU tensor graph, numba importable)."""
+    return shapes == "data" and compiled and device.type == "cpu" and isinstance(indices, torch.Tensor) \
+        and available()
 
 
 def threads_for(num_threads: int | None) -> int:

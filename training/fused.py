@@ -18,6 +18,11 @@ elementwise over rows or done per lane:
   vertex``), so a vertex reached by two lanes gets each lane's own id; a vertex's first
   appearance (the ``amin`` scatter) is found within its lane's keys, in the lane's order.
 
+A sampler that takes the compiled CPU path (:mod:`training.compiled_sampler`, the default
+where numba is importable) has little per-operation overhead to share: its batches are
+sampled one at a time, the same batches, laid into ``out`` all the same. The fused pass
+serves the torch path (``compiled=False``, or no numba) and the GPU.
+
 The price is the map: ``8 × num_nodes`` bytes per lane (the single sampler keeps one);
 ``max_lanes`` is lowered to keep it within ``map_bytes``.
 
@@ -39,6 +44,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from training import compiled_sampler as cs
 from training.sampler import (
     _MAX_STAMP,
     NeighborSampler,
@@ -86,7 +92,10 @@ class FusedSampler:
             raise SamplerError(f"seeds and rng_seeds: expected one seed per batch, got {len(seeds)} "
                                f"and {len(rng_seeds)}")
         s = self.sampler
-        if s.relabel != "map":
+        # a compiled CPU batch (training.compiled_sampler) has no per-operation overhead left for a fused
+        # pass to share: on the serve benchmark's graph it costs ~1.5 ms of CPU alone against ~2.0-2.5 ms
+        # per batch in a torch pass over 4 lanes (tools/bench_serve.py); so such a sampler samples each alone
+        if s.relabel != "map" or cs.applies(s.shapes, s.compiled, s.device, s.indices):
             return [_alone(s, x, r, out, i) for i, (x, r) in enumerate(zip(seeds, rng_seeds, strict=True))]
         before = torch.get_num_threads()
         if s.num_threads is not None and s.device.type == "cpu":

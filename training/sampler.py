@@ -394,8 +394,7 @@ class NeighborSampler:
         seeds = seeds.to(device=self.device, dtype=torch.int64)
         run = self._sample_fixed if self.shapes == "fixed" else self._sample_map if self.relabel == "map" \
             else self._sample_unique
-        if self.shapes == "data" and self.compiled and self.device.type == "cpu" and isinstance(self.indices, Tensor) \
-                and cs.available():
+        if cs.applies(self.shapes, self.compiled, self.device, self.indices):
             run = self._sample_compiled
         if self.num_threads is None or self.device.type != "cpu":
             return run(seeds, check)

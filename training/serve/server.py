@@ -93,6 +93,8 @@ class SamplingServer:
         validate: check the dataset's files when opening it (:func:`training.data.open_dataset`).
         lanes: requests a worker samples in one pass at most (:class:`training.fused.FusedSampler`;
             a trainer sends up to this many together, at most half its prefetch).
+        compiled: the workers sample with the compiled CPU sampler, one request at a time
+            (default); False: the torch path's fused passes (the same batches; for comparison).
 
     Use :meth:`start` / :meth:`close` or ``with``. One server per process.
     """
@@ -101,7 +103,7 @@ class SamplingServer:
                  workers: int | None = None, threads: int = 1, device: str = "cpu", timeout_s: float = 30.0,
                  trainer_timeout_s: float = 10.0, ping_interval_s: float = 1.0,
                  on_event: Callable[[ServerEvent], None] | None = None, validate: bool = True,
-                 lanes: int = DEFAULT_LANES) -> None:
+                 lanes: int = DEFAULT_LANES, compiled: bool = True) -> None:
         from training.data import open_dataset
         from training.serve.device import device_handover_available, worker_devices
 
@@ -109,7 +111,7 @@ class SamplingServer:
         if (workers is not None and workers < 0) or threads < 1 or lanes < 1:
             raise ServerError(f"workers: expected 0 or more, got {workers}; threads: expected 1 or more, "
                               f"got {threads}; lanes: expected 1 or more, got {lanes}")
-        self.lanes = int(lanes)
+        self.lanes, self.compiled = int(lanes), bool(compiled)
         if device != "cpu" and (why := device_handover_available(device)):
             raise ServerError(f"device {device}: {why}")
         try:  # on CUDA: one worker per GPU, each bound to its own (not one per CPU, all on GPU 0)
@@ -176,7 +178,7 @@ class SamplingServer:
             self._workers = WorkerPool(
                 {"dataset": str(self.dataset.path), "batch_size": self.params.batch_size,
                  "fanouts": list(self.params.fanouts), "seed": self.params.seed, "token": self._token,
-                 "device": self.device, "lanes": self.lanes},
+                 "device": self.device, "lanes": self.lanes, "compiled": self.compiled},
                 [worker_socket_name(os.getpid(), self.port, i) for i in range(self.workers)], self.worker_devices)
             try:
                 self._workers.start(timeout_s=max(60.0, self.timeout_s))

@@ -7,16 +7,17 @@ intra-op thread, each listening on its own abstract Unix socket
 (:func:`~training.serve.protocol.worker_socket_name`). A trainer on the same host
 connects to every worker, lends each its ring (:mod:`training.serve.ring`) and sends
 requests of a few dozen bytes, a chunk at a time; a worker queues every trainer's
-requests and samples up to ``lanes`` of them in one pass
-(:class:`~training.fused.FusedSampler`), each batch laid by the sampler straight into the
-slot its request names (no intermediate tensors, no copy), and replies with their shapes.
+requests and takes up to ``lanes`` of them a round (:class:`~training.fused.FusedSampler`),
+each batch laid by the sampler straight into the slot its request names (no intermediate
+tensors, no copy), and replies with their shapes, one message per trainer a round.
 The server process itself stays out of the data path.
 
-A batch of 512 seeds is ~150 short tensor operations whose fixed cost is about half of
-its CPU time; a pass over 2 requests cuts the CPU per batch by ~0.4 ms, over 4 by
-~0.7 ms (2.2 ms alone on the benchmark graph). That is what lets served batches cost
-less CPU than sampling in the trainer, which matters when the trainers already fill the
-cores (2 trainers on 2 cores).
+The sampler is the trainer's own: the compiled CPU sampler (:mod:`training.compiled_sampler`),
+one request at a time; it loads its kernels when the worker starts. On the torch path
+(``compiled=False``, or no numba) a batch is ~150 short tensor operations whose fixed cost
+is about half its CPU time, and the ``lanes`` requests are sampled in one fused pass (2.2 ms
+alone, ~1.5-1.8 ms in fours); the compiled sampler has no such overhead to share and costs
+less alone (tools/bench_serve.py measures both, and the hand-off, per batch).
 
 A worker's stdin is its control pipe from the server (JSON lines: ``{"op": "drop",
 "name": ...}`` closes a trainer's connection); its end (the server exited, or was
@@ -70,8 +71,8 @@ from training.serve.ring import RingWriter, batch_to_memfd
 #: a message's first byte: its kind (requests are binary, the rest JSON)
 HELLO, SEGMENT, REQUEST = b"H", b"S", b"R"
 
-#: requests a worker samples in one pass at most (measured on 2 cores, 512-seed batches of fan-out
-#: 25,10: CPU per batch 2.2 ms alone, 1.8 ms in pairs, 1.5-1.8 ms in fours)
+#: requests a worker takes a round at most (on the torch path, sampled in one pass: measured on 2 cores,
+#: 512-seed batches of fan-out 25,10: CPU per batch 2.2 ms alone, 1.8 ms in pairs, 1.5-1.8 ms in fours)
 DEFAULT_LANES = 4
 
 
@@ -83,10 +84,12 @@ class BatchMaker:
     One sampler per thread (one torch intra-op thread each); epoch orders are cached
     (trainers of one job are within an epoch of each other). ``check``: refuse training
     vertices out of range or repeated, once here (the server does; its workers need not).
+    ``compiled``: CPU batches from the compiled sampler, one request at a time (the same
+    batches; :mod:`training.compiled_sampler`), else the torch path's fused passes.
     """
 
     def __init__(self, indptr, indices, train_idx, params: SamplingParams, device: str = "cpu", *,
-                 lanes: int = DEFAULT_LANES, check: bool = True) -> None:
+                 lanes: int = DEFAULT_LANES, check: bool = True, compiled: bool = True) -> None:
         import warnings
 
         with warnings.catch_warnings():  # read-only memory maps: the sampler never writes to the CSR
@@ -94,7 +97,7 @@ class BatchMaker:
             self.indptr = torch.as_tensor(indptr).to(device)
             self.indices = torch.as_tensor(indices).to(device)
         self.train_idx = torch.as_tensor(np.asarray(train_idx, dtype=np.int64))
-        self.params, self.device = params, device
+        self.params, self.device, self.compiled = params, device, bool(compiled)
         # fused passes on CPU only: on a GPU the single-batch sampler's fewer host synchronisations win
         self.lanes = max(1, int(lanes)) if device == "cpu" else 1
         # one throwaway sampler validates fan-outs and the CSR now, not in a worker
@@ -141,7 +144,8 @@ class BatchMaker:
         rng = [_mix(self.params.seed, e, r, s, 1) for e, r, _, s, _ in requests]
         fused = getattr(self._local, "fused", None)
         if fused is None:
-            sampler = NeighborSampler(self.indptr, self.indices, self.params.fanouts, seed=0, num_threads=1)
+            sampler = NeighborSampler(self.indptr, self.indices, self.params.fanouts, seed=0, num_threads=1,
+                                      compiled=self.compiled)
             fused = self._local.fused = FusedSampler(sampler, self.lanes)
         if self.device == "cpu":
             return fused.sample(seeds, rng, out=out)
@@ -268,7 +272,10 @@ def serve_worker(cfg: dict) -> int:
     ds = open_dataset(cfg["dataset"], validate=False)
     params = SamplingParams(int(cfg["batch_size"]), tuple(cfg["fanouts"]), int(cfg["seed"]))
     maker = BatchMaker(ds.indptr, ds.indices, ds.train_idx, params, device,
-                       lanes=int(cfg.get("lanes", DEFAULT_LANES)), check=False)  # the server checked
+                       lanes=int(cfg.get("lanes", DEFAULT_LANES)), check=False,  # the server checked
+                       compiled=bool(cfg.get("compiled", True)))
+    if device == "cpu" and maker.compiled and maker.steps():  # numba's cached kernels load now (~0.5-1 s on a
+        maker.sample_many([(0, 0, 1, 0, False)])              # loaded machine), not in a trainer's first request
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(cfg["socket"])
     listener.listen(64)
