@@ -25,7 +25,7 @@ from training.contention import (
 from training.runreport import read_runs, summary
 
 
-def _proc(root: Path, *, total: int, steal: int, psi_us: int, threads: dict[int, tuple[int, int]],
+def _proc(root: Path, *, total: int, steal: int, psi_us: int, threads: dict[int, tuple[int, int, int]],
           load: float = 7.4) -> Path:
     (root / "pressure").mkdir(parents=True, exist_ok=True)
     # cpu user nice system idle iowait irq softirq steal guest guest_nice; guest is inside user
@@ -34,10 +34,10 @@ def _proc(root: Path, *, total: int, steal: int, psi_us: int, threads: dict[int,
     (root / "pressure" / "cpu").write_text(f"some avg10=92.00 avg60=84.00 avg300=90.00 total={psi_us}\n"
                                            "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
     (root / "loadavg").write_text(f"{load} 9.25 12.34 5/123 306\n")
-    for tid, (run, wait) in threads.items():
+    for tid, (run, wait, slices) in threads.items():
         d = root / "self" / "task" / str(tid)
         d.mkdir(parents=True, exist_ok=True)
-        (d / "schedstat").write_text(f"{run} {wait} 17\n")
+        (d / "schedstat").write_text(f"{run} {wait} {slices}\n")
     return root
 
 
@@ -69,23 +69,26 @@ def test_counters_between_two_snapshots_name_the_contention(tmp_path, monkeypatc
     proc, sysfs = tmp_path / "proc", tmp_path / "sys"
     clock = iter([100.0, 102.0])
     monkeypatch.setattr("training.contention.time.perf_counter", lambda: next(clock))
-    _proc(proc, total=10_000, steal=100, psi_us=1_000_000, threads={11: (1_000, 500)})
+    _proc(proc, total=10_000, steal=100, psi_us=1_000_000, threads={11: (1_000, 500, 10)})
     _sys(sysfs, data, _stat(reads=10, sectors=0, ticks=0, queue=0))
     a = sample(data, proc_root=proc, sys_root=sysfs)
     # two seconds later: 1,000 jiffies, 50 stolen; 1.5 s some-waiting; thread 11 ran 1 s more and waited
-    # 1 s more, thread 12 born in the epoch ran 1 s; the disk read 1.2 GB, busy 1.92 s, 6 s queued
+    # 1 s more in 100 turns on a core, thread 12 born in the epoch ran 1 s in 100 turns; the disk read
+    # 1.2 GB, busy 1.92 s, 6 s queued
     _proc(proc, total=11_000, steal=150, psi_us=2_500_000,
-          threads={11: (1_000_001_000, 1_000_000_500), 12: (1_000_000_000, 0)})
+          threads={11: (1_000_001_000, 1_000_000_500, 110), 12: (1_000_000_000, 0, 100)})
     _sys(sysfs, data, _stat(reads=1010, sectors=1_200_000_000 // 512, ticks=1920, queue=6000))
     c = contention_between(a, sample(data, proc_root=proc, sys_root=sysfs))
     assert c.wall_s == 2.0 and c.load_1min == 7.4
     assert c.steal_share == pytest.approx(0.05) and c.cpu_wait_share == pytest.approx(0.75)
     assert c.cpu_stretch == pytest.approx(1.5)  # (2 s run + 1 s wait) / 2 s run
+    assert c.wait_per_slice_s == pytest.approx(0.005)  # 1 s of waits over 200 turns
     assert c.disk is not None and c.disk.name == "vdz"  # the partition counted as its disk
     assert c.disk.busy_share == pytest.approx(0.96) and c.disk.queue_depth == pytest.approx(3.0)
     assert c.disk.read_bytes_per_s == pytest.approx(0.6e9, rel=1e-3)
     line = explain(None, c, profiled_bytes_per_s=2.0e9)
-    assert "run queue 7.4 on" in line and "steal 5%" in line and "stretched 1.50×" in line
+    assert "run queue 7.4 on" in line and "steal 5%" in line
+    assert "waited 5.0 ms per turn on a core, stretched 1.50×" in line
     assert "vdz busy 96%, queue 3.0, 600.0 MB/s read by all against 2000 MB/s profiled" in line
     assert Contention.from_dict(json.loads(json.dumps(c.to_dict()))) == c
 
@@ -108,36 +111,40 @@ def test_a_device_less_or_unknown_path_gives_no_disk_and_says_why(tmp_path):
     assert c.cpu_stretch == 1.0 and c.cpu_wait_share is None and any("schedstat" in n for n in c.notes)
 
 
-def _contention(stretch: float, busy: float, read: int, written: int = 0) -> Contention:
+def _contention(wait_s: float, busy: float, read: int, written: int = 0) -> Contention:
     disk = DiskFigures("vdz", busy, 2.0, read / 1.0, read, written)
-    return Contention(1.0, 2, 8.0, 0.0, 0.9, stretch, disk)
+    return Contention(1.0, 2, 8.0, 0.0, 0.9, 3.0, wait_s, disk)
 
 
-def test_adjust_scales_ssd_by_others_busy_time_and_every_tier_by_the_stretch():
+def test_adjust_scales_ssd_by_others_busy_time_and_adds_each_calls_wait_for_a_core():
     pred = {"io_error": -0.4, "measured_io_s": 1.0, "predicted_io_s": 0.6,
             "tiers": [{"tier": "ssd", "predicted_s": 0.6, "measured_s": 1.0, "measured_bytes": 1e8},
                       {"tier": "cpu", "predicted_s": 0.1, "measured_s": 0.2, "measured_bytes": 1e8},
                       {"tier": "gpu", "predicted_s": None, "measured_s": None, "measured_bytes": 0.0}]}
     # the disk moved 4e8 bytes, 1e8 of them ours: others held it 0.8 × 3/4 = 60% of the time
-    out = adjust(pred, _contention(1.25, 0.8, 400_000_000))
+    # and 40 read calls each waited 5 ms for a core once woken
+    out = adjust(pred, _contention(0.005, 0.8, 400_000_000), read_calls=40)
     ssd, cpu, gpu = out["tiers"]
     assert out["adjustment"]["ssd_factor"] == pytest.approx(2.5)
-    assert ssd["adjusted_s"] == pytest.approx(0.6 * 1.25 * 2.5) and cpu["adjusted_s"] == pytest.approx(0.125)
+    assert out["adjustment"]["cpu_wait_s"] == pytest.approx(0.2)
+    assert ssd["adjusted_s"] == pytest.approx(0.6 * 2.5 + 0.2) and cpu["adjusted_s"] == 0.1  # SSD only
     assert gpu["adjusted_s"] is None and gpu["adjusted_error"] is None
-    assert out["adjusted_io_s"] == pytest.approx(1.875) and out["adjusted_io_error"] == pytest.approx(0.875)
-    line = explain(out, _contention(1.25, 0.8, 400_000_000))
-    assert line.startswith("SSD reads measured 67% slower than predicted (+88% after adjusting")
-    # only our own reads on the disk: nothing to take off for others
-    assert adjust(pred, _contention(1.0, 0.9, 100_000_000))["adjustment"]["ssd_factor"] == 1.0
+    assert out["adjusted_io_s"] == pytest.approx(1.7) and out["adjusted_io_error"] == pytest.approx(0.7)
+    line = explain(out, _contention(0.005, 0.8, 400_000_000))
+    assert line.startswith("SSD reads measured 67% slower than predicted (+70% after adjusting")
+    # only our own reads on the disk and no wait: nothing to add
+    same = adjust(pred, _contention(0.0, 0.9, 100_000_000), read_calls=40)
+    assert same["adjustment"]["ssd_factor"] == 1.0 and same["adjusted_io_s"] == pytest.approx(0.6)
 
 
 @given(busy=st.floats(0, 1), read=st.integers(0, 10**10), written=st.integers(0, 10**10),
-       ours=st.floats(0, 1e10), stretch=st.floats(1, 50))
-def test_adjusting_never_predicts_less_and_stays_finite(busy, read, written, ours, stretch):
+       ours=st.floats(0, 1e10), wait=st.floats(0, 0.1), calls=st.integers(0, 10**6))
+def test_adjusting_never_predicts_less_and_stays_bounded(busy, read, written, ours, wait, calls):
     pred = {"measured_io_s": 1.0,
             "tiers": [{"tier": "ssd", "predicted_s": 0.5, "measured_s": 1.0, "measured_bytes": ours}]}
-    out = adjust(pred, _contention(stretch, busy, read, written))
-    assert 0.5 * stretch <= out["adjusted_io_s"] <= 0.5 * stretch * 20 + 1e-9
+    out = adjust(pred, _contention(wait, busy, read, written), read_calls=calls)
+    extra = calls * wait
+    assert 0.5 + extra - 1e-9 <= out["adjusted_io_s"] <= 0.5 * 20 + extra + 1e-9
 
 
 def test_moment_train_records_the_contention_beside_the_prediction(tmp_path, capsys):
@@ -151,7 +158,9 @@ def test_moment_train_records_the_contention_beside_the_prediction(tmp_path, cap
     assert c["disk"] is not None or c["notes"]  # a disk's figures, or why there are none
     ssd_tier = next(t for t in last["prediction"]["tiers"] if t["tier"] == "ssd")
     assert ssd_tier["adjusted_s"] >= ssd_tier["predicted_s"] > 0
-    assert last["prediction"]["adjustment"]["cpu_stretch"] == c["cpu_stretch"]
+    assert last["prediction"]["adjustment"]["read_calls"] > 0
+    assert last["prediction"]["adjustment"]["cpu_wait_s"] == pytest.approx(
+        last["prediction"]["adjustment"]["read_calls"] * c["wait_per_slice_s"])
     epoch = [json.loads(x) for x in metrics.read_text().splitlines() if '"epoch"' in x][-1]
     assert epoch["contention"] == c
     assert main(args) == 0

@@ -15,10 +15,13 @@ how much and why:
   no disk, said in ``notes``): reads, sectors, ``io_ticks`` (ms the disk was busy) and
   ``time_in_queue`` (ms summed over requests: ÷ wall = average queue depth).
 
-:func:`adjust` scales the plan's per-tier read seconds by what was measured: host-memory reads
-(copies, CPU-bound) by the stretch ``(run + wait) / run`` of this process's threads; SSD reads by
-the same stretch and by ``1 / (1 - busy share taken by others)``. Both factors are measured over the
-epoch they adjust: the adjusted figure explains a miss, it is not a forecast made before the run.
+:func:`adjust` scales the plan's SSD read seconds by what was measured: by ``1 / (1 - the disk's
+busy share taken by others)``, plus, per read call, the mean time this process's threads waited for a
+core each time they were woken (a read call sleeps on the disk, then waits its turn for a core to
+return). Both are measured over the epoch they adjust: the adjusted figure explains a miss, it is not
+a forecast made before the run. (Scaling by ``cpu_stretch``, the threads' ``(run + wait) / run``,
+overshot several-fold in tools/bench_contention.py: a read call mostly sleeps on the disk, and
+this process's compute threads also wait on each other.)
 
 >>> root = "/nonexistent"
 >>> c = contention_between(sample(proc_root=root, sys_root=root), sample(proc_root=root, sys_root=root))
@@ -49,7 +52,7 @@ class CpuCounters:
     total_jiffies: int
     steal_jiffies: int
     psi_some_us: int | None
-    thread_ns: tuple[tuple[int, int, int], ...]  # (tid, run ns, wait ns)
+    thread_ns: tuple[tuple[int, int, int, int], ...]  # (tid, run ns, wait ns, times put on a core)
     load_1min: float | None
     cores: int
 
@@ -94,7 +97,9 @@ class Contention:
     """What the epoch ran against. ``cpu_stretch``: ``(run + wait) / run`` of this process's threads
     (1.0: never waited for a core); ``cpu_wait_share``: PSI's share of the wall time in which some task
     waited for a core (``None`` without PSI); ``steal_share``: the machine's time stolen by its
-    hypervisor; ``load_1min``: the run queue (1-minute load average) at the end, on ``cores``."""
+    hypervisor; ``load_1min``: the run queue (1-minute load average) at the end, on ``cores``;
+    ``wait_per_slice_s``: this process's threads' mean wait in the run queue each time before they
+    were put on a core (what a thread woken by a finished read waits before it can return)."""
 
     wall_s: float
     cores: int
@@ -102,6 +107,7 @@ class Contention:
     steal_share: float
     cpu_wait_share: float | None
     cpu_stretch: float
+    wait_per_slice_s: float
     disk: DiskFigures | None
     notes: tuple[str, ...] = ()
 
@@ -113,7 +119,7 @@ class Contention:
         """Back from :meth:`to_dict` (an epoch record's ``contention``)."""
         disk = d.get("disk")
         return cls(float(d["wall_s"]), int(d["cores"]), d.get("load_1min"), float(d["steal_share"]),
-                   d.get("cpu_wait_share"), float(d["cpu_stretch"]),
+                   d.get("cpu_wait_share"), float(d["cpu_stretch"]), float(d.get("wait_per_slice_s") or 0.0),
                    DiskFigures(**disk) if isinstance(disk, dict) else None, tuple(d.get("notes") or ()))
 
 
@@ -140,8 +146,8 @@ def _cpu_counters(proc: Path) -> CpuCounters:
     task_dir = proc / "self" / "task"
     for d in sorted(task_dir.iterdir()) if task_dir.is_dir() else ():
         fields = (_read(d / "schedstat") or "").split()
-        if len(fields) >= 2 and d.name.isdigit():
-            threads.append((int(d.name), int(fields[0]), int(fields[1])))
+        if len(fields) >= 3 and d.name.isdigit():
+            threads.append((int(d.name), int(fields[0]), int(fields[1]), int(fields[2])))
     load = (_read(proc / "loadavg") or "").split()
     return CpuCounters(total, steal, psi, tuple(threads), float(load[0]) if load else None, os.cpu_count() or 1)
 
@@ -196,11 +202,11 @@ def contention_between(a: Snapshot, b: Snapshot) -> Contention:
     psi = None
     if a.cpu.psi_some_us is not None and b.cpu.psi_some_us is not None:
         psi = min(1.0, (b.cpu.psi_some_us - a.cpu.psi_some_us) / (wall * 1e6))
-    before = {tid: (r, w) for tid, r, w in a.cpu.thread_ns}
-    run = wait = 0
-    for tid, r, w in b.cpu.thread_ns:
-        r0, w0 = before.get(tid, (0, 0))
-        run, wait = run + r - r0, wait + w - w0
+    before = {tid: (r, w, n) for tid, r, w, n in a.cpu.thread_ns}
+    run = wait = slices = 0
+    for tid, r, w, n in b.cpu.thread_ns:
+        r0, w0, n0 = before.get(tid, (0, 0, 0))
+        run, wait, slices = run + r - r0, wait + w - w0, slices + n - n0
     notes = list(dict.fromkeys(a.notes + b.notes))
     if run <= 0:
         notes.append("no per-thread scheduler statistics (/proc/self/task/*/schedstat): CPU stretch taken as 1")
@@ -208,7 +214,8 @@ def contention_between(a: Snapshot, b: Snapshot) -> Contention:
     if a.disk is not None and b.disk is not None and a.disk.name == b.disk.name:
         disk = _disk_between(a.disk, b.disk, wall)
     return Contention(wall, b.cpu.cores, b.cpu.load_1min, max(0.0, steal), psi,
-                      (run + wait) / run if run > 0 else 1.0, disk, tuple(notes))
+                      (run + wait) / run if run > 0 else 1.0, wait / slices * 1e-9 if slices > 0 else 0.0,
+                      disk, tuple(notes))
 
 
 def _others_busy(c: Contention, own_read_bytes: float) -> float:
@@ -223,17 +230,23 @@ def _others_busy(c: Contention, own_read_bytes: float) -> float:
     return d.busy_share * (1.0 - ours)
 
 
-def adjust(prediction: JsonObject, c: Contention) -> JsonObject:
-    """``prediction`` (:meth:`training.prediction.EpochPrediction.to_dict`) with every tier's
-    ``adjusted_s`` (the plan's seconds scaled by the contention measured, see the module doc) and the
-    node's ``adjusted_io_s`` / ``adjusted_io_error``, and the factors used (``adjustment``)."""
-    tiers = []
+def adjust(prediction: JsonObject, c: Contention, read_calls: int) -> JsonObject:
+    """``prediction`` (:meth:`training.prediction.EpochPrediction.to_dict`) with the SSD tier's
+    ``adjusted_s`` and the node's ``adjusted_io_s`` / ``adjusted_io_error``, and the terms used
+    (``adjustment``). Other tiers keep their plain figure (``adjusted_s`` equal to ``predicted_s``).
+
+    The SSD's seconds are the plan's, divided by the share of the disk's time others left
+    (:func:`_others_busy`), plus, for each of the epoch's ``read_calls`` (a batch's read of one SSD
+    bin: the thread sleeps on the disk, then is woken), the mean wait for a core this process's
+    threads had (``wait_per_slice_s``). Both measured over the epoch adjusted.
+    """
     ssd_bytes = sum(float(t["measured_bytes"]) for t in prediction["tiers"] if t["tier"] == "ssd")
     disk_factor = 1.0 / max(0.05, 1.0 - _others_busy(c, ssd_bytes))
+    cpu_wait_s = max(0, int(read_calls)) * c.wait_per_slice_s
+    tiers = []
     for t in prediction["tiers"]:
         p = t.get("predicted_s")
-        factor = c.cpu_stretch * (disk_factor if t["tier"] == "ssd" else 1.0)
-        adj = None if p is None else float(p) * factor
+        adj = None if p is None else (float(p) * disk_factor + cpu_wait_s if t["tier"] == "ssd" else float(p))
         err = adj / t["measured_s"] - 1.0 if adj is not None and t.get("measured_s") else None
         tiers.append({**t, "adjusted_s": adj, "adjusted_error": err})
     ssd = [t["adjusted_s"] for t in tiers if t["tier"] == "ssd"]
@@ -241,7 +254,7 @@ def adjust(prediction: JsonObject, c: Contention) -> JsonObject:
     m = prediction.get("measured_io_s")
     return {**prediction, "tiers": tiers, "adjusted_io_s": io,
             "adjusted_io_error": io / m - 1.0 if io is not None and m else None,
-            "adjustment": {"cpu_stretch": c.cpu_stretch, "ssd_factor": disk_factor,
+            "adjustment": {"ssd_factor": disk_factor, "cpu_wait_s": cpu_wait_s, "read_calls": int(read_calls),
                            "basis": "contention measured over this epoch (explains the miss; not a forecast)"}}
 
 
@@ -260,7 +273,8 @@ def explain(prediction: JsonObject | None, c: Contention, profiled_bytes_per_s: 
     cpu += f" (steal {c.steal_share:.0%}"
     if c.cpu_wait_share is not None:
         cpu += f", some task waited for a core {c.cpu_wait_share:.0%} of the time"
-    parts.append(cpu + f"; this run's threads stretched {c.cpu_stretch:.2f}×)")
+    parts.append(cpu + f"; this run's threads waited {1e3 * c.wait_per_slice_s:.1f} ms per turn on a core, "
+                 f"stretched {c.cpu_stretch:.2f}×)")
     if c.disk is not None:
         d = c.disk
         parts.append(f"SSD {d.name} busy {d.busy_share:.0%}, queue {d.queue_depth:.1f}, "

@@ -379,8 +379,10 @@ class _Run:
         rec["cpu_s"] = time.process_time() - cpu_epoch
         rec["prefetch"] = io.prefetch
         if self.predictor is not None:
+            # a batch reads each SSD bin in one call (the store's gather, bin by bin)
+            calls = (self.steps - first) * sum(1 for _, rows in self.predictor.ssd_bins if rows)
             rec["prediction"] = contention_adjust(self.predictor.finish(epoch, self.steps - first).to_dict(),
-                                                  contention)
+                                                  contention, calls)
         rec["contention"] = contention.to_dict()
         rec["transfers"] = moved_since(moved, self.features.transfer.counts())
         rec.update(ssd_reads(self.features, disk))
