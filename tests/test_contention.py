@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from iostack.binstats import Counter, thread_wait_s
 from moment.cli import main
 from tests.test_prediction import train_args
 from training.contention import (
@@ -132,6 +133,14 @@ def test_adjust_scales_ssd_by_others_busy_time_and_adds_each_calls_wait_for_a_co
     assert out["adjusted_io_s"] == pytest.approx(1.7) and out["adjusted_io_error"] == pytest.approx(0.7)
     line = explain(out, _contention(0.005, 0.8, 400_000_000))
     assert line.startswith("SSD reads measured 67% slower than predicted (+70% after adjusting")
+    # the store's own timing of the reads' whole wait for a core, when it has one: the bracket's high end
+    timed = {**pred, "tiers": [{**pred["tiers"][0], "measured_cpu_wait_s": 0.35}, *pred["tiers"][1:]]}
+    out = adjust(timed, _contention(0.005, 0.8, 400_000_000), read_calls=40)
+    assert out["adjusted_io_s"] == pytest.approx(1.7) and out["adjusted_io_high_s"] == pytest.approx(1.85)
+    assert out["adjustment"]["cpu_wait_high_s"] == 0.35
+    assert "(+70% to +85% after adjusting" in explain(out, _contention(0.005, 0.8, 400_000_000))
+    inside = adjust({**timed, "measured_io_s": 1.8}, _contention(0.005, 0.8, 400_000_000), read_calls=40)
+    assert ": within)" in explain(inside, _contention(0.005, 0.8, 400_000_000))
     # only our own reads on the disk and no wait: nothing to add
     same = adjust(pred, _contention(0.0, 0.9, 100_000_000), read_calls=40)
     assert same["adjustment"]["ssd_factor"] == 1.0 and same["adjusted_io_s"] == pytest.approx(0.6)
@@ -158,9 +167,12 @@ def test_moment_train_records_the_contention_beside_the_prediction(tmp_path, cap
     assert c["disk"] is not None or c["notes"]  # a disk's figures, or why there are none
     ssd_tier = next(t for t in last["prediction"]["tiers"] if t["tier"] == "ssd")
     assert ssd_tier["adjusted_s"] >= ssd_tier["predicted_s"] > 0
-    assert last["prediction"]["adjustment"]["read_calls"] > 0
-    assert last["prediction"]["adjustment"]["cpu_wait_s"] == pytest.approx(
-        last["prediction"]["adjustment"]["read_calls"] * c["wait_per_slice_s"])
+    adj = last["prediction"]["adjustment"]
+    assert adj["read_calls"] > 0 and ssd_tier["measured_cpu_wait_s"] >= 0
+    assert adj["cpu_wait_s"] == pytest.approx(adj["read_calls"] * c["wait_per_slice_s"])
+    if ssd_tier["measured_cpu_wait_s"] > 0:  # the store timed its reads' wait: the bracket's high end
+        assert adj["cpu_wait_high_s"] == pytest.approx(max(ssd_tier["measured_cpu_wait_s"], adj["cpu_wait_s"]))
+        assert ssd_tier["adjusted_high_s"] >= ssd_tier["adjusted_s"]
     epoch = [json.loads(x) for x in metrics.read_text().splitlines() if '"epoch"' in x][-1]
     assert epoch["contention"] == c
     assert main(args) == 0
@@ -170,3 +182,14 @@ def test_moment_train_records_the_contention_beside_the_prediction(tmp_path, cap
     run = read_runs(metrics)[-1]
     assert any(ln.startswith("contention: SSD reads measured") and "run queue" in ln for ln in summary(run))
 
+
+
+def test_the_store_counts_its_ssd_reads_wait_for_a_core():
+    """The thread's schedstat wait never goes back, and the SSD tier's counters carry the reads' share of it."""
+    a = thread_wait_s()
+    sum(range(200_000))
+    assert thread_wait_s() >= a >= 0.0
+    c = Counter()
+    c.add(3, 3 * 4096, 1, 0.02, cpu_wait_s=0.005)
+    c.add(1, 4096, 1, 0.01, cpu_wait_s=0.001)
+    assert c.cpu_wait_s == pytest.approx(0.006) and c.seconds == pytest.approx(0.03)

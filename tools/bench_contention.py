@@ -90,20 +90,32 @@ def main() -> int:
                 stop_hog(hog)
             runs[cond].append(rec)
             p = rec["prediction"]
-            print(f"round {r + 1} {cond}: predicted {p['predicted_io_s']:.3f} s, adjusted {p['adjusted_io_s']:.3f} s, "
-                  f"measured {p['measured_io_s']:.3f} s; {describe_run(rec)}", flush=True)
+            high = p.get("adjusted_io_high_s")
+            print(f"round {r + 1} {cond}: predicted {p['predicted_io_s']:.3f} s, adjusted {p['adjusted_io_s']:.3f}"
+                  + (f"..{high:.3f}" if high is not None else "") + f" s, measured {p['measured_io_s']:.3f} s; "
+                  f"{describe_run(rec)}", flush=True)
     load1 = Path("/proc/loadavg").read_text().split()[0]
     figures = []
     for cond, recs in runs.items():
         plain = [abs(x["prediction"]["io_error"]) for x in recs]
         adj = [abs(x["prediction"]["adjusted_io_error"]) for x in recs]
+        high = [abs(x["prediction"]["adjusted_io_high_error"]) for x in recs
+                if x["prediction"].get("adjusted_io_high_error") is not None]
+        inside = sum(1 for x in recs if x["prediction"].get("adjusted_io_high_s") is not None
+                     and x["prediction"]["adjusted_io_s"] <= x["prediction"]["measured_io_s"]
+                     <= x["prediction"]["adjusted_io_high_s"])
+        slower = sum(1 for x in recs if x["prediction"]["measured_io_s"] > x["prediction"]["predicted_io_s"])
         waits = [1e3 * x["contention"]["wait_per_slice_s"] for x in recs]
         print(f"{cond}: |error| plain median {100 * med(plain):.1f}% ({rng(plain)}), adjusted "
-              f"{100 * med(adj):.1f}% ({rng(adj)}); wait for a core per turn {rng(waits, '{:.1f}')} ms")
+              f"{100 * med(adj):.1f}% ({rng(adj)}), high end {100 * med(high) if high else float('nan'):.1f}%; "
+              f"measured within the bracket in {inside} of {len(recs)} runs ({slower} slower than the plain "
+              f"prediction); wait for a core per turn {rng(waits, '{:.1f}')} ms")
         figures.append(Figure("contention", f"|SSD read time error|, adjusted vs plain prediction: {cond}", "share",
                               med(adj), med(plain), "plain prediction (profile only)", higher_is_better=False,
                               target="a loaded run's miss named and explained",
-                              note=f"median of {args.rounds}; plain {rng(plain)}, adjusted {rng(adj)}; wait for a "
+                              note=f"median of {args.rounds}; plain {rng(plain)}, adjusted (low end) {rng(adj)}, high "
+                                   f"end {rng(high) if high else 'not timed'}; measured within the bracket in {inside} "
+                                   f"of {len(recs)} runs, {slower} slower than predicted; wait for a "
                                    f"core per turn {rng(waits, '{:.1f}')} ms; "
                                    f"{args.hogs if cond == 'CPU hog' else 0} hog(s); "
                                    f"load {load0} before, {load1} after; {os.cpu_count()} cores; warm page cache "

@@ -232,29 +232,48 @@ def _others_busy(c: Contention, own_read_bytes: float) -> float:
 
 def adjust(prediction: JsonObject, c: Contention, read_calls: int) -> JsonObject:
     """``prediction`` (:meth:`training.prediction.EpochPrediction.to_dict`) with the SSD tier's
-    ``adjusted_s`` and the node's ``adjusted_io_s`` / ``adjusted_io_error``, and the terms used
-    (``adjustment``). Other tiers keep their plain figure (``adjusted_s`` equal to ``predicted_s``).
+    ``adjusted_s`` and ``adjusted_high_s``, the node's ``adjusted_io_s`` / ``adjusted_io_error`` and
+    ``adjusted_io_high_s`` / ``adjusted_io_high_error``, and the terms used (``adjustment``). Other
+    tiers keep their plain figure (``adjusted_s`` equal to ``predicted_s``).
 
     The SSD's seconds are the plan's, divided by the share of the disk's time others left
-    (:func:`_others_busy`), plus, for each of the epoch's ``read_calls`` (a batch's read of one SSD
-    bin: the thread sleeps on the disk, then is woken), the mean wait for a core this process's
-    threads had (``wait_per_slice_s``). Both measured over the epoch adjusted.
+    (:func:`_others_busy`), plus the time the read calls lost waiting for a core, bracketed:
+
+    * low (``adjusted_s``): each of the epoch's ``read_calls`` (a batch's read of one SSD bin) waits
+      once, the mean wait per turn on a core of this process's threads (``wait_per_slice_s``);
+    * high (``adjusted_high_s``): the reading threads' whole wait for a core during the calls (the
+      store's ``measured_cpu_wait_s``, schedstat around each call), part of which overlaps reads still
+      in flight on the disk. ``None`` where the store did not time it.
+
+    Both terms are measured over the epoch adjusted.
     """
-    ssd_bytes = sum(float(t["measured_bytes"]) for t in prediction["tiers"] if t["tier"] == "ssd")
+    ssd_tiers = [t for t in prediction["tiers"] if t["tier"] == "ssd"]
+    ssd_bytes = sum(float(t["measured_bytes"]) for t in ssd_tiers)
     disk_factor = 1.0 / max(0.05, 1.0 - _others_busy(c, ssd_bytes))
-    cpu_wait_s = max(0, int(read_calls)) * c.wait_per_slice_s
+    low_wait = max(0, int(read_calls)) * c.wait_per_slice_s
+    timed = sum(float(t.get("measured_cpu_wait_s") or 0.0) for t in ssd_tiers)
+    high_wait = max(timed, low_wait) if timed > 0 else None
+    m = prediction.get("measured_io_s")
+
+    def err(s: float | None, measured: float | None) -> float | None:
+        return s / measured - 1.0 if s is not None and measured else None
+
     tiers = []
     for t in prediction["tiers"]:
         p = t.get("predicted_s")
-        adj = None if p is None else (float(p) * disk_factor + cpu_wait_s if t["tier"] == "ssd" else float(p))
-        err = adj / t["measured_s"] - 1.0 if adj is not None and t.get("measured_s") else None
-        tiers.append({**t, "adjusted_s": adj, "adjusted_error": err})
-    ssd = [t["adjusted_s"] for t in tiers if t["tier"] == "ssd"]
-    io = None if not ssd or None in ssd else sum(ssd)
-    m = prediction.get("measured_io_s")
-    return {**prediction, "tiers": tiers, "adjusted_io_s": io,
-            "adjusted_io_error": io / m - 1.0 if io is not None and m else None,
-            "adjustment": {"ssd_factor": disk_factor, "cpu_wait_s": cpu_wait_s, "read_calls": int(read_calls),
+        ssd = t["tier"] == "ssd" and p is not None
+        adj = None if p is None else (float(p) * disk_factor + low_wait if ssd else float(p))
+        high = float(p) * disk_factor + high_wait if ssd and high_wait is not None else adj
+        tiers.append({**t, "adjusted_s": adj, "adjusted_error": err(adj, t.get("measured_s")),
+                      "adjusted_high_s": high})
+    lows = [t["adjusted_s"] for t in tiers if t["tier"] == "ssd"]
+    highs = [t["adjusted_high_s"] for t in tiers if t["tier"] == "ssd"]
+    io = None if not lows or None in lows else sum(lows)
+    io_high = None if high_wait is None or not highs or None in highs else sum(highs)
+    return {**prediction, "tiers": tiers, "adjusted_io_s": io, "adjusted_io_error": err(io, m),
+            "adjusted_io_high_s": io_high, "adjusted_io_high_error": err(io_high, m),
+            "adjustment": {"ssd_factor": disk_factor, "cpu_wait_s": low_wait, "cpu_wait_high_s": high_wait,
+                           "read_calls": int(read_calls),
                            "basis": "contention measured over this epoch (explains the miss; not a forecast)"}}
 
 
@@ -265,9 +284,12 @@ def explain(prediction: JsonObject | None, c: Contention, profiled_bytes_per_s: 
     parts = []
     if prediction and prediction.get("io_error") is not None:
         miss = 1.0 / (1.0 + float(prediction["io_error"])) - 1.0  # measured / predicted - 1
+        lo, hi = prediction.get("adjusted_io_error"), prediction.get("adjusted_io_high_error")
+        adj = "" if lo is None else (f" ({float(lo):+.0%} after adjusting for the contention)" if hi is None else
+                                     f" ({float(lo):+.0%} to {float(hi):+.0%} after adjusting for the contention"
+                                     + (": within" if float(lo) <= 0.0 <= float(hi) else "") + ")")
         parts.append(f"SSD reads measured {abs(miss):.0%} {'slower' if miss >= 0 else 'faster'} than predicted"
-                     + (f" ({float(prediction['adjusted_io_error']):+.0%} after adjusting for the contention)"
-                        if prediction.get("adjusted_io_error") is not None else ""))
+                     + adj)
     cpu = f"CPU run queue {c.load_1min:.1f} on {c.cores} cores" if c.load_1min is not None else \
         f"CPU on {c.cores} cores"
     cpu += f" (steal {c.steal_share:.0%}"
