@@ -62,6 +62,15 @@ def _epoch_line(rec: dict) -> str:
             f"{rec['seeds_per_s']:,.0f} seeds/s, I/O wait {100 * rec['io_wait_share']:.0f}%")
 
 
+def _adjusted(tier: dict) -> str:
+    """The tier's contention-adjusted seconds (a bracket where the store timed its reads' wait for a core)."""
+    if tier.get("adjusted_error") is None:
+        return ""
+    high = tier.get("adjusted_high_s")
+    span = f"{tier['adjusted_s']:.3f}" + (f"..{high:.3f}" if high is not None and high != tier["adjusted_s"] else "")
+    return f" · {span} s adjusted for the contention measured ({100 * tier['adjusted_error']:+.1f}% at the low end)"
+
+
 def _prediction_rows(t, pred: dict | None) -> None:
     """Predicted against measured read time and bytes per tier (the plan's check), when there is one."""
     if not pred:
@@ -75,8 +84,7 @@ def _prediction_rows(t, pred: dict | None) -> None:
                 if tier["predicted_s"] is None else
                 f"{tier['predicted_s']:.3f} s predicted · {tier['measured_s'] or 0:.3f} s measured"
                 + (f" ({100 * tier['error']:+.1f}%)" if tier["error"] is not None else "")
-                + (f" · {tier['adjusted_s']:.3f} s adjusted for the contention measured "
-                   f"({100 * tier['adjusted_error']:+.1f}%)" if tier.get("adjusted_error") is not None else ""))
+                + _adjusted(tier))
         t.add_row(f"{tier['tier']} reads: plan vs run",
                   f"{format_size(tier['predicted_bytes'])} predicted · {format_size(tier['measured_bytes'])} "
                   f"measured · {secs}")
