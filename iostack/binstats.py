@@ -56,18 +56,22 @@ class Counter:
     in :meth:`resolve`, so a gather never waits on the device to count.
     """
 
-    __slots__ = ("rows", "bytes", "requests", "calls", "ring", "lock", "pending", "seconds", "pages", "read_rows")
+    __slots__ = ("rows", "bytes", "requests", "calls", "ring", "lock", "pending", "seconds", "pages", "read_rows",
+                 "cpu_wait_s")
 
     def __init__(self) -> None:
         self.rows = self.bytes = self.requests = self.calls = self.pages = self.read_rows = 0
         self.seconds = 0.0  # all calls' time together (what a prediction of read time is checked against)
+        self.cpu_wait_s = 0.0  # of which the calling threads waited for a core (a loaded machine's share)
         self.ring = np.zeros(RESERVOIR, np.float64)
         self.lock = threading.Lock()
         self.pending: list[tuple[Mark, Mark]] = []
 
     def add(self, rows: int, nbytes: int, requests: int, seconds: float | None,
-            marks: tuple[Mark, Mark] | None = None, *, pages: int = 0, read_rows: int = 0) -> None:
+            marks: tuple[Mark, Mark] | None = None, *, pages: int = 0, read_rows: int = 0,
+            cpu_wait_s: float = 0.0) -> None:
         with self.lock:
+            self.cpu_wait_s += cpu_wait_s
             self.pages += pages
             self.read_rows += read_rows
             if marks is not None:
@@ -100,6 +104,17 @@ class Counter:
                 self.seconds += s
 
 
+def thread_wait_s() -> float:
+    """Seconds the calling thread has waited in the run queue for a core since it began
+    (``/proc/thread-self/schedstat``, second field); 0.0 where the kernel does not say. Read before and
+    after a read call, the difference is the call's time lost to a loaded machine's time slicing."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1]) * 1e-9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def bin_stats(placement: Placement, tier_at: Mapping[int, Held], memory: DeviceMemory) -> list[BinStats]:
     """Counters per bin of ``placement`` (``tier_at[bin]``: the tier serving it, with its ``counters`` and
     ``held``); waits for pending device timings."""
@@ -128,8 +143,9 @@ def tier_stats(placement: Placement, tier_at: Mapping[int, Held]) -> dict[str, d
         # GPU-tier seconds count once stats() resolved them
         with c.lock:
             got = {"rows": c.rows, "bytes": c.bytes, "requests": c.requests, "seconds": c.seconds,
-                   "pages": c.pages, "read_rows": c.read_rows}
-        t = out.setdefault(kind_of(b, tier_at[b.id].held), {k: 0 for k in got} | {"seconds": 0.0, "share": 0.0})
+                   "pages": c.pages, "read_rows": c.read_rows, "cpu_wait_s": c.cpu_wait_s}
+        t = out.setdefault(kind_of(b, tier_at[b.id].held),
+                           {k: 0 for k in got} | {"seconds": 0.0, "cpu_wait_s": 0.0, "share": 0.0})
         for k, v in got.items():
             t[k] += v
         total += got["rows"]

@@ -17,6 +17,7 @@ import torch
 
 from iostack.backends.base import BinHandle, ReadBackend
 from iostack.bins import PAGE, open_bin
+from iostack.binstats import thread_wait_s
 from iostack.binverify import BlockChecker, warn_unsummed
 from iostack.errors import StoreError
 from iostack.placement import Placement
@@ -76,7 +77,7 @@ class SsdTier(Tier):
         return self.backend.read_rows(self.handles[bin_id], rows, out)
 
     def read(self, bin_id: int, rows: torch.Tensor, out: torch.Tensor, positions: torch.Tensor | None) -> None:
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), thread_wait_s()
         info = self.handles[bin_id].info
         self.check(bin_id, rows.numpy())
         requests = self.backend.read_rows(self.handles[bin_id], rows, out, positions, transfer=self.transfer)
@@ -85,7 +86,8 @@ class SsdTier(Tier):
         self.counters[bin_id].add(c, c * info.row_bytes, requests, time.perf_counter() - t0,
                                   read_rows=int(distinct.size),
                                   pages=page_units(distinct, info.rows_per_page)
-                                  * pages_per_unit(info.row_bytes, info.rows_per_page))
+                                  * pages_per_unit(info.row_bytes, info.rows_per_page),
+                                  cpu_wait_s=thread_wait_s() - w0)
 
     def buffer_bytes(self) -> int:
         return 0 if self.closed else self.backend.buffer_bytes

@@ -62,6 +62,15 @@ def _epoch_line(rec: dict) -> str:
             f"{rec['seeds_per_s']:,.0f} seeds/s, I/O wait {100 * rec['io_wait_share']:.0f}%")
 
 
+def _adjusted(tier: dict) -> str:
+    """The tier's contention-adjusted seconds (a bracket where the store timed its reads' wait for a core)."""
+    if tier.get("adjusted_error") is None:
+        return ""
+    high = tier.get("adjusted_high_s")
+    span = f"{tier['adjusted_s']:.3f}" + (f"..{high:.3f}" if high is not None and high != tier["adjusted_s"] else "")
+    return f" · {span} s adjusted for the contention measured ({100 * tier['adjusted_error']:+.1f}% at the low end)"
+
+
 def _prediction_rows(t, pred: dict | None) -> None:
     """Predicted against measured read time and bytes per tier (the plan's check), when there is one."""
     if not pred:
@@ -74,7 +83,8 @@ def _prediction_rows(t, pred: dict | None) -> None:
         secs = ("no rate measured for it (moment profile --out FILE, then --capacities FILE)"
                 if tier["predicted_s"] is None else
                 f"{tier['predicted_s']:.3f} s predicted · {tier['measured_s'] or 0:.3f} s measured"
-                + (f" ({100 * tier['error']:+.1f}%)" if tier["error"] is not None else ""))
+                + (f" ({100 * tier['error']:+.1f}%)" if tier["error"] is not None else "")
+                + _adjusted(tier))
         t.add_row(f"{tier['tier']} reads: plan vs run",
                   f"{format_size(tier['predicted_bytes'])} predicted · {format_size(tier['measured_bytes'])} "
                   f"measured · {secs}")
@@ -209,6 +219,10 @@ def _summary(result, spec, state: dict):
         t.add_row(f"rows from {tier}" + (" (rank 0)" if result.world_size > 1 else ""),
                   f"{v['rows']:,} ({format_size(v['bytes'])})")
     _prediction_rows(t, final.get("prediction"))
+    if final.get("contention"):
+        from training.contention import describe
+
+        t.add_row("contention (last epoch)", describe(final.get("prediction"), final["contention"]))
     if "param_spread" in final:
         t.add_row("ranks in sync", "yes" if final["param_spread"] == 0 else f"NO (spread {final['param_spread']:.3g})")
     if spec.run.checkpoint_dir:

@@ -87,7 +87,9 @@ def test_rates_from_a_capacities_file(tmp_path):
     assert rates["cpu"].bytes_per_s == 10e9
 
 
-def test_moment_train_json_carries_the_prediction(tmp_path, capsys):
+def train_args(tmp_path, capsys) -> list[str]:
+    """`moment train` on Cora placed by `moment place` over eight SSD bins, with a capacities file: the
+    arguments of a one-epoch run that predicts its reads (``--metrics`` not included)."""
     cora = open_dataset(import_planetoid(graph_fixture("cora"), tmp_path / "cora"))
     ssd, pl = tmp_path / "ssd", tmp_path / "pl"
     assert main(["place", "--dataset", str(cora.path), "--machine", "moment-b", "--gpu-cache", "0",
@@ -97,10 +99,15 @@ def test_moment_train_json_carries_the_prediction(tmp_path, capsys):
     caps = tmp_path / "caps.yaml"
     caps.write_text("schema: moment.capacities\nversion: 1\ndevices:\n"
                     "  vda:\n    read_bytes_per_s: 400 MB/s\n    read_iops: 100000\n    block_bytes: 4096\n")
+    return ["train", "--dataset", str(cora.path), "--placement", str(pl), "--capacities", str(caps),
+            "--epochs", "1", "--batch-size", "256", "--fanouts", "5,5", "--hidden", "16", "--eval-every", "0",
+            "--backend", "posix"]
+
+
+def test_moment_train_json_carries_the_prediction(tmp_path, capsys):
+    args = train_args(tmp_path, capsys)
     metrics = tmp_path / "m.jsonl"
-    assert main(["train", "--dataset", str(cora.path), "--placement", str(pl), "--capacities", str(caps),
-                 "--epochs", "1", "--batch-size", "256", "--fanouts", "5,5", "--hidden", "16", "--eval-every", "0",
-                 "--backend", "posix", "--metrics", str(metrics), "--json"]) == 0
+    assert main([*args, "--metrics", str(metrics), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     pred = out["epochs"][-1]["prediction"]
     ssd_tier = next(t for t in pred["tiers"] if t["tier"] == "ssd")

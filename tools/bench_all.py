@@ -48,6 +48,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "emulate": ("bench_emulate.py", ["--rounds", "3"], ["--rounds", "1", "--skip", "dlio"]),
     "loop": ("bench_loop.py", ["--rounds", "3", "--one-ssd", "--gpu-cache"],
              ["--rounds", "1", "--nodes", "30000", "--edges", "300000", "--one-ssd", "--gpu-cache"]),
+    # the same SSD-bound run as found and beside a busy process per core: plain vs contention-adjusted error
+    "contention": ("bench_contention.py", ["--rounds", "3"], ["--rounds", "1"]),
     "precision": ("bench_precision.py", [], ["--quick"]),
     "dyncache": ("bench_dyncache.py", ["--repeats", "3"],
                  ["--nodes", "50000", "--batches", "10", "--window", "5000", "--shift", "2500", "--repeats", "1"]),

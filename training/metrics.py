@@ -176,8 +176,8 @@ class Predictor:
         from training.prediction import predict_epoch
 
         now = self.store.tier_stats()
-        keys = ("rows", "bytes", "requests", "seconds")
-        measured = {t: {k: v[k] - self._before.get(t, {}).get(k, 0) for k in keys} for t, v in now.items()}
+        keys = ("rows", "bytes", "requests", "seconds", "cpu_wait_s")
+        measured = {t: {k: v.get(k, 0) - self._before.get(t, {}).get(k, 0) for k in keys} for t, v in now.items()}
         return predict_epoch(epoch, self.shares, measured, row_bytes=self.row_bytes, rates=self.rates,
                              steps=steps, ssd_bins=self.ssd_bins, readers=self.readers, shared=self.shared)
 

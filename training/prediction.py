@@ -69,6 +69,8 @@ class TierFigures:
     measured_s: float | None
     rate_source: str | None
     measured_requests: float = 0.0
+    #: of ``measured_s``, the reading threads' wait for a core (a loaded machine's share; 0.0: not measured)
+    measured_cpu_wait_s: float = 0.0
 
     @property
     def error(self) -> float | None:
@@ -259,7 +261,8 @@ def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str
         secs = m.get("seconds")
         out.append(TierFigures(tier, share, nbytes, float(m.get("bytes", 0.0)), pred_s,
                                float(secs) if secs is not None and math.isfinite(secs) else None,
-                               rate.source if rate else None, float(m.get("requests", 0.0))))
+                               rate.source if rate else None, float(m.get("requests", 0.0)),
+                               float(m.get("cpu_wait_s", 0.0))))
     return EpochPrediction(epoch, tuple(out))
 
 

@@ -290,4 +290,9 @@ def summary(run: RunMetrics) -> list[str]:
             f"{n} {p:.3g} vs {m:.3g}" + (f" ({m / p:.2f}×)" if p else "") for n, p, m in pvm[:6]))
     else:
         lines.append("no prediction in the metrics (nothing to compare the measured figures with)")
+    if isinstance(last.get("contention"), dict):
+        from training.contention import describe
+
+        pred = last.get("prediction")
+        lines.append("contention: " + describe(pred if isinstance(pred, dict) else None, last["contention"]))
     return lines

@@ -82,6 +82,9 @@ from training.checkpoint import (
     rng_state,
     save_checkpoint,
 )
+from training.contention import adjust as contention_adjust
+from training.contention import contention_between
+from training.contention import sample as sample_contention
 from training.data import Dataset, open_dataset
 from training.distributed import World, data_parallel, open_world, param_spread, peer_errors
 from training.divergence import check as check_divergence
@@ -351,6 +354,7 @@ class _Run:
         t_epoch, cpu_epoch = time.perf_counter(), time.process_time()
         moved = self.features.transfer.counts()
         disk = ssd_reads(self.features)
+        load0 = sample_contention(self.spec.io.placement or self.spec.dataset)
         if self.predictor is not None:
             self.predictor.start()
         pre = Prefetcher(self.source.batches(epoch, first), self.prepare, io.prefetch, self.features.transfer,
@@ -365,6 +369,8 @@ class _Run:
                 if every and (step + 1) % every == 0 and step + 1 < self.steps:
                     sums.v["prior_s"] = prior_s + time.perf_counter() - t_epoch
                     self.checkpoint(epoch, step + 1, sums)
+            # before the prefetcher's threads end: their time waiting for a core is in their schedstat
+            contention = contention_between(load0, sample_contention(self.spec.io.placement or self.spec.dataset))
         finally:
             pre.close()
         rec = epoch_record(epoch, self.steps, sums, prior_s + time.perf_counter() - t_epoch)
@@ -373,7 +379,11 @@ class _Run:
         rec["cpu_s"] = time.process_time() - cpu_epoch
         rec["prefetch"] = io.prefetch
         if self.predictor is not None:
-            rec["prediction"] = self.predictor.finish(epoch, self.steps - first).to_dict()
+            # a batch reads each SSD bin in one call (the store's gather, bin by bin)
+            calls = (self.steps - first) * sum(1 for _, rows in self.predictor.ssd_bins if rows)
+            rec["prediction"] = contention_adjust(self.predictor.finish(epoch, self.steps - first).to_dict(),
+                                                  contention, calls)
+        rec["contention"] = contention.to_dict()
         rec["transfers"] = moved_since(moved, self.features.transfer.counts())
         rec.update(ssd_reads(self.features, disk))
         self.epoch_end(epoch, rec)
