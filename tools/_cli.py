@@ -46,3 +46,14 @@ def moment(*args: str, tree: Path = REPO, ranks: int = 1, omp_threads: str | Non
     if proc.returncode != 0:
         sys.exit(f"failed ({tree}): {' '.join(cmd)}\n{proc.stderr[-stderr_tail:]}")
     return proc.stdout
+
+
+def skewed_graph(dataset: Path, nodes: int, edges: int, train_share: str = "0.05") -> Path:
+    """``dataset``, made once by ``moment data synth`` (Chung-Lu, undirected, 1024-wide rows, seed 3) unless
+    it holds a dataset already: the skewed graph the SSD-bound benchmarks train on."""
+    if not (dataset / "meta.json").exists():
+        print("making the graph", flush=True)
+        moment("data", "synth", str(dataset), "--nodes", str(nodes), "--edges", str(edges),
+               "--generator", "chung-lu", "--undirected", "--feature-dim", "1024", "--train-share",
+               str(train_share), "--seed", "3", "--quiet")
+    return dataset

@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _cli import moment
+from _cli import moment, skewed_graph
 from _results import Figure, write
 from bench_loop import REPO, med, place, rng, train
 
@@ -66,12 +66,7 @@ def main() -> int:
     args = ap.parse_args()
     d = args.dir
     d.mkdir(parents=True, exist_ok=True)
-    dataset = d / f"graph-{args.nodes}-{args.edges}"
-    if not (dataset / "meta.json").exists():
-        print("making the graph", flush=True)
-        moment("data", "synth", str(dataset), "--nodes", str(args.nodes), "--edges", str(args.edges),
-               "--generator", "chung-lu", "--undirected", "--feature-dim", "1024", "--train-share", "0.05",
-               "--seed", "3", "--quiet")
+    dataset = skewed_graph(d / f"graph-{args.nodes}-{args.edges}", args.nodes, args.edges, "0.05")
     caps = d / "caps.yaml"
     (d / "ssd").mkdir(exist_ok=True)
     if not caps.exists():

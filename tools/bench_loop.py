@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _cli import moment
+from _cli import moment, skewed_graph
 from _results import Figure, write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -150,12 +150,7 @@ def main() -> int:
     args = ap.parse_args()
     d = args.dir
     d.mkdir(parents=True, exist_ok=True)
-    dataset = d / f"graph-{args.nodes}-{args.edges}"
-    if not (dataset / "meta.json").exists():
-        print("making the graph", flush=True)
-        moment("data", "synth", str(dataset), "--nodes", str(args.nodes), "--edges", str(args.edges),
-               "--generator", "chung-lu", "--undirected", "--feature-dim", "1024", "--train-share",
-               args.train_share, "--seed", "3", "--quiet")
+    dataset = skewed_graph(d / f"graph-{args.nodes}-{args.edges}", args.nodes, args.edges, args.train_share)
     row = 4096
     small = args.nodes // 20
     figures: list[Figure] = [] if args.skip_training else training_figures(args, d, dataset, row, small)

@@ -88,20 +88,19 @@ def chung_lu_csr(num_nodes: int, num_edges: int, skew: float, seed: int) -> tupl
     dst = np.searchsorted(cdf, np.sort(rng.random(num_edges)))
     rng.shuffle(dst)
     perm = rng.permutation(num_nodes)
-    key = np.unique(perm[dst] * num_nodes + perm[src])
-    dst, src = np.divmod(key, num_nodes)
-    keep = dst != src
-    dst, src = dst[keep], src[keep]
-    indptr = np.zeros(num_nodes + 1, np.int64)
-    np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
-    return indptr, src.astype(np.int32)
+    return _csr(np.unique(perm[dst] * num_nodes + perm[src]), num_nodes)
 
 
 def uniform_csr(num_nodes: int, num_edges: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``dgl.rand_graph``'s model (endpoints uniform and independent), as a CSR without loops or repeats."""
     rng = np.random.default_rng(seed)
-    key = np.unique(rng.integers(0, num_nodes, num_edges) * num_nodes + rng.integers(0, num_nodes, num_edges))
-    dst, src = np.divmod(key, num_nodes)
+    return _csr(np.unique(rng.integers(0, num_nodes, num_edges) * num_nodes + rng.integers(0, num_nodes, num_edges)),
+                num_nodes)
+
+
+def _csr(keys: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR of the sorted, distinct edge keys ``dst * num_nodes + src``, self-loops dropped."""
+    dst, src = np.divmod(keys, num_nodes)
     keep = dst != src
     dst, src = dst[keep], src[keep]
     indptr = np.zeros(num_nodes + 1, np.int64)
