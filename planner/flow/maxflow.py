@@ -5,11 +5,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse.csgraph import maximum_flow
 
 from planner.errors import PlannerError
-from planner.flow.lp import _LP, _T_SLACK
+from planner.flow.dinic import maximum_flow
 from planner.flow.net import _Net
 from planner.flow.result import FlowResult, _result
 from planner.topology.model import Topology
@@ -115,11 +113,8 @@ class _MaxflowNet:
         cap = self.caps(T)
         slot_cap = np.minimum(np.floor(np.bincount(self.slot, cap, self.n_slots)), _MF_CAP)
         slot_cap = slot_cap.astype(np.int32)
-        graph = sparse.csr_array((slot_cap, self.indices, self.indptr), shape=(self.n, self.n))
-        res = maximum_flow(graph, self.s, self.t)
-        flow = res.flow.toarray()
-        f = flow[self.slot_tail, self.slot_head]
-        if res.flow_value >= self.demand_int - self.n_slots:
+        flow_value, f = maximum_flow(self.indptr, self.indices, slot_cap, self.s, self.t)
+        if flow_value >= self.demand_int - self.n_slots:
             # split each slot's flow over its parallel edges in proportion to capacity
             share = np.divide(cap, np.bincount(self.slot, cap, self.n_slots)[self.slot],
                               out=np.zeros_like(cap), where=cap > 0)
@@ -226,8 +221,8 @@ def solve_maxflow(
 ) -> FlowResult:
     """The paper's model: least ``T`` at which a max flow meets every demand.
 
-    ``T`` is found by time bisection over max-flows (SciPy's Dinic on
-    integer capacities), each step jumping to the time the current min cut
+    ``T`` is found by time bisection over max-flows (Dinic's algorithm on
+    integer capacities, :mod:`planner.flow.dinic`), each step jumping to the time the current min cut
     needs; this ends on the exact optimum after a few max-flows, and
     ``rel_tol`` bounds the bracket of the plain bisection that takes over
     should those steps stall. The bottleneck is the min cut at the optimum.
@@ -276,6 +271,10 @@ def solve_maxflow(
             elif mf.read_store[i] is not None:
                 stores.append(mf.read_store[i])
     if tie_break:
+        # the LP (scipy.sparse, HiGHS) loads here: ranking layouts never tie-breaks, and
+        # importing scipy.sparse costs more than the whole ranking
+        from planner.flow.lp import _LP, _T_SLACK
+
         lp = _LP(net, "maxflow", t_unit=T)
         sol = lp.tie_break(T, _T_SLACK)
         x, rep, flow = lp.unpack(sol)

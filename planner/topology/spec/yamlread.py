@@ -7,6 +7,7 @@ read the same way everywhere ('6 GiB/s', '20 GB/s', '100 Gb/s', '80 GB').
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -31,6 +32,17 @@ _NULL_TAG = "tag:yaml.org,2002:null"
 
 # ---------------------------------------------------------------------------
 # YAML with line numbers
+
+
+@functools.lru_cache(maxsize=16)
+def _composed(text: str) -> tuple[yaml.SafeLoader, YamlNode | None]:
+    """PyYAML's node tree of ``text`` and the loader that made it (it constructs the scalars).
+
+    Cached because one command reads a spec more than once (its topology, then its
+    inventory) and pure-Python composing is most of the read; the tree is only read.
+    """
+    loader = yaml.SafeLoader(text)
+    return loader, loader.get_single_node()
 
 
 @dataclass(frozen=True)
@@ -71,8 +83,7 @@ class _Reader:
             raise ParseError(self.source, None, f"the text of {self.document} (a str)",
                              type(self.yaml_text).__name__)
         try:
-            self.loader = yaml.SafeLoader(self.yaml_text)
-            root = self.loader.get_single_node()
+            self.loader, root = _composed(self.yaml_text)
         except yaml.YAMLError as exc:
             raise self._yaml_error(exc) from None
         except RecursionError:
