@@ -56,6 +56,10 @@ BLOCK_BYTES = 16 << 20
 SUM_BLOCK_BYTES = 1 << 20
 
 
+#: the suffix of a bin written beside the file it will replace (:func:`write_bins` ``staged``)
+STAGED_SUFFIX = ".new"
+
+
 @dataclass(frozen=True)
 class BinFile:
     """An SSD bin's file and how its rows are laid out (what the manifest records)."""
@@ -113,7 +117,8 @@ def _manifest_path(path: Path) -> Path:
 
 def write_bins(features: np.ndarray, placement: Placement, directory: str | os.PathLike[str], *,
                block_bytes: int = BLOCK_BYTES, progress: Progress | None = None,
-               fsync: bool = True, sum_block_bytes: int = SUM_BLOCK_BYTES) -> dict[int, BinFile]:
+               fsync: bool = True, sum_block_bytes: int = SUM_BLOCK_BYTES,
+               staged: bool = False) -> dict[int, BinFile]:
     """Write every SSD bin's file of ``placement`` from ``features`` (shape ``(V, dim)``, any dtype).
 
     ``features`` may be a memmap: it is read ``block_bytes`` at a time (in row
@@ -121,6 +126,8 @@ def write_bins(features: np.ndarray, placement: Placement, directory: str | os.P
     stored as the placement's codec says (:attr:`Placement.codec`: float16,
     bfloat16, int8), else in the features' own type. Rows a vertex does not
     occupy are zeros. Each file carries a CRC-32 per ``sum_block_bytes`` block. Returns ``{bin id: BinFile}``.
+    With ``staged`` each file goes under its staged name (:func:`staged_path`), leaving the
+    files of the same names alone until :func:`publish_staged` (a placement replaced whole).
     """
     feats = np.asarray(features) if not isinstance(features, np.memmap) else features
     if feats.ndim == 1:
@@ -154,16 +161,49 @@ def write_bins(features: np.ndarray, placement: Placement, directory: str | os.P
                 blk[used] = np.ascontiguousarray(rows).view(np.uint8).reshape(-1, row_bytes)
             return blk
 
-        out[b.id] = write_bin_file(bin_path(directory, b), b.id, dtype, int(feats.shape[1]), rows,
-                                   block, block_bytes=block_bytes, progress=progress, fsync=fsync,
-                                   sum_block_bytes=sum_block_bytes, placement_dir=str(Path(directory).resolve()))
+        final = bin_path(directory, b)
+        out[b.id] = write_bin_file(staged_path(final) if staged else final, b.id, dtype, int(feats.shape[1]),
+                                   rows, block, block_bytes=block_bytes, progress=progress, fsync=fsync,
+                                   sum_block_bytes=sum_block_bytes, placement_dir=str(Path(directory).resolve()),
+                                   final_path=final)
     return out
+
+
+def staged_path(path: str | os.PathLike[str]) -> Path:
+    """Where :func:`write_bins` with ``staged=True`` puts the file of ``path`` until it is published."""
+    path = Path(path)
+    return path.with_name(path.name + STAGED_SUFFIX)
+
+
+def publish_staged(placement: Placement, directory: str | os.PathLike[str]) -> None:
+    """Move every staged SSD bin of ``placement`` (and its manifest) over the file of its own name.
+
+    Renames only (no copy): call it once the old placement's index is gone, since for a
+    moment an old bin name holds a new file.
+    """
+    for b in placement.bins:
+        if b.kind == "ssd":
+            final = bin_path(directory, b)
+            os.replace(staged_path(final), final)  # data first, manifest last, as write_bin_file
+            os.replace(_manifest_path(staged_path(final)), _manifest_path(final))
+
+
+def discard_staged(placement: Placement, directory: str | os.PathLike[str]) -> None:
+    """Remove what :func:`write_bins` staged for ``placement`` (a replacement given up), if anything."""
+    for b in placement.bins:
+        if b.kind == "ssd":
+            staged = staged_path(bin_path(directory, b))
+            for f in (staged, _manifest_path(staged), staged.with_name(staged.name + ".tmp"),
+                      _manifest_path(staged.with_name(staged.name + ".tmp"))):
+                with contextlib.suppress(FileNotFoundError):
+                    f.unlink()
 
 
 def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | str, dim: int, rows: int,
                    block: Callable[[int, int], np.ndarray], *, block_bytes: int = BLOCK_BYTES,
                    progress: Progress | None = None, fsync: bool = True,
-                   sum_block_bytes: int = SUM_BLOCK_BYTES, placement_dir: str | None = None) -> BinFile:
+                   sum_block_bytes: int = SUM_BLOCK_BYTES, placement_dir: str | None = None,
+                   final_path: str | os.PathLike[str] | None = None) -> BinFile:
     """Write one bin file of ``rows`` rows, ``block(start, stop)`` giving rows ``start..stop-1``.
 
     ``block`` returns uint8 of shape ``(stop - start, dim * itemsize)``; it is
@@ -172,6 +212,8 @@ def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | 
     manifest holds a CRC-32 of each ``sum_block_bytes`` block (``block_sums``)
     and ``placement_dir``, the placement it was written for (so that the next
     writer of that placement can tell a killed run's bins from another's).
+    ``final_path``: the name the file will have once :func:`publish_staged` moves it
+    there (its manifest records that name), when ``path`` is a staged one.
     """
     path = Path(path)
     dtype = np.dtype(dtype)
@@ -197,7 +239,8 @@ def write_bin_file(path: str | os.PathLike[str], bin_id: int, dtype: np.dtype | 
             if fsync:
                 os.fsync(f.fileno())
         first_crc = crc32_of(tmp, 0, BLOCK_BYTES)  # still in the page cache
-        info = BinFile(path=str(path), bin_id=bin_id, dtype=dtype.str, dim=dim, row_bytes=row_bytes,
+        info = BinFile(path=str(final_path if final_path is not None else path), bin_id=bin_id, dtype=dtype.str,
+                       dim=dim, row_bytes=row_bytes,
                        row_stride_bytes=stride, rows_per_page=rpp, rows=rows,
                        file_bytes=file_bytes_for(rows, row_bytes), crc32=crc, crc32_first_block=first_crc,
                        block_sums=sums.sums())

@@ -61,8 +61,9 @@ def test_plans_ranked_as_with_scipys_maxflow(machine, monkeypatch):
     """The ranking and every flow result (times, link bytes, bottlenecks) equal scipy's own maximum flow's."""
     import planner.flow.maxflow as mf
     from planner.inventory import inventory_from_counts
-    from planner.plan import Demand, plan
+    from planner.plan import plan
     from planner.topology.spec.load import load_machine
+    from planner.workload import Demand
 
     def ranking():
         res = plan(load_machine(machine), inventory_from_counts(gpus=4, ssds=8),

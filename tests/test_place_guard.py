@@ -105,3 +105,70 @@ def test_sweeping_leaves_other_placements_and_other_files_alone(tmp_path):
     assert len(seen) == 2 and (ssd / ".notes.json.tmp").exists()
     assert theirs.exists() and theirs.with_name(theirs.name + ".tmp").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p", "q", "ssd"]  # no lock file left
+
+
+def _bins_state(ssd: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in ssd.iterdir()}
+
+
+def test_an_interrupted_force_keeps_the_old_placement_whole(dataset, tmp_path, capsys, monkeypatch):
+    """``--force`` writes the new bins beside the old: Ctrl-C in the middle leaves the old placement as it was
+    (issue 28: an interrupted force lost the old placement)."""
+    import iostack.bins as bins
+
+    out, ssd = tmp_path / "p", tmp_path / "ssd"
+    assert main(_args(dataset, out, ssd)) == 0
+    before, index = _bins_state(ssd), (out / "placement.json").read_bytes()
+    real, calls = bins.write_bin_file, [0]
+
+    def interrupted(path, *a, **k):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise KeyboardInterrupt
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(bins, "write_bin_file", interrupted)
+    capsys.readouterr()
+    assert main([*_args(dataset, out, ssd), "--force", "--strategy", "hot-first"]) == 130
+    assert _bins_state(ssd) == before and (out / "placement.json").read_bytes() == index
+    assert not list(ssd.glob("*.new*")) and not list(ssd.glob("*.tmp*"))
+    monkeypatch.setattr(bins, "write_bin_file", real)
+    assert main(["place", "--verify", str(out)]) == 0  # still whole: every block checks
+
+    capsys.readouterr()
+    assert main([*_args(dataset, out, ssd), "--force", "--strategy", "hot-first"]) == 0
+    assert json.loads(capsys.readouterr().out)["report"]["strategy"] == "hot-first"
+    assert sorted(_bins_state(ssd)) == sorted(before) and not list(ssd.glob("*.new*"))
+    assert main(["place", "--verify", str(out)]) == 0
+
+
+def test_a_force_without_room_for_both_says_the_old_goes_first(dataset, tmp_path, capsys, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    out, ssd = tmp_path / "p", tmp_path / "ssd"
+    assert main(_args(dataset, out, ssd)) == 0
+    old_bytes = sum(p.stat().st_size for p in ssd.glob("*.dat"))
+    usage = namedtuple("usage", "total used free")
+    # room for the new bins once the old are counted free, not for both at once
+    monkeypatch.setattr(shutil, "disk_usage", lambda d: usage(10**12, 0, old_bytes // 2))
+    capsys.readouterr()
+    assert main([*_args(dataset, out, ssd), "--force"]) == 0
+    assert "no room for the new bins beside the old ones" in capsys.readouterr().err
+    assert not list(ssd.glob("*.new*"))
+    monkeypatch.undo()
+    assert main(["place", "--verify", str(out)]) == 0
+
+
+def test_a_killed_forces_staged_bins_are_swept_even_beside_an_index(tmp_path):
+    out, ssd = tmp_path / "p", tmp_path / "ssd"
+    for d in (out, ssd):
+        d.mkdir()
+    (out / "placement.json").write_text("{}")  # the old placement, still indexed
+    staged = [ssd / f"{_ssd_prefix(out)}bin2-3.dat.new", ssd / f"{_ssd_prefix(out)}bin2-3.dat.new.json",
+              out / "bin1.dat.new.tmp"]
+    for p in staged:
+        p.write_bytes(b"z")
+    whole = ssd / f"{_ssd_prefix(out)}bin2-3.dat"
+    whole.write_bytes(b"old")
+    assert placement_leftovers(out, [ssd]) == sorted(staged)

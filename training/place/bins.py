@@ -276,12 +276,14 @@ def feasible_targets(hotness: np.ndarray, bins: Sequence[BinPlan]) -> tuple[list
     return out, notes
 
 
-def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.PathLike[str]) -> None:
+def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.PathLike[str], *,
+                     keep_existing: bool = False) -> None:
     """Raise :class:`PlacingError` if the SSD bin files will not fit their file systems.
 
     Sums the files per file system (bins in one directory, or several on
     one device, share its free space); existing files of the same names
-    count as free (they are replaced).
+    count as free (they are replaced), unless ``keep_existing``: the new
+    files are written beside them first (a placement replaced whole).
     """
     need: dict[int, list] = {}
     for b in placement.bins:
@@ -293,7 +295,7 @@ def check_free_space(placement: Placement, row_bytes: int, out_dir: str | os.Pat
         dev = os.stat(d).st_dev
         entry = need.setdefault(dev, [d, 0, 0])
         entry[1] += file_bytes_for(int(b.capacity_rows), row_bytes)
-        entry[2] += p.stat().st_size if p.exists() else 0
+        entry[2] += p.stat().st_size if p.exists() and not keep_existing else 0
     for d, nbytes, old in need.values():
         free = shutil.disk_usage(d).free + old
         if nbytes > free:

@@ -9,9 +9,10 @@ bins (bins in an SSD directory other than ``out`` carry a digest of ``out`` in t
 names, :func:`training.place.bins.build_bins`, so placements sharing it never meet).
 Holding the lock, it removes what a killed writer of this placement left
 (:func:`placement_leftovers`): its temporary files (``*.dat.tmp``, ``*.dat.tmp.json``,
-``.<file>.tmp``) and, while ``out`` holds no placement index, the whole bins written
-for ``out`` (their manifests name it, :func:`iostack.bins.write_bin_file`): a killed
-run's, since the index is written last. Each removal is named through ``warn``.
+``.<file>.tmp``, the staged ``*.dat.new`` bins of a replacement) and, while ``out`` holds
+no placement index, the whole bins written for ``out`` (their manifests name it,
+:func:`iostack.bins.write_bin_file`): a killed run's, since the index is written last.
+Each removal is named through ``warn``.
 
 The placement itself appears atomically already: its index (``placement.json``,
 or ``shards.json`` over several nodes) is written last, by rename.
@@ -34,8 +35,10 @@ from iostack.placement import MANIFEST
 from iostack.shards import SHARDS
 from training.writer import output_lock
 
-#: temporary files of a bin and its manifest (:func:`iostack.bins.write_bin_file`), after the bin's name prefix
-BIN_TEMP_PATTERNS = ("bin*.dat.tmp", "bin*.dat.tmp.json")
+#: temporary files of a bin and its manifest (:func:`iostack.bins.write_bin_file`), after the bin's name prefix,
+#: and the staged bins of a replacement (:func:`iostack.bins.write_bins` ``staged``: ``.new``, its ``.tmp``s)
+BIN_TEMP_PATTERNS = ("bin*.dat.tmp", "bin*.dat.tmp.json", "bin*.dat.new", "bin*.dat.new.json", "bin*.dat.new.tmp",
+                     "bin*.dat.new.tmp.json")
 #: and in the placement directory, ``save_npy``/``save_json``'s and ``place.json``'s
 TEMP_PATTERNS = (*BIN_TEMP_PATTERNS, ".*.npy.tmp", ".*.json.tmp")
 

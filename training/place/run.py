@@ -13,8 +13,12 @@ split over the nodes instead (:func:`training.place.nodes.place_sharded`).
 
 ``moment place`` is this call with options parsed and the result printed. The
 order of the writes keeps a failure harmless: nothing under ``out`` is a
-placement until its ``placement.json`` is written, and with ``force`` the old
-index goes before the bins change, never an old index over new bins.
+placement until its ``placement.json`` is written. With ``force`` the new bins
+are written beside the old ones (``*.dat.new``) and take their names only once
+all are whole, just after the old index goes: an interrupted replacement leaves
+the old placement as it was. Where the file systems lack the room for both,
+the old index goes first (never an old index over new bins) and a warning says
+that an interruption then leaves neither.
 """
 
 from __future__ import annotations
@@ -267,7 +271,7 @@ def _report_head(job: _Job) -> dict[str, Any]:
 
 def _place_one(job: _Job, row_bytes: int, codec: FeatureCodec | None, force: bool) -> PlacedDataset:
     """One machine: bins, the placement, its SSD files, the report, and last the placement's index."""
-    from iostack.bins import adopt_bin, bin_path, write_bins
+    from iostack.bins import adopt_bin, bin_path, discard_staged, publish_staged, write_bins
 
     ds, hot, tiers, policy = job.ds, job.hot, job.spec.tiers, job.spec.policy
     bins = build_bins(job.targets, num_rows=ds.num_nodes, row_bytes=row_bytes, gpu_cache_bytes=tiers.gpu_cache_bytes,
@@ -286,7 +290,8 @@ def _place_one(job: _Job, row_bytes: int, codec: FeatureCodec | None, force: boo
         raise PlacingError(f"bin file {clash[0]} exists already"
                            + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
                            + "; choose other `ssd_dirs` directories or pass `force=True` to replace them")
-    if job.in_place_shift is None:
+    staged = force and job.in_place_shift is None and _room_to_keep_the_old(job, res.placement, row_bytes)
+    if job.in_place_shift is None and not staged:
         check_free_space(res.placement, row_bytes, job.out)
     held = None
     # a sampled hotness: what the run will read, from an independent sample DDAK was not fitted to
@@ -294,19 +299,27 @@ def _place_one(job: _Job, row_bytes: int, codec: FeatureCodec | None, force: boo
         report(job.progress, "an independent pre-sample (the expected shares that training's prediction uses)")
         other = get_hotness(ds, replace(hot.spec, seed=hot.spec.seed + 1), save=False, progress=job.progress)
         held = expected_shares(res.placement.bin_of, other.values, len(res.placement.bins))
-    if force:
+    if force and not staged:
         # the old placement stops existing before its bins change: never an old index over new bins
-        for stale in (job.out / MANIFEST, job.out / "place.json"):
-            stale.unlink(missing_ok=True)
+        _unindex(job.out)
     try:
         if job.in_place_shift is not None:
             ssd = next(b for b in res.placement.bins if b.kind == "ssd")
             adopt_bin(Path(ds.path) / "features.npy", ssd, job.out, progress=job.progress)
         else:
-            write_bins(ds.features, res.placement, job.out, progress=job.progress)
-    except OSError as exc:
-        raise PlacingError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
-                           "check the `ssd_dirs` directories") from None
+            # staged: the new bins go beside the old ones, so that an interrupted replacement leaves the
+            # old placement whole; only renames remain once they are written
+            write_bins(ds.features, res.placement, job.out, progress=job.progress, staged=staged)
+    except BaseException as exc:
+        if staged:
+            discard_staged(res.placement, job.out)
+        if isinstance(exc, OSError):
+            raise PlacingError(f"writing the bins: {exc.strerror or exc} ({getattr(exc, 'filename', '')}); "
+                               "check the `ssd_dirs` directories") from None
+        raise
+    if staged:
+        _unindex(job.out)
+        publish_staged(res.placement, job.out)
     head = _report_head(job)
     rep = {**head, "row_bytes": row_bytes,
            "feature_dtype": codec.dtype if codec is not None else ds.features.dtype.name,
@@ -319,6 +332,31 @@ def _place_one(job: _Job, row_bytes: int, codec: FeatureCodec | None, force: boo
     res.placement.save(job.out, dataset_fingerprint=head["dataset_fingerprint"])  # last: exists once its bins do
     return PlacedDataset(job.out, ds, hot, job.targets, rep, row_bytes, result=res, plan_notes=job.plan_notes,
                          warnings=job.warnings)
+
+
+def _unindex(out: Path) -> None:
+    """``out`` stops being a placement (its index and report go; its bins stay until replaced)."""
+    for stale in (out / MANIFEST, out / "place.json"):
+        stale.unlink(missing_ok=True)
+
+
+def _room_to_keep_the_old(job: _Job, placement: Placement, row_bytes: int) -> bool:
+    """Whether a forced replacement of ``job.out`` can write its bins beside the old ones.
+
+    Only when ``out`` holds a placement to keep; without the room for both, the old one goes
+    first (as before) and a warning says so.
+    """
+    if not (job.out / MANIFEST).exists():
+        return False
+    try:
+        check_free_space(placement, row_bytes, job.out, keep_existing=True)
+    except PlacingError:
+        note = (f"{job.out}: no room for the new bins beside the old ones, so the old placement is removed "
+                "before the new one is written (an interruption now leaves neither)")
+        job.warnings = (*job.warnings, note)
+        job.warn(note)
+        return False
+    return True
 
 
 def _as_in_place(result: PlaceResult, shift: int) -> PlaceResult:
