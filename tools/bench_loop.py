@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _cli import moment, skewed_graph
+from _cli import moment, skewed_graph, small_graphs
 from _results import Figure, write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -272,13 +272,7 @@ def _headline_over_own(caps: Path) -> float:
 
 def cross_socket_figures(args, d: Path, dataset: Path, row: int, small: int, figures: list[Figure]) -> None:
     """Cross-socket share of reads on three graphs (Machine B's plan), DDAK against hash."""
-    cora = d / "cora"
-    if not (cora / "meta.json").exists():
-        moment("data", "import", "--format", "planetoid", str(REPO.parent / "shared/fixtures/graphs/cora"), str(cora))
-    demo = d / "demo-graph"
-    if not (demo / "meta.json").exists():
-        moment("data", "synth", str(demo), "--nodes", "100000", "--edges", "1000000", "--generator", "chung-lu",
-               "--feature-dim", "128", "--undirected", "--train-share", "0.05", "--seed", "1", "--quiet")
+    cora, demo = small_graphs(d)
     graphs = {"Cora": (cora, 2708 // 20, 1433 * 4, "25,10", 140),
               "demo graph": (demo, 100_000 // 20, 512, "25,10", 1000),
               "Chung-Lu 1024-dim": (dataset, small, row, args.fanouts, args.batch_size)}
