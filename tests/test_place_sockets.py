@@ -36,6 +36,8 @@ def test_a_two_socket_plan_places_by_socket_and_crosses_less_than_hash(tmp_path,
     assert s["used"] and s["sockets"] == ["socket0", "socket1"] and s["gpus_per_socket"] == [2, 2]
     cross, hashed = aware["report"]["cross_socket_share"], aware["baseline"]["cross_socket_share"]
     assert cross < 0.6 * hashed
+    # on reads DDAK was not fitted to (an independent pre-sample), still well below hash (not fitted to any)
+    assert cross <= s["held_out_cross_socket_share"] < 0.8 * hashed
     # the reads per socket are counted in the report: its (reader, bin) pairs sum to every read
     assert sum(v for _, _, v in aware["report"]["socket_reads"]) == pytest.approx(1.0)
     plain = _place(tmp_path, capsys, cora.path, tmp_path / "plan-c.json", "plain", "--no-socket-aware")

@@ -287,6 +287,8 @@ def _place_one(job: _Job, row_bytes: int, codec: FeatureCodec | None, force: boo
     res = place(hot.values, bins, job.targets, row_bytes=row_bytes, strategy=policy.strategy, pool=policy.pool,
                 seed=policy.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None, codec=codec,
                 progress=job.progress, group_reads=group_reads)
+    if group_reads is not None:  # DDAK was fitted to these reads: what it does to reads it did not see
+        sockets["held_out_cross_socket_share"] = _held_out_cross(job, res)
     del group_reads
     if job.in_place_shift is not None:
         res = _as_in_place(res, job.in_place_shift)
@@ -385,6 +387,16 @@ def _socket_reads(job: _Job) -> tuple[np.ndarray | None, JsonObject]:
                    "note": "the cross-socket shares hold for ranks that train on their socket's part (moment "
                            "train does not split its seeds by socket yet: each rank takes a random part of every "
                            "batch, and reads every bin alike)"}
+
+
+def _held_out_cross(job: _Job, res: PlaceResult) -> float:
+    """The placement's cross-socket share of an independent pre-sample of each socket's reads (seed + 1)."""
+    from training.place.sockets import cross_socket_share, socket_reads
+
+    report(job.progress, "each socket's reads again (an independent pre-sample: the held-out cross-socket share)")
+    other = socket_reads(job.ds, replace(job.hot.spec, seed=job.hot.spec.seed + 1), job.targets,
+                         progress=job.progress)
+    return cross_socket_share(res.placement.bin_of, other, res.bins, job.targets)
 
 
 def _as_in_place(result: PlaceResult, shift: int) -> PlaceResult:

@@ -29,9 +29,10 @@ from planner.handoff import PlanTargets
 from planner.progress import Progress
 from training.data import Dataset
 from training.hotness import HotnessSpec
-from training.place.bins import reader_sockets
+from training.place.bins import BinPlan, reader_sockets
 
-__all__ = ["SEED_SPLIT", "gpus_per_socket", "socket_reads", "socket_seed_split", "spans_sockets"]
+__all__ = ["SEED_SPLIT", "cross_socket_share", "gpus_per_socket", "socket_reads", "socket_seed_split",
+           "spans_sockets"]
 
 #: how :func:`socket_seed_split` splits the training vertices, as ``place.json`` records it
 SEED_SPLIT = "contiguous ranges of the sorted training vertices, one per socket, sized by its GPUs"
@@ -85,3 +86,28 @@ def socket_reads(ds: Dataset, spec: HotnessSpec, targets: PlanTargets, *,
         counts = count_accesses(sampler, seeds, batch, epochs=spec.epochs, shuffle_seed=spec.seed + k, progress=cb)
         out[:, k] = np.asarray(counts, dtype=np.float32)
     return out
+
+
+def cross_socket_share(bin_of: np.ndarray, reads: np.ndarray, bins: Sequence[BinPlan], targets: PlanTargets) -> float:
+    """The share of ``reads`` (``[num_rows, len(reader_sockets)]``) that cross sockets for rows placed by ``bin_of``
+    (a GPU cache is on its reader's socket), as :func:`training.place.report.report_for` counts it: with reads
+    from an independent pre-sample, what a placement fitted to another sample does to reads it did not see.
+
+    >>> from planner.handoff import PlanTargets
+    >>> t = PlanTargets("toy", (("g0", "s0"), ("g1", "s1")), ())
+    >>> bins = [BinPlan("ssd", 9, 0.5, "ssd0", "s0"), BinPlan("ssd", 9, 0.5, "ssd1", "s1")]
+    >>> cross_socket_share(np.array([0, 1]), np.array([[3.0, 1.0], [0.0, 4.0]]), bins, t)
+    0.125
+    """
+    r = np.asarray(reads, dtype=np.float64)
+    total = float(r.sum())
+    if total <= 0:
+        return 0.0
+    cross = 0.0
+    for g, sock in enumerate(reader_sockets(targets)):
+        per_bin = np.bincount(np.asarray(bin_of, np.int64), weights=r[:, g], minlength=len(bins))
+        for j, b in enumerate(bins):
+            where = sock if b.kind == "gpu" else b.socket
+            if where is not None and sock is not None and where != sock:
+                cross += float(per_bin[j])
+    return cross / total
