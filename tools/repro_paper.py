@@ -224,11 +224,15 @@ def _socket_claims() -> list[tuple[str, str, float, str, str]]:
                            f"(paper: {paper}% less)", paper,
                     f"DDAK vs hash, every GPU reading alike: Chung-Lu 1e5, Machine A layout ({layout})",
                     "shares of pre-sampled reads, not QPI counters (no second socket here)"))
+        spans = layout in "ac"  # (b) and (d) put all four GPUs on socket 0
         out.append(("4.5", f"cross-socket share, Machine A layout ({layout}), socket-aware DDAK vs hash "
                            f"(paper: {paper}% less)", paper,
                     f"socket-aware DDAK vs hash: Chung-Lu 1e5, Machine A layout ({layout})",
                     "each socket's GPUs on their own part of the training vertices (moment place's default where "
-                    "the GPUs span sockets; moment train does not split its seeds by socket yet); held-out reads"))
+                    "the GPUs span sockets; moment train does not split its seeds by socket yet); reads of an "
+                    "independent pre-sample" if spans else
+                    "all four GPUs on one socket in this layout: socket-aware placement does not apply (the same "
+                    "placement as every GPU alike)"))
     return out
 
 
