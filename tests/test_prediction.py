@@ -173,7 +173,7 @@ def test_a_tiny_run_says_the_flow_model_does_not_apply_and_why(tmp_path, capsys)
 
 
 def test_the_flow_model_applies_only_to_large_io_bound_epochs():
-    from training.throughput import applicability, epoch_throughput
+    from training.throughput import applicability, describe, epoch_throughput
 
     rec = {"epoch": 2, "epoch_s": 10.0, "seeds": 50_000, "io_wait_share": 0.7,
            "tiers": {"ssd": {"rows": 10**6, "bytes": 4e9}, "cpu": {"rows": 10**6, "bytes": 4e9},
@@ -187,6 +187,10 @@ def test_the_flow_model_applies_only_to_large_io_bound_epochs():
     assert [(d.measured_share, d.target_share) for d in t.devices] == [pytest.approx((0.75, 0.75)),
                                                                       pytest.approx((0.25, 0.25))]
     assert t.devices[0].expected_share == pytest.approx(0.7) and t.max_device_deviation == pytest.approx(0.0)
+    lines = describe(t.to_dict())
+    assert "plan (inlet of gpu1, 2 GPU(s) reading) 0.9 GB/s" in lines[0] and "(-10.0% against the run)" in lines[0]
+    assert lines[1] == "SSD reads per device, measured vs the plan's target: ssd0 75.0% vs 75.0%, ssd1 25.0% vs 25.0%"
+    assert lines[-1] == "the flow model applies: the epoch is I/O-bound and large enough"
     # a rank beyond the plan's GPUs has no plan rate; none recorded, none compared
     assert epoch_throughput(rec, plan_inlet={"gpu0": 1e9}, rank_index=3).plan_bytes_per_s is None
     # the threshold is exact: bandwidth time against margin x calls x latency
