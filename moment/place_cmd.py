@@ -103,12 +103,7 @@ def register(subparsers) -> None:
     hot.add_argument("--presample-batches", type=int, metavar="N",
                      help="pre-sample this many mini-batches instead of whole epochs")
     hot.add_argument("--seed", type=int, default=0, help="seed of the pre-sampling and of --strategy random")
-    alg = p.add_argument_group("placement")
-    alg.add_argument("--strategy", choices=PLACEMENT_POLICIES.names(), default="ddak",
-                     help="DDAK (default) or a baseline")
-    alg.add_argument("--pool", type=int, metavar="N",
-                     help="DDAK pool size in rows (default 100, smaller for small graphs: >= 100 pools per bin)")
-    alg.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_policy_args(p.add_argument_group("placement"))
     nodes = p.add_argument_group("several nodes (a feature store sharded across them)")
     nodes.add_argument("--nodes", type=int, default=1, metavar="N",
                        help="split the rows over N nodes: each gets --out/node<k> (and <ssd>/node<k>) with its "
@@ -118,6 +113,18 @@ def register(subparsers) -> None:
     nodes.add_argument("--hot-rows", type=float, default=0.05, metavar="SHARE",
                        help="share of the rows, hottest first, that --replicas applies to (default 0.05)")
     p.set_defaults(func=run)
+
+
+def _add_policy_args(alg) -> None:
+    alg.add_argument("--strategy", choices=PLACEMENT_POLICIES.names(), default="ddak",
+                     help="DDAK (default) or a baseline")
+    alg.add_argument("--pool", type=int, metavar="N",
+                     help="DDAK pool size in rows (default 100, smaller for small graphs: >= 100 pools per bin)")
+    alg.add_argument("--no-socket-aware", action="store_true",
+                     help="where the plan's GPUs span sockets, place as if every GPU read every row alike (default: "
+                          "each socket's GPUs train on their own part of the training vertices, pre-sampled apart, "
+                          "and their rows stay on their socket's bins)")
+    alg.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
 def _handoff(args: argparse.Namespace):
@@ -216,6 +223,12 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
         return 0
     console = Console(highlight=False, emoji=False, width=_width())
     _print_summary(console, placed.result, placed.dataset, placed.hotness, placed.targets, out, placed.row_bytes)
+    sockets = placed.report.get("socket_aware") or {}
+    if sockets.get("used"):
+        console.print(f"socket-aware: each socket's GPUs ({', '.join(map(str, sockets['sockets']))}) read their "
+                      f"own part of the training vertices ({sockets['seed_split']}); {sockets['note']}")
+    elif sockets:
+        console.print(f"[dim]socket-aware placement not used: {sockets['why_not']}[/dim]")
     for note in placed.plan_notes:
         console.print(f"[yellow]plan:[/yellow] {note}", markup=True)
     return 0
@@ -227,7 +240,7 @@ def _spec(args: argparse.Namespace, gpu_bytes: int, cpu_bytes: int):
     from training.place.specs import PlaceSpec, PolicySpec, ShardSpec, TierSpec
 
     return PlaceSpec(TierSpec(gpu_bytes, cpu_bytes, args.ssd, args.gpu_cache_mode),
-                     PolicySpec(args.strategy, args.pool, args.seed),
+                     PolicySpec(args.strategy, args.pool, args.seed, socket_aware=not args.no_socket_aware),
                      ShardSpec(args.nodes, args.replicas, args.hot_rows),
                      HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                                  epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed),

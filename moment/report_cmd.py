@@ -54,6 +54,7 @@ def _report_command(args: argparse.Namespace) -> int:
                      "tier_shares": tier_shares(last), "tier_targets": tier_targets(run),
                      "predicted_vs_measured": [{"figure": n, "predicted": p, "measured": m}
                                                for n, p, m in predicted_vs_measured(run)],
+                     "throughput": last.get("throughput"),
                      "plots": [str(p) for p in paths]})
         if not args.json:
             for line in summary(run):

@@ -219,6 +219,11 @@ def _summary(result, spec, state: dict):
         t.add_row(f"rows from {tier}" + (" (rank 0)" if result.world_size > 1 else ""),
                   f"{v['rows']:,} ({format_size(v['bytes'])})")
     _prediction_rows(t, final.get("prediction"))
+    if final.get("throughput"):
+        from training.throughput import describe as in_paper_terms
+
+        for i, line in enumerate(in_paper_terms(final["throughput"])):
+            t.add_row("throughput: plan vs run" if i == 0 else "", line)
     if final.get("contention"):
         from training.contention import describe
 

@@ -36,6 +36,7 @@ very same steps, so both give the same placement.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -96,6 +97,9 @@ class PlanTargets:
     stores: tuple[StoreTarget, ...]
     nvlink_pairs: tuple[tuple[str, str], ...] = ()
     source: str = ""
+    #: the flow model's inlet per GPU (bytes/s, all tiers; GPUs served wholly locally left out): what
+    #: training's throughput is held against (:mod:`training.throughput`); empty in older plan files
+    inlet_bytes_per_s: tuple[tuple[str, float], ...] = ()
 
     def of_kind(self, kind: str) -> list[StoreTarget]:
         return sorted((s for s in self.stores if s.kind == kind), key=lambda s: natural_key(s.id))
@@ -172,7 +176,9 @@ def targets_from_flow(placed: Topology, result, machine: str = "", source: str =
         if dev["kind"] == NodeKind.MEMORY.value and node not in result.store_bytes:
             stores.append(StoreTarget(node, "cpu", node, dev["socket"], 0.0, dev["numa_node"]))
     pairs = tuple((a, b) for a, b in nvlink_pairs_of(placed))
-    return PlanTargets(machine or placed.name, gpus, tuple(stores), pairs, source or machine or placed.name)
+    inlet = tuple((g, float(result.inlet_bytes_per_s[g])) for g, _ in gpus
+                  if math.isfinite(result.inlet_bytes_per_s[g]))
+    return PlanTargets(machine or placed.name, gpus, tuple(stores), pairs, source or machine or placed.name, inlet)
 
 
 @dataclass(frozen=True)
@@ -284,7 +290,8 @@ def _targets_dict(t: PlanTargets) -> JsonObject:
             "stores": [{"id": s.id, "kind": s.kind, "node": s.node, "socket": s.socket,
                         "target_bytes": s.target_bytes, "numa_node": s.numa_node,
                         "bytes_by_socket": [list(x) for x in s.bytes_by_socket]} for s in t.stores],
-            "nvlink_pairs": [list(p) for p in t.nvlink_pairs]}
+            "nvlink_pairs": [list(p) for p in t.nvlink_pairs],
+            "inlet_bytes_per_s": [list(x) for x in t.inlet_bytes_per_s]}
 
 
 def plan_file_dict(h: PlanHandoff) -> JsonObject:
@@ -417,7 +424,8 @@ def read_plan_file(data: Mapping[str, JsonValue] | str | Path, source: str | Non
                                    tuple((str(k), float(v)) for k, v in s.get("bytes_by_socket", ())))
                        for s in t["stores"])
         targets = PlanTargets(str(t["machine"]), tuple((str(g), s) for g, s in t["gpus"]), stores,
-                              tuple((str(a), str(b)) for a, b in t.get("nvlink_pairs", ())), source)
+                              tuple((str(a), str(b)) for a, b in t.get("nvlink_pairs", ())), source,
+                              tuple((str(g), float(v)) for g, v in t.get("inlet_bytes_per_s", ())))
         placed = from_dict(h["topology"], source=f"{source} (handoff.topology)")
         unknown = h.get("unknown_link_bytes_per_s")
         return PlanHandoff(str(data.get("machine", targets.machine)), str(data.get("model", "maxflow")), demand,

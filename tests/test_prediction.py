@@ -117,3 +117,84 @@ def test_moment_train_json_carries_the_prediction(tmp_path, capsys):
     assert pred["io_error"] == pytest.approx(ssd_tier["predicted_s"] / ssd_tier["measured_s"] - 1)
     epoch = [json.loads(x) for x in metrics.read_text().splitlines() if '"epoch"' in x][-1]
     assert epoch["kind"] == "epoch" and epoch["prediction"]["tiers"] == pred["tiers"]
+
+
+def test_a_tiny_run_says_the_flow_model_does_not_apply_and_why(tmp_path, capsys):
+    """The epoch in the paper's terms: measured GB/s and seeds/s beside the plan's inlet for rank 0's GPU
+    and the profile's, each SSD bin's share against the plan's target; Cora is far too small for the flow
+    model and the record, the CLI's summary and `moment report` say so, with the threshold."""
+    from training.throughput import CALL_LATENCY_S, LATENCY_MARGIN
+
+    args = train_args(tmp_path, capsys)
+    with open(tmp_path / "caps.yaml", "a") as caps:  # host memory's rate too: the profile times every tier read
+        caps.write("memory:\n  0: {bytes_per_s: 10 GB/s}\n")
+    place = json.loads((tmp_path / "pl" / "place.json").read_text())
+    inlet = place["plan_inlet_bytes_per_s"]
+    assert len(inlet) == 4 and all(v > 1e9 for v in inlet.values())  # moment-b: 4 GPUs, GB/s each
+    metrics = tmp_path / "m.jsonl"
+    assert main([*args, "--metrics", str(metrics), "--json"]) == 0
+    epoch = json.loads(capsys.readouterr().out)["epochs"][-1]
+    t = epoch["throughput"]
+    feature_bytes = sum(v["bytes"] for v in epoch["tiers"].values())
+    assert t["feature_bytes"] == feature_bytes > 0
+    assert t["measured_bytes_per_s"] == pytest.approx(feature_bytes / epoch["epoch_s"])
+    assert t["measured_seeds_per_s"] == pytest.approx(epoch["seeds_per_s"])
+    first = next(iter(inlet))
+    assert t["plan_gpu"] == first and t["plan_bytes_per_s"] == pytest.approx(inlet[first])
+    assert t["plan_machine"] == "moment-b"
+    assert t["plan_error"] == pytest.approx(t["plan_bytes_per_s"] / t["measured_bytes_per_s"] - 1)
+    assert t["plan_seeds_per_s"] == pytest.approx(epoch["seeds"] * inlet[first] / feature_bytes)
+    tiers = {x["tier"]: x for x in epoch["prediction"]["tiers"]}
+    assert t["profile_bytes_per_s"] == pytest.approx(
+        feature_bytes / (tiers["ssd"]["predicted_s"] + tiers["cpu"]["predicted_s"]))
+    # eight SSD bins: measured shares of the SSD reads sum to 1, targets as place.json's renormalised
+    assert len(t["devices"]) == 8
+    assert sum(d["measured_share"] for d in t["devices"]) == pytest.approx(1.0)
+    ssd_t = [b["target_share"] for b in place["bins"] if b["kind"] == "ssd"]
+    assert [d["target_share"] for d in t["devices"]] == pytest.approx([x / sum(ssd_t) for x in ssd_t])
+    # a few MB over tens of read calls: latency-bound, said with the threshold
+    assert t["applies"] is False and t["read_calls"] > 0
+    assert feature_bytes / inlet[first] < LATENCY_MARGIN * t["read_calls"] * CALL_LATENCY_S
+    assert any(w.startswith("latency-bound (too small for the flow model)") for w in t["why_not"])
+    assert t["thresholds"] == {"call_latency_s": CALL_LATENCY_S, "latency_margin": LATENCY_MARGIN,
+                               "io_bound_share": 0.5}
+    # the end-of-run summary and `moment report` say it
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "throughput: plan vs run" in out and "the flow model does not apply: latency-bound" in out
+    assert main(["report", str(metrics), "--no-plots"]) == 0
+    text = capsys.readouterr().out
+    assert "throughput: the flow model does not apply: latency-bound" in text
+    assert "feature GB/s (plan)" in text
+    assert main(["report", str(metrics), "--no-plots", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["throughput"]["applies"] is False
+    assert doc["predicted_vs_measured"][0]["figure"] == "feature GB/s (plan)"
+
+
+def test_the_flow_model_applies_only_to_large_io_bound_epochs():
+    from training.throughput import applicability, describe, epoch_throughput
+
+    rec = {"epoch": 2, "epoch_s": 10.0, "seeds": 50_000, "io_wait_share": 0.7,
+           "tiers": {"ssd": {"rows": 10**6, "bytes": 4e9}, "cpu": {"rows": 10**6, "bytes": 4e9},
+                     "gpu": {"rows": 10**6, "bytes": 2e9}}}
+    t = epoch_throughput(rec, plan_inlet={"gpu0": 1.2e9, "gpu1": 0.9e9}, rank_index=1, readers=2, read_calls=1000,
+                         bin_rows={3: 300.0, 4: 100.0, 9: 5.0},
+                         ssd_targets=[(3, "ssd0", 0.3, 0.28), (4, "ssd1", 0.1, 0.12)])
+    assert t.plan_gpu == "gpu1" and t.plan_bytes_per_s == 0.9e9 and t.measured_bytes_per_s == 1e9
+    assert t.plan_seeds_per_s == pytest.approx(50_000 * 0.9e9 / 1e10) and t.applies and t.why_not == ()
+    assert [d.device for d in t.devices] == ["ssd0", "ssd1"]
+    assert [(d.measured_share, d.target_share) for d in t.devices] == [pytest.approx((0.75, 0.75)),
+                                                                      pytest.approx((0.25, 0.25))]
+    assert t.devices[0].expected_share == pytest.approx(0.7) and t.max_device_deviation == pytest.approx(0.0)
+    lines = describe(t.to_dict())
+    assert "plan (inlet of gpu1, 2 GPU(s) reading) 0.9 GB/s" in lines[0] and "(-10.0% against the run)" in lines[0]
+    assert lines[1] == "SSD reads per device, measured vs the plan's target: ssd0 75.0% vs 75.0%, ssd1 25.0% vs 25.0%"
+    assert lines[-1] == "the flow model applies: the epoch is I/O-bound and large enough"
+    # a rank beyond the plan's GPUs has no plan rate; none recorded, none compared
+    assert epoch_throughput(rec, plan_inlet={"gpu0": 1e9}, rank_index=3).plan_bytes_per_s is None
+    # the threshold is exact: bandwidth time against margin x calls x latency
+    assert applicability(1e6, 1e9, 1, 0.9, call_latency_s=1e-4) == ()          # 1 ms = 10 x 0.1 ms
+    assert applicability(0.99e6, 1e9, 1, 0.9, call_latency_s=1e-4) != ()
+    assert applicability(1e9, 1e9, 10, 0.49)[0].startswith("compute-bound")
+    assert len(applicability(1e3, 1e9, 10, 0.1)) == 2

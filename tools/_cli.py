@@ -57,3 +57,16 @@ def skewed_graph(dataset: Path, nodes: int, edges: int, train_share: str = "0.05
                "--generator", "chung-lu", "--undirected", "--feature-dim", "1024", "--train-share",
                str(train_share), "--seed", "3", "--quiet")
     return dataset
+
+
+def small_graphs(d: Path) -> tuple[Path, Path]:
+    """``(Cora, the demo graph)`` under ``d``, each made once: Cora imported from the fixtures, the demo graph
+    a 100,000-vertex Chung-Lu graph of 128-wide rows (seed 1): the graphs the cross-socket figures place."""
+    cora = d / "cora"
+    if not (cora / "meta.json").exists():
+        moment("data", "import", "--format", "planetoid", str(REPO.parent / "shared/fixtures/graphs/cora"), str(cora))
+    demo = d / "demo-graph"
+    if not (demo / "meta.json").exists():
+        moment("data", "synth", str(demo), "--nodes", "100000", "--edges", "1000000", "--generator", "chung-lu",
+               "--feature-dim", "128", "--undirected", "--train-share", "0.05", "--seed", "1", "--quiet")
+    return cora, demo

@@ -51,6 +51,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     # the same SSD-bound run as found and beside a busy process per core: plain vs contention-adjusted error
     "contention": ("bench_contention.py", ["--rounds", "3"], ["--rounds", "1"]),
     "precision": ("bench_precision.py", [], ["--quick"]),
+    # Machine A's layouts (a)-(d): socket-aware DDAK, and DDAK with every GPU alike, against hash (paper Fig. 17)
+    "sockets": ("bench_sockets.py", [], []),
     "dyncache": ("bench_dyncache.py", ["--repeats", "3"],
                  ["--nodes", "50000", "--batches", "10", "--window", "5000", "--shift", "2500", "--repeats", "1"]),
     "startup": ("bench_startup.py", ["--repeats", "15"], ["--repeats", "5"]),

@@ -42,7 +42,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _cli import moment, skewed_graph
+from _cli import moment, skewed_graph, small_graphs
 from _results import Figure, write
 
 REPO = Path(__file__).resolve().parents[1]
@@ -212,6 +212,7 @@ def training_figures(args, d: Path, dataset: Path, row: int, small: int) -> list
                               note=f"|error| median {100 * med(errs):.1f}% (range {rng(errs, '{:.3f}')}; at the "
                                    f"profile's moment-posix figure {100 * med(alt):.1f}%); SSD bytes "
                                    f"error {100 * ssd['bytes_error']:+.1f}% (last round); {load}"))
+    figures += throughput_figures(runs, configs, load)
     seeds = {k: [x["seeds_per_s"] for x in v] for k, v in runs.items()}
     split = runs["ddak"][-1]
     hsplit = runs["hash"][-1]
@@ -270,15 +271,31 @@ def _headline_over_own(caps: Path) -> float:
     return d.read.read_iops / own.read_iops
 
 
+def throughput_figures(runs: dict[str, list[dict]], configs: dict, load: str) -> list[Figure]:
+    """The paper's terms (training.throughput): feature GB/s per epoch, the plan's inlet vs measured, and
+    whether the flow model applies to the epoch (its threshold's verdict, from the last round)."""
+    out = []
+    for name in configs:
+        recs = [x["throughput"] for x in runs[name] if x.get("throughput")]
+        if not recs or not all(t.get("plan_bytes_per_s") for t in recs):
+            continue
+        plan_gb = [t["plan_bytes_per_s"] / 1e9 for t in recs]
+        meas_gb = [t["measured_bytes_per_s"] / 1e9 for t in recs]
+        last = recs[-1]
+        verdict = "applies" if last["applies"] else "does not apply: " + "; ".join(w.split(":")[0]
+                                                                                  for w in last["why_not"])
+        out.append(Figure("loop", f"feature GB/s per epoch, plan's inlet vs measured: {name}", "GB/s",
+                          med(plan_gb), med(meas_gb), "measured (moment train)", higher_is_better=False,
+                          target="within 10% where the flow model applies",
+                          note=f"plan of {last.get('plan_machine')}; flow model {verdict}; I/O wait "
+                               f"{100 * last['io_wait_share']:.0f}%; {last['read_calls']:,} read calls; measured "
+                               f"range {rng(meas_gb, '{:.3f}')}; {load}"))
+    return out
+
+
 def cross_socket_figures(args, d: Path, dataset: Path, row: int, small: int, figures: list[Figure]) -> None:
     """Cross-socket share of reads on three graphs (Machine B's plan), DDAK against hash."""
-    cora = d / "cora"
-    if not (cora / "meta.json").exists():
-        moment("data", "import", "--format", "planetoid", str(REPO.parent / "shared/fixtures/graphs/cora"), str(cora))
-    demo = d / "demo-graph"
-    if not (demo / "meta.json").exists():
-        moment("data", "synth", str(demo), "--nodes", "100000", "--edges", "1000000", "--generator", "chung-lu",
-               "--feature-dim", "128", "--undirected", "--train-share", "0.05", "--seed", "1", "--quiet")
+    cora, demo = small_graphs(d)
     graphs = {"Cora": (cora, 2708 // 20, 1433 * 4, "25,10", 140),
               "demo graph": (demo, 100_000 // 20, 512, "25,10", 1000),
               "Chung-Lu 1024-dim": (dataset, small, row, args.fanouts, args.batch_size)}

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from iostack.transfer import TransferCounts
+from momentbase.jsontypes import JsonObject
 from training.errors import TrainError
 
 if TYPE_CHECKING:  # the specs pull in torch's models: only for the annotations
@@ -135,16 +136,29 @@ class Predictor:
     """Per epoch: the placement's predicted I/O against the store's counters (:mod:`training.prediction`)."""
 
     def __init__(self, store: Any, shares: dict[str, float], row_bytes: int, rates: dict,
-                 ssd_bins: list[tuple[float, int]]) -> None:
+                 ssd_bins: list[tuple[float, int]], report: JsonObject | None = None) -> None:
+        from training.throughput import plan_inlet_from_place_report, ssd_targets_from_place_report
+
         self.store, self.shares, self.row_bytes, self.rates = store, shares, row_bytes, rates
         self.ssd_bins = ssd_bins
-        self.readers, self.shared = 1, False
+        self.readers, self.shared, self.index = 1, False, 0
         self._before: dict[str, dict[str, float]] = {}
+        self._bins_before: dict[int, float] = {}
+        self._bins_now: dict[int, float] = {}
+        # the paper's terms (training.throughput): the plan's inlet per GPU, each SSD bin's target
+        self.plan_inlet = plan_inlet_from_place_report(report) if report else {}
+        self.ssd_targets = ssd_targets_from_place_report(report) if report else []
+        self.plan_machine = str(report["machine"]) if report and report.get("machine") else None
 
-    def node(self, readers: int, shared: bool) -> None:
+    def node(self, readers: int, shared: bool, index: int = 0) -> None:
         """The ranks of this node reading the same SSDs at the same time, and whether they share pages
-        (:func:`training.prediction.predict_epoch`)."""
-        self.readers, self.shared = max(1, int(readers)), bool(shared)
+        (:func:`training.prediction.predict_epoch`); ``index``: this rank's place among them (its GPU in
+        the plan's order)."""
+        self.readers, self.shared, self.index = max(1, int(readers)), bool(shared), max(0, int(index))
+
+    def _bin_rows(self) -> dict[int, float]:
+        stats = self.store.stats() if self.ssd_targets and hasattr(self.store, "stats") else []
+        return {int(b.bin_id): float(b.rows) for b in stats}
 
     @classmethod
     def for_run(cls, io: IOSpec, features: Any, ds: Dataset) -> Predictor | None:
@@ -167,19 +181,32 @@ class Predictor:
 
             rates = rates_from_capacities(load_capacities(io.capacities))
         return cls(store, shares_from_place_report(report), int(report.get("row_bytes") or ds.row_bytes), rates,
-                   ssd_bins_from_place_report(report))
+                   ssd_bins_from_place_report(report), report)
 
     def start(self) -> None:
         self._before = self.store.tier_stats()
+        self._bins_before = self._bin_rows()
 
     def finish(self, epoch: int, steps: int):
         from training.prediction import predict_epoch
 
         now = self.store.tier_stats()
+        self._bins_now = self._bin_rows()
         keys = ("rows", "bytes", "requests", "seconds", "cpu_wait_s")
         measured = {t: {k: v.get(k, 0) - self._before.get(t, {}).get(k, 0) for k in keys} for t, v in now.items()}
         return predict_epoch(epoch, self.shares, measured, row_bytes=self.row_bytes, rates=self.rates,
                              steps=steps, ssd_bins=self.ssd_bins, readers=self.readers, shared=self.shared)
+
+
+    def throughput(self, record: JsonObject, prediction, read_calls: int) -> JsonObject:
+        """The epoch in the paper's terms (:func:`training.throughput.epoch_throughput`), after :meth:`finish`:
+        ``record`` the epoch record, ``prediction`` what :meth:`finish` returned."""
+        from training.throughput import epoch_throughput
+
+        rows = {b: r - self._bins_before.get(b, 0.0) for b, r in self._bins_now.items()}
+        return epoch_throughput(record, prediction, plan_inlet=self.plan_inlet, rank_index=self.index,
+                                readers=self.readers, read_calls=read_calls, bin_rows=rows,
+                                ssd_targets=self.ssd_targets, plan_machine=self.plan_machine).to_dict()
 
 
 def epoch_record(epoch: int, steps: int, sums: Sums, epoch_s: float) -> dict:

@@ -240,8 +240,9 @@ def predicted_vs_measured(run: RunMetrics) -> list[tuple[str, float, float]]:
     (``moment train --capacities``: read seconds and bytes per tier). ``[]`` without either."""
     epoch_pred = run.epochs[-1].get("prediction")
     if not run.predictions and isinstance(epoch_pred, dict):
-        # moment train's own: the last epoch's prediction per tier (training.prediction)
-        out = []
+        # moment train's own: the last epoch's throughput against the plan's (training.throughput), and
+        # its prediction per tier (training.prediction)
+        out = _throughput_figures(run.epochs[-1].get("throughput"))
         for t in epoch_pred.get("tiers", ()):
             if t.get("predicted_s") is not None and t.get("measured_s"):
                 out.append((f"{t['tier']} read s", float(t["predicted_s"]), float(t["measured_s"])))
@@ -263,6 +264,19 @@ def predicted_vs_measured(run: RunMetrics) -> list[tuple[str, float, float]]:
         m = meas.get(name, last.get(name))
         if m is not None:
             out.append((name, value, m))
+    return out
+
+
+def _throughput_figures(t: object) -> list[tuple[str, float, float]]:
+    """``(figure, predicted, measured)`` of an epoch's ``throughput`` record: GB/s and seeds/s, plan and profile."""
+    if not isinstance(t, dict):
+        return []
+    out = []
+    for src in ("plan", "profile"):
+        if t.get(f"{src}_bytes_per_s"):
+            out.append((f"feature GB/s ({src})", float(t[f"{src}_bytes_per_s"]) / 1e9,
+                        float(t["measured_bytes_per_s"]) / 1e9))
+            out.append((f"seeds/s ({src})", float(t[f"{src}_seeds_per_s"]), float(t["measured_seeds_per_s"])))
     return out
 
 
@@ -290,6 +304,10 @@ def summary(run: RunMetrics) -> list[str]:
             f"{n} {p:.3g} vs {m:.3g}" + (f" ({m / p:.2f}×)" if p else "") for n, p, m in pvm[:6]))
     else:
         lines.append("no prediction in the metrics (nothing to compare the measured figures with)")
+    if isinstance(last.get("throughput"), dict):
+        from training.throughput import describe as in_paper_terms
+
+        lines += [f"throughput: {line}" for line in in_paper_terms(last["throughput"])]
     if isinstance(last.get("contention"), dict):
         from training.contention import describe
 

@@ -221,7 +221,7 @@ def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarr
         shared = feed.shared
         predictor = Predictor.for_run(spec.io, feed.features, ds)
         if predictor is not None:  # the node's other ranks read the same SSDs in the same steps
-            predictor.node(shared.ranks if shared.on else world.local_size, shared.on)
+            predictor.node(shared.ranks if shared.on else world.local_size, shared.on, world.local_rank)
         run, resumed = _set_up(spec, ds, world, feed, train_idx.shape[0], emit, predictor)
         if resumed is not None and metrics_file is not None:
             metrics_file.rewind(resumed.epoch, resumed.step)
@@ -381,8 +381,9 @@ class _Run:
         if self.predictor is not None:
             # a batch reads each SSD bin in one call (the store's gather, bin by bin)
             calls = (self.steps - first) * sum(1 for _, rows in self.predictor.ssd_bins if rows)
-            rec["prediction"] = contention_adjust(self.predictor.finish(epoch, self.steps - first).to_dict(),
-                                                  contention, calls)
+            pred = self.predictor.finish(epoch, self.steps - first)
+            rec["prediction"] = contention_adjust(pred.to_dict(), contention, calls)
+            rec["throughput"] = self.predictor.throughput(rec, pred, calls)  # the paper's terms
         rec["contention"] = contention.to_dict()
         rec["transfers"] = moved_since(moved, self.features.transfer.counts())
         rec.update(ssd_reads(self.features, disk))

@@ -35,13 +35,14 @@ import numpy as np
 
 from iostack.placement import MANIFEST, Placement, save_json
 from iostack.shards import SHARDS
+from momentbase.jsontypes import JsonObject
 from planner.handoff import PlanHandoff, PlanTargets
 from planner.progress import Progress, report
 from training.data import Dataset, fingerprint, open_dataset
 from training.hotness import Hotness, get_hotness
 from training.hotness_methods import HOTNESS_METHODS
 from training.memplan import CacheSizing
-from training.place.bins import PlacingError, build_bins, check_free_space, targets_for_caches
+from training.place.bins import PlacingError, build_bins, check_free_space, reader_sockets, targets_for_caches
 from training.place.guard import holds_placement_lock
 from training.place.policy import PlaceResult, place
 from training.place.report import expected_shares
@@ -261,6 +262,8 @@ def _report_head(job: _Job) -> dict[str, Any]:
     ds, spec, hot, targets, tiers = job.ds, job.hot.spec, job.hot, job.targets, job.spec.tiers
     return {"schema": "moment.place", "version": 1, "dataset": str(ds.path), "dataset_fingerprint": fingerprint(ds),
             "plan": targets.source, "machine": targets.machine,
+            # the flow model's inlet per GPU, bytes/s: what training's throughput is held against
+            "plan_inlet_bytes_per_s": dict(targets.inlet_bytes_per_s),
             "hotness": {**spec.params(), "path": str(hot.path) if hot.path else None, "loaded": hot.loaded,
                         "epochs_covered": hot.epochs_covered},
             "gpu_cache_bytes": tiers.gpu_cache_bytes, "cpu_cache_bytes": tiers.cpu_cache_bytes,
@@ -279,10 +282,14 @@ def _place_one(job: _Job, row_bytes: int, codec: FeatureCodec | None, force: boo
                       gpu_mode=tiers.gpu_mode)
     job.warn_ssd()  # the SSD list is known good now: a warning, then the long work
     reads = hot.reads_per_epoch
+    group_reads, sockets = _socket_reads(job)
     report(job.progress, f"placing ({policy.strategy})")
     res = place(hot.values, bins, job.targets, row_bytes=row_bytes, strategy=policy.strategy, pool=policy.pool,
                 seed=policy.seed, reads_per_epoch=float(reads.sum()) if reads is not None else None, codec=codec,
-                progress=job.progress)
+                progress=job.progress, group_reads=group_reads)
+    if group_reads is not None:  # DDAK was fitted to these reads: what it does to reads it did not see
+        sockets["held_out_cross_socket_share"] = _held_out_cross(job, res)
+    del group_reads
     if job.in_place_shift is not None:
         res = _as_in_place(res, job.in_place_shift)
     clash = [str(f) for f in (bin_path(job.out, b) for b in res.placement.bins if b.kind == "ssd") if f.exists()]
@@ -327,7 +334,7 @@ def _place_one(job: _Job, row_bytes: int, codec: FeatureCodec | None, force: boo
            "baseline": asdict(res.baseline) if res.baseline else None, "target_notes": list(res.notes),
            "plan_notes": list(job.plan_notes),
            # per bin: share of the reads under an independent pre-sample (seed + 1), or None
-           "expected_shares": held}
+           "expected_shares": held, "socket_aware": sockets}
     save_json(job.out / "place.json", rep)
     res.placement.save(job.out, dataset_fingerprint=head["dataset_fingerprint"])  # last: exists once its bins do
     return PlacedDataset(job.out, ds, hot, job.targets, rep, row_bytes, result=res, plan_notes=job.plan_notes,
@@ -357,6 +364,39 @@ def _room_to_keep_the_old(job: _Job, placement: Placement, row_bytes: int) -> bo
         job.warn(note)
         return False
     return True
+
+
+def _socket_reads(job: _Job) -> tuple[np.ndarray | None, JsonObject]:
+    """Each socket's reads where the plan's GPUs span sockets and the policy is socket-aware
+    (:mod:`training.place.sockets`), and what ``place.json`` records of it (``used``, and why not)."""
+    from training.place.sockets import SEED_SPLIT, gpus_per_socket, socket_reads, spans_sockets
+
+    why = None
+    if not job.spec.policy.socket_aware:
+        why = "turned off (`socket_aware=False`)"
+    elif not spans_sockets(job.targets):
+        why = "the plan's GPUs sit on one socket"
+    elif not HOTNESS_METHODS.caps(job.hot.spec.method).get("sampled"):
+        why = f"hotness {job.hot.spec.method} is not pre-sampled: no reads per socket"
+    if why is not None:
+        return None, {"used": False, "why_not": why}
+    report(job.progress, "each socket's reads (a pre-sample of its GPUs' part of the training vertices)")
+    reads = socket_reads(job.ds, job.hot.spec, job.targets, progress=job.progress)
+    return reads, {"used": True, "sockets": list(reader_sockets(job.targets)),
+                   "gpus_per_socket": gpus_per_socket(job.targets), "seed_split": SEED_SPLIT,
+                   "note": "the cross-socket shares hold for ranks that train on their socket's part (moment "
+                           "train does not split its seeds by socket yet: each rank takes a random part of every "
+                           "batch, and reads every bin alike)"}
+
+
+def _held_out_cross(job: _Job, res: PlaceResult) -> float:
+    """The placement's cross-socket share of an independent pre-sample of each socket's reads (seed + 1)."""
+    from training.place.sockets import cross_socket_share, socket_reads
+
+    report(job.progress, "each socket's reads again (an independent pre-sample: the held-out cross-socket share)")
+    other = socket_reads(job.ds, replace(job.hot.spec, seed=job.hot.spec.seed + 1), job.targets,
+                         progress=job.progress)
+    return cross_socket_share(res.placement.bin_of, other, res.bins, job.targets)
 
 
 def _as_in_place(result: PlaceResult, shift: int) -> PlaceResult:

@@ -55,11 +55,13 @@ class TierSpec:
 @dataclass(frozen=True)
 class PolicySpec:
     """The placement policy: ``strategy`` (``ddak`` or a baseline), DDAK's ``pool`` (rows; ``None``: its
-    default) and the ``seed`` of the random choices."""
+    default) and the ``seed`` of the random choices; ``socket_aware``: where the plan's GPUs span sockets,
+    keep rows near the socket whose GPUs read them (:mod:`training.place.sockets`)."""
 
     strategy: str = "ddak"
     pool: int | None = None
     seed: int = 0
+    socket_aware: bool = True
 
     def __post_init__(self) -> None:
         if self.strategy not in PLACEMENT_POLICIES:
