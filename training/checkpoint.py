@@ -108,9 +108,16 @@ def save_checkpoint(path: Path, state: dict[str, Any], whole: Callable[[], bool]
 # Any: a checkpoint's torch.save record (states of torch, numpy, random)
 def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except (OSError, RuntimeError, EOFError, ValueError) as exc:
-        raise TrainError(f"{path}: not a readable checkpoint ({exc}); delete it to start over") from None
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    # Exception: a damaged file makes torch's zip reader and unpickler raise assorted errors
+    # (UnpicklingError, KeyError, AttributeError, struct.error, ...; tests/test_fuzz_files.py)
+    except Exception as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise TrainError(f"{path}: not a readable checkpoint ({why}); delete it to start over") from None
+    if not isinstance(state, dict):
+        raise TrainError(f"{path}: not a checkpoint (it holds a {type(state).__name__}, not a dict); "
+                         "delete it to start over")
+    return state
 
 
 @contextlib.contextmanager

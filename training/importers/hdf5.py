@@ -251,34 +251,52 @@ def import_hdf5(
         f = h5py.File(src, "r")
     except OSError as exc:
         raise DatasetError(f"{src}: not a readable HDF5 file ({exc})") from None
-    with f:
-        h = _File(f, src, km, frozenset(keys or ()))
-        attrs = dict(f.attrs)
-        indptr, edge_chunks, edge_sources = _graph(h, block_bytes)
-        n = _num_nodes(h, attrs, indptr, edge_sources)
-        if indptr is not None and indptr.size - 1 != n:
-            raise DatasetError(f"{src}: {km['indptr']} describes {indptr.size - 1} rows, num_nodes is {n}")
-        if undirected is None:
-            undirected = bool(np.asarray(attrs.get("undirected", False)).item())
-        feats = h.get("features")
-        if feats is not None:
-            h.check("features", feats, ndim=2, kinds="fiub", what="features (N, F)")
-            if feats.shape[0] != n:
-                raise DatasetError(f"{src}: {feats.name} has {feats.shape[0]} rows; expected one per node ({n})")
-        labels = h.get("labels")
-        if labels is not None:
-            h.check("labels", labels, ndim=1, kinds="iu", what="class ids (N,)")
-            if labels.shape[0] != n:
-                raise DatasetError(f"{src}: {labels.name} has {labels.shape[0]} entries; expected one per node ({n})")
-        splits = {k: _split(h, k, n) for k in ("train", "valid", "test")}
-        source = {"format": "hdf5", "path": str(src.resolve()), "undirected": undirected,
-                  "graph": "csr" if indptr is not None else "edge list",
-                  "datasets": {k: km[k] for k in DEFAULT_KEYS if h.get(k) is not None}}
-        with DatasetWriter(dst, num_nodes=n, name=name or src.stem, source=source, overwrite=overwrite,
-                           progress=progress, chunk_edges=chunk_edges) as w:
-            w.write_edges(edge_chunks, undirected=undirected, drop_self_loops=True, dedup=True)
-            _write_node_data(w, h, feats, labels, splits, feature_dtype, block_bytes, progress)
+    try:
+        with f:
+            _import_open(f, src, dst, km, keys, name, undirected, feature_dtype, overwrite, progress,
+                         chunk_edges, block_bytes)
+    except DatasetError:
+        raise
+    # a damaged file fails inside h5py wherever the damage is first read: an HDF5 library error
+    # (OSError without an errno; a disk-full write of ours has one), KeyError, RuntimeError, ValueError
+    except (OSError, KeyError, RuntimeError, ValueError) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DatasetError(f"{src}: a damaged HDF5 file ({why}); copy or export it again") from None
     return dst
+
+
+def _import_open(f: Any, src: Path, dst: Path, km: dict[str, str], keys: Mapping[str, str] | None,  # Any: h5py.File
+                 name: str | None, undirected: bool | None, feature_dtype: str | None, overwrite: bool,
+                 progress: Progress | None, chunk_edges: int, block_bytes: int) -> None:
+    """:func:`import_hdf5` once the file is open."""
+    h = _File(f, src, km, frozenset(keys or ()))
+    attrs = dict(f.attrs)
+    indptr, edge_chunks, edge_sources = _graph(h, block_bytes)
+    n = _num_nodes(h, attrs, indptr, edge_sources)
+    if indptr is not None and indptr.size - 1 != n:
+        raise DatasetError(f"{src}: {km['indptr']} describes {indptr.size - 1} rows, num_nodes is {n}")
+    if undirected is None:
+        undirected = bool(np.asarray(attrs.get("undirected", False)).item())
+    feats = h.get("features")
+    if feats is not None:
+        h.check("features", feats, ndim=2, kinds="fiub", what="features (N, F)")
+        if feats.shape[0] != n:
+            raise DatasetError(f"{src}: {feats.name} has {feats.shape[0]} rows; expected one per node ({n})")
+    labels = h.get("labels")
+    if labels is not None:
+        h.check("labels", labels, ndim=1, kinds="iu", what="class ids (N,)")
+        if labels.shape[0] != n:
+            raise DatasetError(f"{src}: {labels.name} has {labels.shape[0]} entries; expected one per node ({n})")
+    splits = {k: _split(h, k, n) for k in ("train", "valid", "test")}
+    source = {"format": "hdf5", "path": str(src.resolve()), "undirected": undirected,
+              "graph": "csr" if indptr is not None else "edge list",
+              "datasets": {k: km[k] for k in DEFAULT_KEYS if h.get(k) is not None}}
+    with DatasetWriter(dst, num_nodes=n, name=name or src.stem, source=source, overwrite=overwrite,
+                       progress=progress, chunk_edges=chunk_edges) as w:
+        w.write_edges(edge_chunks, undirected=undirected, drop_self_loops=True, dedup=True)
+        _write_node_data(w, h, feats, labels, splits, feature_dtype, block_bytes, progress)
 
 
 def _graph(

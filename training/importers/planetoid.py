@@ -57,7 +57,18 @@ def _read(src: Path, name: str, part: str):
         return obj
     if not (hasattr(obj, "tocsr") or (isinstance(obj, np.ndarray) and obj.ndim == 2)):
         raise DatasetError(f"{path}: holds a {type(obj).__name__}, expected a sparse feature matrix")
-    return obj.tocsr() if hasattr(obj, "tocsr") else obj
+    if not hasattr(obj, "tocsr"):
+        return obj
+    try:
+        # a damaged pickle can hold index arrays that disagree with the shape: scipy's C code
+        # (tocsr, toarray) then reads out of bounds and crashes the process, so check them all first
+        if hasattr(obj, "check_format"):
+            obj.check_format(full_check=True)
+        m = obj.tocsr()
+        m.check_format(full_check=True)
+    except (ValueError, TypeError, IndexError, AttributeError) as exc:
+        raise DatasetError(f"{path}: a damaged sparse feature matrix ({exc}); fetch the file again") from None
+    return m
 
 
 def _test_index(src: Path, name: str) -> np.ndarray:
