@@ -16,7 +16,7 @@ from iostack.cachepolicy import CACHE_POLICIES, DEFAULT_POLICY
 from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
 from moment.errors import CommandError
-from training.vocab import EXCHANGES, GRAPH_ON, MODEL_NAMES, SAMPLE_ON
+from training.vocab import DATASET_CHECKS, EXCHANGES, GRAPH_ON, MODEL_NAMES, SAMPLE_ON
 
 
 def _spec(args: argparse.Namespace):
@@ -37,7 +37,7 @@ def _spec(args: argparse.Namespace):
                   node_shared_reads=not args.no_node_shared_reads, exchange=args.exchange,
                   remote_cache_bytes=_size(args.remote_cache, "--remote-cache"),
                   remote_cache_dir=args.remote_cache_dir, cache_policy=_cache_policy(args),
-                  dynamic_cache_bytes=_size(args.dynamic_cache, "--dynamic-cache")),
+                  dynamic_cache_bytes=_size(args.dynamic_cache, "--dynamic-cache"), check_dataset=args.check_dataset),
         distributed=DistributedSpec(timeout_s=args.timeout),
         run=RunSpec(epochs=args.epochs, seed=args.seed, lr=args.lr, weight_decay=args.weight_decay,
                     eval_every_epochs=args.eval_every, checkpoint_dir=args.checkpoint,
@@ -301,6 +301,10 @@ def register(subparsers) -> None:
     m.add_argument("--normalize-features", action="store_true", help="row-normalise feature rows (Planetoid style)")
     m.add_argument("--seed", type=int, default=0, help="seed of parameters, shuffling and sampling (default 0)")
     r = p.add_argument_group("pipeline, evaluation, output")
+    r.add_argument("--check-dataset", choices=DATASET_CHECKS, default="background",
+                   help="background (default): check every block of the dataset arrays training reads against "
+                        "their CRC-32s on a background thread, stopping the run at an epoch's end if one is "
+                        "corrupt; open: only the sample checked when the dataset opens (a huge CSR read twice)")
     r.add_argument("--prefetch", type=int, default=2, metavar="K",
                    help="batches sampled and gathered ahead on a background thread (default 2; 0 = inline: "
                         "on a machine of 2 cores with small rows in memory, inline can be faster; each batch ahead "

@@ -42,7 +42,7 @@ from iostack.cachepolicy import CACHE_POLICIES
 from momentbase.jsontypes import JsonObject, JsonValue
 from training.errors import TrainError
 from training.models import MODELS
-from training.vocab import EXCHANGES, GRAPH_ON, SAMPLE_ON
+from training.vocab import DATASET_CHECKS, EXCHANGES, GRAPH_ON, SAMPLE_ON
 
 __all__ = ["RECORD_FIELDS", "DistributedSpec", "IOSpec", "ModelSpec", "RunSpec", "SamplingSpec", "TrainSpec"]
 
@@ -167,7 +167,9 @@ class IOSpec:
     sharded across nodes (:mod:`training.sharded.features`). ``cache_policy``: ``static`` (the placement's caches
     as filled at start), or a policy of :data:`iostack.cachepolicy.CACHE_POLICIES` for a host cache of
     ``dynamic_cache_bytes`` that fills on access, warm-started with the static fill
-    (:mod:`training.cached_features`)."""
+    (:mod:`training.cached_features`). ``check_dataset``: ``background`` (the default) checks every
+    block of the dataset arrays training reads against their CRC-32s while it runs
+    (:mod:`training.background_verify`); ``open`` only the sample checked on opening."""
 
     placement: str | None = None
     backend: str = "auto"
@@ -179,9 +181,12 @@ class IOSpec:
     remote_cache_dir: str | None = None
     cache_policy: str = "static"
     dynamic_cache_bytes: int = 0
+    check_dataset: str = "background"
 
     def __post_init__(self) -> None:
         _path(self, "placement", "capacities", "remote_cache_dir")
+        if self.check_dataset not in DATASET_CHECKS:
+            raise TrainError(f"`check_dataset` {self.check_dataset!r}: expected one of {', '.join(DATASET_CHECKS)}")
         if self.cache_policy not in CACHE_POLICIES.names():
             raise TrainError(f"`cache_policy` {self.cache_policy!r}: expected one of "
                              f"{', '.join(CACHE_POLICIES.names())}")
@@ -246,7 +251,8 @@ RECORD_FIELDS = (
     "weight_decay", "dropout", "attn_dropout", "hidden", "heads", "out_heads", "gcn_norm", "normalize_features",
     "seed", "prefetch", "eval_every_epochs", "metrics_path", "checkpoint_dir", "checkpoint_every_steps", "resume",
     "server", "backend", "server_timeout_s", "sample_on", "capacities", "timeout_s", "exchange", "remote_cache",
-    "remote_cache_dir", "node_shared_reads", "graph_on", "graph_cache", "cache_policy", "dynamic_cache")
+    "remote_cache_dir", "node_shared_reads", "graph_on", "graph_cache", "cache_policy", "dynamic_cache",
+    "check_dataset")
 
 _GROUPS: dict[str, type] = {"model": ModelSpec, "sampling": SamplingSpec, "io": IOSpec,
                             "distributed": DistributedSpec, "run": RunSpec}

@@ -72,6 +72,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from iostack.transfer import DeviceMemory, Transfer, memory_for
+from training.background_verify import DatasetWatch
 from training.batches import BatchSource
 from training.checkpoint import (
     Resumed,
@@ -181,10 +182,13 @@ def train(spec: TrainSpec, *, source: BatchSource | None = None, features: Featu
     world = open_world(spec.io.placement, memory, spec.distributed.timeout_s)
     if memory is None:
         memory = memory_for(world.device)
+    watch = _dataset_watch(spec, ds, world, features)
     try:
         with checkpoint_lock(spec.run.checkpoint_dir, world.rank):  # one run writes a checkpoint directory
-            return _train(spec, ds, train_idx, labels, world, memory, _Given(source, features), progress)
+            return _train(spec, ds, train_idx, labels, world, memory, _Given(source, features, watch), progress)
     finally:
+        if watch is not None:
+            watch.close()
         if world.owns_group:
             import torch.distributed as dist
 
@@ -197,6 +201,18 @@ class _Given:
 
     source: BatchSource | None = None
     features: FeatureSource | None = None
+    #: the background check of the dataset's arrays (None: not this rank's, or not asked for)
+    watch: DatasetWatch | None = None
+
+
+def _dataset_watch(spec: TrainSpec, ds: Dataset, world: World, features: FeatureSource | None) -> DatasetWatch | None:
+    """The node's background check of every dataset array this run reads (its first rank checks for all)."""
+    if spec.io.check_dataset != "background" or world.local_rank != 0:
+        return None
+    read = ["indptr", "indices", "labels", "train_idx", "valid_idx", "test_idx"]
+    if spec.io.placement is None and features is None:  # else the rows come from the placement's bins
+        read.append("features")
+    return DatasetWatch(ds.path, read).start()
 
 
 def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarray, world: World,
@@ -223,6 +239,7 @@ def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarr
         if predictor is not None:  # the node's other ranks read the same SSDs in the same steps
             predictor.node(shared.ranks if shared.on else world.local_size, shared.on, world.local_rank)
         run, resumed = _set_up(spec, ds, world, feed, train_idx.shape[0], emit, predictor)
+        run.watch = given.watch
         if resumed is not None and metrics_file is not None:
             metrics_file.rewind(resumed.epoch, resumed.step)
         start = run.start_record(resumed, *_sampled_where(spec, given, feed.sample_dev, feed.why))
@@ -319,6 +336,7 @@ class _Run:
     eval_prepare: Callable[[SampledBatch, float], Prepared]
     workers: int = 1  # threads preparing training batches (training.pipeline.prefetch_workers)
     losses: list[float] = field(default_factory=list)  # this run's epochs' mean losses (training.divergence)
+    watch: DatasetWatch | None = None  # the background check of the dataset's arrays
 
     def start_record(self, resumed: Resumed | None, sampled_on: str, why: str) -> dict:
         features, store = self.features, getattr(self.features, "store", None)
@@ -388,6 +406,10 @@ class _Run:
         rec["transfers"] = moved_since(moved, self.features.transfer.counts())
         rec.update(ssd_reads(self.features, disk))
         self.epoch_end(epoch, rec)
+        if self.watch is not None:  # before the epoch's checkpoint: none comes from damaged arrays
+            self.watch.raise_if_bad()
+            if epoch == self.spec.run.epochs - 1:  # the run's results are final only once all is checked
+                rec["dataset_check"] = self.watch.finish()
         self.losses.append(rec["loss"])
         rec["divergence"] = check_divergence(self.losses, self.ds.num_classes, lr=self.spec.run.lr)
         self.checkpoint(epoch + 1, 0, None)

@@ -8,7 +8,7 @@ implementations (tests/test_startup.py), and a new word is added here once.
 
 from __future__ import annotations
 
-__all__ = ["DATASET_FEATURE_DTYPES", "EXCHANGES", "GPU_MODES", "GRAPH_ON", "MODEL_NAMES", "SAMPLE_ON"]
+__all__ = ["DATASET_CHECKS", "DATASET_FEATURE_DTYPES", "EXCHANGES", "GPU_MODES", "GRAPH_ON", "MODEL_NAMES", "SAMPLE_ON"]
 
 #: the GNNs :data:`training.models.MODELS` builds, by name
 MODEL_NAMES = ("sage", "gat", "gcn")
@@ -28,3 +28,7 @@ GPU_MODES = ("replicate", "partition")
 #: dtypes a dataset's feature matrix may have (numpy names, as written in meta.json); the types a
 #: placement may store rows in are another list, iostack.vocab.STORAGE_DTYPES
 DATASET_FEATURE_DTYPES = ("float32", "float16", "float64", "uint8", "int8")
+
+#: how much of a dataset's arrays a run checks against their CRC-32s: every block training reads, on a
+#: background thread (:mod:`training.background_verify`), or only the sample checked on opening
+DATASET_CHECKS = ("background", "open")
