@@ -13,6 +13,7 @@ import sys
 
 from iostack.backends import backend_choices
 from moment._args import examples, parse_fanouts
+from moment._args import size_arg as _size
 from moment.errors import CommandError
 
 
@@ -21,9 +22,9 @@ def _spec(args: argparse.Namespace):
 
     return InferSpec(args.dataset, args.checkpoint, args.out, placement=args.placement, backend=args.backend,
                      fanouts=parse_fanouts(args.fanouts) if args.fanouts else None,
-                     chunk_rows=args.chunk_rows, embeddings=args.embeddings,
-                     work_dir=args.work_dir, overwrite=args.force, seed=args.seed, device=args.device,
-                     capacities=args.capacities)
+                     chunk_bytes=_size(args.chunk_size, "--chunk-size"), chunk_rows=args.chunk_rows,
+                     embeddings=args.embeddings, work_dir=args.work_dir, overwrite=args.force, seed=args.seed,
+                     device=args.device, capacities=args.capacities)
 
 
 def _summary(result) -> str:
@@ -74,7 +75,7 @@ def register(subparsers) -> None:
                     "results equal the model's forward on the whole graph in memory.",
         **examples("moment infer --dataset cora --checkpoint ckpt/ --out cora-pred",
                    "moment infer --dataset graph --placement graph-placement --checkpoint ckpt/ --out pred "
-                   "--embeddings --chunk-rows 1000000"),
+                   "--embeddings --chunk-size 256MiB"),
     )
     p.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
     p.add_argument("--checkpoint", required=True, metavar="CKPT",
@@ -85,9 +86,11 @@ def register(subparsers) -> None:
                         "dataset's features.npy, memory-mapped")
     p.add_argument("--fanouts", metavar="F1,F2,..",
                    help="neighbours per layer, -1 = all (write --fanouts=-1,5); default: all in every layer (exact)")
-    p.add_argument("--chunk-rows", type=int, default=1 << 17, metavar="N",
-                   help="at most N target vertices and N edges per chunk (default 131072): a chunk gathers at "
-                        "most 2N rows")
+    p.add_argument("--chunk-size", default="32MiB", metavar="SIZE",
+                   help="the rows a chunk of vertices may gather, e.g. 256MiB (default 32MiB); two chunks are in "
+                        "memory at once, the next gathered while this one computes")
+    p.add_argument("--chunk-rows", type=int, metavar="N",
+                   help="instead: at most N target vertices and N edges per chunk, every layer")
     p.add_argument("--embeddings", action="store_true", help="also write the last hidden layer, OUT/embeddings.npy")
     p.add_argument("--work-dir", metavar="DIR",
                    help="where the hidden layers' tables are written (default --out); removed at the end")

@@ -101,6 +101,13 @@ def test_sampled_fanouts_are_reproducible(cora, tmp_path):
     assert np.array_equal(a, b)
     full = infer(InferSpec(str(cora), str(tmp_path / "ck.pt"), str(tmp_path / "full")))
     assert not np.array_equal(a, np.load(full.outputs["logits.npy"]))  # 3 of up to 168 neighbours: another answer
+    # a byte budget per chunk: 1 MiB of 1433-float rows is 91 targets and edges a chunk in layer 0, of 16-float
+    # rows 8192 in layer 1
+    small = infer(InferSpec(str(cora), str(tmp_path / "ck.pt"), str(tmp_path / "small"), chunk_bytes=1 << 20))
+    indptr = np.asarray(open_dataset(cora).indptr)
+    assert [rec["chunks"] for rec in small.layers] == [len(chunk_ranges(indptr, 91)), len(chunk_ranges(indptr, 8192))]
+    assert small.layers[0]["chunks"] > 30 > full.layers[0]["chunks"]
+    assert np.abs(np.load(small.outputs["logits.npy"]) - np.load(full.outputs["logits.npy"])).max() <= TOL
 
 
 @settings(max_examples=60, deadline=None)

@@ -59,7 +59,9 @@ class InferSpec:
 
     ``placement``: the dataset's placement (``moment place``) the first layer reads through; ``None``: the
     dataset's ``features.npy``, memory-mapped. ``fanouts``: neighbours per layer (``-1`` all); ``None``: all
-    in every layer (exact). ``chunk_rows``: a chunk's targets and edges, each at most this many. ``embeddings``:
+    in every layer (exact). ``chunk_bytes``: what a chunk may gather (a layer's chunks hold at most
+    ``chunk_bytes / (2 × its input row bytes)`` targets and as many edges, so at most ``chunk_bytes`` of rows);
+    ``chunk_rows``: that bound in rows instead, the same for every layer. ``embeddings``:
     also write the last hidden layer. ``work_dir``: where the hidden layers' tables go (default ``out``).
     ``overwrite``: replace the results already in ``out``. ``device``: where layers run (default the host).
     """
@@ -70,7 +72,8 @@ class InferSpec:
     placement: str | None = None
     backend: str = "auto"
     fanouts: tuple[int, ...] | None = None
-    chunk_rows: int = 1 << 17
+    chunk_bytes: int = 32 << 20
+    chunk_rows: int | None = None
     embeddings: bool = False
     work_dir: str | None = None
     overwrite: bool = False
@@ -79,8 +82,10 @@ class InferSpec:
     capacities: str | None = None
 
     def __post_init__(self) -> None:
-        if self.chunk_rows < 1:
+        if self.chunk_rows is not None and self.chunk_rows < 1:
             raise InferError(f"`chunk_rows` {self.chunk_rows}: expected a positive number of rows")
+        if self.chunk_bytes < 1:
+            raise InferError(f"`chunk_bytes` {self.chunk_bytes}: expected a positive size")
         if self.fanouts is not None and any(f == 0 or f < -1 for f in self.fanouts):
             raise InferError(f"`fanouts` {','.join(map(str, self.fanouts))}: expected -1 (all) or a positive count "
                              "per layer")
@@ -134,11 +139,12 @@ def _check_out(out: Path, spec: InferSpec) -> list[str]:
     return names
 
 
-def _lookups(ds: Dataset, fanouts: Sequence[int], chunk_rows: int, seed: int):
-    """Per layer, its chunk ranges and how a chunk's block is made."""
+def _lookups(ds: Dataset, fanouts: Sequence[int], budgets: Sequence[int], seed: int):
+    """Per layer, its chunk ranges (at most ``budgets[layer]`` targets and edges each) and how a chunk's block
+    is made."""
     indptr, indices = np.asarray(ds.indptr), ds.indices
     out: list[tuple[list[tuple[int, int]], Callable[[int, int], Block]]] = []
-    for f in fanouts:
+    for f, chunk_rows in zip(fanouts, budgets, strict=True):
         if f == -1:
             out.append((chunk_ranges(indptr, chunk_rows), partial(full_block, indptr, indices)))
         else:
@@ -236,7 +242,9 @@ def _run_layers(loaded: LoadedModel, ds: Dataset, source, spec: InferSpec, fanou
     sweep_leftovers(root / "layers")  # the scratch tables of a killed run
     work = root / f".layers.tmp-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
-    plan = _lookups(ds, fanouts, spec.chunk_rows, spec.seed)
+    in_bytes = [4 * int(source.dim), *(4 * d for d in loaded.model.out_dims[:-1])]  # float32 rows gathered
+    budgets = [spec.chunk_rows or max(1, spec.chunk_bytes // (2 * b)) for b in in_bytes]
+    plan = _lookups(ds, fanouts, budgets, spec.seed)
     indptr = np.asarray(ds.indptr) if loaded.spec.arch == "gcn" else None
     device = transfer.memory.device
     loaded.model.to(device)
