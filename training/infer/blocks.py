@@ -20,7 +20,7 @@ samples with :class:`training.sampler.NeighborSampler` (:func:`sampled_block`).
 [(0, 1), (1, 3), (3, 4)]
 >>> b = full_block(indptr, indices, 0, 2)
 >>> b.n_id.tolist(), b.edge_index.tolist()
-[[0, 1, 3], [[1, 2, 0], [0, 0, 1]]]
+([0, 1, 3], [[1, 2, 0], [0, 0, 1]])
 """
 
 from __future__ import annotations
