@@ -185,7 +185,7 @@ def _add_machines(sub) -> None:
 #: ``func``; one module per command keeps this file from growing with every command
 COMMAND_MODULES: tuple[str, ...] = ("moment.data_cmd", "moment.bench_cmd", "moment.train_cmd",
                                      "moment.serve_cmd", "moment.place_cmd", "moment.demo_cmd",
-                                     "moment.report_cmd")
+                                     "moment.report_cmd", "moment.infer_cmd")
 
 
 def _register_modules(sub) -> None:

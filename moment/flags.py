@@ -43,6 +43,7 @@ ALIASES: dict[str, dict[str, str]] = {
               "gpu_mode": "`moment place --gpu-cache-mode`", "gpu_cache_bytes": "`moment place --gpu-cache`",
               "feature_dtype": "`moment place --feature-dtype`", "force": "`moment place --force`"},
     "report": {"metrics_path": "`moment train --metrics`"},
+    "infer": {"overwrite": "--force", "chunk_bytes": "--chunk-size"},
     "bench emulate": {"metrics_path": "`moment train --metrics`"},
     "profile": {"file_bytes": "--file-size"},
     "bench io raw": {"file_bytes": "--file-size"},

@@ -41,6 +41,7 @@ def _registry_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         ("moment place", "--hotness"): HOTNESS_METHODS.names(),
         ("moment place", "--strategy"): PLACEMENT_POLICIES.names(),
         ("moment train", "--backend"): backends,
+        ("moment infer", "--backend"): backends,
         ("moment train", "--cache-policy"): CACHE_POLICIES.names(),
         ("moment bench io gather", "--backend"): backends,
     }

@@ -68,6 +68,9 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
                      ["--nodes", "1e5", "--edges", "1e6", "4e6"]),
     # the store's gathers against another checkout (a refactor's cost): give it --ref DIR, so run by hand
     "gather_ab": ("bench_gather_ab.py", ["--rounds", "9", "--seconds", "3"], ["--rounds", "2", "--seconds", "1"]),
+    # layer-wise inference: ours vs the in-memory full-graph forward, and under a cgroup below the features (root)
+    "infer": ("bench_infer.py", ["--rounds", "3"], ["--rounds", "1", "--nodes", "250000", "--edges", "1250000",
+                                                    "--small-nodes", "5000", "--small-edges", "25000"]),
     # a CSR on the SSD under a memory limit below its size (root: a cgroup); the dataset is made by hand
     "csr_ssd": ("bench_csr_ssd.py", ["--dataset", "/var/tmp/ssdcsr/g2e8", "--rounds", "5", "--memory-limit", "512MiB"],
                 ["--dataset", "/var/tmp/ssdcsr/g2e8", "--rounds", "1", "--memory-limit", "512MiB"]),

@@ -404,7 +404,7 @@ def paged_header_bytes(row_bytes: int) -> int:
     return row_bytes if row_bytes % FEATURE_PAGE == 0 and row_bytes <= 2 * FEATURE_PAGE else FEATURE_PAGE
 
 
-def open_paged_npy(path: str | os.PathLike[str], dtype: np.dtype, shape: tuple[int, int]) -> np.memmap:
+def open_paged_npy(path: str | os.PathLike[str], dtype: np.dtype, shape: tuple[int, ...]) -> np.memmap:
     """A new ``.npy`` file of ``shape`` opened as a writable memmap, its data starting on a page boundary
     and its length a whole number of pages (zeros after the data).
 

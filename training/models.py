@@ -22,7 +22,8 @@ GCN normalisation (:class:`GCN`): ``"local"`` (default) is PyG's ``GCNConv`` on
 the batch's own graph (self-loops added, degrees counted in the layer's edges, as
 PyG does with ``NeighborLoader``); ``"global"`` takes each vertex's degree in the
 whole graph (pass ``deg``), which with full neighbourhoods is exactly Kipf &
-Welling's full-graph GCN.
+Welling's full-graph GCN. Any GCN given ``deg`` normalises with it (layer-wise
+inference does: on the whole graph the two are the same).
 
 >>> import torch
 >>> m = build_model("sage", in_dim=4, num_classes=3, num_layers=2, hidden=8)
@@ -200,17 +201,35 @@ class _Sampled(nn.Module):
                              f"{len(edge_index_per_layer)} fan-outs; use one fan-out per layer")
         need = _needs(edge_index_per_layer, batch_size)
         h = x
-        last = len(self.convs) - 1
         for layer, ei in enumerate(edge_index_per_layer):
             h = h[: need[layer]]
             if layer == 0 and self.input_dropout:
                 h = dropout(h, self.dropout, self.training)
-            h = self._conv(layer, h, ei, need[layer + 1], deg=deg)
-            if layer < last:
-                # a layer outputs exactly the rows the next one reads: dropping units here is
-                # the next layer's input dropout
-                h = self._act_dropout(h)
+            h = self.layer_forward(layer, h, ei, need[layer + 1], deg=deg)
         return h[:batch_size]
+
+    def layer_forward(self, layer: int, x: Tensor, edge_index: Tensor, num_out: int, *,
+                      deg: Tensor | None = None) -> Tensor:
+        """Layer ``layer`` alone on one block: ``[num_out, out_dims[layer]]``, the outputs of ``x``'s first rows.
+
+        ``x``: ``[n, in_dim of the layer]``, the rows the layer reads (its ``num_out`` targets first);
+        ``edge_index``: ``[2, E]`` local ids into ``x`` (row 0 the neighbour, row 1 the target, ``< num_out``).
+        Below the last layer the activation (and, in training, dropout) follows, as in :meth:`forward`,
+        which applies the layers one by one through this method; the input dropout of layer 0 is
+        :meth:`forward`'s. Layer-wise inference (:mod:`training.infer`) calls it for one layer over every
+        vertex before the next.
+        """
+        h = self._conv(layer, x, edge_index, num_out, deg=deg)
+        if layer < len(self.convs) - 1:
+            # a layer outputs exactly the rows the next one reads: dropping units here is
+            # the next layer's input dropout
+            h = self._act_dropout(h)
+        return h
+
+    @property
+    def out_dims(self) -> tuple[int, ...]:
+        """Width of each layer's output (a GAT hidden layer's: its heads concatenated)."""
+        return tuple(int(c.out_channels) * (int(c.heads) if getattr(c, "concat", False) else 1) for c in self.convs)
 
 
 class GraphSAGE(_Sampled):
@@ -277,16 +296,22 @@ class GCN(_Sampled):
 
     def _conv(self, layer: int, x: Tensor, edge_index: Tensor, num_out: int, *, deg: Tensor | None = None,
               **extra) -> Tensor:
-        if self.norm == "local":
+        if self.norm == "local" and deg is None:
             return self.convs[layer](x, edge_index)[:num_out]
         if deg is None:
             raise ModelError("GCN with norm='global' needs deg, the vertices' whole-graph in-degrees")
+        # whole-graph degrees (given `deg`, whatever `norm`: layer-wise inference passes them to compute
+        # the full-graph GCN block by block, where a block's own degrees would be wrong for its sources)
         n = x.shape[0]
         loops = torch.arange(n, device=x.device)
         ei = torch.cat([edge_index, loops.expand(2, n)], 1)
         inv = (deg[:n].to(x.dtype) + 1.0).rsqrt()  # +1: the self-loop of Â = A + I
         w = inv[ei[0]] * inv[ei[1]]
-        return self.convs[layer](x, ei, w)[:num_out]
+        conv = self.convs[layer]
+        # GCNConv.forward without its own normalisation (a "local" model's conv would renormalise `w`):
+        # the same lin, propagate (edge-weighted sum) and bias it runs with normalize=False
+        out = conv.propagate(ei, x=conv.lin(x), edge_weight=w)
+        return (out if conv.bias is None else out + conv.bias)[:num_out]
 
 
 #: model name -> (class, default hyperparameters)
