@@ -53,7 +53,15 @@ def _library_tables() -> dict[tuple[str, str], tuple[str, ...]]:
     from iostack.vocab import ENGINES, STORAGE_DTYPES
     from planner.vocab import HANDOFF_LAYOUTS
     from training.importers import FORMATS
-    from training.vocab import DATASET_FEATURE_DTYPES, EXCHANGES, GPU_MODES, GRAPH_ON, MODEL_NAMES, SAMPLE_ON
+    from training.vocab import (
+        DATASET_FEATURE_DTYPES,
+        EXCHANGES,
+        GPU_MODES,
+        GRAPH_ON,
+        MODEL_NAMES,
+        PRECISIONS,
+        SAMPLE_ON,
+    )
 
     return {
         ("moment plan", "--layout"): HANDOFF_LAYOUTS,
@@ -65,6 +73,7 @@ def _library_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         ("moment train", "--sample-on"): SAMPLE_ON,
         ("moment train", "--graph-on"): GRAPH_ON,
         ("moment train", "--exchange"): EXCHANGES,
+        ("moment train", "--precision"): PRECISIONS,
         ("moment place", "--gpu-cache-mode"): GPU_MODES,
         ("moment place", "--feature-dtype"): STORAGE_DTYPES,
     }
@@ -79,6 +88,7 @@ def test_the_heavy_modules_check_against_the_light_tables():
     import training.data as data
     import training.devices as devices
     import training.place.bins as placing
+    import training.precision as precision
     import training.sharded.features as sharded
     import training.specs as specs
     from iostack import vocab as io_vocab
@@ -92,7 +102,8 @@ def test_the_heavy_modules_check_against_the_light_tables():
              (data.DATASET_FEATURE_DTYPES, vocab.DATASET_FEATURE_DTYPES),
              (devices.SAMPLE_ON, vocab.SAMPLE_ON), (placing.GPU_MODES, vocab.GPU_MODES),
              (specs.GRAPH_ON, vocab.GRAPH_ON), (specs.EXCHANGES, vocab.EXCHANGES),
-             (sharded.EXCHANGES, vocab.EXCHANGES)]
+             (sharded.EXCHANGES, vocab.EXCHANGES), (specs.PRECISIONS, vocab.PRECISIONS),
+             (precision.PRECISIONS, vocab.PRECISIONS)]
     assert all(used is table for used, table in pairs)
 
 
