@@ -18,6 +18,10 @@
   stored; int8 rows become float32 (their decoded range may pass float16's
   65504; autocast narrows them in the first matrix product).
 
+Through a cache that fills on access (``cache_policy``, :mod:`training.cached_features`) the rows are
+held in the cache as float32 (what its fill source returns) and cast to the rows' type where the batch
+lands; a sharded placement holds the features' own type.
+
 Which operations autocast narrows is torch's list (matrix products, linear
 layers); the rest (sums, softmax, the loss) run in float32 there. Autocast
 on the CPU needs no hardware support, but is only faster where the CPU has
