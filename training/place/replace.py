@@ -12,7 +12,11 @@ filled for the first epochs serves less and less. Here:
   keeps its bin *and* row; a vertex whose bin changes takes, in its new bin, a
   row the old placement leaves unused (one it never used first, so a store
   still reading through the old placement never reads a row being written;
-  rows vacated by this move only when the bin has no other room). The plan says
+  rows vacated by this move only when the bin has no other room). That alone
+  does not make the move safe beside a live store: its block checks
+  (:mod:`iostack.binverify`) hold the old per-block CRCs, so a store must be
+  reopened after the move (a move in the background needs arrivals in blocks
+  no old row shares: not done yet). The plan says
   the traffic per bin the new hotness puts on the old placement and on the new
   one (the prediction, checked after the move by :func:`bin_traffic`).
 * :func:`apply_replacement` writes the moved rows that land in SSD bins, in place
