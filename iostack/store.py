@@ -180,7 +180,7 @@ class FeatureStore:
         if self.codec is not None:
             self._tables = self._device_tables()
             self.notes.append(f"feature rows stored as {self.codec.dtype} ({self.row_bytes} bytes a row), "
-                              f"decoded to float32 on {self.device}")
+                              f"decoded on {self.device} (to float32, or the type the caller asks for)")
 
     # Any: keyword options of whichever backend class is chosen (each takes its own)
     def _backend(self, backend: str | ReadBackend, options: dict[str, Any] | None) -> ReadBackend:

@@ -16,7 +16,7 @@ from iostack.cachepolicy import CACHE_POLICIES, DEFAULT_POLICY
 from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
 from moment.errors import CommandError
-from training.vocab import DATASET_CHECKS, EXCHANGES, GRAPH_ON, MODEL_NAMES, SAMPLE_ON
+from training.vocab import DATASET_CHECKS, EXCHANGES, GRAPH_ON, MODEL_NAMES, PRECISIONS, SAMPLE_ON
 
 
 def _spec(args: argparse.Namespace):
@@ -41,7 +41,8 @@ def _spec(args: argparse.Namespace):
         distributed=DistributedSpec(timeout_s=args.timeout),
         run=RunSpec(epochs=args.epochs, seed=args.seed, lr=args.lr, weight_decay=args.weight_decay,
                     eval_every_epochs=args.eval_every, checkpoint_dir=args.checkpoint,
-                    checkpoint_every_steps=args.checkpoint_every, resume=args.resume, metrics_path=args.metrics),
+                    checkpoint_every_steps=args.checkpoint_every, resume=args.resume, metrics_path=args.metrics,
+                    precision=args.precision),
     )
 
 
@@ -155,6 +156,9 @@ def _printer(args: argparse.Namespace, spec, err, bars, state: dict):
                       f"{'store ' + str(spec.io.placement) if spec.io.placement else 'in memory'}"
                       + (f" ({rec['feature_dtype']} rows)" if rec.get("feature_dtype") else ""), markup=False)
             state["feature_dtype"] = rec.get("feature_dtype")
+            if rec.get("precision", "32") != "32":
+                err.print(f"precision {rec['precision']}: rows reach the model as "
+                          f"{str(rec.get('model_rows_dtype')).removeprefix('torch.')}", markup=False)
             err.print(f"device {rec['device']}; sampling on {rec['sampling']['device']} ({rec['sampling']['why']})",
                       markup=False)
             if rec.get("integrity"):  # the dataset's checksums: verified (a sample of blocks) or absent
@@ -299,6 +303,10 @@ def register(subparsers) -> None:
     m.add_argument("--gcn-norm", choices=("local", "global"), default="local",
                    help="GCN degrees from the batch graph (PyG mini-batch default) or the whole graph")
     m.add_argument("--normalize-features", action="store_true", help="row-normalise feature rows (Planetoid style)")
+    m.add_argument("--precision", choices=PRECISIONS, default="32",
+                   help="32 (default): float32; bf16-mixed: autocast to bfloat16 (GPU or CPU); 16-mixed: float16 "
+                        "with loss scaling. Mixed: rows placed as float16/bfloat16 reach the model in that type, "
+                        "int8 rows are decoded on the device into bfloat16")
     m.add_argument("--seed", type=int, default=0, help="seed of parameters, shuffling and sampling (default 0)")
     r = p.add_argument_group("pipeline, evaluation, output")
     r.add_argument("--check-dataset", choices=DATASET_CHECKS, default="background",

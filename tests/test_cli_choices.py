@@ -61,6 +61,7 @@ def _library_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         GPU_MODES,
         GRAPH_ON,
         MODEL_NAMES,
+        PRECISIONS,
         SAMPLE_ON,
     )
 
@@ -75,6 +76,7 @@ def _library_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         ("moment train", "--graph-on"): GRAPH_ON,
         ("moment train", "--exchange"): EXCHANGES,
         ("moment train", "--check-dataset"): DATASET_CHECKS,
+        ("moment train", "--precision"): PRECISIONS,
         ("moment place", "--gpu-cache-mode"): GPU_MODES,
         ("moment place", "--feature-dtype"): STORAGE_DTYPES,
     }
@@ -89,6 +91,7 @@ def test_the_heavy_modules_check_against_the_light_tables():
     import training.data as data
     import training.devices as devices
     import training.place.bins as placing
+    import training.precision as precision
     import training.sharded.features as sharded
     import training.specs as specs
     from iostack import vocab as io_vocab
@@ -103,7 +106,8 @@ def test_the_heavy_modules_check_against_the_light_tables():
              (devices.SAMPLE_ON, vocab.SAMPLE_ON), (placing.GPU_MODES, vocab.GPU_MODES),
              (specs.GRAPH_ON, vocab.GRAPH_ON), (specs.EXCHANGES, vocab.EXCHANGES),
              (specs.DATASET_CHECKS, vocab.DATASET_CHECKS),
-             (sharded.EXCHANGES, vocab.EXCHANGES)]
+             (sharded.EXCHANGES, vocab.EXCHANGES), (specs.PRECISIONS, vocab.PRECISIONS),
+             (precision.PRECISIONS, vocab.PRECISIONS)]
     assert all(used is table for used, table in pairs)
 
 

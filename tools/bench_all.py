@@ -53,8 +53,12 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "precision": ("bench_precision.py", [], ["--quick"]),
     # Machine A's layouts (a)-(d): socket-aware DDAK, and DDAK with every GPU alike, against hash (paper Fig. 17)
     "sockets": ("bench_sockets.py", [], []),
+    # --precision bf16-mixed / 16-mixed against float32: accuracy and seeds/s on Cora, Amazon Photo, a synthetic graph
+    "mixed_precision": ("bench_mixed_precision.py", [], ["--quick"]),
     "dyncache": ("bench_dyncache.py", ["--repeats", "3"],
                  ["--nodes", "50000", "--batches", "10", "--window", "5000", "--shift", "2500", "--repeats", "1"]),
+    # re-placement between epochs against static DDAK on a drifting hot set: cache share, seeds/s, rows moved
+    "replace": ("bench_replace.py", ["--repeats", "3"], ["--nodes", "30000", "--batches", "10", "--repeats", "1"]),
     "startup": ("bench_startup.py", ["--repeats", "15"], ["--repeats", "5"]),
     # the step alone, flat all-reduce and DDP interleaved (the whole run against an old tree: --reference)
     "ddp": ("bench_ddp.py", ["--exchange", "--steps", "150"], ["--exchange", "--steps", "40"]),

@@ -76,19 +76,25 @@ def run_policy(policy: str, capacity: int, feats: np.ndarray, warm: np.ndarray, 
     return rates, speeds, cache.bookkeeping_bytes()
 
 
-def _args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, default=200_000)
+def drift_arguments(ap: argparse.ArgumentParser, *, nodes: int = 200_000, batches: int = 40, window: int = 20_000,
+                    shift: int = 10_000) -> None:
+    """The drifting graph's and seeds' options (this benchmark's, and ``tools/bench_replace.py``'s)."""
+    ap.add_argument("--nodes", type=int, default=nodes)
     ap.add_argument("--degree", type=int, default=12)
     ap.add_argument("--local", type=int, default=2000, help="ids either side a near neighbour is drawn from")
     ap.add_argument("--hot-share", type=float, default=0.3, help="share of edges into the global hot set")
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--epochs", type=int, default=6)
-    ap.add_argument("--batches", type=int, default=40, help="batches per epoch")
+    ap.add_argument("--batches", type=int, default=batches, help="batches per epoch")
     ap.add_argument("--batch", type=int, default=512, help="seeds per batch")
-    ap.add_argument("--window", type=int, default=20_000, help="ids an epoch's seeds come from")
-    ap.add_argument("--shift", type=int, default=10_000, help="ids the window moves per epoch")
+    ap.add_argument("--window", type=int, default=window, help="ids an epoch's seeds come from")
+    ap.add_argument("--shift", type=int, default=shift, help="ids the window moves per epoch")
     ap.add_argument("--fanouts", default="10,5")
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    drift_arguments(ap)
     ap.add_argument("--cache-share", type=float, default=0.1, help="cache rows as a share of the rows")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)

@@ -56,16 +56,18 @@ class Feed:
     owns_features: bool
     owns_source: bool
 
-    def training_prepare(self, normalize: bool) -> tuple[Callable[[SampledBatch, float], Prepared], int]:
-        """How training batches are prepared (gathering through ``shared.features``) and by how many threads
-        (:func:`training.pipeline.prefetch_workers`)."""
+    def training_prepare(self, normalize: bool, dtype: torch.dtype = torch.float32
+                         ) -> tuple[Callable[[SampledBatch, float], Prepared], int]:
+        """How training batches are prepared (gathering through ``shared.features``, rows as ``dtype``) and
+        by how many threads (:func:`training.pipeline.prefetch_workers`)."""
         workers = prefetch_workers(self.features, self.shared.on)
         assert self.shared.features is not None  # setup_node_shared_reads always names what to gather through
-        return preparer(self.shared.features, self.lookups, normalize, concurrent=workers > 1), workers
+        return preparer(self.shared.features, self.lookups, normalize, concurrent=workers > 1, dtype=dtype), workers
 
-    def eval_prepare(self, normalize: bool) -> Callable[[SampledBatch, float], Prepared]:
-        """How evaluation batches are prepared: gathered privately, through ``features``."""
-        return preparer(self.features, self.lookups, normalize)
+    def eval_prepare(self, normalize: bool, dtype: torch.dtype = torch.float32
+                     ) -> Callable[[SampledBatch, float], Prepared]:
+        """How evaluation batches are prepared: gathered privately, through ``features``, rows as ``dtype``."""
+        return preparer(self.features, self.lookups, normalize, dtype=dtype)
 
     def close(self) -> None:
         """Close the source, the features and the on-disk neighbour lists this feed opened (not those handed in)."""

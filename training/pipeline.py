@@ -3,7 +3,7 @@
 A background thread (:class:`Prefetcher`) samples the next batches and gathers
 their rows into a bounded queue while the current batch trains;
 :func:`preparer` turns a :class:`~training.sampler.SampledBatch` into a
-:class:`Prepared` (features cast to float32 on the device, labels and
+:class:`Prepared` (features cast to the model's type on the device, labels and
 degrees looked up where the batch was sampled). :func:`sampling` decides
 where the graph is sampled (:func:`training.devices.sampling_device`).
 """
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class Prepared:
-    """A batch ready to train: sampled, features gathered (float32), labels and degrees looked up.
+    """A batch ready to train: sampled, features gathered (the model's type), labels and degrees looked up.
 
     Its tensors are on the training device once :meth:`wait` has returned
     (on a GPU: the default stream waits for the copy stream's event).
@@ -240,8 +240,11 @@ def prefetch_workers(features: FeatureSource, node_shared: bool) -> int:
 
 
 def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *,
-             concurrent: bool = False) -> Callable[[SampledBatch, float], Prepared]:
-    """A batch's preparation: its rows gathered (float32, on the device), labels and degrees looked up.
+             concurrent: bool = False, dtype: torch.dtype = torch.float32) -> Callable[[SampledBatch, float], Prepared]:
+    """A batch's preparation: its rows gathered (as ``dtype``, on the device), labels and degrees looked up.
+
+    ``dtype``: the rows' type for the model, cast (or decoded) where they land: float32, or under mixed
+    precision the rows' stored type (:meth:`training.precision.Precision.rows_dtype`).
 
     ``features`` composed with node-shared SSD reads (the training steps'
     store, :mod:`training.nodeshare`): every rank of the node must then
@@ -258,14 +261,16 @@ def preparer(features: FeatureSource, lookups: Lookups, normalize: bool, *,
     def prepare(b: SampledBatch, sample_s: float) -> Prepared:
         t0 = time.perf_counter()
         before = {} if concurrent else features.totals()
-        gathered = features.gather_landing(b.n_id, dtype=torch.float32)  # cast on the device, after the copy
+        gathered = features.gather_landing(b.n_id, dtype=dtype)  # cast on the device, after the copy
         after = features.tier_rows(b.n_id) if concurrent else features.totals()
         gather_s = time.perf_counter() - t0
         waited = shared.last_wait_s if shared is not None else 0.0
         with transfer.batch() as tb:
             x = tb.keep(gathered.rows)
             if normalize:  # row-normalised features (Kipf & Welling's preprocessing), per gathered row
-                x = tb.keep(transfer.memory.adopt(x / x.sum(1, keepdim=True).clamp(min=1.0)))
+                # summed in float32: a float16 row's sum may pass 65504, a bfloat16 one keeps 8 bits
+                xs = x.float()
+                x = tb.keep(transfer.memory.adopt((xs / xs.sum(1, keepdim=True).clamp(min=1.0)).to(x.dtype)))
             mem = transfer.memory
             if lookups.labels_dev is not None and b.n_id.device == lookups.labels_dev.device:
                 # sampled on the device: look up there too, nothing goes back to the host

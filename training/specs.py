@@ -42,7 +42,7 @@ from iostack.cachepolicy import CACHE_POLICIES
 from momentbase.jsontypes import JsonObject, JsonValue
 from training.errors import TrainError
 from training.models import MODELS
-from training.vocab import DATASET_CHECKS, EXCHANGES, GRAPH_ON, SAMPLE_ON
+from training.vocab import DATASET_CHECKS, EXCHANGES, GRAPH_ON, PRECISIONS, SAMPLE_ON
 
 __all__ = ["RECORD_FIELDS", "DistributedSpec", "IOSpec", "ModelSpec", "RunSpec", "SamplingSpec", "TrainSpec"]
 
@@ -225,7 +225,9 @@ class RunSpec:
     ``lr``, ``weight_decay``: Adam's. ``eval_every_epochs``: 0 = only after the last epoch.
     ``checkpoint_dir``: write ``checkpoint.pt`` there at every epoch end (and every
     ``checkpoint_every_steps`` steps; 0 = epoch ends only); ``resume``: continue from it.
-    ``metrics_path``: JSON lines of the run's records (rank 0)."""
+    ``metrics_path``: JSON lines of the run's records (rank 0). ``precision``: the arithmetic of the steps
+    and evaluation (:data:`~training.vocab.PRECISIONS`; :mod:`training.precision`): ``32``, or a mixed
+    precision under which float16/bfloat16 rows reach the model in their own type."""
 
     epochs: int = 1
     seed: int = 0
@@ -236,9 +238,12 @@ class RunSpec:
     checkpoint_every_steps: int = 0
     resume: bool = False
     metrics_path: str | None = None
+    precision: str = "32"
 
     def __post_init__(self) -> None:
         _path(self, "checkpoint_dir", "metrics_path")
+        if self.precision not in PRECISIONS:
+            raise TrainError(f"`precision` {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
         _positive(self, "epochs")
         _non_negative(self, "eval_every_epochs", "checkpoint_every_steps")
         if not 0 < self.lr < math.inf or not 0 <= self.weight_decay < math.inf:  # nan fails too
@@ -252,7 +257,7 @@ RECORD_FIELDS = (
     "seed", "prefetch", "eval_every_epochs", "metrics_path", "checkpoint_dir", "checkpoint_every_steps", "resume",
     "server", "backend", "server_timeout_s", "sample_on", "capacities", "timeout_s", "exchange", "remote_cache",
     "remote_cache_dir", "node_shared_reads", "graph_on", "graph_cache", "cache_policy", "dynamic_cache",
-    "check_dataset")
+    "check_dataset", "precision")
 
 _GROUPS: dict[str, type] = {"model": ModelSpec, "sampling": SamplingSpec, "io": IOSpec,
                             "distributed": DistributedSpec, "run": RunSpec}

@@ -104,6 +104,7 @@ from training.pipeline import (
     Prefetcher,
     Prepared,
 )
+from training.precision import Precision, StepScaler
 from training.sampler import NeighborSampler, SampledBatch
 from training.sharded.exchange import PeerLostError
 from training.specs import ModelSpec, RunSpec, TrainSpec
@@ -286,13 +287,15 @@ def _set_up(spec: TrainSpec, ds: Dataset, world: World, feed: Feed, n_train: int
         resumed = resume(ckpt_path, spec.to_dict(), model, optimizer, world)
     ddp = data_parallel(model, world)  # after a resume: DDP starts every rank from rank 0's state
     normalize = spec.model.normalize_features
-    prepare, workers = feed.training_prepare(normalize)
+    precision = Precision.of(spec.run.precision, world.device.type)
+    rows = precision.rows_dtype(feature_dtype_of(feed.features, ds))  # float32, or the stored type (mixed)
+    prepare, workers = feed.training_prepare(normalize, rows)
     assert feed.shared.features is not None
     run = _Run(spec, ds, world, feed.shared.features, model, ddp, params, optimizer, prepare,
                feed.source, feed.source.steps(0), int(n_train), ckpt_path, emit, predictor,
                NeighborSampler(*feed.csr, spec.sampling.evaluation_fanouts, seed=spec.run.seed),
-               feed.eval_prepare(normalize),  # evaluation reads privately
-               workers)
+               feed.eval_prepare(normalize, rows),  # evaluation reads privately
+               workers, StepScaler(precision))
     return run, resumed
 
 
@@ -335,6 +338,7 @@ class _Run:
     eval_sampler: NeighborSampler
     eval_prepare: Callable[[SampledBatch, float], Prepared]
     workers: int = 1  # threads preparing training batches (training.pipeline.prefetch_workers)
+    amp: StepScaler = field(default_factory=lambda: StepScaler(Precision()))  # autocast, loss scaling
     losses: list[float] = field(default_factory=list)  # this run's epochs' mean losses (training.divergence)
     watch: DatasetWatch | None = None  # the background check of the dataset's arrays
 
@@ -344,6 +348,8 @@ class _Run:
                 "start_epoch": resumed.epoch if resumed else 0, "start_step": resumed.step if resumed else 0,
                 "features": type(features).__name__, "num_train": self.n_train,
                 "feature_dtype": feature_dtype_of(features, self.ds),
+                "precision": self.amp.precision.name,  # and the type the rows reach the model in
+                "model_rows_dtype": str(self.amp.precision.rows_dtype(feature_dtype_of(features, self.ds))),
                 "parameters": sum(p.numel() for p in self.params), "device": str(self.world.device),
                 "sampling": {"device": sampled_on, "why": why},
                 "store_notes": list(getattr(features, "notes", None) or (store.notes if store is not None else [])),
@@ -381,7 +387,7 @@ class _Run:
             for step in range(first, self.steps):
                 rec = _step(self.ddp, self.params, self.optimizer, pre, self.world, self.n_train,
                             self.spec.sampling.batch_size,
-                            step, sums, epoch=epoch)
+                            step, sums, epoch=epoch, amp=self.amp)
                 rec.update(kind="step", epoch=epoch, step=step, steps=self.steps)
                 self.emit(rec)
                 if every and (step + 1) % every == 0 and step + 1 < self.steps:
@@ -425,7 +431,8 @@ class _Run:
                 idx = getattr(self.ds, f"{split}_idx")
                 if idx is not None and len(idx):
                     rec[f"{split}_acc"] = _evaluate(self.model, np.asarray(idx, np.int64), self.eval_sampler,
-                                                    self.eval_prepare, world, self.spec, self.features.transfer)
+                                                    self.eval_prepare, world, self.spec, self.features.transfer,
+                                                    self.amp.precision)
             rec["eval_s"] = time.perf_counter() - t_eval
         if world.size > 1:
             rec["param_spread"] = param_spread(self.params, world, epoch)
@@ -437,7 +444,8 @@ class _Run:
 
 
 def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.optim.Optimizer, pre: Prefetcher,
-          world: World, n_train: int, batch_size: int, step: int, sums: Sums, *, epoch: int = 0) -> dict:
+          world: World, n_train: int, batch_size: int, step: int, sums: Sums, *, epoch: int = 0,
+          amp: StepScaler | None = None) -> dict:
     """One training step of ``model`` (the DDP wrapper under several ranks); its step record.
 
     DDP averages the gradients over the ranks: the summed loss scaled by
@@ -448,7 +456,9 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
     rank. (DDP's ``join()`` would do it too, but costs every rank an extra
     all-reduce per forward on every step to learn who joined; an empty part
     happens at most once an epoch and a forward over zero rows is free.)
+    ``amp``: the run's precision (autocast around the forward, loss scaling for float16); default float32.
     """
+    amp = amp if amp is not None else StepScaler(Precision())
     t0 = time.perf_counter()
     try:
         item, waited = pre.get()
@@ -463,10 +473,11 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
     model.train()
     optimizer.zero_grad(set_to_none=True)
     b = item.batch
-    out = model(item.x, b.edge_index_per_layer, b.batch_size, deg=item.deg)
-    loss = F.cross_entropy(out, item.y, reduction="sum")
+    with amp.precision.autocast():
+        out = model(item.x, b.edge_index_per_layer, b.batch_size, deg=item.deg)
+        loss = F.cross_entropy(out, item.y, reduction="sum")  # float32 under autocast
     with peer_errors(during):  # DDP's bucketed all-reduce runs inside backward
-        (loss * (world.size / global_bs)).backward()
+        amp.backward(loss * (world.size / global_bs))
     stats = torch.stack([loss.detach().float(), (out.detach().argmax(1) == item.y).sum().float()])
     mem = pre.memory
     if mem is not None and mem.accelerated:
@@ -476,8 +487,10 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
     t2 = time.perf_counter()
     world.all_reduce(stats, during=during)  # the global batch's summed loss and hits, on every rank
     t3 = time.perf_counter()
-    _refuse_non_finite(torch.cat([_non_finite_flag(params, world.device), stats]), epoch, step)
-    optimizer.step()
+    # with loss scaling an overflowing gradient skips the step (the scaler's job): only the loss is refused
+    grads = torch.zeros(1, device=world.device) if amp.skips_overflow else _non_finite_flag(params, world.device)
+    _refuse_non_finite(torch.cat([grads, stats]), epoch, step)
+    amp.step(optimizer)
     loss_total, hits = float(stats[0]), float(stats[1])
     t4 = time.perf_counter()
     # compute_s holds the gradients' all-reduce too (overlapped with backward); allreduce_s the loss and hits
@@ -525,7 +538,7 @@ def _refuse_non_finite(flat: Tensor, epoch: int, step: int) -> None:
 @torch.no_grad()
 def _evaluate(model: torch.nn.Module, idx: np.ndarray, sampler: NeighborSampler,
               prepare: Callable[[SampledBatch, float], Prepared], world: World, spec: TrainSpec,
-              transfer: Transfer) -> float:
+              transfer: Transfer, precision: Precision | None = None) -> float:
     """Accuracy on ``idx``, every rank evaluating its share; the same sample whatever the epoch."""
     model.eval()
     _, batches = eval_batches(sampler, idx, spec.sampling.eval_batch_size, spec.run.seed, world)
@@ -538,7 +551,8 @@ def _evaluate(model: torch.nn.Module, idx: np.ndarray, sampler: NeighborSampler,
                 break
             item.wait()  # sync-point: eval-landing
             if item.batch.batch_size:
-                out = model(item.x, item.batch.edge_index_per_layer, item.batch.batch_size, deg=item.deg)
+                with (precision or Precision()).autocast():
+                    out = model(item.x, item.batch.edge_index_per_layer, item.batch.batch_size, deg=item.deg)
                 # summed where the model ran: float() here would make the host wait for every batch
                 hits[0] += (out.argmax(1) == item.y).sum().to(hits.device, hits.dtype)
                 hits[1] += item.batch.batch_size

@@ -8,7 +8,8 @@ implementations (tests/test_startup.py), and a new word is added here once.
 
 from __future__ import annotations
 
-__all__ = ["DATASET_CHECKS", "DATASET_FEATURE_DTYPES", "EXCHANGES", "GPU_MODES", "GRAPH_ON", "MODEL_NAMES", "SAMPLE_ON"]
+__all__ = ["DATASET_CHECKS", "DATASET_FEATURE_DTYPES", "EXCHANGES", "GPU_MODES", "GRAPH_ON", "MODEL_NAMES",
+           "PRECISIONS", "SAMPLE_ON"]
 
 #: the GNNs :data:`training.models.MODELS` builds, by name
 MODEL_NAMES = ("sage", "gat", "gcn")
@@ -21,6 +22,10 @@ GRAPH_ON = ("memory", "disk")
 
 #: how the ranks of a sharded placement exchange feature rows (:mod:`training.sharded.exchange`)
 EXCHANGES = ("alltoall", "rpc")
+
+#: the arithmetic a run trains in (:mod:`training.precision`): ``32`` (float32, the default),
+#: ``bf16-mixed`` (autocast to bfloat16), ``16-mixed`` (autocast to float16, loss scaled); names as Lightning's
+PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 
 #: how the GPUs' caches split the hot rows: each GPU holds them all, or its share
 GPU_MODES = ("replicate", "partition")
