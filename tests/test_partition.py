@@ -1,0 +1,191 @@
+"""Partitioning (training/partition/): the relabelling is a permutation, the parts' slices are the relabelled CSR and
+that is the original graph; every partitioner; `moment data partition` end to end on Cora; its bad inputs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from iostack.shards import partition_rows
+from tests.conftest import graph_fixture
+from training.data import DatasetError, open_dataset
+from training.partition import PARTITIONERS, PartitionError, default_method
+from training.partition.read import open_partition
+from training.partition.write import write_partition
+from training.writer import DatasetWriter
+
+
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory) -> Path:
+    from moment.cli import main
+
+    root = tmp_path_factory.mktemp("cora")
+    assert main(["data", "import", str(graph_fixture("cora")), str(root / "cora")]) == 0
+    return root / "cora"
+
+
+def _rows(indptr: np.ndarray, indices: np.ndarray) -> list[list[int]]:
+    return [sorted(indices[indptr[v]:indptr[v + 1]].tolist()) for v in range(indptr.size - 1)]
+
+
+def check_partitioned(ds, out: Path, part_of: np.ndarray) -> None:
+    """Every invariant of the format, against the dataset it came from."""
+    pt = open_partition(out)
+    n, p = ds.num_nodes, pt.parts
+    old = np.asarray(pt.old_ids)
+    assert sorted(old.tolist()) == list(range(n))  # a permutation
+    offs = pt.node_offsets
+    assert offs[0] == 0 and offs[-1] == n and np.all(np.diff(offs) == np.bincount(part_of, minlength=p))
+    for k in range(p):
+        mine = old[offs[k]:offs[k + 1]]
+        assert np.all(part_of[mine] == k) and np.all(np.diff(mine) > 0)  # its vertices, increasing old id
+    indptr = np.asarray(pt.indptr)
+    assert np.array_equal(pt.edge_offsets, indptr[offs])
+    indices = np.concatenate([np.asarray(pt.part(k).indices) for k in range(p)])
+    assert indices.size == ds.num_edges and indices.dtype == ds.indices.dtype
+    # the relabelled CSR, mapped back through old_ids, is the original graph row for row
+    back = old[indices]
+    new_of_old = np.argsort(old)
+    orig = _rows(np.asarray(ds.indptr), np.asarray(ds.indices))
+    for v in range(n):
+        row = indices[indptr[v]:indptr[v + 1]]
+        assert np.all(np.diff(row) > 0) or row.size <= 1  # rows sorted by new id
+        assert sorted(back[indptr[v]:indptr[v + 1]].tolist()) == orig[old[v]]
+    cut = 0
+    for k in range(p):
+        part = pt.part(k)
+        lo, hi = part.node_range
+        rows = np.asarray(part.indices)
+        far = rows[(rows < lo) | (rows >= hi)]
+        cut += far.size
+        assert np.array_equal(np.asarray(part.halo), np.unique(far))
+        if ds.features is not None:
+            assert np.array_equal(np.asarray(part.features), np.asarray(ds.features)[old[lo:hi]])
+        if ds.train_idx is not None:
+            want = np.sort(new_of_old[np.asarray(ds.train_idx)])
+            assert np.array_equal(np.asarray(part.train_idx), want[(want >= lo) & (want < hi)])
+    assert cut == pt.manifest["edge_cut"]
+
+
+@st.composite
+def graphs(draw):
+    n = draw(st.integers(1, 30))
+    e = draw(st.integers(0, 80))
+    src = np.array(draw(st.lists(st.integers(0, n - 1), min_size=e, max_size=e)), np.int64)
+    dst = np.array(draw(st.lists(st.integers(0, n - 1), min_size=e, max_size=e)), np.int64)
+    p = draw(st.integers(1, n))
+    part_of = np.array(draw(st.lists(st.integers(0, p - 1), min_size=n, max_size=n)), np.int16)
+    return n, src, dst, p, part_of, draw(st.booleans())
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_relabel_is_a_permutation_and_the_slices_are_the_graph(g):
+    n, src, dst, p, part_of, undirected = g
+    with tempfile.TemporaryDirectory() as d:
+        with DatasetWriter(f"{d}/g", num_nodes=n) as w:
+            w.write_edges((src, dst), undirected=undirected)
+            w.write_features(np.arange(n * 3, dtype=np.float32).reshape(n, 3))
+            w.write_splits(train=np.arange(0, n, 2))
+        ds = open_dataset(f"{d}/g")
+        write_partition(ds, part_of, p, f"{d}/out", method="given")
+        check_partitioned(ds, Path(d, "out"), part_of)
+
+
+@pytest.mark.parametrize("method", PARTITIONERS.names())
+@pytest.mark.parametrize("parts", [1, 2, 4])
+def test_every_partitioner_cuts_fewer_edges_than_hashing(cora, method, parts):
+    if PARTITIONERS.caps(method)["requires"] and importlib.util.find_spec(PARTITIONERS.caps(method)["requires"]) \
+            is None:
+        pytest.skip(f"{method} needs {PARTITIONERS.caps(method)['requires']}")
+    ds = open_dataset(cora)
+    part_of = PARTITIONERS.get(method)(ds, parts)
+    assert part_of.dtype == np.int16 and part_of.shape == (ds.num_nodes,)
+    counts = np.bincount(part_of, minlength=parts)
+    assert counts.size == parts and counts.min() > 0.7 * ds.num_nodes / parts  # balanced within 30%
+    rows = np.repeat(np.arange(ds.num_nodes), np.diff(ds.indptr))
+    cut = int((part_of[rows] != part_of[np.asarray(ds.indices)]).sum())
+    hashed = np.arange(ds.num_nodes) % parts
+    assert cut <= int((hashed[rows] != hashed[np.asarray(ds.indices)]).sum()) * (0.8 if parts > 1 else 1)
+
+
+def test_partitioned_cora_keeps_the_format(cora, tmp_path):
+    ds = open_dataset(cora)
+    part_of = PARTITIONERS.get("ldg")(ds, 3)
+    write_partition(ds, part_of, 3, tmp_path / "out", method="ldg")
+    check_partitioned(ds, tmp_path / "out", part_of)
+
+
+def test_partition_rows_owner_follows_the_partition():
+    part_of = np.array([0, 1, 1, 0, 2, 2], np.int16)
+    hot = np.array([0.0, 5, 1, 9, 2, 3])
+    lay = partition_rows(part_of, hot, replicas=2, hot_rows=2)
+    assert lay.owner.tolist() == part_of.tolist()
+    assert lay.width.tolist() == [1, 2, 1, 2, 1, 1]  # the two hottest (3 and 1) on two nodes
+    assert lay.rows_of(1).tolist() == [1, 2, 3] and lay.rows_of(2).tolist() == [1, 4, 5]
+
+
+def _cli(*argv: str) -> int:
+    from moment.cli import main
+
+    return main(list(argv))
+
+
+def test_cli_partitions_cora_end_to_end(cora, tmp_path, capsys):
+    out = tmp_path / "cora-2"
+    assert _cli("data", "partition", str(cora), str(out), "--parts", "2", "--json") == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["parts"] == 2 and rep["method"] == default_method(10556)
+    assert 0 < rep["edge_cut"] < 10556 and rep["halo_share"] > 0
+    share = rep["remote_share"]
+    assert share["partition"] < share["hash"] / 2 and abs(share["hash"] - 0.5) < 0.1
+    assert _cli("data", "info", str(out), "--json") == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["edge_cut"] == rep["edge_cut"] and len(info["parts_detail"]) == 2
+    assert _cli("data", "info", str(out)) == 0
+    assert "edge cut" in capsys.readouterr().out
+    with pytest.raises(DatasetError, match="open_partition"):
+        open_dataset(out / "part-0")
+    with pytest.raises(DatasetError, match="open_partition"):
+        open_dataset(out)
+    check_partitioned(open_dataset(cora), out, np.asarray(np.load(out / "part_of.npy")))
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--parts", "0"], "--parts 0: expected at least 1"),
+    (["--parts", "100000"], "--parts 100000: more partitions than the 2,708 vertices"),
+])
+def test_cli_bad_parts_is_one_line(cora, tmp_path, capsys, argv, says):
+    assert _cli("data", "partition", str(cora), str(tmp_path / "o"), *argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_refuses_a_non_empty_out_without_force(cora, tmp_path, capsys):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert _cli("data", "partition", str(cora), str(out), "--parts", "2", "--presample-batches", "0") == 2
+    err = capsys.readouterr().err.strip()
+    assert "not empty; pass --force" in err and len(err.splitlines()) == 1
+    assert (out / "keep.txt").read_text() == "mine"
+    assert _cli("data", "partition", str(cora), str(out), "--parts", "2", "--presample-batches", "0",
+                "--force") == 0
+    assert not (out / "keep.txt").exists() and open_partition(out).parts == 2
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left beside it
+
+
+def test_write_rejects_a_bad_part_of(cora, tmp_path):
+    ds = open_dataset(cora)
+    with pytest.raises(PartitionError, match="shape"):
+        write_partition(ds, np.zeros(5, np.int16), 2, tmp_path / "o", method="x")
+    with pytest.raises(PartitionError, match="outside 0..1"):
+        write_partition(ds, np.full(ds.num_nodes, 2, np.int16), 2, tmp_path / "o", method="x")
