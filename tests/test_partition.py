@@ -189,3 +189,22 @@ def test_write_rejects_a_bad_part_of(cora, tmp_path):
         write_partition(ds, np.zeros(5, np.int16), 2, tmp_path / "o", method="x")
     with pytest.raises(PartitionError, match="outside 0..1"):
         write_partition(ds, np.full(ds.num_nodes, 2, np.int16), 2, tmp_path / "o", method="x")
+
+
+def test_place_over_nodes_follows_the_partition(cora, tmp_path, capsys):
+    assert _cli("data", "partition", str(cora), str(tmp_path / "c2"), "--parts", "2", "--method", "ldg",
+                "--presample-batches", "0") == 0
+    ssd = [a for _ in range(8) for a in ("--ssd", str(tmp_path / "ssd"))]
+    common = ["place", "--dataset", str(cora), "--machine", "moment-b", "--gpu-cache", "128KiB", "--cpu-cache",
+              "1MiB", *ssd, "--fanouts", "10,5", "--batch-size", "35", "--replicas", "2", "--hot-rows", "0.05"]
+    assert _cli(*common, "--nodes", "2", "--partition", str(tmp_path / "c2"), "--out", str(tmp_path / "pl")) == 0
+    assert "owners: the partitions of" in capsys.readouterr().out
+    part_of = np.load(tmp_path / "c2" / "part_of.npy")
+    for d in (tmp_path / "pl", tmp_path / "pl" / "node1"):
+        assert np.array_equal(np.load(d / "owner.npy"), part_of)
+    width = np.load(tmp_path / "pl" / "owner.npy"), np.load(tmp_path / "pl" / "width.npy")
+    assert int((width[1] == 2).sum()) == round(0.05 * 2708)
+    held = (part_of == 1) | (width[1] == 2)
+    assert np.load(tmp_path / "pl" / "node1" / "rows.npy").shape[0] == int(held.sum())
+    assert _cli(*common, "--nodes", "4", "--partition", str(tmp_path / "c2"), "--out", str(tmp_path / "p4")) == 2
+    assert "--partition" in capsys.readouterr().err
