@@ -39,7 +39,7 @@ def _lines(s: dict) -> list[str]:
             f"· method {s['method']}",
             f"balance (largest part over the mean): vertices {b['nodes']:.3f} · edges {b['edges']:.3f} · "
             f"train seeds {b['train_seeds']:.3f}",
-            f"halo: {s['halo_share']:.1%} of the vertices are another part's neighbour"]
+            f"halo: {s['halo_share']:.2f} remote neighbours a vertex (the parts' halos summed over the vertices)"]
 
 
 def _partition_command(args: argparse.Namespace) -> int:

@@ -144,7 +144,8 @@ def open_partition(path: str | os.PathLike[str]) -> Partitioned:
 
 
 def summary(man: JsonObject) -> JsonObject:
-    """What ``moment data info`` says of a partitioned dataset: counts, cut, balance, halo share."""
+    """What ``moment data info`` says of a partitioned dataset: counts, cut, balance, halo share (the parts'
+    halo vertices summed, over the vertices: above 1 when a vertex is in several parts' halos)."""
     parts = man["parts_detail"]
     n, e = int(man["num_nodes"]), max(int(man["num_edges"]), 1)
     p = int(man["parts"])

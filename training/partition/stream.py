@@ -4,9 +4,10 @@ Linear Deterministic Greedy (Stanton & Kliot, KDD 2012): each vertex, in id
 order, goes to the partition holding most of its already-placed neighbours,
 weighted by how much room that partition has left (``1 - load / capacity``);
 a vertex with no placed neighbour goes to the emptiest partition. Here the
-load is the largest of three shares (vertices, training seeds, CSR entries,
-each against ``(1 + slack) / parts`` of its total), so the partitions come out
-balanced on all three, and a partition at capacity takes no more. With
+load is the largest of the shares the vertex adds to (vertices, training
+seeds, CSR entries, each against ``(1 + slack) / parts`` of its total: a
+non-seed is not turned away by a partition full of seeds), so the partitions
+come out balanced on all three, and a partition at capacity takes no more. With
 ``passes`` > 1 the stream is read again (ReLDG, Nishimura & Ugander, KDD 2013):
 a vertex then sees every neighbour's partition from the pass before, which
 cuts markedly fewer edges for one more read of the CSR.
@@ -20,13 +21,14 @@ edge); without it the same function runs as Python (about 1 us an edge: fine
 for the fixtures, slow past 10^7 edges).
 
 >>> import numpy as np, tempfile
->>> from training.synth import SynthSpec, synthesize
+>>> from training.synth import SynthSpec
+>>> from training.synth_run import synthesize
 >>> from training.data import open_dataset
 >>> d = tempfile.mkdtemp()
->>> ds = open_dataset(synthesize(f"{d}/g", SynthSpec(num_nodes=400, num_edges=2000, feature_dim=2)))
+>>> ds = open_dataset(synthesize(f"{d}/g", SynthSpec(num_nodes=400, num_edges=2000, feature_dim=2)).path)
 >>> part_of = ldg_partition(ds, 2)
 >>> part_of.dtype, np.bincount(part_of).tolist()
-(dtype('int16'), [200, 200])
+(dtype('int16'), [201, 199])
 """
 
 from __future__ import annotations
@@ -62,7 +64,12 @@ def _ldg_block(indptr, indices, v0, part_of, seeds, loads, caps):  # pragma: no 
         deg = float(b - a)
         best, best_score, best_load = -1, -1.0, 2.0
         for k in range(parts):
-            load = max(loads[0, k] / caps[0], loads[1, k] / caps[1], loads[2, k] / caps[2])
+            # only the counts this vertex adds to: a full seed count does not turn away a non-seed
+            load = loads[0, k] / caps[0]
+            if seeds[v] > 0:
+                load = max(load, loads[1, k] / caps[1])
+            if deg > 0.0:
+                load = max(load, loads[2, k] / caps[2])
             room = 1.0 - load
             if room <= 0.0:
                 continue
