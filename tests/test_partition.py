@@ -208,3 +208,22 @@ def test_place_over_nodes_follows_the_partition(cora, tmp_path, capsys):
     assert np.load(tmp_path / "pl" / "node1" / "rows.npy").shape[0] == int(held.sum())
     assert _cli(*common, "--nodes", "4", "--partition", str(tmp_path / "c2"), "--out", str(tmp_path / "p4")) == 2
     assert "--partition" in capsys.readouterr().err
+
+
+def test_ldg_runs_the_same_without_numba(cora, monkeypatch):
+    from training.partition import stream
+
+    ds = open_dataset(cora)
+    compiled = stream.ldg_partition(ds, 3)
+    monkeypatch.setattr(stream, "_kernel", lambda: stream._ldg_block)  # the Python loop numba compiles
+    assert np.array_equal(stream.ldg_partition(ds, 3), compiled)
+
+
+def test_without_pymetis_metis_says_so_and_the_default_streams(cora, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pymetis", None)  # import pymetis now raises ImportError
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pymetis" else object())
+    assert default_method(10556) == "ldg"
+    with pytest.raises(PartitionError, match="needs pymetis"):
+        PARTITIONERS.get("metis")(open_dataset(cora), 2)
