@@ -69,7 +69,9 @@ class Relabel:
         # stable: increasing old id inside a part
         old_ids = np.argsort(part_of, kind="stable").astype(np.int64, copy=False)
         new_of_old = np.empty_like(old_ids)
-        new_of_old[old_ids] = np.arange(old_ids.size, dtype=np.int64)
+        step = 1 << 22  # by blocks: a whole arange would be 8 more bytes a vertex at the peak
+        for a in range(0, old_ids.size, step):
+            new_of_old[old_ids[a:a + step]] = np.arange(a, min(a + step, old_ids.size), dtype=np.int64)
         return cls(old_ids, new_of_old, offsets)
 
 
