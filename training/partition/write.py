@@ -8,13 +8,14 @@ killed writer's leftovers are swept by the next). An ``OUT`` that exists and
 is not empty is replaced only with ``overwrite=True``.
 
 Memory: O(N) integers plus one block. The relabelling keeps ``old_ids`` and
-``new_of_old`` (int64, 16 bytes a vertex) and a halo mark (1 byte a vertex) in
-memory, ``part_of`` (2 bytes) and the seed ids; the CSR's indices, the
-features and the new indices pass through in blocks of about ``chunk_edges``
-entries (and their packed sort keys, 8 bytes an entry): about ``19 N + 24
-chunk_edges`` bytes besides the memory maps' page cache, whatever the edge
-count. At 10^9 edges over 10^8 vertices that is about 2 GB (measured at 10^7
-and 10^8 edges by ``tools/bench_partition.py --scale``).
+``new_of_old`` (int64, 16 bytes a vertex), ``part_of`` (2 bytes) and a halo
+mark (1 byte) in memory, and the seed ids; the CSR's indices, the features and
+the new indices pass through in blocks of at most ``chunk_edges`` entries, each
+with about 50 bytes an entry of temporaries (positions, ids, rows, the packed
+sort keys): about ``19 N + 50 chunk_edges`` bytes of anonymous memory
+besides the memory maps' page cache, whatever the edge count (200 MB of
+blocks at the default 4 M entries). Measured by ``tools/bench_partition.py``
+(``docs/design-notes.md``, "Partitioning the graph").
 """
 
 from __future__ import annotations
