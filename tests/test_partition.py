@@ -227,3 +227,38 @@ def test_without_pymetis_metis_says_so_and_the_default_streams(cora, monkeypatch
     assert default_method(10556) == "ldg"
     with pytest.raises(PartitionError, match="needs pymetis"):
         PARTITIONERS.get("metis")(open_dataset(cora), 2)
+
+
+@pytest.mark.heavy  # starts two node processes that import torch (~10 s)
+def test_two_nodes_train_over_partition_owned_rows_what_one_process_trains(cora, tmp_path):
+    """The sharded trainer over a placement whose owners are the partitions: one process's losses, full fan-outs."""
+    from planner.handoff import PlanTargets, StoreTarget
+    from tests.conftest import flat_spec
+    from tests.nodes_launch import launch, log, wait_all
+    from tests.test_nodes import CFG, _steps, _train
+    from training.hotness import degree_from_csr
+    from training.partition.owners import partition_layout
+    from training.place.nodes import place_sharded
+    from training.place.specs import PolicySpec, ShardSpec, TierSpec
+    from training.trainer import train
+
+    ds = open_dataset(cora)
+    assert _cli("data", "partition", str(cora), str(tmp_path / "c2"), "--parts", "2", "--presample-batches",
+                "0") == 0
+    hot = degree_from_csr(np.asarray(ds.indptr), np.asarray(ds.indices)).astype(np.float32)
+    lay = partition_layout(ds, tmp_path / "c2", 2, hotness=hot, replicas=2, hot_rows=270)
+    t = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),
+                                                           StoreTarget("ssd0", "ssd", "ssd0", "s0", 2.0)))
+    out = tmp_path / "pl"
+    place_sharded(ds.features, hot, t, out, TierSpec(cpu_cache_bytes=300 * ds.row_bytes, ssd_dirs=[out]),
+                  PolicySpec(), ShardSpec(nodes=2, replicas=2, hot_rows=270 / ds.num_nodes), fsync=False, layout=lay)
+    assert np.array_equal(np.load(out / "owner.npy"), np.load(tmp_path / "c2" / "part_of.npy"))
+    m = tmp_path / "m.jsonl"
+    args = ["--batch-size", "35", "--epochs", "2", "--metrics", str(m)]
+    procs = launch([_train(out / "node0", *args, cora=cora), _train(out / "node1", *args, cora=cora)],
+                   logs=tmp_path / "logs")
+    assert wait_all(procs) == [[0], [0]], log(tmp_path / "logs", 0)[-2000:] + log(tmp_path / "logs", 1)[-2000:]
+    one: list[float] = []
+    train(flat_spec(dataset=str(cora), batch_size=35, epochs=2, **CFG),
+          progress=lambda r: one.append(r["loss"]) if r["kind"] == "step" else None)
+    np.testing.assert_allclose([r["loss"] for r in _steps(m)], one, rtol=1e-5)
