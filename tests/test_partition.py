@@ -262,3 +262,21 @@ def test_two_nodes_train_over_partition_owned_rows_what_one_process_trains(cora,
     train(flat_spec(dataset=str(cora), batch_size=35, epochs=2, **CFG),
           progress=lambda r: one.append(r["loss"]) if r["kind"] == "step" else None)
     np.testing.assert_allclose([r["loss"] for r in _steps(m)], one, rtol=1e-5)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.sampled_from(PARTITIONERS.names()))
+def test_every_partitioner_assigns_every_vertex_to_a_partition(g, method):
+    n, src, dst, p, _, undirected = g
+    requires = PARTITIONERS.caps(method)["requires"]
+    if requires and importlib.util.find_spec(requires) is None:
+        return
+    with tempfile.TemporaryDirectory() as d:
+        with DatasetWriter(f"{d}/g", num_nodes=n) as w:
+            w.write_edges((src, dst), undirected=undirected)
+            w.write_splits(train=np.arange(0, n, 3))
+        ds = open_dataset(f"{d}/g")
+        part_of = PARTITIONERS.get(method)(ds, p)
+        assert part_of.dtype == np.int16 and part_of.shape == (n,)
+        assert part_of.min() >= 0 and part_of.max() < p
+        assert np.array_equal(PARTITIONERS.get(method)(ds, p), part_of)  # deterministic for one seed
