@@ -280,3 +280,20 @@ def test_every_partitioner_assigns_every_vertex_to_a_partition(g, method):
         assert part_of.dtype == np.int16 and part_of.shape == (n,)
         assert part_of.min() >= 0 and part_of.max() < p
         assert np.array_equal(PARTITIONERS.get(method)(ds, p), part_of)  # deterministic for one seed
+
+
+def test_metis_balances_each_count_and_falls_back_to_one_blended_weight(cora, monkeypatch):
+    pytest.importorskip("pymetis")
+    from training.partition import metis
+
+    ds = open_dataset(cora)
+    deg = np.diff(np.asarray(ds.indptr))
+    for fallback in (False, True):
+        if fallback:
+            monkeypatch.setattr(metis, "_metis_ncon", lambda *a: None)
+        part_of = metis.metis_partition(ds, 4)
+        seeds = np.bincount(part_of[np.asarray(ds.train_idx)], minlength=4)
+        edges = np.bincount(part_of, weights=deg, minlength=4)
+        nodes = np.bincount(part_of, minlength=4)
+        spread = max(x.max() / x.mean() for x in (seeds, edges, nodes))
+        assert spread < (1.35 if fallback else 1.05)  # ncon = 3: each count within METIS's tolerance
