@@ -12,12 +12,13 @@ picks one: ``metis`` where pymetis is installed and the graph's symmetrised
 CSR fits in memory (at most :data:`METIS_MAX_EDGES` CSR entries), else ``ldg``.
 Why METIS is the default where it fits, measured (``tools/bench_partition.py``,
 ``docs/benchmarks.md``, 2 and 4 parts): it cuts fewer edges than LDG on every
-graph measured, 3.4-8.7x fewer on Cora and Amazon-Photo, 1.2-1.4x on the
-skewed Chung-Lu graph (which has no communities to find), and so leaves a
-rank 4-6x less of its sampled rows remote than hash ownership on the fixtures,
+graph measured (Cora 3.1-3.4x fewer, Amazon-Photo 1.4-1.6x, the skewed
+Chung-Lu graph 1.2-1.4x, which has no communities to find), balances each of
+the three counts within 2% where LDG's are within 11%, and so leaves a rank
+3-6.5x less of its sampled rows remote than hash ownership on the fixtures,
 where LDG manages about 2x. LDG is for size: at 10^7 CSR entries it partitions
-in 1.3 s against METIS's 51 s, holding 3 bytes a vertex where METIS's whole
-symmetrised graph costs about 260 bytes a vertex more.
+in 3 s against METIS's 50 s, with O(N) memory where METIS needs about 140
+bytes a CSR entry (1.3 GiB there).
 
 The table imports nothing heavy: the command line lists its names without numpy.
 
@@ -63,8 +64,8 @@ from training.errors import TrainingError
 __all__ = ["METIS_MAX_EDGES", "PARTITIONERS", "PartitionError", "default_method"]
 
 #: the most CSR entries ``default_method`` hands METIS: its symmetrised int64 copy and METIS's own
-#: graph take about 40 bytes an entry, 10 GB at 2.5e8
-METIS_MAX_EDGES = 250_000_000
+#: graph take about 140 bytes an entry (measured at 10^7), 7 GB at 5e7
+METIS_MAX_EDGES = 50_000_000
 
 
 class PartitionError(TrainingError):

@@ -11,8 +11,8 @@ and ``METIS_PartGraphRecursive``, 64-bit ``idx_t``) through :mod:`ctypes`;
 where that is not possible the three counts are blended into one weight,
 ``1 + N/S * seed + N/E * degree``, for ``part_graph`` (balanced in sum, not
 each). METIS needs the whole symmetrised graph in memory (scipy's ``A + A.T``
-with int64 ids, then METIS's own copy: about 260 bytes a vertex at 10 CSR
-entries a vertex, measured), so it is for graphs
+with int64 ids, then METIS's own copy: about 140 bytes a CSR entry, measured
+at 10^7 entries), so it is for graphs
 that fit; :func:`training.partition.default_method` hands larger ones to the
 streaming ``ldg``. pymetis (a maintained binding of METIS 5) is imported only here.
 """
