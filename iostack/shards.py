@@ -208,3 +208,43 @@ def shard_rows(hotness: np.ndarray, num_nodes: int, replicas: int = 1, hot_rows:
     hot = int(hot_rows) if replicas > 1 else 0
     width[order[:hot]] = int(replicas)
     return ShardLayout(int(num_nodes), int(replicas), owner, width, hot_rows=hot)
+
+
+def partition_rows(part_of: np.ndarray, hotness: np.ndarray | None = None, replicas: int = 1,
+                   hot_rows: int = 0, num_nodes: int | None = None) -> ShardLayout:
+    """Rows owned by the partition of their vertex (``part_of``, ``[V]``); the ``hot_rows`` hottest on ``replicas``.
+
+    The graph's partitioning (``moment data partition``) decides ownership
+    instead of :func:`shard_rows`' deal by hotness: a rank's seeds and most of
+    its sampled neighbours are then its own rows. Replication is as there: the
+    ``hot_rows`` rows of highest ``hotness`` (ties in id order) are held by
+    ``replicas`` consecutive nodes from their owner. ``num_nodes`` defaults to
+    ``part_of.max() + 1``.
+
+    >>> lay = partition_rows(np.array([1, 1, 0, 0]), np.array([0, 9, 1, 2]), replicas=2, hot_rows=1)
+    >>> lay.owner.tolist(), lay.width.tolist(), lay.rows_of(0).tolist()
+    ([1, 1, 0, 0], [1, 2, 1, 1], [1, 2, 3])
+
+    Raises
+    ------
+    StoreError
+        ``part_of`` not 1-D or negative, ``hotness`` of another length, ``hot_rows`` or ``replicas`` out of range.
+    """
+    owner = np.asarray(part_of)
+    if owner.ndim != 1:
+        raise StoreError(f"part_of must be 1-D, got shape {owner.shape}")
+    if owner.size and int(owner.min()) < 0:
+        raise StoreError("part_of: a vertex has no partition (a negative entry); partition the graph again")
+    n = int(num_nodes) if num_nodes is not None else (int(owner.max()) + 1 if owner.size else 1)
+    if not 1 <= int(replicas) <= n:
+        raise StoreError(f"replicas {replicas}: expected 1 to {n} (a row is on at most every node)")
+    if not 0 <= int(hot_rows) <= owner.size:
+        raise StoreError(f"hot_rows: expected 0 to {owner.size} (the rows), got {hot_rows}")
+    width = np.ones(owner.size, np.uint8)
+    hot = int(hot_rows) if replicas > 1 else 0
+    if hot:
+        h = np.asarray(hotness, np.float64) if hotness is not None else None
+        if h is None or h.shape != owner.shape:
+            raise StoreError(f"hotness must have one value per row ({owner.size}) to replicate the hottest rows")
+        width[np.argsort(-h, kind="stable")[:hot]] = int(replicas)
+    return ShardLayout(n, int(replicas), owner.astype(np.int16), width, hot_rows=hot)

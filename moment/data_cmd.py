@@ -94,7 +94,12 @@ def _info_command(args: argparse.Namespace) -> int:
     from moment.bars import Bars
     from momentbase.units import format_size
     from training.data import dataset_info, open_dataset
+    from training.partition.read import is_partitioned
 
+    if is_partitioned(args.dir):  # a `moment data partition` output: its cut, balance and parts
+        from moment.partition_cmd import print_partition_info
+
+        return print_partition_info(args.dir, args.json)
     verified = None
     if args.verify:  # every block of every array (or, for a placement, of its bins too); bad ones listed, exit 1
         from moment.verify_cmd import verify_for_info
@@ -220,6 +225,14 @@ def register(subparsers) -> None:
                            "first, last and a few random blocks)")
     info.set_defaults(func=_info_command)
 
+    _more_actions(data_sub)
+
+
+def _more_actions(data_sub) -> None:
+    """``partition`` (:mod:`moment.partition_cmd`) and ``synth`` when :mod:`moment.synth_cmd` is present."""
+    from moment.partition_cmd import register_partition
+
+    register_partition(data_sub)
     try:
         from moment.synth_cmd import register_synth
     except ModuleNotFoundError as exc:  # the synth command is optional; a broken one must still fail loudly

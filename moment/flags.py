@@ -31,6 +31,7 @@ ALIASES: dict[str, dict[str, str]] = {
          "host_memory_share": "--cpu-cache-share"},
     "data synth": {"num_nodes": "--nodes", "num_edges": "--edges", "num_classes": "--classes",
                    "overwrite": "--force"},
+    "data partition": {"overwrite": "--force"},
     "data import": {"overwrite": "--force", "keys": "--hdf5-key", "classes": "--igb-classes"},
     "plan": {"nic_bytes_per_s": "--nic-gbps", "place_nics": "--nics K"},
     "place": {"ssd_dirs": "--ssd", "gpu_mode": "--gpu-cache-mode", "gpu_cache_bytes": "--gpu-cache",

@@ -104,15 +104,23 @@ def register(subparsers) -> None:
                      help="pre-sample this many mini-batches instead of whole epochs")
     hot.add_argument("--seed", type=int, default=0, help="seed of the pre-sampling and of --strategy random")
     _add_policy_args(p.add_argument_group("placement"))
+    _node_options(p)
+    p.set_defaults(func=run)
+
+
+def _node_options(p: argparse.ArgumentParser) -> None:
+    """The options of placing over several nodes."""
     nodes = p.add_argument_group("several nodes (a feature store sharded across them)")
     nodes.add_argument("--nodes", type=int, default=1, metavar="N",
                        help="split the rows over N nodes: each gets --out/node<k> (and <ssd>/node<k>) with its "
                             "own rows and bins; train with torchrun --nnodes N (default 1: one machine)")
     nodes.add_argument("--replicas", type=int, default=1, metavar="W",
                        help="hold the hottest rows (--hot-rows) on W nodes, the rest on one (default 1)")
+    nodes.add_argument("--partition", metavar="OUT",
+                       help="rows owned by the partitions of OUT (`moment data partition DATASET OUT --parts N`) "
+                            "instead of dealt by hotness: a rank's batches then read mostly its own rows")
     nodes.add_argument("--hot-rows", type=float, default=0.05, metavar="SHARE",
                        help="share of the rows, hottest first, that --replicas applies to (default 0.05)")
-    p.set_defaults(func=run)
 
 
 def _add_policy_args(alg) -> None:
@@ -241,7 +249,7 @@ def _spec(args: argparse.Namespace, gpu_bytes: int, cpu_bytes: int):
 
     return PlaceSpec(TierSpec(gpu_bytes, cpu_bytes, args.ssd, args.gpu_cache_mode),
                      PolicySpec(args.strategy, args.pool, args.seed, socket_aware=not args.no_socket_aware),
-                     ShardSpec(args.nodes, args.replicas, args.hot_rows),
+                     ShardSpec(args.nodes, args.replicas, args.hot_rows, args.partition),
                      HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                                  epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed),
                      feature_dtype=args.feature_dtype, in_place=args.in_place)

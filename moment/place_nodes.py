@@ -24,7 +24,8 @@ def print_nodes(args: argparse.Namespace, sp, ds, hot, targets) -> int:
     full = ds.num_nodes * ds.row_bytes
     console.print(f"[bold]{ds.name}[/bold]: {ds.num_nodes:,} rows of {format_size(ds.row_bytes)} over "
                   f"{sp.layout.num_nodes} nodes · replicas {sp.layout.replicas} for the {sp.layout.hot_rows:,} "
-                  f"hottest rows · plan: {targets.source} · strategy {args.strategy}")
+                  f"hottest rows · plan: {targets.source} · strategy {args.strategy}"
+                  + (f" · owners: the partitions of {args.partition}" if getattr(args, "partition", None) else ""))
     t = Table(title=f"nodes (written to {args.out}/node<k>)", title_justify="left")
     for c in ("node", "rows", "bytes", "of a full replica", "SSD share of its reads", "directory"):
         t.add_column(c, justify="left" if c == "directory" else "right")

@@ -33,6 +33,7 @@ def _registry_tables() -> dict[tuple[str, str], tuple[str, ...]]:
     from planner.flow import FLOW_MODELS
     from planner.policies import PLACEMENT_POLICIES
     from training.hotness_methods import HOTNESS_METHODS
+    from training.partition import PARTITIONERS
 
     backends = ("auto", *READ_BACKENDS.names())
     return {
@@ -44,6 +45,7 @@ def _registry_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         ("moment infer", "--backend"): backends,
         ("moment train", "--cache-policy"): CACHE_POLICIES.names(),
         ("moment bench io gather", "--backend"): backends,
+        ("moment data partition", "--method"): PARTITIONERS.names(),
     }
 
 

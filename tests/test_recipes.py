@@ -48,18 +48,19 @@ def _registries():
     from planner.topology.sources import CAPTURE_SOURCES
     from training.batches import BATCH_SOURCES
     from training.hotness_methods import HOTNESS_METHODS
+    from training.partition import PARTITIONERS
 
     return {"flow model": (FLOW_MODELS, "store-bound"), "read backend": (READ_BACKENDS, "mmap"),
             "placement policy": (PLACEMENT_POLICIES, "round-robin"),
             "hotness method": (HOTNESS_METHODS, "two-hop"), "batch source": (BATCH_SOURCES, "degree-ordered"),
-            "capture source": (CAPTURE_SOURCES, "lscpu")}
+            "capture source": (CAPTURE_SOURCES, "lscpu"), "graph partitioner": (PARTITIONERS, "id-blocks")}
 
 
 def _one(kind: str):
     return pytest.mark.parametrize("recipe", [pytest.param(_registries()[kind], id=kind)], indirect=True)
 
 
-def test_the_page_has_a_recipe_for_each_of_the_six():
+def test_the_page_has_a_recipe_for_each_of_the_seven():
     assert sorted(_recipes()) == sorted(_registries())
 
 
@@ -200,3 +201,20 @@ def test_capture_source_recipe(recipe, capsys):
     assert "CPU model: AMD EPYC 7742 64-Core Processor" in json.loads(capsys.readouterr().out)["notes"]
     with pytest.raises(Exception, match="lscpu names the CPUs only"):
         topology_from_files(lscpu=Path(lscpu))
+
+
+@_one("graph partitioner")
+def test_graph_partitioner_recipe(recipe, tmp_path):
+    from training.data import open_dataset
+    from training.partition.read import open_partition
+    from training.partition.run import partition_dataset
+    from training.synth import SynthSpec
+    from training.synth_run import synthesize
+
+    ds = open_dataset(synthesize(tmp_path / "ds", SynthSpec(num_nodes=300, num_edges=2400, feature_dim=4,
+                                                            train_share=0.3, seed=5)).path)
+    res = partition_dataset(ds, tmp_path / "out", 3, method="id-blocks", presample_batches=2, batch_size=20)
+    pt = open_partition(tmp_path / "out")
+    assert pt.manifest["method"] == "id-blocks" and pt.node_offsets.tolist() == [0, 100, 200, 300]
+    assert np.array_equal(np.asarray(pt.old_ids), np.arange(300))  # blocks of ids: the relabelling is the identity
+    assert res.remote is not None and res.remote.rows > 0

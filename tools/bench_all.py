@@ -43,6 +43,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "integrity": ("bench_integrity.py", ["--nodes", "1e6", "--repeats", "5"], ["--nodes", "2e5", "--repeats", "2"]),
     "bin_integrity": ("bench_bin_integrity.py", ["--repeats", "7"], ["--rows", "8192", "--repeats", "2"]),
     "multinode": ("bench_multinode.py", [], ["--quick"]),
+    # METIS vs streaming LDG, partition vs hash/random ownership; the scale runs measure the writer's memory
+    "partition": ("bench_partition.py", ["--scale-edges", "1e6", "1e7"], ["--quick", "--scale-edges", "1e6"]),
     "train_dgl": ("bench_train_dgl.py", ["--rounds", "5"],
                   ["--rounds", "1", "--nodes", "50000", "--edges", "500000"]),
     "emulate": ("bench_emulate.py", ["--rounds", "3"], ["--rounds", "1", "--skip", "dlio"]),

@@ -186,9 +186,16 @@ def read_meta(path: str | os.PathLike) -> dict:
     try:
         meta = json.loads(meta_path.read_text())
     except FileNotFoundError:
+        if (Path(path) / "partition.json").is_file():
+            raise DatasetError(f"{path}: a partitioned dataset (partition.json), not one dataset; open it with "
+                               "`training.partition.read.open_partition`, or give its source dataset") from None
         raise DatasetError(f"{meta_path}: missing; {path} is not a dataset directory (re-import it)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{meta_path}: not valid JSON ({exc}); re-import the dataset") from None
+    if isinstance(meta, dict) and meta.get("format") == "moment.partition-part":
+        raise DatasetError(f"{path}: partition {meta.get('part')} of the partitioned dataset {Path(path).parent}, "
+                           "not a dataset of its own (its indices are global ids); open the parent with "
+                           "`training.partition.read.open_partition`")
     if not isinstance(meta, dict) or meta.get("schema") != SCHEMA:
         raise DatasetError(
             f"{meta_path}: schema is {meta.get('schema') if isinstance(meta, dict) else None!r}, expected {SCHEMA!r}"

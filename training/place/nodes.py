@@ -92,7 +92,8 @@ def node_dir(out: str | os.PathLike[str], node: int) -> Path:
 def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTargets, out: str | os.PathLike[str],
                   tiers: TierSpec, policy: PolicySpec, shards: ShardSpec, *,
                   reads_per_epoch: np.ndarray | None = None, report: Mapping[str, Any] | None = None,
-                  progress: Progress | None = None, fsync: bool = True) -> ShardedPlacement:
+                  progress: Progress | None = None, fsync: bool = True,
+                  layout: ShardLayout | None = None) -> ShardedPlacement:
     """Split ``features`` (``[V, dim]``, may be a memmap) over ``shards.nodes`` nodes and write each node's directory.
 
     ``hotness`` (``[V]``) orders the rows for the layout (the hottest
@@ -108,7 +109,7 @@ def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTarget
     Raises
     ------
     PlacingError
-        ``hotness`` of another length than the features, too little free space.
+        ``hotness`` or ``layout`` of another length than the features, too little free space.
     """
     feats = features.reshape(-1, 1) if features.ndim == 1 else features
     num_rows, dim = int(feats.shape[0]), int(feats.shape[1])
@@ -116,7 +117,11 @@ def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTarget
         raise PlacingError(f"hotness has {np.asarray(hotness).shape[0]} rows, the features {num_rows}")
     row_bytes = dim * np.dtype(feats.dtype).itemsize
     num_nodes = int(shards.nodes)
-    layout = shard_rows(hotness, num_nodes, int(shards.replicas), shards.hot_row_count(num_rows))
+    if layout is None:
+        layout = shard_rows(hotness, num_nodes, int(shards.replicas), shards.hot_row_count(num_rows))
+    elif layout.num_vertices != num_rows or layout.num_nodes != num_nodes:
+        raise PlacingError(f"the layout covers {layout.num_vertices} rows over {layout.num_nodes} nodes, the "
+                           f"features {num_rows} rows over `nodes` {num_nodes}")
     head = dict(report or {})
     fp = head.get("dataset_fingerprint")
     hot32 = np.asarray(hotness, np.float32)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from iostack.placement import MANIFEST, Placement, save_json
-from iostack.shards import SHARDS
+from iostack.shards import SHARDS, ShardLayout
 from momentbase.jsontypes import JsonObject
 from planner.handoff import PlanHandoff, PlanTargets
 from planner.progress import Progress, report
@@ -417,18 +417,31 @@ def _as_in_place(result: PlaceResult, shift: int) -> PlaceResult:
     return replace(result, placement=Placement(bins, p.bin_of, row_of, codec=None))
 
 
+def _partition_layout(job: _Job) -> ShardLayout | None:
+    """The layout of ``spec.shards.partition`` (ownership by the graph's partitions), or None (deal by hotness)."""
+    shards = job.spec.shards
+    if shards.partition is None:
+        return None
+    from training.partition.owners import partition_layout
+
+    return partition_layout(job.ds, shards.partition, shards.nodes, hotness=job.hot.values,
+                            replicas=shards.replicas, hot_rows=shards.hot_row_count(job.ds.num_nodes))
+
+
 def _place_nodes(job: _Job) -> PlacedDataset:
     """Several nodes: every node's directory (:func:`training.place.nodes.place_sharded`), the root report."""
     from training.place.nodes import place_sharded, sharded_summary
 
     spec = job.spec
     job.warn_ssd()
-    head = {**_report_head(job), "row_bytes": job.ds.row_bytes, "strategy": spec.policy.strategy}
+    head = {**_report_head(job), "row_bytes": job.ds.row_bytes, "strategy": spec.policy.strategy,
+            "ownership": {"partition": spec.shards.partition} if spec.shards.partition else "hotness"}
     report(job.progress, f"placing over {spec.shards.nodes} nodes ({spec.policy.strategy}, "
                          f"replicas {spec.shards.replicas})")
     try:
         sp = place_sharded(job.ds.features, job.hot.values, job.targets, job.out, spec.tiers, spec.policy,
-                           spec.shards, reads_per_epoch=job.hot.reads_per_epoch, report=head, progress=job.progress)
+                           spec.shards, reads_per_epoch=job.hot.reads_per_epoch, report=head, progress=job.progress,
+                           layout=_partition_layout(job))
     except OSError as exc:
         raise PlacingError(f"writing the node directories: {exc.strerror or exc} "
                            f"({getattr(exc, 'filename', '')}); check `out` and the `ssd_dirs` directories") from None

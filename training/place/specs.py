@@ -73,11 +73,13 @@ class PolicySpec:
 @dataclass(frozen=True)
 class ShardSpec:
     """The rows over ``nodes`` nodes (1: one machine), the ``hot_rows`` share of them (hottest first, 0..1)
-    on ``replicas`` nodes each."""
+    on ``replicas`` nodes each; ``partition``: a ``moment data partition`` output whose partitions own the rows
+    (None: rows dealt by hotness, :func:`iostack.shards.shard_rows`)."""
 
     nodes: int = 1
     replicas: int = 1
     hot_rows: float = 0.05
+    partition: str | None = None
 
     def __post_init__(self) -> None:
         if int(self.nodes) < 1:
@@ -85,6 +87,8 @@ class ShardSpec:
         if not 1 <= int(self.replicas) <= int(self.nodes):
             raise PlacingError(f"`replicas` {self.replicas}: expected 1 to `nodes` ({self.nodes}): a row is on at "
                                "most every node")
+        if self.partition is not None and int(self.nodes) < 2:
+            raise PlacingError(f"`partition` {self.partition}: ownership by partition needs `nodes` of 2 or more")
         if not 0.0 <= self.hot_rows <= 1.0:
             raise PlacingError(f"`hot_rows` {self.hot_rows}: expected a share of the rows between 0 and 1")
 
