@@ -33,7 +33,6 @@ import os
 import statistics
 import sys
 import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -72,8 +71,9 @@ def disk_iops(d: Path, seconds: float) -> tuple[float, str]:
                                              f"{run.ours_iops:,.0f} IOPS"
 
 
-def train(dataset: Path, placement: Path, caps: Path, args) -> dict:
-    out = moment("train", "--dataset", str(dataset), "--placement", str(placement), "--fanouts", args.fanouts,
+def train(dataset: Path, placement: Path, caps: Path, args, metrics: Path) -> dict:
+    out = moment("train", "--metrics", str(metrics), "--dataset", str(dataset), "--placement", str(placement),
+                 "--fanouts", args.fanouts,
                  "--batch-size", str(args.batch_size), "--epochs", str(args.epochs), "--eval-every", "0",
                  "--hidden", str(args.hidden), "--backend", "posix", "--capacities", str(caps), "--json")
     return json.loads(out)
@@ -98,6 +98,8 @@ def main() -> int:
     ap.add_argument("--hidden", type=int, default=16, help="hidden units (default 16: reading rows dominates)")
     ap.add_argument("--cpu-cache-rows", type=int, default=0, help="host cache rows (default nodes / 20)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--whatif-presample-epochs", type=int, default=10,
+                    help="also DDAK on the hotness of this many pre-sampled epochs (0: not)")
     ap.add_argument("--profile-seconds", default="2")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
@@ -147,20 +149,31 @@ def run_emulated(args, d: Path, dataset: Path, ssds, disk_note: str, load0) -> l
     measured = load_capacities(caps)
     delivered = [measured.device(f"dev:ssd{i}") for i in range(len(mounts))]
     cpu_rows = args.cpu_cache_rows or args.nodes // 20
-    for strategy in ("ddak", "hash"):
-        print(f"placing {strategy}", flush=True)
+    # name -> (strategy, extra place options): DDAK and hash on one pre-sampled epoch (the default), and the
+    # what-if of DDAK on the hotness of more pre-sampled epochs (a steadier sample of which rows are hot)
+    configs = {"ddak": ("ddak", []), "hash": ("hash", [])}
+    if args.whatif_presample_epochs:
+        configs[f"ddak-presample{args.whatif_presample_epochs}"] = (
+            "ddak", ["--presample-epochs", str(args.whatif_presample_epochs), "--hotness-dir", str(d / "hot-whatif")])
+    for name, (strategy, extra) in configs.items():
+        print(f"placing {name}", flush=True)
         moment("place", "--dataset", str(dataset), "--plan", str(d / "plan.json"), *[a for m in mounts
                                                                                       for a in ("--ssd", m)],
-               "--gpu-cache", "0", "--cpu-cache", str(cpu_rows * 4096), "--strategy", strategy,
-               "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--out", str(d / f"pl-{strategy}"),
+               "--gpu-cache", "0", "--cpu-cache", str(cpu_rows * 4096), "--strategy", strategy, *extra,
+               "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--out", str(d / f"pl-{name}"),
                "--force")
-    runs: dict[str, list[dict]] = {"ddak": [], "hash": []}
+    runs: dict[str, list[dict]] = {name: [] for name in configs}
     for r in range(args.rounds):
         for strategy in runs:
-            rec, samples = sampled(ssds, lambda s=strategy: train(dataset, d / f"pl-{s}", caps, args))
+            metrics = d / f"m-{strategy}-{r}.jsonl"
+            metrics.unlink(missing_ok=True)
+            rec, marks = at_epoch_ends(ssds, metrics, lambda s=strategy, m=metrics: train(
+                dataset, d / f"pl-{s}", caps, args, m))
             last = rec["epochs"][-1]
-            dev = last_epoch_reads(samples, last["epoch_s"])
-            runs[strategy].append({"epoch": last, "device": dev})
+            if len(marks) < 3:
+                sys.exit(f"{metrics}: saw {len(marks) - 1} epoch records, need 2 (--epochs >= 2)")
+            dev = [(b1 - b0, q1 - q0) for (b0, q0), (b1, q1) in zip(marks[-2], marks[-1], strict=True)]
+            runs[strategy].append({"epoch": last, "device": dev, "expected": expected_ssd_shares(d / f"pl-{strategy}")})
             p = last.get("prediction") or {}
             print(f"round {r + 1} {strategy}: {last['seeds_per_s']:.0f} seeds/s, epoch {last['epoch_s']:.2f} s"
                   + (f", SSD read time predicted {p['predicted_io_s']:.2f} s vs measured {p['measured_io_s']:.2f} s"
@@ -170,36 +183,40 @@ def run_emulated(args, d: Path, dataset: Path, ssds, disk_note: str, load0) -> l
     return figures_of(args, runs, target, delivered, ssds, load)
 
 
-def sampled(ssds, call, every_s: float = 0.1) -> tuple[dict, list[tuple[float, list[tuple[int, int]]]]]:
-    """``call()`` while a thread samples the cgroup's per-device reads every ``every_s``: its result, the samples."""
-    samples: list[tuple[float, list[tuple[int, int]]]] = []
+def at_epoch_ends(ssds, metrics: Path, call, every_s: float = 0.05) -> tuple[dict, list[list[tuple[int, int]]]]:
+    """``call()`` while a thread watches ``metrics`` (``moment train --metrics``, one JSON line per step and
+    epoch, flushed as written) and takes the cgroup's per-device reads when each epoch record appears:
+    ``call()``'s result and the reads at each epoch's end (first: before the run)."""
+    marks = [device_reads(ssds)]
     done = threading.Event()
 
     def poll() -> None:
-        while True:
-            samples.append((time.perf_counter(), device_reads(ssds)))
-            if done.wait(every_s):
-                samples.append((time.perf_counter(), device_reads(ssds)))
-                return
+        seen = 0
+        while not done.wait(every_s):
+            text = metrics.read_text() if metrics.exists() else ""
+            ends = text.count('"kind": "epoch"')
+            if ends > seen:
+                marks.extend([device_reads(ssds)] * (ends - seen))
+                seen = ends
 
     t = threading.Thread(target=poll, daemon=True)
     t.start()
     try:
-        return call(), samples
+        return call(), marks
     finally:
         done.set()
         t.join()
 
 
-def last_epoch_reads(samples, epoch_s: float) -> list[tuple[int, int]]:
-    """Per device ``(bytes, requests)`` of the last ``epoch_s`` seconds of reading: from the last sample at which
-    the reads still grew back to the sample ``epoch_s`` before it (the run's last epoch; the placement's load
-    and the first epoch's block checks lie before it)."""
-    total = [sum(b for b, _ in s) for _, s in samples]
-    end = max(i for i in range(len(total)) if i == 0 or total[i] != total[i - 1])
-    t_end = samples[end][0]
-    start = min(range(end + 1), key=lambda i: abs(samples[i][0] - (t_end - epoch_s)))
-    return [(b1 - b0, r1 - r0) for (b0, r0), (b1, r1) in zip(samples[start][1], samples[end][1], strict=True)]
+def expected_ssd_shares(placement: Path) -> list[float] | None:
+    """Each SSD bin's share of the SSD reads under ``moment place``'s independent pre-sample
+    (``place.json``'s ``expected_shares``), in bin order (= the ``--ssd`` order)."""
+    rep = json.loads((placement / "place.json").read_text())
+    held, bins = rep.get("expected_shares"), rep["report"]["bins"]
+    if not held or len(held) != len(bins):
+        return None
+    ssd = [float(h) for h, b in zip(held, bins, strict=True) if b["kind"] == "ssd"]
+    return [x / sum(ssd) for x in ssd]
 
 
 def figures_of(args, runs: dict[str, list[dict]], target: list[float], delivered, ssds, load: str) -> list[Figure]:
@@ -212,6 +229,11 @@ def figures_of(args, runs: dict[str, list[dict]], target: list[float], delivered
                        med(seeds["ddak"]), med(seeds["hash"]), "hash placement", target=">= 1.3x (paper +30.6%/+34.0%)",
                        note=f"median of {args.rounds}; ranges {rng(seeds['ddak'], '{:.0f}')} vs "
                             f"{rng(seeds['hash'], '{:.0f}')}; hidden {args.hidden}, posix O_DIRECT; {load}"))
+    for name in [k for k in runs if k not in ("ddak", "hash")]:
+        figs.append(Figure("emulated_ssds", f"seeds/s on {len(target)} emulated SSDs: {name} vs hash (what-if)",
+                           "seeds/s", med(seeds[name]), med(seeds["hash"]), "hash placement",
+                           target=">= 1.3x", note=f"ranges {rng(seeds[name], '{:.0f}')} vs "
+                                                  f"{rng(seeds['hash'], '{:.0f}')}"))
     for i, (dc, dev) in enumerate(zip(delivered, ssds.devices, strict=True)):
         if dc is not None:
             figs.append(Figure("emulated_ssds", f"SSD {i} delivered alone vs its throttle", "IOPS",
@@ -221,9 +243,11 @@ def figures_of(args, runs: dict[str, list[dict]], target: list[float], delivered
         shares = [[b / max(1, sum(x for x, _ in r["device"])) for b, _ in r["device"]] for r in rs]
         for i, tgt in enumerate(target):
             mine = [s[i] for s in shares]
+            exp = rs[-1]["expected"]
             figs.append(Figure("emulated_ssds", f"{strategy}: SSD {i}'s share of the last epoch's SSD bytes vs the "
                                                 "plan's target", "share", med(mine), tgt, "plan target",
-                               target="= target (DDAK)", note=f"blkio bytes per device; range {rng(mine)}"))
+                               target="= target (DDAK)", note=f"blkio bytes per device; range {rng(mine)}"
+                               + (f"; the placement's independent pre-sample expected {exp[i]:.3f}" if exp else "")))
         # the store reads a gather's bins one after another: its SSD time is the sum over the devices of
         # requests / throttle, not the largest one (what reading them all at once would take)
         serial = [sum(q / dev.read_iops for (_, q), dev in zip(r["device"], ssds.devices, strict=True)) for r in rs]
