@@ -37,7 +37,7 @@ def register(subparsers) -> None:
                     "whole training I/O workloads replayed through the tiers.",
         **examples("moment bench io raw --dir /mnt/nvme0 --runs 6", "moment bench io gather --dir /mnt/nvme0",
                    "moment bench emulate workload.yaml --plot emulate.png"))
-    groups = bench.add_subparsers(dest="bench_group", metavar="{io,emulate,record}", required=True)
+    groups = bench.add_subparsers(dest="bench_group", metavar="{io,emulate,record,ssds}", required=True)
     io = groups.add_parser("io", help="feature-store I/O: raw SSD reads vs fio, or the gather stream",
                            description="The feature store's I/O: raw SSD reads against fio, or the gather stream.",
                            **examples("moment bench io raw --dir /mnt/nvme0",
@@ -108,6 +108,49 @@ def register(subparsers) -> None:
     rec.add_argument("--rank", type=int, default=0, help="record this rank's share (default 0)")
     rec.add_argument("--world-size", type=int, default=1, help="of this many ranks (default 1)")
     rec.set_defaults(func=_record)
+    _register_ssds(groups)
+
+
+def _register_ssds(groups) -> None:
+    ssds = groups.add_parser(
+        "ssds", help="emulate several SSDs: throttled loop devices (root; README 'Emulating several SSDs')",
+        description="Several SSDs of different speed on this machine's disk: loop devices with direct I/O, ext4 "
+                    "and a blkio read throttle each (root, cgroup v1 blkio). `up` makes them and a machine spec "
+                    "of the box, `caps` keys a `moment profile` of the mounts to that spec's SSDs, `down` removes "
+                    "everything.",
+        **examples("moment bench ssds up --root /var/tmp/emu --count 8 --total-iops 16000 --slow 6,7",
+                   "moment bench ssds caps --root /var/tmp/emu profile.yaml caps.yaml",
+                   "moment bench ssds down --root /var/tmp/emu"))
+    which = ssds.add_subparsers(dest="bench_ssds", metavar="{up,caps,down}", required=True)
+    up = which.add_parser("up", help="make the emulated SSDs, mount them under --root and throttle them",
+                          description="Make --count throttled loop devices under --root, mounted at ROOT/mnt0 ..., "
+                                      "and ROOT/machine.yaml, a machine spec of the box.",
+                          **examples("moment bench ssds up --root /var/tmp/emu --count 8 --total-iops 16000 "
+                                     "--slow 6,7"))
+    up.add_argument("--root", required=True, help="directory for the backing files, mounts and state")
+    up.add_argument("--count", type=int, default=8, help="SSDs (default 8)")
+    up.add_argument("--size", default="1GiB", help="each SSD's (sparse) backing file (default 1GiB)")
+    up.add_argument("--machine", default="moment-b", help="the spec whose SSDs' rates are scaled (default moment-b)")
+    up.add_argument("--total-iops", type=float, required=True,
+                    help="4 KiB reads/s of all SSDs together: keep it below what the disk delivers "
+                         "(moment bench io raw)")
+    up.add_argument("--slow", default="", metavar="I,J", help="SSDs behind a congested switch (indices)")
+    up.add_argument("--slow-factor", type=float, default=0.3, help="their share of a normal SSD's rate (0.3)")
+    up.set_defaults(func=_ssds_up)
+    caps = which.add_parser("caps", help="key a moment profile of the mounts to the emulated machine's SSDs",
+                            description="Re-key a `moment profile` of the mounts (block:loopN) to the SSD nodes "
+                                        "of ROOT/machine.yaml (dev:ssd0 ...) for `moment plan --capacities`.",
+                            **examples("moment bench ssds caps --root /var/tmp/emu profile.yaml caps.yaml"))
+    caps.add_argument("--root", required=True)
+    caps.add_argument("profile", metavar="PROFILE.yaml", help="moment profile --ssd MOUNT ... --out of the mounts")
+    caps.add_argument("out", metavar="OUT.yaml", help="the capacities for moment plan --machine ROOT/machine.yaml")
+    caps.set_defaults(func=_ssds_caps)
+    down = which.add_parser("down", help="unmount, detach and delete the emulated SSDs and their cgroup",
+                            description="Undo `moment bench ssds up`: unmount, detach the loop devices, delete the "
+                                        "backing files and remove the cgroup.",
+                            **examples("moment bench ssds down --root /var/tmp/emu"))
+    down.add_argument("--root", required=True)
+    down.set_defaults(func=_ssds_down)
 
 
 def _console():
@@ -261,3 +304,40 @@ def _record(args: argparse.Namespace) -> int:
                          seed=args.seed, epochs=args.epochs, rank=args.rank, world_size=args.world_size)
     print(f"stream written to {path}")
     return 0
+
+
+def _ssds_up(args: argparse.Namespace) -> int:
+    from iostack.bench.loopssds import machine_spec_yaml, setup_emulated_ssds, spec_rates
+    from momentbase.units import parse_size
+
+    try:
+        slow = [int(x) for x in args.slow.split(",") if x.strip()]
+    except ValueError:
+        raise CommandError(f"--slow {args.slow!r}: expected SSD indices like 6,7") from None
+    rates, model = spec_rates(args.machine, args.count, args.total_iops, slow, args.slow_factor)
+    state = setup_emulated_ssds(args.root, rates, size_bytes=parse_size(args.size))
+    spec = Path(state.root) / "machine.yaml"
+    spec.write_text(machine_spec_yaml(state))
+    for d in state.devices:
+        print(f"{d.mount}  {d.loop_device} ({d.maj_min})  {d.read_iops:,.0f} IOPS, {d.read_bytes_per_s / 1e6:.1f} MB/s")
+    print(f"{len(state.devices)} x {model}, scaled; machine spec {spec}")
+    print(f"join the throttle (this shell and what it starts): echo $$ > {state.cgroup}/cgroup.procs")
+    return 0
+
+
+def _ssds_caps(args: argparse.Namespace) -> int:
+    from iostack.bench.loopssds import capacities_for_spec, load_state
+    from planner.capacities import load_capacities, save_capacities
+
+    path = save_capacities(capacities_for_spec(load_capacities(args.profile), load_state(args.root)), args.out)
+    print(f"capacities keyed to {Path(args.root) / 'machine.yaml'}'s SSDs written to {path}")
+    return 0
+
+
+def _ssds_down(args: argparse.Namespace) -> int:
+    from iostack.bench.loopssds import load_state, teardown_emulated_ssds
+
+    left = teardown_emulated_ssds(load_state(args.root))
+    for line in left:
+        print(f"not undone: {line}", file=sys.stderr)
+    return 1 if left else 0

@@ -78,6 +78,10 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "infer": ("bench_infer.py", ["--rounds", "3"], ["--rounds", "1", "--nodes", "250000", "--edges", "1250000",
                                                     "--small-nodes", "5000", "--small-edges", "25000"]),
     # a CSR on the SSD under a memory limit below its size (root: a cgroup); the dataset is made by hand
+    # 8 SSDs emulated by throttled loop devices on this disk (root, loop devices, cgroup v1 blkio): DDAK vs hash
+    "emulated_ssds": ("bench_emulated_ssds.py", ["--rounds", "3"],
+                      ["--rounds", "1", "--count", "3", "--slow", "2", "--size", "512MiB", "--nodes", "10000",
+                       "--edges", "100000"]),
     "csr_ssd": ("bench_csr_ssd.py", ["--dataset", "/var/tmp/ssdcsr/g2e8", "--rounds", "5", "--memory-limit", "512MiB"],
                 ["--dataset", "/var/tmp/ssdcsr/g2e8", "--rounds", "1", "--memory-limit", "512MiB"]),
 }
