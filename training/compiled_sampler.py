@@ -4,15 +4,18 @@
 (:func:`available`). The torch path is a chain of ~100 short tensor operations, each an
 OpenMP fork and join, and its relabelling (the ``amin`` scatter, ``torch.unique``) runs
 on one core: a second thread gained it 1.1-1.5x where DGL's C++ sampler gains 3x. Here a
-hop is five steps (:mod:`training._sample_kernels`), each split into one part per thread:
+hop is a few steps (:mod:`training._sample_kernels`), each split into one part per thread,
+as DGL parallelises its row-wise sampling and its ``to_block`` id map:
 
 1. per frontier row, its degree and edge count;
 2. per row, its neighbours: all of them, or Floyd's ``fanout``-subset drawn from the
    *same* uniforms the torch path draws (one ``torch.rand`` per hop on the sampler's
    generator, same shape), scaled and truncated the same way;
-3. the relabelling: each vertex owned by one thread, which visits its edges in order and
-   finds its first appearance; then 4. the first appearances numbered in edge order and
-   5. the repeats given their first appearance's id.
+3. the relabelling, each part scanning its own run of the edges: a vertex not in the batch
+   yet keeps the smallest edge index min-ed into its entry (vertex map or hash table), so
+   the edges still holding it after all parts are done are the first appearances; they are
+   numbered in edge order (a prefix sum over the parts) and the repeats read their ids.
+   With one thread it is one pass, no atomics.
 
 So a batch is bit-identical to the torch path's for the same seed, at any thread count
 (tests/test_sampler_compiled.py checks it). The parts run on a pool of Python threads (the
@@ -138,14 +141,23 @@ def hop(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int) -> tu
     return nbr, target
 
 
-def _number(k: ModuleType, parts: int, nbr: np.ndarray, local: np.ndarray, counts: np.ndarray,
-            num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def _claimed(parts: int, edges: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scratch for the parallel relabelling: ``local`` and ``claims`` (``int64 [edges]``), ``counts`` per part."""
+    return np.empty(edges, np.int64), np.empty(edges, np.int64), np.zeros(parts, np.int64)
+
+
+def _finish(k: ModuleType, parts: int, nbr: np.ndarray, entry: np.ndarray, store: np.ndarray, tags: tuple[int, int],
+            local: np.ndarray, claims: np.ndarray, counts: np.ndarray, num_nodes: int) -> np.ndarray:
+    """After the parallel scan: keep the true first appearances, number them, give the repeats
+    their ids; the new vertices (``store[entry[e]]``: ``tags[0] + id``, or ``tags[1] + e``)."""
+    off, cand = tags
+    _run(parts, k.verify, entry, store, cand, claims, counts)
     begin = np.zeros(parts + 1, np.int64)
-    np.cumsum(counts.sum(axis=0), out=begin[1:])
+    np.cumsum(counts, out=begin[1:])
     new = np.empty(int(begin[-1]), np.int64)
-    at = np.empty(int(begin[-1]), np.int64)
-    _run(parts, k.number, nbr, local, begin, num_nodes, new, at)
-    return new, at
+    _run(parts, k.number, nbr, entry, store, off, claims, counts, begin, num_nodes, local, new)
+    _run(parts, k.finish, entry, store, off, local)
+    return new
 
 
 def sample_map(g: Csr, seeds: np.ndarray, node_map: np.ndarray, base: int, parts: int) -> Hops:
@@ -157,38 +169,51 @@ def sample_map(g: Csr, seeds: np.ndarray, node_map: np.ndarray, base: int, parts
     frontier, num_nodes, frontier_start = seeds, seeds.size, 0
     for fanout in g.fanouts:
         nbr, target = hop(g, frontier, fanout, parts, frontier_start)
-        local = np.empty(nbr.size, np.int64)
-        counts = np.zeros((parts, parts), np.int64)
-        _run(parts, k.scan_map, nbr, node_map, base, local, counts)
-        new, _ = _number(k, parts, nbr, local, counts, num_nodes)
-        _run(parts, k.finish_map, nbr, local, new, node_map, base, num_nodes)
+        if parts == 1:
+            local, new = np.empty(nbr.size, np.int64), np.empty(nbr.size, np.int64)
+            new = new[:k.relabel_map_serial(nbr, node_map, base, num_nodes, local, new)]
+        else:
+            local, claims, counts = _claimed(parts, nbr.size)
+            _run(parts, k.scan_map, nbr, node_map, base, local, claims, counts)
+            new = _finish(k, parts, nbr, nbr, node_map, (base, k._CAND), local, claims, counts, num_nodes)
         out.append((new, local, target))
         frontier, frontier_start, num_nodes = new, num_nodes, num_nodes + new.size
     return out
 
 
 class _Table:
-    """One thread's hash table for ``relabel="unique"`` (``int64 [parts, slots, 2]``), kept
+    """One thread's hash table for ``relabel="unique"`` (``int64 [2 * slots]``: key, value), kept
     between batches so that it is neither allocated nor cleared per batch: entries carry the
     batch's epoch. It grows with the largest batch (O(batch) bytes, never O(graph))."""
 
     def __init__(self) -> None:
-        self.table = np.zeros((1, 1, 2), np.int64)
+        self.table = self._fresh(16)
         self.epoch = 0
 
-    def fit(self, parts: int, entries: int) -> bool:
+    @staticmethod
+    def _fresh(slots: int) -> np.ndarray:
+        # keys 0 (stale to every epoch), values the largest int64 (any candidate's min wins)
+        t = np.empty(2 * slots, np.int64)
+        t[0::2] = 0
+        t[1::2] = np.iinfo(np.int64).max
+        return t
+
+    def fit(self, entries: int) -> bool:
         """Make room for ``entries`` vertices at load <= 2/3; True if the table was replaced
         (empty: the caller enters the batch's vertices again)."""
-        slots = 1 << max(4, int(3 * entries // (2 * parts) - 1).bit_length())
-        if self.table.shape[0] == parts and self.table.shape[1] >= slots and self.epoch < _MAX_EPOCH:
+        slots = 1 << max(4, int(3 * entries // 2 - 1).bit_length())
+        if self.table.size // 2 >= slots and self.epoch < _MAX_EPOCH:
             return False
-        self.table = np.zeros((parts, max(slots, self.table.shape[1] if self.table.shape[0] == parts else 0), 2),
-                              np.int64)
+        self.table = self._fresh(max(slots, self.table.size // 2))
         self.epoch = 0
         return True
 
+    def tags(self) -> tuple[int, int]:
+        """This epoch's key tag (``epoch << 40``) and value tag (falling with the epoch)."""
+        return self.epoch << 40, (_MAX_EPOCH + 1 - self.epoch) << 41
 
-_MAX_EPOCH = (1 << 23) - 1  # tags are epoch << 40: vertex ids below 2**40
+
+_MAX_EPOCH = (1 << 22) - 2  # keys tag | v: vertex ids below 2**40; value tags below 2**63
 _LOCAL = threading.local()
 
 
@@ -202,25 +227,27 @@ def sample_unique(g: Csr, seeds: np.ndarray, parts: int) -> Hops:
         t = _LOCAL.table = _Table()
     out: Hops = []
     ids = [seeds]
-    insert, num_nodes, frontier, frontier_start = seeds, 0, seeds, 0
-    t.fit(parts, seeds.size)
+    t.fit(seeds.size)
     t.epoch += 1
+    _run(parts, k.enter_table, t.table, *t.tags(), seeds, 0)
+    frontier, frontier_start, num_nodes = seeds, 0, seeds.size
     for fanout in g.fanouts:
         nbr, target = hop(g, frontier, fanout, parts, frontier_start)
-        if t.fit(parts, num_nodes + insert.size + nbr.size):
+        if t.fit(num_nodes + nbr.size):  # replaced: enter the batch's vertices again
             t.epoch += 1
-            insert = np.concatenate(ids)
-            num_nodes = 0
-        local = np.empty(nbr.size, np.int64)
-        where = np.empty(nbr.size, np.int64)
-        counts = np.zeros((parts, parts), np.int64)
-        total = num_nodes + insert.size
-        _run(parts, k.scan_table, t.table, t.epoch << 40, insert, num_nodes, nbr, local, where, counts)
-        new, at = _number(k, parts, nbr, local, counts, total)
-        _run(parts, k.finish_table, nbr, local, at, where, t.table, total)
+            _run(parts, k.enter_table, t.table, *t.tags(), np.concatenate(ids), 0)
+        tag, vt = t.tags()
+        if parts == 1:
+            local, new = np.empty(nbr.size, np.int64), np.empty(nbr.size, np.int64)
+            new = new[:k.relabel_table_serial(t.table, tag, vt, nbr, num_nodes, local, new)]
+        else:
+            local, claims, counts = _claimed(parts, nbr.size)
+            where = np.empty(nbr.size, np.int64)
+            _run(parts, k.scan_table, t.table, tag, vt, nbr, local, where, claims, counts)
+            new = _finish(k, parts, nbr, where, t.table, (vt, vt | k._PENDING), local, claims, counts, num_nodes)
         out.append((new, local, target))
         ids.append(new)
-        frontier, frontier_start, num_nodes, insert = new, total, total + new.size, new[:0]
+        frontier, frontier_start, num_nodes = new, num_nodes, num_nodes + new.size
     return out
 
 
