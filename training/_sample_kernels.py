@@ -290,3 +290,10 @@ def finish(c, parts, entry, store, off, local):  # pragma: no cover
             prefetch(store, entry[a])
         if local[e] < 0:
             local[e] = store[entry[e]] - off
+
+
+@njit(cache=True, nogil=True)
+def copy(c, parts, src, dst):  # pragma: no cover
+    """Part ``c`` of ``dst[:] = src``."""
+    lo, hi = _span(src.size, parts, c)
+    dst[lo:hi] = src[lo:hi]

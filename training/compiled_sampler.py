@@ -141,6 +141,14 @@ def hop(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int) -> tu
     return nbr, target
 
 
+#: threads from which a hop's relabelling runs in parts; below, one thread relabels in one pass.
+#: Measured on 2 cores (uniform graph, fan-out 25,10, batch 8000, 2 threads, load ~15): one
+#: pass 35 ms of CPU and 128 ms wall a batch, in parts 51 ms and 210 ms; the parts' verify,
+#: number and finish steps and the atomics cost twice the single pass's CPU, which 2 cores
+#: do not win back. From 3 threads the parts path is taken (tests check its batches).
+PARALLEL_RELABEL_THREADS = 3
+
+
 def _claimed(parts: int, edges: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Scratch for the parallel relabelling: ``local`` and ``claims`` (``int64 [edges]``), ``counts`` per part."""
     return np.empty(edges, np.int64), np.empty(edges, np.int64), np.zeros(parts, np.int64)
@@ -169,7 +177,7 @@ def sample_map(g: Csr, seeds: np.ndarray, node_map: np.ndarray, base: int, parts
     frontier, num_nodes, frontier_start = seeds, seeds.size, 0
     for fanout in g.fanouts:
         nbr, target = hop(g, frontier, fanout, parts, frontier_start)
-        if parts == 1:
+        if parts < PARALLEL_RELABEL_THREADS:
             local, new = np.empty(nbr.size, np.int64), np.empty(nbr.size, np.int64)
             new = new[:k.relabel_map_serial(nbr, node_map, base, num_nodes, local, new)]
         else:
@@ -237,7 +245,7 @@ def sample_unique(g: Csr, seeds: np.ndarray, parts: int) -> Hops:
             t.epoch += 1
             _run(parts, k.enter_table, t.table, *t.tags(), np.concatenate(ids), 0)
         tag, vt = t.tags()
-        if parts == 1:
+        if parts < PARALLEL_RELABEL_THREADS:
             local, new = np.empty(nbr.size, np.int64), np.empty(nbr.size, np.int64)
             new = new[:k.relabel_table_serial(t.table, tag, vt, nbr, num_nodes, local, new)]
         else:
@@ -256,9 +264,13 @@ def sample(g: Csr, seeds: np.ndarray, parts: int, node_map: np.ndarray | None, b
     """A whole batch: ``(n_id, edge_index, vertices per hop, edges per hop)`` (``SampledBatch``'s
     fields), through the stamped ``node_map`` (seeds entered) or, when None, a hash table."""
     hops = sample_unique(g, seeds, parts) if node_map is None else sample_map(g, seeds, node_map, base, parts)
-    # numpy's copies, not torch.cat: a parallel torch op leaves torch's OpenMP threads spinning
+    # our kernel's copies, not torch.cat: a parallel torch op leaves torch's OpenMP threads spinning
     edge_index = np.empty((2, sum(h[1].size for h in hops)), np.int64)
-    np.concatenate([h[1] for h in hops], out=edge_index[0])
-    np.concatenate([h[2] for h in hops], out=edge_index[1])
+    k, at = _kernels(), 0
+    assert k is not None
+    for _, local, target in hops:
+        _run(parts, k.copy, local, edge_index[0, at:at + local.size])
+        _run(parts, k.copy, target, edge_index[1, at:at + local.size])
+        at += local.size
     n_id = np.concatenate([seeds, *(h[0] for h in hops)])
     return n_id, edge_index, (seeds.size, *(h[0].size for h in hops)), tuple(h[1].size for h in hops)
