@@ -42,18 +42,29 @@ def prefetch(typingctx, a, i):  # noqa: ANN001, ANN201, ARG001 — numba's intri
     return sig, codegen
 
 
-@intrinsic
-def atomic_min(typingctx, a, i, v):  # noqa: ANN001, ANN201, ARG001 — numba's intrinsic signature
-    """``a[i] = min(a[i], v)`` atomically (signed); returns the old ``a[i]``."""
-    if not (isinstance(a, types.Array) and a.dtype == types.int64 and a.ndim == 1):
-        return None
-    sig = types.int64(a, types.intp, types.int64)
+def _read_modify_write(op: str, ordering: str, doc: str):  # noqa: ANN202 — a numba intrinsic
+    """An intrinsic ``f(a, i, v)``: ``a[i] = op(a[i], v)`` atomically, returning the old ``a[i]``."""
 
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        ptr = _pointer(context, builder, signature.args[0], args[0], args[1])
-        return builder.atomic_rmw("min", ptr, args[2], "monotonic")
+    def rmw(typingctx, a, i, v):  # noqa: ANN001, ANN202, ARG001 — numba's intrinsic signature
+        if not (isinstance(a, types.Array) and a.dtype == types.int64 and a.ndim == 1):
+            return None
+        sig = types.int64(a, types.intp, types.int64)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+            ptr = _pointer(context, builder, signature.args[0], args[0], args[1])
+            return builder.atomic_rmw(op, ptr, args[2], ordering)
+
+        return sig, codegen
+
+    rmw.__doc__ = doc
+    rmw.__name__ = rmw.__qualname__ = f"atomic_{op}"
+    return intrinsic(rmw)
+
+
+#: ``atomic_min(a, i, v)``: ``a[i] = min(a[i], v)`` (signed), atomically; returns the old ``a[i]``
+atomic_min = _read_modify_write("min", "monotonic", "a[i] = min(a[i], v) atomically; returns the old a[i]")
+#: ``atomic_add(a, i, v)``: ``a[i] += v`` atomically, ordered (``v = 0``: a read that fences); the old ``a[i]``
+atomic_add = _read_modify_write("add", "seq_cst", "a[i] += v atomically; returns the old a[i]")
 
 
 @intrinsic

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from training._intrinsics import atomic_min, compare_and_swap, prefetch
+from training._intrinsics import atomic_add, atomic_min, compare_and_swap, prefetch
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 #: a candidate ``e + _CAND`` (edge ``e`` may be a vertex's first appearance) sits below every
@@ -41,9 +41,17 @@ def _slot(v, mask):
 
 @njit(cache=True, nogil=True)
 def hop_plan(c, parts, indptr, nodes, fanout, replace, start, deg, count, drawn, sums):  # pragma: no cover
-    """Rows of part ``c``: CSR ``start``, ``deg``, edge ``count``, whether ``drawn`` (random
-    numbers); ``sums[c + 1]`` = (edges, drawing rows) of the part."""
-    lo, hi = _span(nodes.size, parts, c)
+    """Rows of part ``c``'s chunks (``j = c, c + parts, ...`` of the ``len(sums) - 1``): CSR
+    ``start``, ``deg``, edge ``count``, whether ``drawn`` (random numbers); ``sums[j + 1]`` =
+    (edges, drawing rows) of chunk ``j``."""
+    chunks = sums.shape[0] - 1
+    for j in range(c, chunks, parts):
+        lo, hi = _span(nodes.size, chunks, j)
+        sums[j + 1, 0], sums[j + 1, 1] = _plan_rows(lo, hi, indptr, nodes, fanout, replace, start, deg, count, drawn)
+
+
+@njit(cache=True, inline="always")
+def _plan_rows(lo, hi, indptr, nodes, fanout, replace, start, deg, count, drawn):
     total = 0
     drawing = 0
     for r in range(lo, hi):
@@ -66,22 +74,29 @@ def hop_plan(c, parts, indptr, nodes, fanout, replace, start, deg, count, drawn,
         drawn[r] = draw
         total += cnt
         drawing += draw
-    sums[c + 1, 0] = total
-    sums[c + 1, 1] = drawing
+    return total, drawing
 
 
 @njit(cache=True, nogil=True)
 def hop_fill(c, parts, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
              target):  # pragma: no cover
-    """Edges of part ``c``'s rows (``sums[c]``: where they begin, cumulative): ``target`` =
+    """Edges of part ``c``'s chunks (as :func:`hop_plan`'s; ``sums`` cumulative now)."""
+    chunks = sums.shape[0] - 1
+    for j in range(c, chunks, parts):
+        _fill_chunk(j, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr, target)
+
+
+@njit(cache=True, inline="always")
+def _fill_chunk(j, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr, target):
+    """Edges of chunk ``j``'s rows (``sums[j]``: where they begin): ``target`` =
     ``row_base + row``, ``nbr`` = the sampled neighbour's id.
 
     Drawn rows use the uniforms ``u`` exactly as the torch path does: without replacement
     Floyd's steps read ``u[i, p]`` (step-major ``[k, P]``), with replacement ``u[p, j]``
     (``[P, k]``), scaled in float64 and truncated, so the picks are the same numbers.
     """
-    lo, hi = _span(start.size, parts, c)
-    e0, p = sums[c, 0], sums[c, 1]
+    lo, hi = _span(start.size, sums.shape[0] - 1, j)
+    e0, p = sums[j, 0], sums[j, 1]
     for r in range(lo, hi):
         prefetch(indices, start[min(r + _AHEAD, hi - 1)])
         e1 = e0 + count[r]
@@ -113,13 +128,68 @@ def hop_fill(c, parts, indices, start, deg, count, drawn, sums, fanout, replace,
 
 
 @njit(cache=True, nogil=True)
+def fill_claimed(todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
+                 target):  # pragma: no cover
+    """A helper of :func:`relabel_map_piped`: fills the chunks it claims (``todo[0]``, the next
+    unclaimed, taken atomically) and marks each ``done``, until none is left."""
+    while True:
+        j = atomic_add(todo, 0, 1)
+        if j >= sums.shape[0] - 1:
+            return
+        _fill_chunk(j, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr, target)
+        atomic_add(done, j, 1)  # a locked instruction: the chunk's stores are seen before the mark
+
+
+@njit(cache=True, inline="always")
+def _await_chunk(j, todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
+                 target):
+    # until chunk j is filled, fill the next unclaimed chunk (the relabelling thread is a
+    # filler as well); with none left, wait for the helper filling j (the last few chunks)
+    while atomic_add(done, j, 0) == 0:
+        i = atomic_add(todo, 0, 1)
+        if i < sums.shape[0] - 1:
+            _fill_chunk(i, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr, target)
+            atomic_add(done, i, 1)
+
+
+@njit(cache=True, nogil=True)
+def relabel_map_piped(todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
+                      target, node_map, base, num_nodes, local, new):  # pragma: no cover
+    """Fill a hop's chunks with :func:`fill_claimed`'s helpers and relabel them in order, each
+    as soon as it is filled (:func:`relabel_map_serial`'s pass, chunk by chunk); returns how
+    many vertices are new."""
+    k = 0
+    for j in range(sums.shape[0] - 1):
+        _await_chunk(j, todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
+                     target)
+        k = _relabel_map_range(nbr, sums[j, 0], sums[j + 1, 0], node_map, base, num_nodes, local, new, k)
+    return k
+
+
+@njit(cache=True, nogil=True)
+def relabel_table_piped(todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
+                        target, table, tag, vt, num_nodes, local, new):  # pragma: no cover
+    """:func:`relabel_map_piped` through the hash table."""
+    k = 0
+    for j in range(sums.shape[0] - 1):
+        _await_chunk(j, todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
+                     target)
+        k = _relabel_table_range(table, tag, vt, nbr, sums[j, 0], sums[j + 1, 0], num_nodes, local, new, k)
+    return k
+
+
+@njit(cache=True, nogil=True)
 def relabel_map_serial(nbr, node_map, base, num_nodes, local, new):  # pragma: no cover
     """One part, one pass through the stamped vertex map: ``local`` = the edge's local id, a
     vertex not in the batch yet takes the next (``new``, in order of first appearance);
     returns how many are new."""
-    k = 0
-    n = nbr.size
-    for e in range(n):
+    return _relabel_map_range(nbr, 0, nbr.size, node_map, base, num_nodes, local, new, 0)
+
+
+@njit(cache=True, inline="always")
+def _relabel_map_range(nbr, lo, n, node_map, base, num_nodes, local, new, k):
+    # edges lo..n-1, ``k`` new so far; returns the new count
+    for e in range(lo, n):
         prefetch(node_map, nbr[min(e + _AHEAD, n - 1)])
         v = nbr[e]
         m = node_map[v]
@@ -188,12 +258,15 @@ def enter_table(c, parts, table, tag, vt, insert, insert_from):  # pragma: no co
 
 
 @njit(cache=True, nogil=True)
-def relabel_table_serial(table, tag, vt, nbr, num_nodes, local, new):  # pragma: no cover
+def relabel_table_serial(nbr, table, tag, vt, num_nodes, local, new):  # pragma: no cover
     """:func:`relabel_map_serial` through the hash table; returns how many are new."""
+    return _relabel_table_range(table, tag, vt, nbr, 0, nbr.size, num_nodes, local, new, 0)
+
+
+@njit(cache=True, inline="always")
+def _relabel_table_range(table, tag, vt, nbr, lo, n, num_nodes, local, new, k):
     mask = table.size // 2 - 1
-    k = 0
-    n = nbr.size
-    for e in range(n):
+    for e in range(lo, n):
         prefetch(table, 2 * _slot(nbr[min(e + _AHEAD, n - 1)], mask))
         v = nbr[e]
         key = tag | v

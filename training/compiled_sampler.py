@@ -15,7 +15,10 @@ as DGL parallelises its row-wise sampling and its ``to_block`` id map:
    yet keeps the smallest edge index min-ed into its entry (vertex map or hash table), so
    the edges still holding it after all parts are done are the first appearances; they are
    numbered in edge order (a prefix sum over the parts) and the repeats read their ids.
-   With one thread it is one pass, no atomics.
+   That costs about twice the CPU of one pass, so below :data:`PARALLEL_RELABEL_THREADS`
+   one thread relabels in one pass (no atomics), chunk by chunk right behind the helpers
+   that fill the hop's rows (and filling chunks itself while the next is not ready), so
+   the relabelling overlaps the filling instead of following it.
 
 So a batch is bit-identical to the torch path's for the same seed, at any thread count
 (tests/test_sampler_compiled.py checks it). The parts run on a pool of Python threads (the
@@ -118,16 +121,20 @@ class Csr:
 Hops = list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
-def hop(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int) -> tuple[np.ndarray, np.ndarray]:
-    """One hop from frontier ``nodes`` (int64): ``(nbr, target)``, int64 ``[E]`` each, the
-    sampled neighbours' global ids and ``row_base +`` the row each edge belongs to, in the
-    torch path's order; the uniforms come from ``g.generator`` in the torch path's shapes."""
+#: rows per chunk of a hop filled by several threads (the relabelling follows chunk by chunk)
+_CHUNK_ROWS = 2048
+
+
+def _plan(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int) -> tuple[object, ...]:
+    """A hop's plan and uniforms: :func:`~training._sample_kernels.hop_fill`'s arguments after
+    the part/chunk ones (the output ``nbr`` and ``target`` allocated, not filled)."""
     k = _kernels()
     assert k is not None
     rows = nodes.size
     start, deg, count = (np.empty(rows, np.int64) for _ in range(3))
     drawn = np.empty(rows, np.uint8)
-    sums = np.zeros((parts + 1, 2), np.int64)
+    chunks = 1 if parts == 1 else max(parts, -(-rows // _CHUNK_ROWS))
+    sums = np.zeros((chunks + 1, 2), np.int64)
     _run(parts, k.hop_plan, g.indptr, nodes, fanout, g.replace, start, deg, count, drawn, sums)
     np.cumsum(sums, axis=0, out=sums)
     edges, drawing = int(sums[-1, 0]), int(sums[-1, 1])
@@ -135,10 +142,56 @@ def hop(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int) -> tu
     if drawing:
         shape = (drawing, fanout) if g.replace else (fanout, drawing)
         u = torch.rand(shape, generator=g.generator, dtype=torch.float64).numpy()
-    nbr = np.empty(edges, np.int64)
-    target = np.empty(edges, np.int64)
-    _run(parts, k.hop_fill, g.indices, start, deg, count, drawn, sums, fanout, g.replace, u, row_base, nbr, target)
+    return (g.indices, start, deg, count, drawn, sums, fanout, g.replace, u, row_base, np.empty(edges, np.int64),
+            np.empty(edges, np.int64))
+
+
+def _out(fill: tuple[object, ...]) -> tuple[np.ndarray, np.ndarray]:
+    nbr, target = fill[-2], fill[-1]
+    assert isinstance(nbr, np.ndarray) and isinstance(target, np.ndarray)
     return nbr, target
+
+
+def hop(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int) -> tuple[np.ndarray, np.ndarray]:
+    """One hop from frontier ``nodes`` (int64): ``(nbr, target)``, int64 ``[E]`` each, the
+    sampled neighbours' global ids and ``row_base +`` the row each edge belongs to, in the
+    torch path's order; the uniforms come from ``g.generator`` in the torch path's shapes."""
+    k = _kernels()
+    assert k is not None
+    fill = _plan(g, nodes, fanout, parts, row_base)
+    _run(parts, k.hop_fill, *fill)
+    return _out(fill)
+
+
+def _one_pass(parts: int, fill: tuple[object, ...], serial: Callable[..., int], piped: Callable[..., int],
+              *args: object) -> tuple[np.ndarray, np.ndarray]:
+    """Fill the hop and relabel it in one pass (``serial(nbr, *args, local, new)`` after the
+    fill on one thread, ``piped`` behind the helpers' filling on several): ``(local, new vertices)``."""
+    nbr, _ = _out(fill)
+    local, new = np.empty(nbr.size, np.int64), np.empty(nbr.size, np.int64)
+    if parts == 1:
+        k = _kernels()
+        assert k is not None
+        k.hop_fill(0, 1, *fill)
+        return local, new[:serial(nbr, *args, local, new)]
+    return local, new[:_piped(parts, piped, fill, *args, local, new)]
+
+
+def _piped(parts: int, relabel: Callable[..., int], fill: tuple[object, ...], *args: object) -> int:
+    """``relabel(todo, done, *fill, *args)`` on this thread while ``parts - 1`` helpers fill the
+    hop's chunks (``fill``: :func:`_plan`'s); the relabelling follows the filling chunk by
+    chunk, and fills chunks itself while the next is not ready. Returns ``relabel``'s result."""
+    k = _kernels()
+    assert k is not None
+    sums = fill[5]
+    assert isinstance(sums, np.ndarray)
+    todo, done = np.zeros(1, np.int64), np.zeros(sums.shape[0] - 1, np.int64)
+    futures = [_pool(parts - 1).submit(k.fill_claimed, todo, done, *fill) for _ in range(1, parts)]
+    try:
+        return relabel(todo, done, *fill, *args)
+    finally:
+        for f in futures:
+            f.result()
 
 
 #: threads from which a hop's relabelling runs in parts; below, one thread relabels in one pass.
@@ -176,11 +229,12 @@ def sample_map(g: Csr, seeds: np.ndarray, node_map: np.ndarray, base: int, parts
     out: Hops = []
     frontier, num_nodes, frontier_start = seeds, seeds.size, 0
     for fanout in g.fanouts:
-        nbr, target = hop(g, frontier, fanout, parts, frontier_start)
+        fill = _plan(g, frontier, fanout, parts, frontier_start)
+        nbr, target = _out(fill)
         if parts < PARALLEL_RELABEL_THREADS:
-            local, new = np.empty(nbr.size, np.int64), np.empty(nbr.size, np.int64)
-            new = new[:k.relabel_map_serial(nbr, node_map, base, num_nodes, local, new)]
+            local, new = _one_pass(parts, fill, k.relabel_map_serial, k.relabel_map_piped, node_map, base, num_nodes)
         else:
+            _run(parts, k.hop_fill, *fill)
             local, claims, counts = _claimed(parts, nbr.size)
             _run(parts, k.scan_map, nbr, node_map, base, local, claims, counts)
             new = _finish(k, parts, nbr, nbr, node_map, (base, k._CAND), local, claims, counts, num_nodes)
@@ -240,15 +294,17 @@ def sample_unique(g: Csr, seeds: np.ndarray, parts: int) -> Hops:
     _run(parts, k.enter_table, t.table, *t.tags(), seeds, 0)
     frontier, frontier_start, num_nodes = seeds, 0, seeds.size
     for fanout in g.fanouts:
-        nbr, target = hop(g, frontier, fanout, parts, frontier_start)
+        fill = _plan(g, frontier, fanout, parts, frontier_start)
+        nbr, target = _out(fill)
         if t.fit(num_nodes + nbr.size):  # replaced: enter the batch's vertices again
             t.epoch += 1
             _run(parts, k.enter_table, t.table, *t.tags(), np.concatenate(ids), 0)
         tag, vt = t.tags()
         if parts < PARALLEL_RELABEL_THREADS:
-            local, new = np.empty(nbr.size, np.int64), np.empty(nbr.size, np.int64)
-            new = new[:k.relabel_table_serial(t.table, tag, vt, nbr, num_nodes, local, new)]
+            local, new = _one_pass(parts, fill, k.relabel_table_serial, k.relabel_table_piped, t.table, tag, vt,
+                                   num_nodes)
         else:
+            _run(parts, k.hop_fill, *fill)
             local, claims, counts = _claimed(parts, nbr.size)
             where = np.empty(nbr.size, np.int64)
             _run(parts, k.scan_table, t.table, tag, vt, nbr, local, where, claims, counts)
