@@ -144,38 +144,46 @@ def fill_claimed(todo, done, indices, start, deg, count, drawn, sums, fanout, re
 def _await_chunk(j, todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
                  target):
     # until chunk j is filled, fill the next unclaimed chunk (the relabelling thread is a
-    # filler as well); with none left, wait for the helper filling j (the last few chunks)
+    # filler as well); False when none is left and j is still a helper's: the caller then
+    # sleeps until the helpers end instead of spinning (a helper may have lost its core)
     while atomic_add(done, j, 0) == 0:
         i = atomic_add(todo, 0, 1)
-        if i < sums.shape[0] - 1:
-            _fill_chunk(i, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr, target)
-            atomic_add(done, i, 1)
+        if i >= sums.shape[0] - 1:
+            return False
+        _fill_chunk(i, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr, target)
+        atomic_add(done, i, 1)
+    return True
 
 
 @njit(cache=True, nogil=True)
-def relabel_map_piped(todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
+def relabel_map_piped(todo, done, progress, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
                       target, node_map, base, num_nodes, local, new):  # pragma: no cover
     """Fill a hop's chunks with :func:`fill_claimed`'s helpers and relabel them in order, each
-    as soon as it is filled (:func:`relabel_map_serial`'s pass, chunk by chunk); returns how
-    many vertices are new."""
-    k = 0
-    for j in range(sums.shape[0] - 1):
-        _await_chunk(j, todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
-                     target)
+    as soon as it is filled (:func:`relabel_map_serial`'s pass, chunk by chunk), from chunk
+    ``progress[0]`` with ``progress[1]`` vertices new so far; stops early (``progress`` says
+    where) at a chunk a helper is still filling when no other is left to fill."""
+    k = progress[1]
+    for j in range(progress[0], sums.shape[0] - 1):
+        if not _await_chunk(j, todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base,
+                            nbr, target):
+            progress[0], progress[1] = j, k
+            return
         k = _relabel_map_range(nbr, sums[j, 0], sums[j + 1, 0], node_map, base, num_nodes, local, new, k)
-    return k
+    progress[0], progress[1] = sums.shape[0] - 1, k
 
 
 @njit(cache=True, nogil=True)
-def relabel_table_piped(todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
-                        target, table, tag, vt, num_nodes, local, new):  # pragma: no cover
+def relabel_table_piped(todo, done, progress, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base,
+                        nbr, target, table, tag, vt, num_nodes, local, new):  # pragma: no cover
     """:func:`relabel_map_piped` through the hash table."""
-    k = 0
-    for j in range(sums.shape[0] - 1):
-        _await_chunk(j, todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
-                     target)
+    k = progress[1]
+    for j in range(progress[0], sums.shape[0] - 1):
+        if not _await_chunk(j, todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base,
+                            nbr, target):
+            progress[0], progress[1] = j, k
+            return
         k = _relabel_table_range(table, tag, vt, nbr, sums[j, 0], sums[j + 1, 0], num_nodes, local, new, k)
-    return k
+    progress[0], progress[1] = sums.shape[0] - 1, k
 
 
 @njit(cache=True, nogil=True)

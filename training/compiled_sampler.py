@@ -163,7 +163,7 @@ def hop(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int) -> tu
     return _out(fill)
 
 
-def _one_pass(parts: int, fill: tuple[object, ...], serial: Callable[..., int], piped: Callable[..., int],
+def _one_pass(parts: int, fill: tuple[object, ...], serial: Callable[..., int], piped: Callable[..., None],
               *args: object) -> tuple[np.ndarray, np.ndarray]:
     """Fill the hop and relabel it in one pass (``serial(nbr, *args, local, new)`` after the
     fill on one thread, ``piped`` behind the helpers' filling on several): ``(local, new vertices)``."""
@@ -177,21 +177,25 @@ def _one_pass(parts: int, fill: tuple[object, ...], serial: Callable[..., int], 
     return local, new[:_piped(parts, piped, fill, *args, local, new)]
 
 
-def _piped(parts: int, relabel: Callable[..., int], fill: tuple[object, ...], *args: object) -> int:
-    """``relabel(todo, done, *fill, *args)`` on this thread while ``parts - 1`` helpers fill the
-    hop's chunks (``fill``: :func:`_plan`'s); the relabelling follows the filling chunk by
-    chunk, and fills chunks itself while the next is not ready. Returns ``relabel``'s result."""
+def _piped(parts: int, relabel: Callable[..., None], fill: tuple[object, ...], *args: object) -> int:
+    """``relabel(todo, done, progress, *fill, *args)`` on this thread while ``parts - 1`` helpers
+    fill the hop's chunks (``fill``: :func:`_plan`'s); the relabelling follows the filling chunk
+    by chunk, fills chunks itself while the next is not ready, and sleeps (the helpers joined)
+    rather than spin on the last ones. Returns how many vertices are new."""
     k = _kernels()
     assert k is not None
     sums = fill[5]
     assert isinstance(sums, np.ndarray)
-    todo, done = np.zeros(1, np.int64), np.zeros(sums.shape[0] - 1, np.int64)
+    todo, done, progress = np.zeros(1, np.int64), np.zeros(sums.shape[0] - 1, np.int64), np.zeros(2, np.int64)
     futures = [_pool(parts - 1).submit(k.fill_claimed, todo, done, *fill) for _ in range(1, parts)]
     try:
-        return relabel(todo, done, *fill, *args)
+        relabel(todo, done, progress, *fill, *args)
     finally:
         for f in futures:
             f.result()
+    if progress[0] < sums.shape[0] - 1:  # it stopped at a chunk being filled: all are filled now
+        relabel(todo, done, progress, *fill, *args)
+    return int(progress[1])
 
 
 #: threads from which a hop's relabelling runs in parts; below, one thread relabels in one pass.
