@@ -156,33 +156,23 @@ def _await_chunk(j, todo, done, indices, start, deg, count, drawn, sums, fanout,
 
 
 @njit(cache=True, nogil=True)
-def relabel_map_piped(todo, done, progress, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
-                      target, node_map, base, num_nodes, local, new):  # pragma: no cover
+def relabel_piped(todo, done, progress, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base, nbr,
+                  target, table, store, a, b, num_nodes, local, new):  # pragma: no cover
     """Fill a hop's chunks with :func:`fill_claimed`'s helpers and relabel them in order, each
-    as soon as it is filled (:func:`relabel_map_serial`'s pass, chunk by chunk), from chunk
-    ``progress[0]`` with ``progress[1]`` vertices new so far; stops early (``progress`` says
-    where) at a chunk a helper is still filling when no other is left to fill."""
+    as soon as it is filled (one pass, chunk by chunk: through the hash table ``store`` with
+    tags ``a, b`` when ``table``, else :func:`relabel_map_serial`'s, ``store`` the map and ``a``
+    its base), from chunk ``progress[0]`` with ``progress[1]`` vertices new so far; stops early
+    (``progress`` says where) at a chunk a helper is still filling when no other is left."""
     k = progress[1]
     for j in range(progress[0], sums.shape[0] - 1):
         if not _await_chunk(j, todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base,
                             nbr, target):
             progress[0], progress[1] = j, k
             return
-        k = _relabel_map_range(nbr, sums[j, 0], sums[j + 1, 0], node_map, base, num_nodes, local, new, k)
-    progress[0], progress[1] = sums.shape[0] - 1, k
-
-
-@njit(cache=True, nogil=True)
-def relabel_table_piped(todo, done, progress, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base,
-                        nbr, target, table, tag, vt, num_nodes, local, new):  # pragma: no cover
-    """:func:`relabel_map_piped` through the hash table."""
-    k = progress[1]
-    for j in range(progress[0], sums.shape[0] - 1):
-        if not _await_chunk(j, todo, done, indices, start, deg, count, drawn, sums, fanout, replace, u, row_base,
-                            nbr, target):
-            progress[0], progress[1] = j, k
-            return
-        k = _relabel_table_range(table, tag, vt, nbr, sums[j, 0], sums[j + 1, 0], num_nodes, local, new, k)
+        if table:
+            k = _relabel_table_range(store, a, b, nbr, sums[j, 0], sums[j + 1, 0], num_nodes, local, new, k)
+        else:
+            k = _relabel_map_range(nbr, sums[j, 0], sums[j + 1, 0], store, a, num_nodes, local, new, k)
     progress[0], progress[1] = sums.shape[0] - 1, k
 
 

@@ -163,18 +163,21 @@ def hop(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int) -> tu
     return _out(fill)
 
 
-def _one_pass(parts: int, fill: tuple[object, ...], serial: Callable[..., int], piped: Callable[..., None],
-              *args: object) -> tuple[np.ndarray, np.ndarray]:
-    """Fill the hop and relabel it in one pass (``serial(nbr, *args, local, new)`` after the
-    fill on one thread, ``piped`` behind the helpers' filling on several): ``(local, new vertices)``."""
+def _one_pass(parts: int, fill: tuple[object, ...], table: bool, store: np.ndarray, a: int, b: int,
+              num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Fill the hop and relabel it in one pass, through the hash table ``store`` (tags ``a, b``)
+    when ``table``, else the vertex map ``store`` (base ``a``): after the fill on one thread,
+    behind the helpers' filling on several. Returns ``(local, new vertices)``."""
+    k = _kernels()
+    assert k is not None
     nbr, _ = _out(fill)
     local, new = np.empty(nbr.size, np.int64), np.empty(nbr.size, np.int64)
-    if parts == 1:
-        k = _kernels()
-        assert k is not None
-        k.hop_fill(0, 1, *fill)
-        return local, new[:serial(nbr, *args, local, new)]
-    return local, new[:_piped(parts, piped, fill, *args, local, new)]
+    if parts > 1:
+        return local, new[:_piped(parts, k.relabel_piped, fill, table, store, a, b, num_nodes, local, new)]
+    k.hop_fill(0, 1, *fill)
+    if table:
+        return local, new[:k.relabel_table_serial(nbr, store, a, b, num_nodes, local, new)]
+    return local, new[:k.relabel_map_serial(nbr, store, a, num_nodes, local, new)]
 
 
 def _piped(parts: int, relabel: Callable[..., None], fill: tuple[object, ...], *args: object) -> int:
@@ -236,7 +239,7 @@ def sample_map(g: Csr, seeds: np.ndarray, node_map: np.ndarray, base: int, parts
         fill = _plan(g, frontier, fanout, parts, frontier_start)
         nbr, target = _out(fill)
         if parts < PARALLEL_RELABEL_THREADS:
-            local, new = _one_pass(parts, fill, k.relabel_map_serial, k.relabel_map_piped, node_map, base, num_nodes)
+            local, new = _one_pass(parts, fill, False, node_map, base, 0, num_nodes)
         else:
             _run(parts, k.hop_fill, *fill)
             local, claims, counts = _claimed(parts, nbr.size)
@@ -305,8 +308,7 @@ def sample_unique(g: Csr, seeds: np.ndarray, parts: int) -> Hops:
             _run(parts, k.enter_table, t.table, *t.tags(), np.concatenate(ids), 0)
         tag, vt = t.tags()
         if parts < PARALLEL_RELABEL_THREADS:
-            local, new = _one_pass(parts, fill, k.relabel_table_serial, k.relabel_table_piped, t.table, tag, vt,
-                                   num_nodes)
+            local, new = _one_pass(parts, fill, True, t.table, tag, vt, num_nodes)
         else:
             _run(parts, k.hop_fill, *fill)
             local, claims, counts = _claimed(parts, nbr.size)
