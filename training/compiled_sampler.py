@@ -125,9 +125,12 @@ Hops = list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 _CHUNK_ROWS = 2048
 
 
-def _plan(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int) -> tuple[object, ...]:
+def _plan(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int, lead: int | None = None,
+          ) -> tuple[object, ...]:
     """A hop's plan and uniforms: :func:`~training._sample_kernels.hop_fill`'s arguments after
-    the part/chunk ones (the output ``nbr`` and ``target`` allocated, not filled)."""
+    the part/chunk ones (the output ``nbr`` and ``target`` allocated, not filled). With
+    ``lead`` (the last hop: the earlier hops' edge count) ``target`` is row 1 of the batch's
+    ``int64 [2, lead + E]`` edge_index from column ``lead``, so that nothing is copied there."""
     k = _kernels()
     assert k is not None
     rows = nodes.size
@@ -142,8 +145,18 @@ def _plan(g: Csr, nodes: np.ndarray, fanout: int, parts: int, row_base: int) -> 
     if drawing:
         shape = (drawing, fanout) if g.replace else (fanout, drawing)
         u = torch.rand(shape, generator=g.generator, dtype=torch.float64).numpy()
+    target = np.empty(edges, np.int64) if lead is None else np.empty((2, lead + edges), np.int64)[1, lead:]
     return (g.indices, start, deg, count, drawn, sums, fanout, g.replace, u, row_base, np.empty(edges, np.int64),
-            np.empty(edges, np.int64))
+            target)
+
+
+def _local_beside(target: np.ndarray) -> np.ndarray:
+    """Where a hop's local ids go: beside ``target`` in the batch's edge_index when ``target``
+    is its row 1 (:func:`_plan` with ``lead``), else a new array."""
+    ei = target.base
+    if isinstance(ei, np.ndarray) and ei.ndim == 2:
+        return ei[0, ei.shape[1] - target.size:]
+    return np.empty(target.size, np.int64)
 
 
 def _out(fill: tuple[object, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -170,8 +183,8 @@ def _one_pass(parts: int, fill: tuple[object, ...], table: bool, store: np.ndarr
     behind the helpers' filling on several. Returns ``(local, new vertices)``."""
     k = _kernels()
     assert k is not None
-    nbr, _ = _out(fill)
-    local, new = np.empty(nbr.size, np.int64), np.empty(nbr.size, np.int64)
+    nbr, target = _out(fill)
+    local, new = _local_beside(target), np.empty(nbr.size, np.int64)
     if parts > 1:
         return local, new[:_piped(parts, k.relabel_piped, fill, table, store, a, b, num_nodes, local, new)]
     k.hop_fill(0, 1, *fill)
@@ -209,9 +222,10 @@ def _piped(parts: int, relabel: Callable[..., None], fill: tuple[object, ...], *
 PARALLEL_RELABEL_THREADS = 3
 
 
-def _claimed(parts: int, edges: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Scratch for the parallel relabelling: ``local`` and ``claims`` (``int64 [edges]``), ``counts`` per part."""
-    return np.empty(edges, np.int64), np.empty(edges, np.int64), np.zeros(parts, np.int64)
+def _claimed(parts: int, target: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scratch for the parallel relabelling: ``local`` (:func:`_local_beside`) and ``claims``
+    (``int64 [edges]``), ``counts`` per part."""
+    return _local_beside(target), np.empty(target.size, np.int64), np.zeros(parts, np.int64)
 
 
 def _finish(k: ModuleType, parts: int, nbr: np.ndarray, entry: np.ndarray, store: np.ndarray, tags: tuple[int, int],
@@ -235,14 +249,14 @@ def sample_map(g: Csr, seeds: np.ndarray, node_map: np.ndarray, base: int, parts
     assert k is not None
     out: Hops = []
     frontier, num_nodes, frontier_start = seeds, seeds.size, 0
-    for fanout in g.fanouts:
-        fill = _plan(g, frontier, fanout, parts, frontier_start)
+    for h, fanout in enumerate(g.fanouts):
+        fill = _plan(g, frontier, fanout, parts, frontier_start, _lead(g, h, out))
         nbr, target = _out(fill)
         if parts < PARALLEL_RELABEL_THREADS:
             local, new = _one_pass(parts, fill, False, node_map, base, 0, num_nodes)
         else:
             _run(parts, k.hop_fill, *fill)
-            local, claims, counts = _claimed(parts, nbr.size)
+            local, claims, counts = _claimed(parts, target)
             _run(parts, k.scan_map, nbr, node_map, base, local, claims, counts)
             new = _finish(k, parts, nbr, nbr, node_map, (base, k._CAND), local, claims, counts, num_nodes)
         out.append((new, local, target))
@@ -300,8 +314,8 @@ def sample_unique(g: Csr, seeds: np.ndarray, parts: int) -> Hops:
     t.epoch += 1
     _run(parts, k.enter_table, t.table, *t.tags(), seeds, 0)
     frontier, frontier_start, num_nodes = seeds, 0, seeds.size
-    for fanout in g.fanouts:
-        fill = _plan(g, frontier, fanout, parts, frontier_start)
+    for h, fanout in enumerate(g.fanouts):
+        fill = _plan(g, frontier, fanout, parts, frontier_start, _lead(g, h, out))
         nbr, target = _out(fill)
         if t.fit(num_nodes + nbr.size):  # replaced: enter the batch's vertices again
             t.epoch += 1
@@ -311,7 +325,7 @@ def sample_unique(g: Csr, seeds: np.ndarray, parts: int) -> Hops:
             local, new = _one_pass(parts, fill, True, t.table, tag, vt, num_nodes)
         else:
             _run(parts, k.hop_fill, *fill)
-            local, claims, counts = _claimed(parts, nbr.size)
+            local, claims, counts = _claimed(parts, target)
             where = np.empty(nbr.size, np.int64)
             _run(parts, k.scan_table, t.table, tag, vt, nbr, local, where, claims, counts)
             new = _finish(k, parts, nbr, where, t.table, (vt, vt | k._PENDING), local, claims, counts, num_nodes)
@@ -321,16 +335,23 @@ def sample_unique(g: Csr, seeds: np.ndarray, parts: int) -> Hops:
     return out
 
 
+def _lead(g: Csr, h: int, out: Hops) -> int | None:
+    # the last hop writes into the batch's edge_index (see _plan), after the earlier hops' edges
+    return sum(o[1].size for o in out) if h == len(g.fanouts) - 1 else None
+
+
 def sample(g: Csr, seeds: np.ndarray, parts: int, node_map: np.ndarray | None, base: int,
            ) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], tuple[int, ...]]:
     """A whole batch: ``(n_id, edge_index, vertices per hop, edges per hop)`` (``SampledBatch``'s
     fields), through the stamped ``node_map`` (seeds entered) or, when None, a hash table."""
     hops = sample_unique(g, seeds, parts) if node_map is None else sample_map(g, seeds, node_map, base, parts)
-    # our kernel's copies, not torch.cat: a parallel torch op leaves torch's OpenMP threads spinning
-    edge_index = np.empty((2, sum(h[1].size for h in hops)), np.int64)
+    # the last hop wrote into edge_index (_plan's lead); the earlier ones are copied in front by
+    # our kernel, not torch.cat: a parallel torch op leaves torch's OpenMP threads spinning
+    edge_index = hops[-1][2].base
+    assert isinstance(edge_index, np.ndarray) and edge_index.shape == (2, sum(h[1].size for h in hops))
     k, at = _kernels(), 0
     assert k is not None
-    for _, local, target in hops:
+    for _, local, target in hops[:-1]:
         _run(parts, k.copy, local, edge_index[0, at:at + local.size])
         _run(parts, k.copy, target, edge_index[1, at:at + local.size])
         at += local.size
