@@ -110,3 +110,31 @@ def test_a_forked_child_samples_with_threads_of_its_own():
 def _sample_in_child(indptr, indices):
     s = NeighborSampler(indptr, indices, (5, 3), seed=2, num_threads=2)
     return s.sample(torch.arange(0, 500, 4)).edge_index
+
+
+@pytest.mark.parametrize("relabel", ["map", "unique"])
+@pytest.mark.parametrize(("chunk_rows", "parallel_from"), [(3, 3), (64, 2)])
+def test_chunked_pipeline_and_parallel_relabel_at_two_threads(monkeypatch, relabel, chunk_rows, parallel_from):
+    # tiny chunks: the relabelling thread waits on, and fills, many chunks behind its helper;
+    # parallel_from=2: the atomic-min relabelling in parts runs at 2 threads as well
+    monkeypatch.setattr(compiled_sampler, "_CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(compiled_sampler, "PARALLEL_RELABEL_THREADS", parallel_from)
+    indptr, indices = random_graph(2000, 30000, seed=11, skew=0.8)
+    seeds = torch.randperm(2000, generator=torch.Generator().manual_seed(4))
+    ref = NeighborSampler(indptr, indices, (10, 5), seed=8, relabel=relabel, compiled=False)
+    two = NeighborSampler(indptr, indices, (10, 5), seed=8, relabel=relabel, num_threads=2)
+    for span in (slice(0, 300), slice(300, 310), slice(0, 2000)):
+        assert same(two.sample(seeds[span]), ref.sample(seeds[span]))
+
+
+def test_hash_table_epochs_run_out_and_start_again(monkeypatch):
+    # when the epoch tags run out the table is replaced; stale entries must never match
+    monkeypatch.setattr(compiled_sampler, "_MAX_EPOCH", 3)
+    indptr, indices = random_graph(500, 6000, seed=12, skew=0.6)
+    seeds = torch.arange(0, 500, 7)
+    ref = NeighborSampler(indptr, indices, (6, 3), seed=1, relabel="unique", compiled=False)
+    for threads in (1, 2, 3):
+        fast = NeighborSampler(indptr, indices, (6, 3), seed=1, relabel="unique", num_threads=threads)
+        ref.reseed(1)
+        for _ in range(5):
+            assert same(fast.sample(seeds), ref.sample(seeds))

@@ -238,8 +238,8 @@ def summary(rows: list[Row], batches: int) -> dict[str, float]:
 
 
 def report(args: argparse.Namespace, graph: str, threads: int, rows: dict[str, list[Row]], version: str,
-           ) -> list[Figure]:
-    """Print one configuration's table; its figures (one per relabel mode)."""
+           ) -> tuple[list[Figure], dict[str, dict[str, float]]]:
+    """Print one configuration's table; its figures (two per relabel mode) and its summaries per side."""
     print(f"{graph}, {threads} thread(s): median of {args.rounds} rounds of {args.batches} batches (range)")
     print(f"{'sampler':<26}{'M edges/s':>10}{'range':>14}{'ms/batch':>10}{'CPU ms':>8}{'CPU/wall':>9}"
           f"{'edges/batch':>12}{'nodes/batch':>12}")
@@ -272,6 +272,26 @@ def report(args: argparse.Namespace, graph: str, threads: int, rows: dict[str, l
             x["cpu_ms_batch"] * 1e6 / x["edges"], None if ref is None else ref["cpu_ms_batch"] * 1e6 / ref["edges"],
             f"DGL {version} C++ CPU sampler" if ref else "DGL (not run: no --dgl-venv)", higher_is_better=False,
             note="all threads of each process, median round"))
+    return figures, stats
+
+
+def thread_scaling(graph: str, rates: dict[int, dict[str, dict[str, float]]]) -> list[Figure]:
+    """Per side, the most threads against one (what picks the sampler's default thread count)."""
+    if 1 not in rates or len(rates) < 2:
+        return []
+    most = max(rates)
+    figures = []
+    for side in rates[1]:
+        if side not in rates[most]:
+            continue
+        one, many = rates[1][side], rates[most][side]
+        name = "DGL" if side == "dgl" else f"moment (relabel={side})"
+        print(f"{graph}: {name} {many['rate'] / one['rate']:.2f}x from 1 to {most} threads "
+              f"(CPU/wall {one['cpu_per_wall']:.2f} -> {many['cpu_per_wall']:.2f})")
+        figures.append(Figure(
+            "sample", f"{graph}, {name}: {most} threads vs 1", "M edges/s", many["rate"] / 1e6, one["rate"] / 1e6,
+            "the same sampler on 1 thread", target="> 1: more threads pay (the default uses them)",
+            note=f"CPU/wall {one['cpu_per_wall']:.2f} -> {many['cpu_per_wall']:.2f}"))
     return figures
 
 
@@ -288,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fanouts", default="25,10")
     p.add_argument("--batches", type=int, default=10, help="timed batches per round")
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=5, help="alternating ours/DGL rounds; the median is shown")
+    p.add_argument("--rounds", type=int, default=7, help="alternating ours/DGL rounds; the median is shown")
     p.add_argument("--threads", default="1,2", help="thread counts, comma-separated, each run on both sides")
     p.add_argument("--relabel", choices=("map", "unique", "both"), default="both")
     p.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
@@ -317,9 +337,12 @@ def main(argv: list[str] | None = None) -> int:
         seeds = rng.permutation(indptr.size - 1)[: total * args.batch_size].reshape(total, args.batch_size)
         np.save(workdir / "seeds.npy", seeds.astype(np.int64))
         seeds_t = torch.from_numpy(seeds.astype(np.int64))
+        rates = {}
         for threads in (int(t) for t in args.threads.split(",")):
             rows, version = run_config(args, (indptr, indices), seeds_t, workdir, threads)
-            figures += report(args, graph, threads, rows, version)
+            got, rates[threads] = report(args, graph, threads, rows, version)
+            figures += got
+        figures += thread_scaling(graph, rates)
         if not args.dgl_venv:
             print("dgl: reference not run (pass --dgl-venv DIR, or --build-dgl-venv DIR to build it; ~5 GB)")
     load_after = Path("/proc/loadavg").read_text().split()[:3]
