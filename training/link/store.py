@@ -62,7 +62,7 @@ def open_link_data(ds: Dataset) -> LinkData:
     """
     if not is_link_dataset(ds):
         raise LinkSplitError(f"{ds.path}: not an edge-split dataset; make one with "
-                             "`training.link.store.write_link_dataset` (moment data split-edges)")
+                             "`training.link.store.write_link_dataset`")
     arrays = {}
     files = ds.meta["files"]
     for key in LINK_FILES:
