@@ -212,3 +212,13 @@ def test_moment_train_task_link_refuses_a_node_dataset(tmp_path):
 
     assert main(["data", "import", str(graph_fixture("cora")), str(tmp_path / "cora")]) == 0
     assert main(["train", "--task", "link", "--dataset", str(tmp_path / "cora"), "--epochs", "1"]) == 2
+
+
+def test_link_options_are_checked_and_named():
+    from training.errors import TrainError
+    from training.link.train import LinkSpec
+
+    for bad, name in (({"decoder": "cosine"}, "decoder"), ({"negatives": "zipf"}, "negatives"),
+                      ({"neg_ratio": 0.0}, "neg_ratio"), ({"embed_dim": 0}, "embed_dim")):
+        with pytest.raises(TrainError, match=f"`{name}`"):
+            LinkSpec(**bad)

@@ -39,6 +39,7 @@ from training.metrics import JsonlWriter
 from training.sampler import NeighborSampler
 from training.specs import TrainSpec
 from training.trainer import TrainResult
+from training.vocab import LINK_DECODERS, NEGATIVE_METHODS
 
 __all__ = ["LinkSpec", "train_link"]
 
@@ -55,12 +56,22 @@ class LinkSpec:
     neg_ratio: float = 1.0
     embed_dim: int = 64
 
+    def __post_init__(self) -> None:
+        if self.decoder not in LINK_DECODERS:
+            raise TrainError(f"`decoder` {self.decoder!r}: expected one of {', '.join(LINK_DECODERS)}")
+        if self.negatives not in NEGATIVE_METHODS:
+            raise TrainError(f"`negatives` {self.negatives!r}: expected one of {', '.join(NEGATIVE_METHODS)}")
+        if not self.neg_ratio > 0:
+            raise TrainError(f"`neg_ratio` {self.neg_ratio}: expected a positive number of negatives per positive")
+        if self.embed_dim < 1:
+            raise TrainError(f"`embed_dim` {self.embed_dim}: expected a positive width")
+
     def to_dict(self) -> dict:
         return {"decoder": self.decoder, "negatives": self.negatives, "neg_ratio": self.neg_ratio,
                 "embed_dim": self.embed_dim}
 
 
-class _Encoded:
+class _Rows:
     """Rows of a sampled batch on the model's device: features (row-normalised when asked) and degrees."""
 
     def __init__(self, features: FeatureSource, indptr: np.ndarray, normalize: bool, device: torch.device) -> None:
@@ -74,7 +85,7 @@ class _Encoded:
         return x.to(self.device), self.deg[n_id].to(self.device)
 
 
-def _scores(model: LinkPredictor, sampler: LinkSampler, rows: _Encoded, pairs: np.ndarray, batch: int) -> np.ndarray:
+def _scores(model: LinkPredictor, sampler: LinkSampler, rows: _Rows, pairs: np.ndarray, batch: int) -> np.ndarray:
     out = []
     for a in range(0, pairs.shape[1], batch):
         b = sampler.sample(pairs[:, a:a + batch])
@@ -102,9 +113,9 @@ def _eval_parts(spec: TrainSpec, data: LinkData, features: FeatureSource, device
     norm = spec.model.normalize_features
     test_ptr, test_idx = with_edges(np.asarray(ds.indptr), np.asarray(ds.indices), data.valid_pos, data.undirected)
     return {"valid": (LinkSampler(NeighborSampler(ds.indptr, ds.indices, fan, seed=spec.run.seed)),
-                      _Encoded(features, ds.indptr, norm, device), *data.pairs("valid")),
+                      _Rows(features, ds.indptr, norm, device), *data.pairs("valid")),
             "test": (LinkSampler(NeighborSampler(test_ptr, test_idx, fan, seed=spec.run.seed)),
-                     _Encoded(features, test_ptr, norm, device), *data.pairs("test"))}
+                     _Rows(features, test_ptr, norm, device), *data.pairs("test"))}
 
 
 def _model(spec: TrainSpec, link: LinkSpec, dim: int, device: torch.device) -> LinkPredictor:
@@ -122,7 +133,7 @@ def train_link(spec: TrainSpec, link: LinkSpec | None = None, *, progress: Progr
     Raises
     ------
     TrainError
-        Several ranks, or a dataset without features or placement.
+        Several ranks, a dataset without features or placement, a placement of another dataset.
     LinkSplitError
         The dataset has no edge splits (``moment data split-edges`` makes them).
     """
@@ -157,7 +168,7 @@ def _run(spec: TrainSpec, link: LinkSpec, data: LinkData, features: FeatureSourc
     opt = torch.optim.Adam(model.parameters(), lr=run.lr, weight_decay=run.weight_decay)
     rng = np.random.default_rng(run.seed)
     sampler = LinkSampler(NeighborSampler(ds.indptr, ds.indices, spec.sampling.fanouts, seed=run.seed))
-    rows = _Encoded(features, ds.indptr, spec.model.normalize_features, device)
+    rows = _Rows(features, ds.indptr, spec.model.normalize_features, device)
     negatives = NegativeSampler(EdgeSet.from_csr(ds.indptr, ds.indices, ds.num_nodes), method=link.negatives,
                                 degree=np.diff(np.asarray(ds.indptr)))
     evals = _eval_parts(spec, data, features, device)
@@ -182,7 +193,7 @@ def _run(spec: TrainSpec, link: LinkSpec, data: LinkData, features: FeatureSourc
     return TrainResult(model=model, epochs=tuple(records), resumed_from=None, world_size=1, rank=0)
 
 
-def _epoch(model: LinkPredictor, opt: torch.optim.Optimizer, sampler: LinkSampler, rows: _Encoded,
+def _epoch(model: LinkPredictor, opt: torch.optim.Optimizer, sampler: LinkSampler, rows: _Rows,
            negatives: NegativeSampler, pos_all: np.ndarray, bs: int, ratio: float, rng: np.random.Generator,
            epoch: int, steps: int, emit: Callable[[dict], None]) -> dict:
     """One epoch of steps; its record (the step records emitted)."""
