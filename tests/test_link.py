@@ -164,8 +164,15 @@ def test_link_presample_counts_every_batch_vertex_once():
     pairs = np.stack([np.arange(0, 40), np.arange(1, 41)])
     counts, batches = link_presample_counts(NeighborSampler(indptr, indices, (1,), seed=0), pairs, 16, epochs=2)
     assert batches == 6 and counts.shape == (50,)
-    # every pair's endpoints are read once per epoch at least (each endpoint is in some batch)
-    assert (counts[np.unique(pairs)] >= 2).all()
+    # every pair's endpoints are read in every epoch, and a vertex at most once per batch
+    assert (counts[np.unique(pairs)] >= 2).all() and counts.max() <= batches
+    # the total is the batches' vertices: what the same walk samples batch by batch
+    rng, link = np.random.default_rng(0), LinkSampler(NeighborSampler(indptr, indices, (1,), seed=0))
+    total = 0
+    for _ in range(2):
+        order = rng.permutation(40)
+        total += sum(link.sample(pairs[:, order[a:a + 16]]).batch.n_id.numel() for a in range(0, 40, 16))
+    assert counts.sum() == total
 
 
 @pytest.fixture(scope="module")
