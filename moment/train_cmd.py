@@ -282,14 +282,26 @@ def _cache_options(p: argparse.ArgumentParser) -> None:
                    help="hold that cache in an SSD bin under DIR instead of host memory")
 
 
-def _link_options(p: argparse.ArgumentParser) -> None:
-    """The options of ``--task link``."""
+def _task_options(p: argparse.ArgumentParser) -> None:
+    """``--task`` and the options of ``--task link``."""
+    p.add_argument("--task", choices=TASKS.names(), default="node",
+                   help="node classification (default) or link prediction on an edge-split dataset "
+                        "(moment data split-edges)")
     lk = p.add_argument_group("link prediction (--task link)")
     lk.add_argument("--decoder", choices=LINK_DECODERS, default="dot", help="pair scores: dot (default) or mlp")
     lk.add_argument("--negatives", choices=NEGATIVE_METHODS, default="uniform",
                     help="training negatives: uniform (default) or by degree^0.75")
     lk.add_argument("--neg-ratio", type=float, default=1.0, metavar="R", help="negatives per positive (default 1)")
     lk.add_argument("--embed-dim", type=int, default=64, metavar="N", help="embedding width (default 64)")
+
+
+#: the examples `moment train --help` ends with
+_EXAMPLES = ("moment train --dataset cora --placement cora-placement --model gcn --epochs 10",
+             "moment train --dataset graph --fanouts 25,10 --batch-size 8000 --metrics m.jsonl",
+             "moment train --dataset graph --checkpoint ckpt/ --epochs 5 --resume",
+             "moment train --task link --dataset cora-links --model gcn --fanouts -1,-1 --epochs 100",
+             "torchrun --nproc-per-node 2 -m moment train --dataset cora --epochs 3   # data-parallel",
+             "moment report m.jsonl --out plots/   # plots of the metrics")
 
 
 def register(subparsers) -> None:
@@ -299,20 +311,12 @@ def register(subparsers) -> None:
         description="Train a GNN on sampled mini-batches with features from the tiered store (--placement) or "
                     "memory. Launch with `torchrun --nproc-per-node N -m moment train ...` for N data-parallel "
                     "ranks (gloo on CPU, nccl on GPU); N ranks train exactly what one process would.",
-        **examples("moment train --dataset cora --placement cora-placement --model gcn --epochs 10",
-                   "moment train --dataset graph --fanouts 25,10 --batch-size 8000 --metrics m.jsonl",
-                   "moment train --dataset graph --checkpoint ckpt/ --epochs 5 --resume",
-                   "moment train --task link --dataset cora-links --model gcn --fanouts -1,-1 --epochs 100",
-                   "torchrun --nproc-per-node 2 -m moment train --dataset cora --epochs 3   # data-parallel",
-                   "moment report m.jsonl --out plots/   # plots of the metrics"),
+        **examples(*_EXAMPLES),
     )
     p.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
     p.add_argument("--placement", metavar="DIR",
                    help="placement directory (placement.json, bin_of.npy, row_of.npy, SSD bins); default: "
                         "features in memory")
-    p.add_argument("--task", choices=TASKS.names(), default="node",
-                   help="node classification (default) or link prediction on an edge-split dataset "
-                        "(moment data split-edges)")
     m = p.add_argument_group("model and optimisation")
     m.add_argument("--model", choices=MODEL_NAMES, default="sage", help="default sage")
     m.add_argument("--fanouts", default="25,10", metavar="F1,F2,..",
@@ -335,7 +339,7 @@ def register(subparsers) -> None:
                         "with loss scaling. Mixed: rows placed as float16/bfloat16 reach the model in that type, "
                         "int8 rows are decoded on the device into bfloat16")
     m.add_argument("--seed", type=int, default=0, help="seed of parameters, shuffling and sampling (default 0)")
-    _link_options(p)
+    _task_options(p)
     r = p.add_argument_group("pipeline, evaluation, output")
     r.add_argument("--check-dataset", choices=DATASET_CHECKS, default="background",
                    help="background (default): check every block of the dataset arrays training reads against "
