@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from moment._args import examples
 from moment.errors import CommandError
-from training.vocab import DATASET_FEATURE_DTYPES
+from training.vocab import DATASET_FEATURE_DTYPES, NEGATIVE_METHODS
 
 #: options of `data import` and the formats they apply to (dest -> formats)
 _FORMAT_OPTIONS = {
@@ -74,6 +74,43 @@ def _import_command(args: argparse.Namespace) -> int:
         + (f"{ds.num_classes} classes" if ds.labels is not None else "no labels")
         + (f", split {splits}" if splits else "")
     )
+    return 0
+
+
+def _register_split(data_sub) -> None:
+    """Add ``moment data split-edges``."""
+    split = data_sub.add_parser(
+        "split-edges", help="split a dataset's edges into train / valid / test for link prediction",
+        description="Write an edge-split dataset: the source's features and labels, its graph without the "
+                    "held-out edges (both directions of an undirected edge go together), and the validation and "
+                    "test pairs with negatives drawn once (as PyG's RandomLinkSplit does). Train on it with "
+                    "`moment train --task link`; `moment place` places it as any dataset.",
+        **examples("moment data split-edges cora cora-links", "moment data split-edges cora cora-links "
+                   "--val 0.05 --test 0.1 --seed 1 --negatives degree"))
+    split.add_argument("src", metavar="SRC", help="dataset directory to split")
+    split.add_argument("dst", metavar="DST", help="edge-split dataset directory to create")
+    split.add_argument("--val", type=float, default=0.05, dest="num_val", metavar="SHARE",
+                       help="share of the edges for validation (default 0.05)")
+    split.add_argument("--test", type=float, default=0.1, dest="num_test", metavar="SHARE",
+                       help="share of the edges for test (default 0.1)")
+    split.add_argument("--seed", type=int, default=0, help="seed of the split and the negatives (default 0)")
+    split.add_argument("--negatives", choices=NEGATIVE_METHODS, default="uniform",
+                       help="how validation and test negatives are drawn (default uniform)")
+    split.add_argument("--neg-ratio", type=float, default=1.0, metavar="R",
+                       help="validation and test negatives per positive (default 1)")
+    split.add_argument("--force", action="store_true", dest="overwrite", help="replace DST if it exists")
+    split.set_defaults(func=_split_command)
+
+
+def _split_command(args: argparse.Namespace) -> int:
+    from training.link.store import write_link_dataset
+
+    ds, split = write_link_dataset(args.src, args.dst, num_val=args.num_val, num_test=args.num_test, seed=args.seed,
+                                   negatives=args.negatives, neg_ratio=args.neg_ratio, overwrite=args.overwrite)
+    print(f"split {args.src} into {ds.path}: {split.train_pos.shape[1]:,} training, {split.valid_pos.shape[1]:,} "
+          f"validation and {split.test_pos.shape[1]:,} test edges ({'undirected' if split.undirected else 'directed'}),"
+          f" {split.valid_neg.shape[1]:,} + {split.test_neg.shape[1]:,} negatives; the training graph holds "
+          f"{ds.num_edges:,} CSR edges")
     return 0
 
 
@@ -162,8 +199,7 @@ def register(subparsers) -> None:
         description="Graph datasets in Moment's directory format (docs/dataset-format.md): "
                     "memory-mapped CSR, features, labels and splits.",
         **examples("moment data import ../shared/fixtures/graphs/cora cora",
-                   "moment data synth graph --nodes 1e6 --edges 1e7 --undirected",
-                   "moment data info cora --verify"),
+                   "moment data synth graph --nodes 1e6 --edges 1e7 --undirected", "moment data info cora --verify"),
     )
     data.set_defaults(func=_data_usage(data))
     data_sub = data.add_subparsers(dest="data_command", metavar="ACTION")
@@ -229,10 +265,12 @@ def register(subparsers) -> None:
 
 
 def _more_actions(data_sub) -> None:
-    """``partition`` (:mod:`moment.partition_cmd`) and ``synth`` when :mod:`moment.synth_cmd` is present."""
+    """``partition`` (:mod:`moment.partition_cmd`), ``split-edges``, and ``synth`` when :mod:`moment.synth_cmd`
+    is present."""
     from moment.partition_cmd import register_partition
 
     register_partition(data_sub)
+    _register_split(data_sub)
     try:
         from moment.synth_cmd import register_synth
     except ModuleNotFoundError as exc:  # the synth command is optional; a broken one must still fail loudly

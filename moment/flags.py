@@ -56,6 +56,7 @@ CALLS: dict[str, str] = {
     "planner.handoff.plan_document": "`moment plan --json > FILE`",
     "training.stream.record_stream": "`moment bench record`",
     "training.data.open_dataset(verify='full')": "`moment data info --verify DATASET`",
+    "training.link.store.write_link_dataset": "`moment data split-edges SRC DST`",
 }
 
 #: a parameter named by the library: `name` or `name=value`

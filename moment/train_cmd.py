@@ -16,7 +16,17 @@ from iostack.cachepolicy import CACHE_POLICIES, DEFAULT_POLICY
 from moment._args import examples, parse_fanouts
 from moment._args import size_arg as _size
 from moment.errors import CommandError
-from training.vocab import DATASET_CHECKS, EXCHANGES, GRAPH_ON, MODEL_NAMES, PRECISIONS, SAMPLE_ON
+from training.tasks import TASKS
+from training.vocab import (
+    DATASET_CHECKS,
+    EXCHANGES,
+    GRAPH_ON,
+    LINK_DECODERS,
+    MODEL_NAMES,
+    NEGATIVE_METHODS,
+    PRECISIONS,
+    SAMPLE_ON,
+)
 
 
 def _spec(args: argparse.Namespace):
@@ -97,7 +107,6 @@ def _train_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from moment.bars import Bars
-    from training.trainer import train
 
     if not Path(args.dataset).is_dir():
         raise CommandError(f"--dataset {args.dataset}: no such dataset directory "
@@ -109,8 +118,12 @@ def _train_command(args: argparse.Namespace) -> int:
     bars = Bars()  # per-step progress within an epoch, on a terminal only
     state: dict = {"rank": 0, "seeds": 0, "t0": 0.0}
     progress = _printer(args, spec, err, bars, state)
+    if args.task == "link":
+        from moment.train_link import run_link
+
+        return run_link(args, spec, err, out)
     try:
-        result = train(spec, progress=progress)
+        result = TASKS.get(args.task)(spec, {}, progress=progress)
     finally:
         bars.__exit__(None, None, None)
     if result.rank != 0:
@@ -269,6 +282,28 @@ def _cache_options(p: argparse.ArgumentParser) -> None:
                    help="hold that cache in an SSD bin under DIR instead of host memory")
 
 
+def _task_options(p: argparse.ArgumentParser) -> None:
+    """``--task`` and the options of ``--task link``."""
+    p.add_argument("--task", choices=TASKS.names(), default="node",
+                   help="node classification (default) or link prediction on an edge-split dataset "
+                        "(moment data split-edges)")
+    lk = p.add_argument_group("link prediction (--task link)")
+    lk.add_argument("--decoder", choices=LINK_DECODERS, default="dot", help="pair scores: dot (default) or mlp")
+    lk.add_argument("--negatives", choices=NEGATIVE_METHODS, default="uniform",
+                    help="training negatives: uniform (default) or by degree^0.75")
+    lk.add_argument("--neg-ratio", type=float, default=1.0, metavar="R", help="negatives per positive (default 1)")
+    lk.add_argument("--embed-dim", type=int, default=64, metavar="N", help="embedding width (default 64)")
+
+
+#: the examples `moment train --help` ends with
+_EXAMPLES = ("moment train --dataset cora --placement cora-placement --model gcn --epochs 10",
+             "moment train --dataset graph --fanouts 25,10 --batch-size 8000 --metrics m.jsonl",
+             "moment train --dataset graph --checkpoint ckpt/ --epochs 5 --resume",
+             "moment train --task link --dataset cora-links --model gcn --fanouts -1,-1 --epochs 100",
+             "torchrun --nproc-per-node 2 -m moment train --dataset cora --epochs 3   # data-parallel",
+             "moment report m.jsonl --out plots/   # plots of the metrics")
+
+
 def register(subparsers) -> None:
     """Add ``moment train``."""
     p = subparsers.add_parser(
@@ -276,11 +311,7 @@ def register(subparsers) -> None:
         description="Train a GNN on sampled mini-batches with features from the tiered store (--placement) or "
                     "memory. Launch with `torchrun --nproc-per-node N -m moment train ...` for N data-parallel "
                     "ranks (gloo on CPU, nccl on GPU); N ranks train exactly what one process would.",
-        **examples("moment train --dataset cora --placement cora-placement --model gcn --epochs 10",
-                   "moment train --dataset graph --fanouts 25,10 --batch-size 8000 --metrics m.jsonl",
-                   "moment train --dataset graph --checkpoint ckpt/ --epochs 5 --resume",
-                   "torchrun --nproc-per-node 2 -m moment train --dataset cora --epochs 3   # data-parallel",
-                   "moment report m.jsonl --out plots/   # plots of the metrics"),
+        **examples(*_EXAMPLES),
     )
     p.add_argument("--dataset", required=True, metavar="DIR", help="dataset directory (moment data import)")
     p.add_argument("--placement", metavar="DIR",
@@ -308,6 +339,7 @@ def register(subparsers) -> None:
                         "with loss scaling. Mixed: rows placed as float16/bfloat16 reach the model in that type, "
                         "int8 rows are decoded on the device into bfloat16")
     m.add_argument("--seed", type=int, default=0, help="seed of parameters, shuffling and sampling (default 0)")
+    _task_options(p)
     r = p.add_argument_group("pipeline, evaluation, output")
     r.add_argument("--check-dataset", choices=DATASET_CHECKS, default="background",
                    help="background (default): check every block of the dataset arrays training reads against "

@@ -34,6 +34,7 @@ def _registry_tables() -> dict[tuple[str, str], tuple[str, ...]]:
     from planner.policies import PLACEMENT_POLICIES
     from training.hotness_methods import HOTNESS_METHODS
     from training.partition import PARTITIONERS
+    from training.tasks import TASKS
 
     backends = ("auto", *READ_BACKENDS.names())
     return {
@@ -46,6 +47,7 @@ def _registry_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         ("moment train", "--cache-policy"): CACHE_POLICIES.names(),
         ("moment bench io gather", "--backend"): backends,
         ("moment data partition", "--method"): PARTITIONERS.names(),
+        ("moment train", "--task"): TASKS.names(),
     }
 
 
@@ -62,7 +64,9 @@ def _library_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         EXCHANGES,
         GPU_MODES,
         GRAPH_ON,
+        LINK_DECODERS,
         MODEL_NAMES,
+        NEGATIVE_METHODS,
         PRECISIONS,
         SAMPLE_ON,
     )
@@ -81,6 +85,9 @@ def _library_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         ("moment train", "--precision"): PRECISIONS,
         ("moment place", "--gpu-cache-mode"): GPU_MODES,
         ("moment place", "--feature-dtype"): STORAGE_DTYPES,
+        ("moment train", "--decoder"): LINK_DECODERS,
+        ("moment train", "--negatives"): NEGATIVE_METHODS,
+        ("moment data split-edges", "--negatives"): NEGATIVE_METHODS,
     }
 
 
@@ -92,6 +99,8 @@ def test_the_heavy_modules_check_against_the_light_tables():
     import planner.handoff as handoff
     import training.data as data
     import training.devices as devices
+    import training.link.model as link_model
+    import training.link.negatives as negatives
     import training.place.bins as placing
     import training.precision as precision
     import training.sharded.features as sharded
@@ -109,7 +118,8 @@ def test_the_heavy_modules_check_against_the_light_tables():
              (specs.GRAPH_ON, vocab.GRAPH_ON), (specs.EXCHANGES, vocab.EXCHANGES),
              (specs.DATASET_CHECKS, vocab.DATASET_CHECKS),
              (sharded.EXCHANGES, vocab.EXCHANGES), (specs.PRECISIONS, vocab.PRECISIONS),
-             (precision.PRECISIONS, vocab.PRECISIONS)]
+             (precision.PRECISIONS, vocab.PRECISIONS), (negatives.NEGATIVE_METHODS, vocab.NEGATIVE_METHODS),
+             (link_model.LINK_DECODERS, vocab.LINK_DECODERS)]
     assert all(used is table for used, table in pairs)
 
 

@@ -37,6 +37,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "sample": ("bench_sample.py", [], ["--nodes", "300000", "--edges", "3000000", "--rounds", "3"]),
     "ddak": ("bench_ddak.py", [], ["--items", "10000000"]),
     "accuracy": ("bench_accuracy.py", [], ["--seeds", "1", "--epochs", "100"]),
+    # Cora link prediction beside PyG's examples/link_pred.py and the published GAE AUC
+    "link": ("bench_link.py", ["--seeds", "3"], ["--seeds", "1", "--epochs", "30"]),
     "train": ("bench_train.py", [], ["--quick"]),
     "serve": ("bench_serve.py", [], ["--nodes", "50000", "--edges", "500000", "--rounds", "1", "--steps", "10"]),
     "gpu": ("bench_gpu.py", [], ["--quick"]),

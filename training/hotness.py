@@ -226,12 +226,18 @@ def presample_counts(ds: Dataset, spec: HotnessSpec, *, progress: Progress | Non
     """Access counts by pre-sampling (int64 ``[num_nodes]``) and the epochs they cover.
 
     Uses the dataset's training vertices (``train_idx``); raises
-    :class:`HotnessError` if it has none.
+    :class:`HotnessError` if it has none. An edge-split dataset (:mod:`training.link.store`) is
+    pre-sampled as link prediction reads it instead: batches of ``batch_size`` training pairs with as
+    many uniform negatives, both endpoints' neighbourhoods in one subgraph
+    (:func:`training.link.sampler.link_presample_counts`).
     """
     import torch
 
+    from training.link.store import is_link_dataset
     from training.sampler import NeighborSampler, count_accesses
 
+    if is_link_dataset(ds):
+        return _link_presample(ds, spec, progress)
     if ds.train_idx is None or ds.train_idx.shape[0] == 0:
         raise HotnessError(f"{ds.path}: no training vertices (train_idx.npy) to pre-sample from; "
                            "give the dataset a split, or use `method` degree or pagerank")
@@ -243,6 +249,27 @@ def presample_counts(ds: Dataset, spec: HotnessSpec, *, progress: Progress | Non
     batches = spec.num_batches if spec.num_batches is not None else math.ceil(per_epoch * spec.epochs)
     out = counts.numpy() if isinstance(counts, torch.Tensor) else np.asarray(counts)
     return out.astype(np.int64, copy=False), batches / per_epoch
+
+
+def _link_presample(ds: Dataset, spec: HotnessSpec, progress: Progress | None) -> tuple[np.ndarray, float]:
+    """:func:`presample_counts` of an edge-split dataset: link-level batches (training pairs and negatives)."""
+    from training.link.edges import EdgeSet
+    from training.link.negatives import NegativeSampler
+    from training.link.sampler import link_presample_counts
+    from training.link.store import open_link_data
+    from training.sampler import NeighborSampler
+
+    pairs = open_link_data(ds).train_pos
+    if pairs.shape[1] == 0:
+        raise HotnessError(f"{ds.path}: no training edges to pre-sample from; split the edges again")
+    sampler = NeighborSampler(ds.indptr, ds.indices, fanouts=spec.fanouts, seed=spec.seed)
+    negatives = NegativeSampler(EdgeSet.from_csr(ds.indptr, ds.indices, ds.num_nodes))
+    rng = np.random.default_rng(spec.seed)
+    cb = None if progress is None else (lambda done, total: progress("presample", done, total))
+    counts, batches = link_presample_counts(sampler, pairs, spec.batch_size, epochs=spec.epochs,
+                                            num_batches=spec.num_batches, shuffle_seed=spec.seed,
+                                            negatives=lambda b: negatives.sample(b.shape[1], rng), progress=cb)
+    return counts.astype(np.int64, copy=False), batches / math.ceil(pairs.shape[1] / spec.batch_size)
 
 
 def compute_hotness(ds: Dataset, spec: HotnessSpec, *, progress: Progress | None = None) -> Hotness:

@@ -8,8 +8,8 @@ implementations (tests/test_startup.py), and a new word is added here once.
 
 from __future__ import annotations
 
-__all__ = ["DATASET_CHECKS", "DATASET_FEATURE_DTYPES", "EXCHANGES", "GPU_MODES", "GRAPH_ON", "MODEL_NAMES",
-           "PRECISIONS", "SAMPLE_ON"]
+__all__ = ["DATASET_CHECKS", "DATASET_FEATURE_DTYPES", "EXCHANGES", "GPU_MODES", "GRAPH_ON", "LINK_DECODERS",
+           "MODEL_NAMES", "NEGATIVE_METHODS", "PRECISIONS", "SAMPLE_ON"]
 
 #: the GNNs :data:`training.models.MODELS` builds, by name
 MODEL_NAMES = ("sage", "gat", "gcn")
@@ -37,3 +37,9 @@ DATASET_FEATURE_DTYPES = ("float32", "float16", "float64", "uint8", "int8")
 #: how much of a dataset's arrays a run checks against their CRC-32s: every block training reads, on a
 #: background thread (:mod:`training.background_verify`), or only the sample checked on opening
 DATASET_CHECKS = ("background", "open")
+
+#: how link prediction draws negative pairs (:mod:`training.link.negatives`)
+NEGATIVE_METHODS = ("uniform", "degree")
+
+#: how a link predictor scores a pair from its endpoints' embeddings (:mod:`training.link.model`)
+LINK_DECODERS = ("dot", "mlp")
