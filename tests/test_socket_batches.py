@@ -108,6 +108,7 @@ def test_runs_that_cannot_follow_the_split_keep_todays_batches(placed):
     assert all(src is None for src, _ in why.values())
     assert "not socket-aware (the plan's GPUs sit on one socket)" in why["one"][1]["why_not"]
     assert "not on every socket" in why["aware"][1]["why_not"]
+    assert "placement_socket_aware" not in why["one"][1] and why["aware"][1]["placement_socket_aware"]
     src, split = socket_source(_spec(placed, "aware", server="127.0.0.1:1"), idx, _world(0, 2), csr)
     assert src is None and "sampling server" in split["why_not"]
     src, split = socket_source(_spec(placed, "aware"), idx, _world(1, 2), csr)
@@ -166,3 +167,12 @@ def test_two_ranks_train_on_their_sockets_and_cross_as_the_placement_predicted(p
     aware, plain = _cross(res, "aware", report), _cross(res, "plain", report)
     assert all(abs(a - held) < 0.08 for a in aware), (aware, held)
     assert all(a < 0.5 * p for a, p in zip(aware, plain, strict=True)), (aware, plain)
+
+
+def test_moment_train_warns_when_it_cannot_follow_a_socket_aware_placement(placed, capsys):
+    """One rank on a two-socket placement: `moment train` trains every seed and says the shares do not hold."""
+    assert main(["train", "--dataset", str(placed["cora"]), "--placement", str(placed["aware"]), "--epochs", "1",
+                 "--fanouts", FAN, "--batch-size", str(BATCH), "--eval-every", "0"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the placement is socket-aware but the seeds are not split by socket" in err
+    assert "not on every socket of the split" in err

@@ -186,8 +186,8 @@ def socket_source(spec: TrainSpec, train_idx: np.ndarray, world: World,
                f"({', '.join(sorted(set(layout.gpu_sockets[:world.size])))}), not on every socket of the split")
     elif min(socket_batch_sizes(spec.sampling.batch_size, layout.gpus_per_socket)) < 1:
         why = f"a batch of {spec.sampling.batch_size} seeds leaves a socket none per step"
-    if why:
-        return None, {"used": False, "why_not": why}
+    if why:  # the placement's cross-socket shares will not hold: the CLI says so
+        return None, {"used": False, "why_not": why, "placement_socket_aware": True}
     sampler = NeighborSampler(*csr, tuple(spec.sampling.fanouts), seed=spec.run.seed)
     src = SocketBatchSource(sampler, train_idx, spec.sampling.batch_size, layout, rank=world.rank,
                             world_size=world.size, seed=spec.run.seed)
