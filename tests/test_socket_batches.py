@@ -176,3 +176,12 @@ def test_moment_train_warns_when_it_cannot_follow_a_socket_aware_placement(place
     err = " ".join(capsys.readouterr().err.split())
     assert "the placement is socket-aware but the seeds are not split by socket" in err
     assert "not on every socket of the split" in err
+
+
+def test_the_loaders_global_batch_is_what_its_steps_hold(placed):
+    """MomentLoader (the user's loop) says each step's global batch: its seeds here, one rank, summing to the split."""
+    from training.loader import open_loader
+
+    with open_loader(placed["cora"], placed["one"], fanouts=(10, 5), batch_size=BATCH, seed=3) as loader:
+        sizes = [b.batch.batch_size for b in loader]
+        assert sizes == [loader.global_batch(s) for s in range(len(loader))] == [32, 32, 32, 32, 12]
