@@ -178,6 +178,13 @@ def _printer(args: argparse.Namespace, spec, err, bars, state: dict):
                 err.print(f"dataset: {rec['integrity']}", markup=False)
             for note in rec.get("store_notes", []):
                 err.print(f"store: {note}", markup=False)
+            split = rec.get("socket_split") or {}
+            if split.get("used"):
+                err.print(f"seeds by socket (the placement's split): rank 0 on {split['socket']}, "
+                          f"{split['seeds_of_socket']:,} seeds, {split['seeds_per_step']} per step", markup=False)
+            elif split.get("placement_socket_aware"):
+                err.print(f"warning: the placement is socket-aware but the seeds are not split by socket "
+                          f"({split['why_not']}): its cross-socket shares do not hold for this run", markup=False)
             if rec.get("rng_restored") not in (None, "per-rank"):
                 err.print(f"random streams: {rec['rng_restored']}", markup=False)
             bars.__enter__()

@@ -57,6 +57,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "precision": ("bench_precision.py", [], ["--quick"]),
     # Machine A's layouts (a)-(d): socket-aware DDAK, and DDAK with every GPU alike, against hash (paper Fig. 17)
     "sockets": ("bench_sockets.py", [], []),
+    # training's reads on a socket-aware placement: each socket's ranks on their part, measured against place.json
+    "sockets_train": ("bench_sockets.py", ["--train", "--gpus", "2,4"], ["--train", "--epochs", "2"]),
     # --precision bf16-mixed / 16-mixed against float32: accuracy and seeds/s on Cora, Amazon Photo, a synthetic graph
     "mixed_precision": ("bench_mixed_precision.py", [], ["--quick"]),
     "dyncache": ("bench_dyncache.py", ["--repeats", "3"],

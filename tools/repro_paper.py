@@ -229,7 +229,7 @@ def _socket_claims() -> list[tuple[str, str, float, str, str]]:
                            f"(paper: {paper}% less)", paper,
                     f"socket-aware DDAK vs hash: Chung-Lu 1e5, Machine A layout ({layout})",
                     "each socket's GPUs on their own part of the training vertices (moment place's default where "
-                    "the GPUs span sockets; moment train does not split its seeds by socket yet); reads of an "
+                    "the GPUs span sockets; moment train on it splits its seeds the same way); reads of an "
                     "independent pre-sample" if spans else
                     "all four GPUs on one socket in this layout: socket-aware placement does not apply (the same "
                     "placement as every GPU alike)"))

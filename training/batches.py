@@ -50,6 +50,14 @@ def num_steps(num_seeds: int, batch_size: int) -> int:
     return math.ceil(num_seeds / batch_size)
 
 
+def global_batch(source: object, epoch: int, step: int, num_seeds: int, batch_size: int) -> int:
+    """The world's seeds at ``step`` of ``epoch``: the source's own count where it has one (a socket-aware
+    split's, :class:`training.socket_batches.SocketBatchSource`), else the global batch of :func:`epoch_seeds`
+    (``batch_size``, the last step short)."""
+    own = getattr(source, "global_batch", None)
+    return int(own(epoch, step)) if callable(own) else min(batch_size, num_seeds - step * batch_size)
+
+
 def epoch_permutation(num_seeds: int, epoch: int, seed: int) -> Tensor:
     """The epoch's order of the training vertices (positions into them), int64 ``[num_seeds]``.
 

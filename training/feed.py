@@ -15,13 +15,14 @@ rank). :func:`eval_batches` is the evaluation batches both sample.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from iostack.transfer import DeviceMemory, Transfer
+from momentbase.jsontypes import JsonObject
 from training.batches import BatchSource, _mix, epoch_seeds
 from training.data import Dataset
 from training.diskcsr import DiskNeighbours
@@ -55,6 +56,8 @@ class Feed:
     why: str
     owns_features: bool
     owns_source: bool
+    #: whether the training batches follow a socket-aware placement's split (training.socket_batches), or why not
+    socket_split: JsonObject = field(default_factory=lambda: {"used": False, "why_not": "a batch source handed in"})
 
     def training_prepare(self, normalize: bool, dtype: torch.dtype = torch.float32
                          ) -> tuple[Callable[[SampledBatch, float], Prepared], int]:
@@ -134,8 +137,13 @@ def open_feed(spec: TrainSpec, ds: Dataset, labels: np.ndarray, seeds: np.ndarra
         sample_dev, why, lookups = sampling(spec.sampling, ds, labels, memory,
                                             global_degrees=spec.model.global_degrees)
         csr = csr_on(ds, sample_dev, spec.sampling.graph_on, spec.sampling.graph_cache_bytes)
+        split: JsonObject = {"used": False, "why_not": "a batch source handed in"}
         if source is None:
-            source = open_source(spec.sampling, spec.run.seed, seeds, world, csr)
+            from training.socket_batches import socket_source
+
+            source, split = socket_source(spec, seeds, world, csr)  # None: the run's usual source
+            if source is None:
+                source = open_source(spec.sampling, spec.run.seed, seeds, world, csr)
             owned.append(source)
         shared = setup_node_shared_reads(spec.io.node_shared_reads, world, features, source.steps(0),
                                          spec.distributed.timeout_s)
@@ -146,7 +154,7 @@ def open_feed(spec: TrainSpec, ds: Dataset, labels: np.ndarray, seeds: np.ndarra
             csr[1].close()
         raise
     return Feed(features, source, shared, lookups, csr, sample_dev, why,
-                owns_features=own_features, owns_source=own_source)
+                owns_features=own_features, owns_source=own_source, socket_split=split)
 
 
 def eval_batches(sampler: NeighborSampler, idx: np.ndarray, batch_size: int, seed: int, world: World

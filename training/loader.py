@@ -31,8 +31,11 @@ CUDA, or the ``device`` you pass. Global-batch semantics
 the same number of steps and a rank's part of a short last step may be empty
 (``b.batch.batch_size == 0``: run your step anyway, DDP waits for every rank).
 Scale your summed loss by ``world_size / global batch`` to train on the global
-batch's mean. Iterate whole epochs on every rank: with node-shared reads the
-ranks of a node gather each step together.
+batch's mean (:meth:`MomentLoader.global_batch`: on a socket-aware placement
+each socket's ranks take their socket's part, :mod:`training.socket_batches`,
+and the last steps' global batches are the sockets' parts summed). Iterate
+whole epochs on every rank: with node-shared reads the ranks of a node gather
+each step together.
 
 :meth:`MomentLoader.set_epoch` re-shuffles, as with
 :class:`torch.utils.data.DistributedSampler`: the epoch's order depends only on
@@ -53,6 +56,7 @@ import torch
 
 from iostack.transfer import DeviceMemory, memory_for
 from momentbase.jsontypes import JsonObject
+from training.batches import global_batch
 from training.data import open_dataset
 from training.distributed import open_world
 from training.errors import TrainError
@@ -155,6 +159,11 @@ class MomentLoader:
     def __len__(self) -> int:
         """Steps of an epoch: the same on every rank."""
         return int(self._feed.source.steps(self._epoch))
+
+    def global_batch(self, step: int) -> int:
+        """The world's seeds at ``step`` of the current epoch: what to scale the summed loss by."""
+        n_train = 0 if self.dataset.train_idx is None else len(self.dataset.train_idx)  # refused at opening
+        return global_batch(self._feed.source, self._epoch, step, n_train, self.spec.sampling.batch_size)
 
     def __iter__(self) -> Iterator[Prepared]:
         """This rank's batches of the current epoch, in step order, on the device."""

@@ -73,7 +73,7 @@ from torch import Tensor
 
 from iostack.transfer import DeviceMemory, Transfer, memory_for
 from training.background_verify import DatasetWatch
-from training.batches import BatchSource
+from training.batches import BatchSource, global_batch
 from training.checkpoint import (
     Resumed,
     checkpoint_bytes,
@@ -107,6 +107,7 @@ from training.pipeline import (
 from training.precision import Precision, StepScaler
 from training.sampler import NeighborSampler, SampledBatch
 from training.sharded.exchange import PeerLostError
+from training.socket_batches import bin_rows, rows_since
 from training.specs import ModelSpec, RunSpec, TrainSpec
 
 __all__ = ["TrainResult", "train"]
@@ -245,6 +246,7 @@ def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarr
             metrics_file.rewind(resumed.epoch, resumed.step)
         start = run.start_record(resumed, *_sampled_where(spec, given, feed.sample_dev, feed.why))
         start["node_shared_reads"] = shared.to_dict()
+        start["socket_split"] = feed.socket_split
         start["prefetch_workers"] = run.workers
         start["memory_check"] = memory_note
         # batches free and reallocate the same large host tensors every step (training.hostmem)
@@ -377,7 +379,7 @@ class _Run:
         prior_s = sums.v["prior_s"]
         t_epoch, cpu_epoch = time.perf_counter(), time.process_time()
         moved = self.features.transfer.counts()
-        disk = ssd_reads(self.features)
+        disk, bins0 = ssd_reads(self.features), bin_rows(self.features)
         load0 = sample_contention(self.spec.io.placement or self.spec.dataset)
         if self.predictor is not None:
             self.predictor.start()
@@ -385,8 +387,8 @@ class _Run:
                          self.workers)
         try:
             for step in range(first, self.steps):
-                rec = _step(self.ddp, self.params, self.optimizer, pre, self.world, self.n_train,
-                            self.spec.sampling.batch_size,
+                rec = _step(self.ddp, self.params, self.optimizer, pre, self.world,
+                            global_batch(self.source, epoch, step, self.n_train, self.spec.sampling.batch_size),
                             step, sums, epoch=epoch, amp=self.amp)
                 rec.update(kind="step", epoch=epoch, step=step, steps=self.steps)
                 self.emit(rec)
@@ -411,6 +413,7 @@ class _Run:
         rec["contention"] = contention.to_dict()
         rec["transfers"] = moved_since(moved, self.features.transfer.counts())
         rec.update(ssd_reads(self.features, disk))
+        rec["bin_rows"] = rows_since(bins0, bin_rows(self.features))  # per bin: its socket's share (socket_batches)
         self.epoch_end(epoch, rec)
         if self.watch is not None:  # before the epoch's checkpoint: none comes from damaged arrays
             self.watch.raise_if_bad()
@@ -444,12 +447,13 @@ class _Run:
 
 
 def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.optim.Optimizer, pre: Prefetcher,
-          world: World, n_train: int, batch_size: int, step: int, sums: Sums, *, epoch: int = 0,
+          world: World, global_bs: int, step: int, sums: Sums, *, epoch: int = 0,
           amp: StepScaler | None = None) -> dict:
     """One training step of ``model`` (the DDP wrapper under several ranks); its step record.
 
     DDP averages the gradients over the ranks: the summed loss scaled by
-    ``world.size / global_bs`` makes that average the gradient of the global
+    ``world.size / global_bs`` (the world's seeds at this step, :func:`training.batches.global_batch`)
+    makes that average the gradient of the global
     batch's mean loss, what one process computes. A rank whose part is empty
     (the short last step over more ranks than seeds) runs the model over zero
     rows: every parameter gets a zero gradient, so DDP's all-reduce sees every
@@ -467,7 +471,6 @@ def _step(model: torch.nn.Module, params: Sequence[Tensor], optimizer: torch.opt
     if item is None:
         raise TrainError(f"the batch source ended before step {step}; it must yield every step of the epoch")
     item.wait()  # its copies were issued on the prefetch thread's stream  # sync-point: step-landing
-    global_bs = min(batch_size, n_train - step * batch_size)
     during = f"epoch {epoch}, step {step}"
     t1 = time.perf_counter()
     model.train()

@@ -382,11 +382,14 @@ def _socket_reads(job: _Job) -> tuple[np.ndarray | None, JsonObject]:
         return None, {"used": False, "why_not": why}
     report(job.progress, "each socket's reads (a pre-sample of its GPUs' part of the training vertices)")
     reads = socket_reads(job.ds, job.hot.spec, job.targets, progress=job.progress)
+    # gpu_sockets: each plan GPU's socket in the plan's order; `moment train` gives rank i the socket of the
+    # plan's GPU i (training.socket_batches) and keeps that rank's seeds to its socket's part
     return reads, {"used": True, "sockets": list(reader_sockets(job.targets)),
-                   "gpus_per_socket": gpus_per_socket(job.targets), "seed_split": SEED_SPLIT,
-                   "note": "the cross-socket shares hold for ranks that train on their socket's part (moment "
-                           "train does not split its seeds by socket yet: each rank takes a random part of every "
-                           "batch, and reads every bin alike)"}
+                   "gpus_per_socket": gpus_per_socket(job.targets), "gpu_sockets": [s for _, s in job.targets.gpus],
+                   "seed_split": SEED_SPLIT,
+                   "note": "the cross-socket shares hold for ranks that train on their socket's part: `moment "
+                           "train` on this placement gives rank i the socket of the plan's GPU i and its seeds "
+                           "from that socket's part (training.socket_batches)"}
 
 
 def _held_out_cross(job: _Job, res: PlaceResult) -> float:
