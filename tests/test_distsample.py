@@ -1,0 +1,226 @@
+"""Distributed sampling over a partitioned CSR (training.distsample): gloo, 2 and 3 spawned ranks.
+
+Each rank holds the global ``indptr`` and its partition's slice of ``indices``, written in the
+partition format (``partition.json``, ``indptr.npy``, ``part-K/indices.npy``) from Cora relabelled
+by a random partition; its batches must equal :class:`training.sampler.NeighborSampler`'s over
+the whole relabelled graph for the same seeds and sampler seed, bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import graph_fixture
+from training.distsample import PartitionError, PartitionLayout, open_partition
+
+#: (relabel, replace, fanouts) of every comparison; each rank runs all of them in one process
+CONFIGS = [(relabel, replace, fanouts) for relabel in ("map", "unique") for replace in (False, True)
+           for fanouts in ((4, 3), (-1, -1))]
+
+
+def partition_csr(indptr: np.ndarray, indices: np.ndarray, part_of: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, list[int], np.ndarray]:
+    """Relabel a CSR so that partition ``k`` owns a contiguous id range (increasing old id inside).
+
+    Returns ``(indptr, indices, node_offsets, old_ids)`` of the relabelled graph; ``old_ids[new]``
+    is the old id. The test's stand-in for ``moment data partition``'s writer.
+    """
+    parts = int(part_of.max()) + 1
+    old_ids = np.argsort(part_of, kind="stable")
+    new_of_old = np.empty_like(old_ids)
+    new_of_old[old_ids] = np.arange(old_ids.size)
+    deg = np.diff(indptr)[old_ids]
+    new_indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    rows = [indices[indptr[o]:indptr[o + 1]] for o in old_ids]
+    new_indices = new_of_old[np.concatenate(rows)].astype(indices.dtype) if rows else indices[:0]
+    node_offsets = [0, *np.cumsum(np.bincount(part_of, minlength=parts)).tolist()]
+    return new_indptr, new_indices, node_offsets, old_ids
+
+
+def write_partition(out: Path, indptr: np.ndarray, indices: np.ndarray, node_offsets: list[int]) -> None:
+    """The relabelled CSR in the partition format (what ``training.distsample.open_partition`` reads)."""
+    edge_offsets = [int(indptr[v]) for v in node_offsets]
+    out.mkdir(parents=True, exist_ok=True)
+    np.save(out / "indptr.npy", indptr)
+    for k in range(len(node_offsets) - 1):
+        (out / f"part-{k}").mkdir(exist_ok=True)
+        np.save(out / f"part-{k}" / "indices.npy", indices[edge_offsets[k]:edge_offsets[k + 1]])
+    (out / "partition.json").write_text(json.dumps({"parts": len(node_offsets) - 1, "node_offsets": node_offsets,
+                                                    "edge_offsets": edge_offsets}))
+
+
+@pytest.fixture(scope="module")
+def cora_csr() -> tuple[np.ndarray, np.ndarray]:
+    import scipy.sparse as sp
+
+    z = np.load(graph_fixture("cora", "cora.npz"))
+    a = sp.csr_matrix((z["adj_data"], z["adj_indices"], z["adj_indptr"]), shape=tuple(z["adj_shape"]))
+    a = (a + a.T).tocsr()
+    a.sort_indices()
+    return a.indptr.astype(np.int64), a.indices.astype(np.int32)
+
+
+def _partitioned(cora_csr, d: Path, parts: int) -> None:
+    indptr, indices = cora_csr
+    part_of = np.random.default_rng(parts).integers(0, parts, indptr.size - 1)
+    new_indptr, new_indices, node_offsets, _ = partition_csr(indptr, indices, part_of)
+    write_partition(d / "part", new_indptr, new_indices, node_offsets)
+    np.save(d / "whole_indices.npy", new_indices)
+
+
+def _seed_batches(rank: int, size: int, num_nodes: int) -> list[torch.Tensor]:
+    """Uneven work: rank r has 3 + r batches, its first batch empty on the last rank (zero seeds)."""
+    g = torch.Generator().manual_seed(100 + rank)
+    out = [torch.randperm(num_nodes, generator=g)[: 5 + 7 * i] for i in range(3 + rank)]
+    if rank == size - 1:
+        out[0] = out[0][:0]
+    return out
+
+
+def _same(a, b) -> bool:
+    return (torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+            and a.num_sampled_nodes == b.num_sampled_nodes and a.num_sampled_edges == b.num_sampled_edges)
+
+
+def _worker(rank: int, d: str, size: int) -> None:
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from training.distsample import DistributedNeighbours, Heartbeats, sample_batches
+    from training.sampler import NeighborSampler
+
+    dist.init_process_group("gloo", init_method=f"file://{d}/init", rank=rank, world_size=size,
+                            timeout=timedelta(seconds=60))
+    indptr, local, layout = open_partition(Path(d) / "part", rank)
+    whole = torch.from_numpy(np.load(Path(d) / "whole_indices.npy"))
+    beats = Heartbeats(dist.distributed_c10d._get_default_store(), rank, size, every_s=0.2)
+    source = DistributedNeighbours(local, layout, heartbeats=beats)
+    results = []
+    for k, (relabel, replace, fanouts) in enumerate(CONFIGS):
+        ref = NeighborSampler(torch.from_numpy(np.asarray(indptr)), whole, fanouts, replace, seed=k, relabel=relabel)
+        ours = NeighborSampler(indptr, source, fanouts, replace, seed=k, relabel=relabel)
+        batches = _seed_batches(rank, size, layout.node_offsets[-1])
+        reseed = (lambda i, k=k: 1000 * k + i) if k % 2 else None
+        got = list(sample_batches(ours, batches, source, prefetch=k % 3, reseed=reseed))
+        same = []
+        for i, seeds in enumerate(batches):
+            if reseed is not None:
+                ref.reseed(reseed(i))
+            same.append(_same(got[i], ref.sample(seeds)))
+        results.append({"config": [relabel, replace, list(fanouts)], "same": same,
+                        "edges": [b.num_edges for b in got]})
+    Path(d, f"out{rank}.json").write_text(json.dumps({"results": results, "stats": source.stats.as_dict()}))
+    source.close()
+    dist.destroy_process_group()
+
+
+@pytest.mark.heavy  # spawned torch processes (~10 s each)
+@pytest.mark.parametrize("size", [2, 3])
+def test_distributed_batches_equal_the_whole_graph_sampler(cora_csr, tmp_path, size):
+    import torch.multiprocessing as mp
+
+    _partitioned(cora_csr, tmp_path, size)
+    mp.spawn(_worker, args=(str(tmp_path), size), nprocs=size, join=True)
+    outs = [json.loads((tmp_path / f"out{r}.json").read_text()) for r in range(size)]
+    for rank, out in enumerate(outs):
+        assert len(out["results"]) == len(CONFIGS)
+        for res in out["results"]:
+            assert len(res["same"]) == 3 + rank and all(res["same"]), (rank, res)
+            assert sum(res["edges"]) > 0
+        st = out["stats"]
+        # every hop of every batch is one round; a rank that ran out first served its peers' rounds
+        fanouts_hops = [len(f) for _, _, f in CONFIGS]
+        assert st["rounds"] == sum(h * (3 + rank) for h in fanouts_hops) + st["idle_rounds"]
+        assert st["idle_rounds"] == sum(h * (size - 1 - rank) for h in fanouts_hops)
+        assert 0 < st["local_positions"] < st["positions_asked"] and st["bytes_out"] > 0
+    # what one rank served is what the others asked of it: the positions served add up to those asked remotely
+    served = sum(o["stats"]["positions_served"] for o in outs)
+    remote = sum(o["stats"]["positions_asked"] - o["stats"]["local_positions"] for o in outs)
+    assert served == remote
+
+
+def _dying_worker(rank: int, d: str, size: int) -> None:
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from training.distsample import DistributedNeighbours, Heartbeats
+    from training.sampler import NeighborSampler
+    from training.sharded.exchange import PeerLostError
+
+    dist.init_process_group("gloo", init_method=f"file://{d}/init", rank=rank, world_size=size,
+                            timeout=timedelta(seconds=20))
+    indptr, local, layout = open_partition(Path(d) / "part", rank)
+    beats = Heartbeats(dist.distributed_c10d._get_default_store(), rank, size, every_s=0.2)
+    source = DistributedNeighbours(local, layout, heartbeats=beats)
+    sampler = NeighborSampler(indptr, source, (5, 5), seed=rank)
+    g = torch.Generator().manual_seed(rank)
+    msg, t0 = "", time.time()
+    try:
+        for step in range(50):
+            if rank == size - 1 and step == 3:
+                os._exit(3)  # dies between two batches, as a killed node does
+            sampler.sample(torch.randperm(layout.node_offsets[-1], generator=g)[:20])
+            t0 = time.time()
+    except PeerLostError as exc:
+        msg = str(exc)
+    Path(d, f"err{rank}.json").write_text(json.dumps({"msg": msg, "after_s": time.time() - t0}))
+    os._exit(0)  # the group is broken: no clean-up collective
+
+
+@pytest.mark.heavy  # spawned torch processes, one of which dies (~10 s)
+def test_a_peer_that_dies_is_one_line_naming_its_rank(cora_csr, tmp_path):
+    import torch.multiprocessing as mp
+
+    size = 3
+    _partitioned(cora_csr, tmp_path, size)
+    ctx = mp.start_processes(_dying_worker, args=(str(tmp_path), size), nprocs=size, join=False,
+                             start_method="spawn")
+    for p in ctx.processes:
+        p.join(60)
+    for rank in range(size - 1):
+        err = json.loads((tmp_path / f"err{rank}.json").read_text())
+        assert "\n" not in err["msg"] and err["msg"].startswith("the sampler's neighbour exchange: rank 2 died"), err
+        assert "resume" in err["msg"] and err["after_s"] < 10, err
+
+
+def test_open_partition_reads_the_format_and_refuses_what_does_not_fit(cora_csr, tmp_path):
+    _partitioned(cora_csr, tmp_path, 2)
+    indptr, local, layout = open_partition(tmp_path / "part", 1)
+    whole = np.load(tmp_path / "whole_indices.npy")
+    assert layout.parts == 2 and np.array_equal(local, whole[layout.edge_offsets[1]:])
+    assert layout.edge_offsets == tuple(int(indptr[v]) for v in layout.node_offsets)
+    with pytest.raises(PartitionError, match="rank 2 has no partition"):
+        open_partition(tmp_path / "part", 2)
+    with pytest.raises(PartitionError, match="not a partitioned graph.*moment data partition"):
+        open_partition(tmp_path, 0)
+    (tmp_path / "part" / "part-0" / "indices.npy").unlink()
+    with pytest.raises(PartitionError, match="cannot read partition 0"):
+        open_partition(tmp_path / "part", 0)
+
+
+def test_owner_of_positions_follows_the_edge_offsets_including_empty_parts():
+    layout = PartitionLayout((0, 2, 2, 5), (0, 4, 4, 9))
+    pos = torch.arange(9)
+    assert layout.owner_of_positions(pos).tolist() == [0] * 4 + [2] * 5
+    with pytest.raises(PartitionError, match="non-decreasing"):
+        PartitionLayout((0, 3, 2), (0, 1, 2))
+
+
+def test_partition_helper_is_a_relabelling_of_the_graph(cora_csr):
+    indptr, indices = cora_csr
+    part_of = np.random.default_rng(0).integers(0, 3, indptr.size - 1)
+    new_indptr, new_indices, offs, old_ids = partition_csr(indptr, indices, part_of)
+    assert np.all(np.diff(part_of[old_ids]) >= 0) and offs[-1] == indptr.size - 1
+    for new in (0, 17, indptr.size - 2):
+        old = old_ids[new]
+        got = sorted(old_ids[new_indices[new_indptr[new]:new_indptr[new + 1]]].tolist())
+        assert got == sorted(indices[indptr[old]:indptr[old + 1]].tolist())
