@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,8 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import graph_fixture
-from training.distsample import PartitionError, PartitionLayout, open_partition
+from tests.conftest import REPO, graph_fixture
+from training.distsample import PartitionLayout
+from training.sampler import SamplerError
 
 #: (relabel, replace, fanouts) of every comparison; each rank runs all of them in one process
 CONFIGS = [(relabel, replace, fanouts) for relabel in ("map", "unique") for replace in (False, True)
@@ -45,7 +48,7 @@ def partition_csr(indptr: np.ndarray, indices: np.ndarray, part_of: np.ndarray
 
 
 def write_partition(out: Path, indptr: np.ndarray, indices: np.ndarray, node_offsets: list[int]) -> None:
-    """The relabelled CSR in the partition format (what ``training.distsample.open_partition`` reads)."""
+    """The relabelled CSR in the partition format (its files a rank reads: ``moment data partition`` writes more)."""
     edge_offsets = [int(indptr[v]) for v in node_offsets]
     out.mkdir(parents=True, exist_ok=True)
     np.save(out / "indptr.npy", indptr)
@@ -75,6 +78,13 @@ def _partitioned(cora_csr, d: Path, parts: int) -> None:
     np.save(d / "whole_indices.npy", new_indices)
 
 
+def read_partition(d: Path, rank: int) -> tuple[np.ndarray, np.ndarray, PartitionLayout]:
+    """``(global indptr, rank's slice of indices, layout)`` from the files ``write_partition`` wrote."""
+    meta = json.loads((d / "partition.json").read_text())
+    return (np.load(d / "indptr.npy", mmap_mode="r"), np.load(d / f"part-{rank}" / "indices.npy", mmap_mode="r"),
+            PartitionLayout(tuple(meta["node_offsets"]), tuple(meta["edge_offsets"])))
+
+
 def _seed_batches(rank: int, size: int, num_nodes: int) -> list[torch.Tensor]:
     """Uneven work: rank r has 3 + r batches, its first batch empty on the last rank (zero seeds)."""
     g = torch.Generator().manual_seed(100 + rank)
@@ -99,7 +109,7 @@ def _worker(rank: int, d: str, size: int) -> None:
 
     dist.init_process_group("gloo", init_method=f"file://{d}/init", rank=rank, world_size=size,
                             timeout=timedelta(seconds=60))
-    indptr, local, layout = open_partition(Path(d) / "part", rank)
+    indptr, local, layout = read_partition(Path(d) / "part", rank)
     whole = torch.from_numpy(np.load(Path(d) / "whole_indices.npy"))
     beats = Heartbeats(dist.distributed_c10d._get_default_store(), rank, size, every_s=0.2)
     source = DistributedNeighbours(local, layout, heartbeats=beats)
@@ -158,7 +168,7 @@ def _dying_worker(rank: int, d: str, size: int) -> None:
 
     dist.init_process_group("gloo", init_method=f"file://{d}/init", rank=rank, world_size=size,
                             timeout=timedelta(seconds=20))
-    indptr, local, layout = open_partition(Path(d) / "part", rank)
+    indptr, local, layout = read_partition(Path(d) / "part", rank)
     beats = Heartbeats(dist.distributed_c10d._get_default_store(), rank, size, every_s=0.2)
     source = DistributedNeighbours(local, layout, heartbeats=beats)
     sampler = NeighborSampler(indptr, source, (5, 5), seed=rank)
@@ -192,27 +202,22 @@ def test_a_peer_that_dies_is_one_line_naming_its_rank(cora_csr, tmp_path):
         assert "resume" in err["msg"] and err["after_s"] < 10, err
 
 
-def test_open_partition_reads_the_format_and_refuses_what_does_not_fit(cora_csr, tmp_path):
+def test_the_layout_is_the_rank_count_and_the_slice_its_range(cora_csr, tmp_path):
     _partitioned(cora_csr, tmp_path, 2)
-    indptr, local, layout = open_partition(tmp_path / "part", 1)
+    indptr, local, layout = read_partition(tmp_path / "part", 1)
     whole = np.load(tmp_path / "whole_indices.npy")
     assert layout.parts == 2 and np.array_equal(local, whole[layout.edge_offsets[1]:])
-    assert layout.edge_offsets == tuple(int(indptr[v]) for v in layout.node_offsets)
-    with pytest.raises(PartitionError, match="rank 2 has no partition"):
-        open_partition(tmp_path / "part", 2)
-    with pytest.raises(PartitionError, match="not a partitioned graph.*moment data partition"):
-        open_partition(tmp_path, 0)
-    (tmp_path / "part" / "part-0" / "indices.npy").unlink()
-    with pytest.raises(PartitionError, match="cannot read partition 0"):
-        open_partition(tmp_path / "part", 0)
+    assert layout == PartitionLayout.of_indptr(indptr, layout.node_offsets)
 
 
 def test_owner_of_positions_follows_the_edge_offsets_including_empty_parts():
     layout = PartitionLayout((0, 2, 2, 5), (0, 4, 4, 9))
     pos = torch.arange(9)
     assert layout.owner_of_positions(pos).tolist() == [0] * 4 + [2] * 5
-    with pytest.raises(PartitionError, match="non-decreasing"):
+    with pytest.raises(SamplerError, match="non-decreasing"):
         PartitionLayout((0, 3, 2), (0, 1, 2))
+    with pytest.raises(SamplerError, match="2 against 1 partitions"):
+        PartitionLayout((0, 1, 2), (0, 2))
 
 
 def test_partition_helper_is_a_relabelling_of_the_graph(cora_csr):
@@ -224,3 +229,39 @@ def test_partition_helper_is_a_relabelling_of_the_graph(cora_csr):
         old = old_ids[new]
         got = sorted(old_ids[new_indices[new_indptr[new]:new_indptr[new + 1]]].tolist())
         assert got == sorted(indices[indptr[old]:indptr[old + 1]].tolist())
+
+
+def _torchrun(d: Path, *extra: str) -> list[subprocess.CompletedProcess]:
+    """Two nodes of one rank each, as users start them: ``torchrun --nnodes 2`` with c10d rendezvous."""
+    from tests.nodes_launch import free_port
+
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    endpoint = f"127.0.0.1:{free_port()}"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [torchrun, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+           "--rdzv-id", "distsample", str(REPO / "tests" / "distsample_ranks.py"), str(d), *extra]
+    procs = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    try:
+        return [subprocess.CompletedProcess(cmd, p.wait(timeout=180), p.communicate()[0]) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+@pytest.mark.heavy  # two torchrun launches of two nodes (~30 s)
+def test_torchrun_nodes_sample_exactly_and_a_dead_node_is_named(cora_csr, tmp_path):
+    """Under torchrun's c10d rendezvous (its store carries the heartbeat): exact batches, then a node that dies."""
+    _partitioned(cora_csr, tmp_path, 2)
+    runs = _torchrun(tmp_path)
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stdout[-2000:] + runs[1].stdout[-2000:]
+    for rank in range(2):
+        out = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert len(out["same"]) == 6 and all(out["same"]) and out["stats"]["positions_served"] > 0, out
+        (tmp_path / f"rank{rank}.json").unlink()
+    runs = _torchrun(tmp_path, "--die-at", "4")
+    assert sorted(r.returncode for r in runs) == [1, 1]  # each agent reports its worker's failure
+    out = json.loads((tmp_path / "rank0.json").read_text())
+    assert out["same"] == [True] * 4 and "\n" not in out["error"], out
+    assert out["error"].startswith("the sampler's neighbour exchange: rank 1 died or stopped answering"), out

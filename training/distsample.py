@@ -1,11 +1,11 @@
 """Neighbour sampling over a graph partitioned across ranks: each rank holds one slice of ``indices``.
 
-The partition format (``moment data partition``; the contract with :mod:`training.partition`'s writer):
+The partition format (``moment data partition``'s output, the contract with its writer):
 vertices are relabelled so that partition ``k`` owns the new ids ``[node_offsets[k], node_offsets[k+1])``
 and the edge positions ``[edge_offsets[k], edge_offsets[k+1])`` of the relabelled global CSR.
 ``OUT/indptr.npy`` is that CSR's global ``indptr`` (int64 ``[N + 1]``, held by every rank),
 ``OUT/part-K/indices.npy`` partition ``K``'s slice of ``indices`` (new ids), ``OUT/partition.json``
-the offsets (:func:`open_partition` reads the three).
+the offsets. A rank needs the first two and the offsets (:class:`PartitionLayout`).
 
 :class:`training.sampler.NeighborSampler` draws the positions it samples from ``indptr`` alone and
 looks up a whole hop's at once through its :class:`~training.sampler.NeighbourSource`.
@@ -43,33 +43,25 @@ survivors name the ranks whose beats stopped.
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from training.errors import TrainingError
-from training.sampler import NeighborSampler, SampledBatch
+from training.sampler import NeighborSampler, SampledBatch, SamplerError
 from training.sharded.exchange import PeerLostError
 
-__all__ = ["DistributedNeighbours", "ExchangeStats", "Heartbeats", "PartitionError", "PartitionLayout",
-           "open_partition", "sample_batches"]
+__all__ = ["DistributedNeighbours", "ExchangeStats", "Heartbeats", "PartitionLayout", "sample_batches"]
 
 #: the count a finished rank sends every peer (see :meth:`DistributedNeighbours.finish`)
 _DONE = -1
-
-
-class PartitionError(TrainingError):
-    """A partition directory or layout that does not fit the job (missing files, wrong rank count)."""
 
 
 @dataclass(frozen=True)
@@ -86,10 +78,10 @@ class PartitionLayout:
     def __post_init__(self) -> None:
         for name, off in (("node_offsets", self.node_offsets), ("edge_offsets", self.edge_offsets)):
             if len(off) < 2 or off[0] != 0 or any(b < a for a, b in zip(off, off[1:], strict=False)):
-                raise PartitionError(f"{name}: expected non-decreasing offsets from 0, one more than the "
+                raise SamplerError(f"{name}: expected non-decreasing offsets from 0, one more than the "
                                      f"partitions, got {list(off)[:8]}")
         if len(self.node_offsets) != len(self.edge_offsets):
-            raise PartitionError(f"node_offsets and edge_offsets: {len(self.node_offsets) - 1} against "
+            raise SamplerError(f"node_offsets and edge_offsets: {len(self.node_offsets) - 1} against "
                                  f"{len(self.edge_offsets) - 1} partitions")
 
     @property
@@ -136,7 +128,8 @@ class ExchangeStats:
     bytes_out: int = 0
     bytes_in: int = 0
     seconds: float = 0.0
-    #: bytes of the last round (both directions, this rank's side), for a per-hop account
+    #: bytes this rank sent in the last round (positions asked + ids served): summed over the
+    #: ranks, a round's bytes on the wire
     last_round_bytes: int = 0
 
     def as_dict(self) -> dict[str, float]:
@@ -221,7 +214,7 @@ class DistributedNeighbours:
         self._dist, self.group, self.layout, self.heartbeats = dist, group, layout, heartbeats
         self.rank, self.size = dist.get_rank(group), dist.get_world_size(group)
         if layout.parts != self.size:
-            raise PartitionError(f"layout: {layout.parts} partitions for {self.size} ranks; start one rank per "
+            raise SamplerError(f"layout: {layout.parts} partitions for {self.size} ranks; start one rank per "
                                  "partition")
         if isinstance(local, np.ndarray):
             with warnings.catch_warnings():
@@ -229,7 +222,7 @@ class DistributedNeighbours:
                 local = torch.from_numpy(local)
         lo, hi = layout.edge_offsets[self.rank], layout.edge_offsets[self.rank + 1]
         if local.dim() != 1 or local.numel() != hi - lo:
-            raise PartitionError(f"local: rank {self.rank} holds edge positions [{lo}, {hi}), {hi - lo} ids, "
+            raise SamplerError(f"local: rank {self.rank} holds edge positions [{lo}, {hi}), {hi - lo} ids, "
                                  f"got shape {tuple(local.shape)}")
         self.local, self.lo = local, lo
         self.num_edges = layout.num_edges
@@ -268,7 +261,7 @@ class DistributedNeighbours:
         in_b = remote_in * 8 + remote_out * self.local.element_size()
         s.bytes_out += out_b
         s.bytes_in += in_b
-        s.last_round_bytes = out_b + in_b
+        s.last_round_bytes = out_b
         return ids, recv
 
     def take(self, pos: Tensor) -> Tensor:
@@ -358,34 +351,3 @@ def sample_batches(sampler: NeighborSampler, seed_batches: Sequence[Tensor], sou
             raise item
         yield item
     thread.join()
-
-
-def open_partition(out_dir: str | Path, rank: int) -> tuple[np.ndarray, np.ndarray, PartitionLayout]:
-    """``(indptr, local indices, layout)`` of partition ``rank`` of ``out_dir`` (memory maps).
-
-    Raises
-    ------
-    PartitionError
-        The directory lacks ``partition.json``, ``indptr.npy`` or ``part-<rank>/indices.npy``, or
-        they disagree.
-    """
-    out = Path(out_dir)
-    try:
-        meta = json.loads((out / "partition.json").read_text())
-        layout = PartitionLayout(tuple(int(x) for x in meta["node_offsets"]),
-                                 tuple(int(x) for x in meta["edge_offsets"]))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PartitionError(f"{out}: not a partitioned graph ({exc}); make one with `moment data partition`") \
-            from None
-    if not 0 <= rank < layout.parts:
-        raise PartitionError(f"{out}: rank {rank} has no partition (the graph has {layout.parts}): start one rank "
-                             "per partition")
-    try:
-        indptr = np.load(out / "indptr.npy", mmap_mode="r")
-        local = np.load(out / f"part-{rank}" / "indices.npy", mmap_mode="r")
-    except (OSError, ValueError) as exc:
-        raise PartitionError(f"{out}: cannot read partition {rank} ({exc})") from None
-    if indptr.shape != (layout.node_offsets[-1] + 1,) or int(indptr[-1]) != layout.num_edges:
-        raise PartitionError(f"{out}: indptr.npy has {indptr.shape[0]} entries ending at {int(indptr[-1])}; "
-                             f"partition.json says {layout.node_offsets[-1]} vertices, {layout.num_edges} edges")
-    return indptr, local, layout
