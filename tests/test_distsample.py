@@ -73,9 +73,12 @@ def cora_csr() -> tuple[np.ndarray, np.ndarray]:
 def _partitioned(cora_csr, d: Path, parts: int) -> None:
     indptr, indices = cora_csr
     part_of = np.random.default_rng(parts).integers(0, parts, indptr.size - 1)
-    new_indptr, new_indices, node_offsets, _ = partition_csr(indptr, indices, part_of)
+    new_indptr, new_indices, node_offsets, old_ids = partition_csr(indptr, indices, part_of)
     write_partition(d / "part", new_indptr, new_indices, node_offsets)
     np.save(d / "whole_indices.npy", new_indices)
+    np.save(d / "old_ids.npy", old_ids)
+    np.save(d / "orig_indptr.npy", indptr)
+    np.save(d / "orig_indices.npy", indices)
 
 
 def read_partition(d: Path, rank: int) -> tuple[np.ndarray, np.ndarray, PartitionLayout]:
@@ -127,9 +130,46 @@ def _worker(rank: int, d: str, size: int) -> None:
             same.append(_same(got[i], ref.sample(seeds)))
         results.append({"config": [relabel, replace, list(fanouts)], "same": same,
                         "edges": [b.num_edges for b in got]})
-    Path(d, f"out{rank}.json").write_text(json.dumps({"results": results, "stats": source.stats.as_dict()}))
+    stats = source.stats.as_dict()
+    training = _training_batches(Path(d), rank, size, source, indptr, whole)
+    Path(d, f"out{rank}.json").write_text(json.dumps({"results": results, "stats": stats, "training": training}))
     source.close()
     dist.destroy_process_group()
+
+
+def _training_batches(d: Path, rank: int, size: int, source, indptr, whole) -> dict:
+    """PartitionedBatchSource against LocalBatchSource: over the original graph with full neighbourhoods (the
+    same vertex and edge sets, seeds in order), over the relabelled whole graph with sampled fan-outs (equal)."""
+    from training.batches import LocalBatchSource
+    from training.distsample import PartitionedBatchSource
+    from training.sampler import NeighborSampler
+
+    old_ids = np.load(d / "old_ids.npy")
+    orig = (torch.from_numpy(np.load(d / "orig_indptr.npy")), torch.from_numpy(np.load(d / "orig_indices.npy")))
+    train_old = np.random.default_rng(5).permutation(old_ids.size)[:300]
+    new_of_old = np.argsort(old_ids)
+    out = {}
+    for fanouts in ((-1, -1), (4, 2)):
+        ours = PartitionedBatchSource(source, indptr, old_ids, train_old, 64, fanouts, rank=rank, world_size=size,
+                                      seed=9)
+        if fanouts[0] == -1:
+            ref = LocalBatchSource(NeighborSampler(*orig, fanouts, seed=9), train_old, 64, rank=rank,
+                                   world_size=size, seed=9)
+        else:
+            ref = LocalBatchSource(NeighborSampler(torch.from_numpy(np.asarray(indptr)), whole, fanouts, seed=9),
+                                   new_of_old[train_old], 64, rank=rank, world_size=size, seed=9)
+        same = []
+        for a, b in zip(ours.batches(1), ref.batches(1), strict=True):
+            if fanouts[0] == -1:  # the dataset's ids on both sides; edges as sets of (source, target) id pairs
+                pairs = [set(zip(x.n_id[x.edge_index[0]].tolist(), x.n_id[x.edge_index[1]].tolist(), strict=True))
+                         for x in (a, b)]
+                same.append(torch.equal(a.n_id[:a.batch_size], b.n_id[:b.batch_size])
+                            and sorted(a.n_id.tolist()) == sorted(b.n_id.tolist()) and pairs[0] == pairs[1])
+            else:
+                same.append(torch.equal(a.n_id, torch.from_numpy(old_ids)[b.n_id])
+                            and torch.equal(a.edge_index, b.edge_index))
+        out[str(fanouts)] = {"steps": ours.steps(1), "same": same}
+    return out
 
 
 @pytest.mark.heavy  # spawned torch processes (~10 s each)
@@ -151,6 +191,8 @@ def test_distributed_batches_equal_the_whole_graph_sampler(cora_csr, tmp_path, s
         assert st["rounds"] == sum(h * (3 + rank) for h in fanouts_hops) + st["idle_rounds"]
         assert st["idle_rounds"] == sum(h * (size - 1 - rank) for h in fanouts_hops)
         assert 0 < st["local_positions"] < st["positions_asked"] and st["bytes_out"] > 0
+        for fanouts, res in out["training"].items():
+            assert res["steps"] == 5 and len(res["same"]) == 5 and all(res["same"]), (rank, fanouts, res)
     # what one rank served is what the others asked of it: the positions served add up to those asked remotely
     served = sum(o["stats"]["positions_served"] for o in outs)
     remote = sum(o["stats"]["positions_asked"] - o["stats"]["local_positions"] for o in outs)

@@ -55,10 +55,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from training.batches import LocalBatchSource
 from training.sampler import NeighborSampler, SampledBatch, SamplerError
 from training.sharded.exchange import PeerLostError
 
-__all__ = ["DistributedNeighbours", "ExchangeStats", "Heartbeats", "PartitionLayout", "sample_batches"]
+__all__ = ["DistributedNeighbours", "ExchangeStats", "Heartbeats", "PartitionLayout", "PartitionedBatchSource",
+           "sample_batches"]
 
 #: the count a finished rank sends every peer (see :meth:`DistributedNeighbours.finish`)
 _DONE = -1
@@ -351,3 +353,49 @@ def sample_batches(sampler: NeighborSampler, seed_batches: Sequence[Tensor], sou
             raise item
         yield item
     thread.join()
+
+
+class PartitionedBatchSource:
+    """A rank's training batches over a partitioned graph, in the dataset's own vertex ids.
+
+    A :class:`~training.batches.BatchSource`: the trainer keeps its ids (labels, features,
+    splits), the sampler works in the partition's. ``train_idx`` (the dataset's ids) is mapped
+    to new ids once, :class:`~training.batches.LocalBatchSource` walks them (the epoch's
+    permutation depends only on their number, so every step's seeds are the single-process
+    run's, in order), and every batch's ``n_id`` is mapped back through ``old_ids``. Every rank
+    has the same number of steps (global-batch semantics), so the exchange needs no
+    :meth:`DistributedNeighbours.finish`. With full neighbourhoods (``-1``) a batch holds the
+    vertices and edges the single-process run's does (the order of a row's neighbours follows
+    the new ids); with sampled fan-outs it equals the whole relabelled graph's sampler's.
+
+    Args:
+        source: this rank's :class:`DistributedNeighbours`.
+        indptr: the relabelled global ``indptr``.
+        old_ids: int64 ``[N]`` new id -> the dataset's id.
+        train_idx: the training vertices, the dataset's ids.
+        batch_size, fanouts, rank, world_size, seed: as :func:`training.batches.local_source`.
+    """
+
+    def __init__(self, source: DistributedNeighbours, indptr: np.ndarray | Tensor, old_ids: np.ndarray,
+                 train_idx: np.ndarray, batch_size: int, fanouts: Sequence[int], *, rank: int = 0,
+                 world_size: int = 1, seed: int = 0) -> None:
+        self.source = source
+        self.old_ids = torch.from_numpy(np.asarray(old_ids, dtype=np.int64))
+        new_of_old = torch.empty_like(self.old_ids)
+        new_of_old[self.old_ids] = torch.arange(self.old_ids.numel())
+        train_new = new_of_old.index_select(0, torch.as_tensor(np.asarray(train_idx), dtype=torch.int64).view(-1))
+        sampler = NeighborSampler(indptr, source, fanouts, seed=seed)
+        self.inner = LocalBatchSource(sampler, train_new, batch_size, rank=rank, world_size=world_size, seed=seed)
+
+    def steps(self, epoch: int) -> int:
+        """Steps of ``epoch`` (the same on every rank)."""
+        return self.inner.steps(epoch)
+
+    def batches(self, epoch: int, start_step: int = 0) -> Iterator[SampledBatch]:
+        """This rank's batches of ``epoch`` from ``start_step`` on, ``n_id`` in the dataset's ids (collective)."""
+        for b in self.inner.batches(epoch, start_step):
+            yield SampledBatch(self.old_ids.index_select(0, b.n_id), b.batch_size, b.edge_index,
+                               b.num_sampled_nodes, b.num_sampled_edges)
+
+    def close(self) -> None:
+        self.source.close()
