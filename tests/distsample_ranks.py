@@ -47,7 +47,7 @@ def main() -> int:
     layout = PartitionLayout(tuple(meta["node_offsets"]), tuple(meta["edge_offsets"]))
     indptr = np.load(part / "indptr.npy", mmap_mode="r")
     local = np.load(part / f"part-{rank}" / "indices.npy", mmap_mode="r")
-    beats = Heartbeats(dist.distributed_c10d._get_default_store(), rank, size, every_s=0.2)
+    beats = Heartbeats.for_job(every_s=0.2)
     source = DistributedNeighbours(local, layout, group=group, heartbeats=beats)
     sampler = NeighborSampler(indptr, source, (5, 3), seed=rank)
     ref = NeighborSampler(torch.from_numpy(np.asarray(indptr)), torch.from_numpy(np.load(a.dir / "whole_indices.npy")),

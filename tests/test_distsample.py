@@ -114,7 +114,7 @@ def _worker(rank: int, d: str, size: int) -> None:
                             timeout=timedelta(seconds=60))
     indptr, local, layout = read_partition(Path(d) / "part", rank)
     whole = torch.from_numpy(np.load(Path(d) / "whole_indices.npy"))
-    beats = Heartbeats(dist.distributed_c10d._get_default_store(), rank, size, every_s=0.2)
+    beats = Heartbeats.for_job(every_s=0.2)
     source = DistributedNeighbours(local, layout, heartbeats=beats)
     results = []
     for k, (relabel, replace, fanouts) in enumerate(CONFIGS):
@@ -211,7 +211,15 @@ def _dying_worker(rank: int, d: str, size: int) -> None:
     dist.init_process_group("gloo", init_method=f"file://{d}/init", rank=rank, world_size=size,
                             timeout=timedelta(seconds=20))
     indptr, local, layout = read_partition(Path(d) / "part", rank)
-    beats = Heartbeats(dist.distributed_c10d._get_default_store(), rank, size, every_s=0.2)
+    # first, rank 0 given another partition of the same edges: every rank refuses at the start
+    wrong = PartitionLayout((0, *(x + 1 for x in layout.node_offsets[1:-1]), layout.node_offsets[-1]),
+                            layout.edge_offsets) if rank == 0 else layout
+    try:
+        DistributedNeighbours(local, wrong)
+        refused = ""
+    except SamplerError as exc:
+        refused = str(exc)
+    beats = Heartbeats.for_job(every_s=0.2)
     source = DistributedNeighbours(local, layout, heartbeats=beats)
     sampler = NeighborSampler(indptr, source, (5, 5), seed=rank)
     g = torch.Generator().manual_seed(rank)
@@ -224,12 +232,12 @@ def _dying_worker(rank: int, d: str, size: int) -> None:
             t0 = time.time()
     except PeerLostError as exc:
         msg = str(exc)
-    Path(d, f"err{rank}.json").write_text(json.dumps({"msg": msg, "after_s": time.time() - t0}))
+    Path(d, f"err{rank}.json").write_text(json.dumps({"msg": msg, "after_s": time.time() - t0, "refused": refused}))
     os._exit(0)  # the group is broken: no clean-up collective
 
 
-@pytest.mark.heavy  # spawned torch processes, one of which dies (~10 s)
-def test_a_peer_that_dies_is_one_line_naming_its_rank(cora_csr, tmp_path):
+@pytest.mark.heavy  # spawned torch processes, one of which dies (~15 s)
+def test_a_wrong_partition_is_refused_and_a_peer_that_dies_is_one_line_naming_its_rank(cora_csr, tmp_path):
     import torch.multiprocessing as mp
 
     size = 3
@@ -242,6 +250,7 @@ def test_a_peer_that_dies_is_one_line_naming_its_rank(cora_csr, tmp_path):
         err = json.loads((tmp_path / f"err{rank}.json").read_text())
         assert "\n" not in err["msg"] and err["msg"].startswith("the sampler's neighbour exchange: rank 2 died"), err
         assert "resume" in err["msg"] and err["after_s"] < 10, err
+        assert "were given different partitions" in err["refused"], err
 
 
 def test_the_layout_is_the_rank_count_and_the_slice_its_range(cora_csr, tmp_path):

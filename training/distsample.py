@@ -155,6 +155,17 @@ class Heartbeats:
         self._thread = threading.Thread(target=self._run, name="moment-distsample-beat", daemon=True)
         self._thread.start()
 
+    @classmethod
+    def for_job(cls, every_s: float = 0.5) -> Heartbeats:
+        """Beats in the job's store (torchrun's agent store, or the ``init_method``'s) for this rank.
+
+        The store is torch's private ``_get_default_store()``: torch exposes no public handle to the
+        store the default group was made from.
+        """
+        import torch.distributed as dist
+
+        return cls(dist.distributed_c10d._get_default_store(), dist.get_rank(), dist.get_world_size(), every_s)
+
     def _key(self, rank: int) -> str:
         return f"moment/beat/{rank}"
 
@@ -227,10 +238,24 @@ class DistributedNeighbours:
             raise SamplerError(f"local: rank {self.rank} holds edge positions [{lo}, {hi}), {hi - lo} ids, "
                                  f"got shape {tuple(local.shape)}")
         self.local, self.lo = local, lo
+        self._agree(layout)
         self.num_edges = layout.num_edges
         self.dtype = local.dtype
         self.device = torch.device("cpu")
         self.stats = ExchangeStats()
+
+    def _agree(self, layout: PartitionLayout) -> None:
+        """Every rank was given the same partition (one gather at construction, not a wrong answer later)."""
+        mine = (layout.node_offsets, layout.edge_offsets)
+        every: list[Any] = [None] * self.size  # Any: each rank's (node_offsets, edge_offsets)
+        try:
+            self._dist.all_gather_object(every, mine, group=self.group)
+        except RuntimeError as exc:
+            raise PeerLostError.of(exc, "the sampler's start") from None
+        other = [r for r, x in enumerate(every) if x != mine]
+        if other:
+            raise SamplerError(f"layout: rank {self.rank} and rank {other[0]} were given different partitions; "
+                               "start every rank on the same `moment data partition` output")
 
     def _a2a(self, out: Tensor, inp: Tensor, out_splits: list[int] | None = None,
              in_splits: list[int] | None = None) -> None:
