@@ -32,7 +32,8 @@ def _spec(args: argparse.Namespace):
                               if args.eval_fanouts else None,
                               batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
                               sample_on=args.sample_on, server=args.server, graph_on=args.graph_on,
-                              graph_cache_bytes=_size(args.graph_cache, "--graph-cache")),
+                              graph_cache_bytes=_size(args.graph_cache, "--graph-cache"),
+                              partition=args.partition),
         io=IOSpec(placement=args.placement, backend=args.backend, capacities=args.capacities, prefetch=args.prefetch,
                   node_shared_reads=not args.no_node_shared_reads, exchange=args.exchange,
                   remote_cache_bytes=_size(args.remote_cache, "--remote-cache"),
@@ -329,6 +330,9 @@ def register(subparsers) -> None:
                    "from the CSR's memory maps; disk: read the sampled lists of indices.npy with direct I/O (on CPU)")
     r.add_argument("--graph-cache", default="0", metavar="SIZE", help="with --graph-on disk: hold the highest-"
                    "degree vertices' lists in memory up to SIZE, e.g. 512MiB (default 0: none)")
+    r.add_argument("--partition", metavar="DIR", help="a `moment data partition` output of --dataset: sample the "
+                   "training batches over it, each rank holding its partition's neighbour lists (one rank per "
+                   "partition, e.g. torchrun --nnodes P)")
     r.add_argument("--eval-fanouts", metavar="F1,F2,..", help="fan-outs of evaluation (default: --fanouts)")
     r.add_argument("--eval-batch-size", type=int, default=4096, metavar="N", help="default 4096")
     r.add_argument("--eval-every", type=int, default=1, metavar="E",

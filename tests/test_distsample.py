@@ -316,3 +316,79 @@ def test_torchrun_nodes_sample_exactly_and_a_dead_node_is_named(cora_csr, tmp_pa
     out = json.loads((tmp_path / "rank0.json").read_text())
     assert out["same"] == [True] * 4 and "\n" not in out["error"], out
     assert out["error"].startswith("the sampler's neighbour exchange: rank 1 died or stopped answering"), out
+
+
+# --- training over a partition (`moment train --partition`) ----------------------------------------------------
+
+TRAIN = ["--fanouts=-1,-1", "--hidden", "16", "--dropout", "0", "--seed", "3", "--lr", "0.01", "--eval-every", "0",
+         "--batch-size", "35", "--epochs", "2"]
+TRAIN_CFG = dict(fanouts=(-1, -1), hidden=16, dropout=0.0, seed=3, lr=0.01, eval_every_epochs=0, batch_size=35,
+                 epochs=2)
+
+
+@pytest.fixture(scope="module")
+def cora_ds(tmp_path_factory) -> Path:
+    from training.importers import import_dataset
+
+    return import_dataset(graph_fixture("cora"), tmp_path_factory.mktemp("cora") / "cora")
+
+
+def _dataset_partition(ds_dir: Path, out: Path, parts: int) -> Path:
+    from training.data import open_dataset
+
+    ds = open_dataset(ds_dir)
+    indptr, indices = np.asarray(ds.indptr, np.int64), np.asarray(ds.indices)
+    part_of = np.random.default_rng(parts).integers(0, parts, ds.num_nodes)
+    new_indptr, new_indices, node_offsets, old_ids = partition_csr(indptr, indices, part_of)
+    write_partition(out, new_indptr, new_indices, node_offsets)
+    np.save(out / "old_ids.npy", old_ids)
+    return out
+
+
+def _losses(progress_records: list[dict]) -> list[float]:
+    return [r["loss"] for r in progress_records if r["kind"] == "step"]
+
+
+def test_one_rank_over_one_partition_trains_what_it_trains_over_the_dataset(cora_ds, tmp_path):
+    from tests.conftest import flat_spec
+    from training.trainer import train
+
+    part = _dataset_partition(cora_ds, tmp_path / "p1", 1)
+    runs = []
+    for extra in ({}, {"partition": str(part)}):
+        recs: list[dict] = []
+        train(flat_spec(dataset=str(cora_ds), **TRAIN_CFG, **extra), progress=recs.append)
+        runs.append(_losses(recs))
+    assert len(runs[0]) == 8 and runs[0] == runs[1]  # 140 seeds, 2 epochs of 4 steps: the same losses, bit for bit
+
+
+def test_a_partition_that_does_not_fit_the_job_is_one_line(cora_ds, tmp_path, capsys):
+    from moment.cli import main
+
+    two = _dataset_partition(cora_ds, tmp_path / "p2", 2)
+    base = ["train", "--dataset", str(cora_ds), *TRAIN]
+    for bad, msg in ((["--partition", str(two)], "2 partitions for 1 ranks"),
+                     (["--partition", str(tmp_path)], "not a readable `moment data partition` output"),
+                     (["--partition", str(two), "--graph-on", "disk"], "drop --server, --graph-on 'disk'")):
+        assert main([*base, *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("moment train: error:") and msg in err and "\n" not in err, err
+
+
+@pytest.mark.heavy  # two node processes that import torch and train Cora (~20 s)
+def test_two_nodes_over_a_partition_train_what_one_process_trains(cora_ds, tmp_path):
+    """Full neighbourhoods: each step's batch holds the single process's vertices and edges, so the losses agree
+    up to float rounding (the neighbours' order within a row follows the new ids)."""
+    from tests.conftest import flat_spec
+    from tests.nodes_launch import launch, log, wait_all
+    from training.trainer import train
+
+    part = _dataset_partition(cora_ds, tmp_path / "p2", 2)
+    m = tmp_path / "m.jsonl"
+    argv = ["train", "--dataset", str(cora_ds), "--partition", str(part), *TRAIN, "--metrics", str(m)]
+    procs = launch([argv, argv], logs=tmp_path / "logs")
+    assert wait_all(procs) == [[0], [0]], log(tmp_path / "logs", 0)[-2000:] + log(tmp_path / "logs", 1)[-2000:]
+    ours = _losses([json.loads(line) for line in m.read_text().splitlines()])
+    one: list[dict] = []
+    train(flat_spec(dataset=str(cora_ds), **TRAIN_CFG), progress=one.append)
+    np.testing.assert_allclose(ours, _losses(one), rtol=1e-5)

@@ -43,12 +43,16 @@ survivors name the ranks whose beats stopped.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import queue
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,11 +60,12 @@ import torch
 from torch import Tensor
 
 from training.batches import LocalBatchSource
+from training.errors import TrainError
 from training.sampler import NeighborSampler, SampledBatch, SamplerError
 from training.sharded.exchange import PeerLostError
 
 __all__ = ["DistributedNeighbours", "ExchangeStats", "Heartbeats", "PartitionLayout", "PartitionedBatchSource",
-           "sample_batches"]
+           "open_partitioned_source", "sample_batches"]
 
 #: the count a finished rank sends every peer (see :meth:`DistributedNeighbours.finish`)
 _DONE = -1
@@ -394,22 +399,24 @@ class PartitionedBatchSource:
     the new ids); with sampled fan-outs it equals the whole relabelled graph's sampler's.
 
     Args:
-        source: this rank's :class:`DistributedNeighbours`.
         indptr: the relabelled global ``indptr``.
+        indices: this rank's :class:`DistributedNeighbours` (or, one partition, its ``indices``).
         old_ids: int64 ``[N]`` new id -> the dataset's id.
         train_idx: the training vertices, the dataset's ids.
         batch_size, fanouts, rank, world_size, seed: as :func:`training.batches.local_source`.
+        group: a process group :meth:`close` destroys (the one made for the exchange), or None.
     """
 
-    def __init__(self, source: DistributedNeighbours, indptr: np.ndarray | Tensor, old_ids: np.ndarray,
+    def __init__(self, indptr: np.ndarray | Tensor, indices: Tensor | DistributedNeighbours, old_ids: np.ndarray,
                  train_idx: np.ndarray, batch_size: int, fanouts: Sequence[int], *, rank: int = 0,
-                 world_size: int = 1, seed: int = 0) -> None:
-        self.source = source
+                 world_size: int = 1, seed: int = 0,
+                 group: Any = None) -> None:  # Any: a torch ProcessGroup
+        self.indices, self.group = indices, group
         self.old_ids = torch.from_numpy(np.asarray(old_ids, dtype=np.int64))
         new_of_old = torch.empty_like(self.old_ids)
         new_of_old[self.old_ids] = torch.arange(self.old_ids.numel())
         train_new = new_of_old.index_select(0, torch.as_tensor(np.asarray(train_idx), dtype=torch.int64).view(-1))
-        sampler = NeighborSampler(indptr, source, fanouts, seed=seed)
+        sampler = NeighborSampler(indptr, indices, fanouts, seed=seed)
         self.inner = LocalBatchSource(sampler, train_new, batch_size, rank=rank, world_size=world_size, seed=seed)
 
     def steps(self, epoch: int) -> int:
@@ -423,4 +430,53 @@ class PartitionedBatchSource:
                                b.num_sampled_nodes, b.num_sampled_edges)
 
     def close(self) -> None:
-        self.source.close()
+        if isinstance(self.indices, DistributedNeighbours):
+            self.indices.close()
+        group, self.group = self.group, None
+        if group is not None:
+            import torch.distributed as dist
+
+            with contextlib.suppress(RuntimeError, ValueError):  # a broken group (a dead peer) goes anyway
+                dist.destroy_process_group(group)
+
+
+def open_partitioned_source(path: str | Path, num_nodes: int, train_idx: np.ndarray, batch_size: int,
+                            fanouts: Sequence[int], *, rank: int, world_size: int, seed: int,
+                            timeout_s: float | None = None) -> PartitionedBatchSource:
+    """This rank's :class:`PartitionedBatchSource` over partition ``rank`` of ``path`` (every rank calls it).
+
+    Reads the files a rank needs (``partition.json``'s offsets, ``indptr.npy``, ``old_ids.npy``,
+    ``part-<rank>/indices.npy``, memory-mapped) and, with several ranks, makes the exchange a gloo
+    group of its own (timeout ``timeout_s``) and a heartbeat in the job's store.
+
+    Raises
+    ------
+    TrainError
+        The directory is not a partition of a graph of ``num_nodes`` vertices, or has another number of
+        partitions than there are ranks.
+    """
+    root = Path(path)
+    try:
+        meta = json.loads((root / "partition.json").read_text())
+        layout = PartitionLayout(tuple(int(x) for x in meta["node_offsets"]),
+                                 tuple(int(x) for x in meta["edge_offsets"]))
+        indptr = np.load(root / "indptr.npy", mmap_mode="r")
+        old_ids = np.load(root / "old_ids.npy", mmap_mode="r")
+        local = np.load(root / f"part-{rank}" / "indices.npy", mmap_mode="r") if rank < layout.parts else None
+    except (OSError, ValueError, KeyError, TypeError, SamplerError) as exc:
+        raise TrainError(f"`partition` {root}: not a readable `moment data partition` output ({exc})") from None
+    if layout.parts != world_size or local is None:
+        raise TrainError(f"`partition` {root}: {layout.parts} partitions for {world_size} ranks; start one rank "
+                         "per partition")
+    if layout.node_offsets[-1] != num_nodes or indptr.shape != (num_nodes + 1,) or old_ids.shape != (num_nodes,):
+        raise TrainError(f"`partition` {root}: a graph of {layout.node_offsets[-1]} vertices, the dataset has "
+                         f"{num_nodes}: partition this dataset (`moment data partition`)")
+    if world_size == 1:
+        return PartitionedBatchSource(indptr, torch.from_numpy(np.asarray(local)), old_ids, train_idx, batch_size,
+                                      fanouts, seed=seed)
+    import torch.distributed as dist
+
+    group = dist.new_group(backend="gloo", timeout=None if timeout_s is None else timedelta(seconds=timeout_s))
+    source = DistributedNeighbours(local, layout, group=group, heartbeats=Heartbeats.for_job())
+    return PartitionedBatchSource(indptr, source, old_ids, train_idx, batch_size, fanouts, rank=rank,
+                                  world_size=world_size, seed=seed, group=group)

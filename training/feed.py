@@ -134,6 +134,13 @@ def open_feed(spec: TrainSpec, ds: Dataset, labels: np.ndarray, seeds: np.ndarra
         sample_dev, why, lookups = sampling(spec.sampling, ds, labels, memory,
                                             global_degrees=spec.model.global_degrees)
         csr = csr_on(ds, sample_dev, spec.sampling.graph_on, spec.sampling.graph_cache_bytes)
+        if source is None and spec.sampling.partition:
+            from training.distsample import open_partitioned_source
+
+            source = open_partitioned_source(spec.sampling.partition, ds.num_nodes, seeds, spec.sampling.batch_size,
+                                             spec.sampling.fanouts, rank=world.rank, world_size=world.size,
+                                             seed=spec.run.seed, timeout_s=spec.distributed.timeout_s)
+            owned.append(source)
         if source is None:
             source = open_source(spec.sampling, spec.run.seed, seeds, world, csr)
             owned.append(source)
