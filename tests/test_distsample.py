@@ -150,8 +150,8 @@ def _training_batches(d: Path, rank: int, size: int, source, indptr, whole) -> d
     new_of_old = np.argsort(old_ids)
     out = {}
     for fanouts in ((-1, -1), (4, 2)):
-        ours = PartitionedBatchSource(source, indptr, old_ids, train_old, 64, fanouts, rank=rank, world_size=size,
-                                      seed=9)
+        ours = PartitionedBatchSource(indptr, source, old_ids, train_old, 64, fanouts, rank=rank, world_size=size,
+                                      seed=9, split="even")
         if fanouts[0] == -1:
             ref = LocalBatchSource(NeighborSampler(*orig, fanouts, seed=9), train_old, 64, rank=rank,
                                    world_size=size, seed=9)
@@ -169,6 +169,12 @@ def _training_batches(d: Path, rank: int, size: int, source, indptr, whole) -> d
                 same.append(torch.equal(a.n_id, torch.from_numpy(old_ids)[b.n_id])
                             and torch.equal(a.edge_index, b.edge_index))
         out[str(fanouts)] = {"steps": ours.steps(1), "same": same}
+    layout = read_partition(d / "part", rank)[2]
+    owned = PartitionedBatchSource(indptr, source, old_ids, train_old, 64, (3, 2), rank=rank, world_size=size, seed=9,
+                                   node_offsets=layout.node_offsets)
+    lo, hi = layout.node_offsets[rank], layout.node_offsets[rank + 1]
+    seeds = [b.n_id[:b.batch_size].tolist() for b in owned.batches(1)]
+    out["owned"] = {"seeds": seeds, "inside": all(lo <= new_of_old[s] < hi for step in seeds for s in step)}
     return out
 
 
@@ -192,7 +198,16 @@ def test_distributed_batches_equal_the_whole_graph_sampler(cora_csr, tmp_path, s
         assert st["idle_rounds"] == sum(h * (size - 1 - rank) for h in fanouts_hops)
         assert 0 < st["local_positions"] < st["positions_asked"] and st["bytes_out"] > 0
         for fanouts, res in out["training"].items():
-            assert res["steps"] == 5 and len(res["same"]) == 5 and all(res["same"]), (rank, fanouts, res)
+            if fanouts != "owned":
+                assert res["steps"] == 5 and len(res["same"]) == 5 and all(res["same"]), (rank, fanouts, res)
+        assert out["training"]["owned"]["inside"]  # split="owned": a rank's seeds are its partition's
+    # ... and the ranks' seeds of a step make up the single process's global batch
+    from training.batches import epoch_seeds
+
+    train_old = np.random.default_rng(5).permutation(cora_csr[0].size - 1)[:300]
+    for step, whole_batch in enumerate(epoch_seeds(train_old, 1, 64, seed=9)):
+        union = sorted(s for o in outs for s in o["training"]["owned"]["seeds"][step])
+        assert union == sorted(whole_batch.tolist()), step
     # what one rank served is what the others asked of it: the positions served add up to those asked remotely
     served = sum(o["stats"]["positions_served"] for o in outs)
     remote = sum(o["stats"]["positions_asked"] - o["stats"]["local_positions"] for o in outs)

@@ -8,7 +8,8 @@ a valid partition of the format; ``moment data partition``'s METIS partitions cu
 only lowers the remote share). Each rank is a process (``torch.multiprocessing`` spawn, gloo over
 loopback TCP, as ``tools/bench_multinode.py``'s nodes talk) holding the global ``indptr`` and its
 partition's slice of ``indices``. At every step the world samples one global batch of
-``--batch-size`` seeds, each rank its ``tensor_split`` part (as training splits it), through
+``--batch-size`` seeds, each rank the seeds its partition owns (``--split owned``, as ``moment train
+--partition`` splits it) or its ``tensor_split`` part (``--split even``), through
 :class:`~training.distsample.DistributedNeighbours`; the reference is one process sampling the
 whole batch over the whole in-memory CSR with :class:`~training.sampler.NeighborSampler` (its
 compiled path, what a single machine runs, and its torch path, the algorithm the distributed
@@ -86,6 +87,20 @@ def _partition(dataset: Path, out: Path, ranks: int) -> dict:
             "slice_bytes": [(edge_offsets[k + 1] - edge_offsets[k]) * indices.itemsize for k in range(ranks)]}
 
 
+def _given_partition(part: Path, dataset: Path, ranks: int) -> dict:
+    """The byte counts of a ``moment data partition`` output of the dataset (``--partition``)."""
+    import numpy as np
+
+    meta = json.loads((part / "partition.json").read_text())
+    if int(meta["parts"]) != ranks:
+        raise SystemExit(f"--partition {part}: {meta['parts']} partitions, --ranks {ranks}")
+    indptr = np.load(part / "indptr.npy", mmap_mode="r")
+    slices = [np.load(part / f"part-{k}" / "indices.npy", mmap_mode="r") for k in range(ranks)]
+    whole = sum(np.load(dataset / f"{x}.npy", mmap_mode="r").nbytes for x in ("indptr", "indices"))
+    return {"whole_csr_bytes": whole, "indptr_bytes": indptr.nbytes, "slice_bytes": [s.nbytes for s in slices],
+            "method": meta.get("method", "?")}
+
+
 def _model_step(batch, weight):
     """A stand-in for one training step's compute: mean of the sampled neighbours' rows, one linear layer."""
     import torch
@@ -123,8 +138,12 @@ def _rank(rank: int, d: str, args: dict) -> None:
 
     source = Counted(local, layout)
     sampler = NeighborSampler(indptr, source, args["fanouts"], seed=rank)
-    parts = [torch.tensor_split(s, args["ranks"])[rank] for s in _steps(layout.node_offsets[-1], args["batch"],
-                                                                        args["steps"], args["seed"])]
+    steps = _steps(layout.node_offsets[-1], args["batch"], args["steps"], args["seed"])
+    lo, hi = layout.node_offsets[rank], layout.node_offsets[rank + 1]
+    # "owned": the global batch's seeds this rank's partition holds (DistDGL's trainers, and
+    # `moment train --partition`); "even": its tensor_split part, whichever partition holds them
+    parts = [s[(s >= lo) & (s < hi)] if args["split"] == "owned" else torch.tensor_split(s, args["ranks"])[rank]
+             for s in steps]
     weight = torch.randn(args["width"], args["width"])
     out: dict = {}
     for _ in sample_batches(sampler, parts[:2], source):  # warm-up: first allocations, gloo's first rounds
@@ -196,6 +215,10 @@ def main() -> int:
     ap.add_argument("--prefetch", type=int, default=2)
     ap.add_argument("--width", type=int, default=64, help="rows' width of the stand-in model step")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--partition", type=Path, help="a `moment data partition` output of the graph to sample over "
+                    "(default: contiguous ranges of equal edges); the reference still samples the dataset's own ids")
+    ap.add_argument("--split", choices=("owned", "even"), default="owned",
+                    help="each rank's seeds of a global batch: those its partition owns (default), or an even split")
     ap.add_argument("--quick", action="store_true", help="a small graph, one round (a smoke run)")
     ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args()
@@ -203,11 +226,17 @@ def main() -> int:
         a.nodes, a.edges, a.steps, a.rounds = 20_000, 200_000, 10, 1
     a.dir.mkdir(parents=True, exist_ok=True)
     dataset = skewed_graph(a.dir / f"graph-{a.nodes}-{a.edges}", a.nodes, a.edges)
-    work = a.dir / f"run-{a.nodes}-{a.edges}-{a.ranks}"
-    mem = _partition(dataset, work / "part", a.ranks)
+    work = a.dir / (f"run-{a.nodes}-{a.edges}-{a.ranks}" + ("-given" if a.partition else ""))
+    if a.partition:
+        mem = _given_partition(a.partition, dataset, a.ranks)
+        work.mkdir(parents=True, exist_ok=True)
+        if not (work / "part").exists():
+            os.symlink(a.partition.resolve(), work / "part")
+    else:
+        mem = {**_partition(dataset, work / "part", a.ranks), "method": "contiguous ranges of equal edges"}
     args = {"ranks": a.ranks, "fanouts": tuple(int(f) for f in a.fanouts.split(",")), "batch": a.batch_size,
             "steps": a.steps, "seed": 7, "prefetch": a.prefetch,
-            "width": a.width}
+            "width": a.width, "split": a.split}
     load0 = Path("/proc/loadavg").read_text().split()[0]
     single, single_torch, dist_s, serial, overlap, hidden, remote, hops, in_take = [], [], [], [], [], [], [], [], []
     for r in range(a.rounds):
@@ -231,7 +260,9 @@ def main() -> int:
     load1 = Path("/proc/loadavg").read_text().split()[0]
     seeds = a.steps * a.batch_size
     per_rank = max(mem["slice_bytes"]) + mem["indptr_bytes"]
-    setting = (f"{a.nodes} vertices, {a.edges} edges Chung-Lu (undirected), fan-outs {a.fanouts}, global batch "
+    setting = (f"{a.nodes} vertices, {a.edges} edges Chung-Lu (undirected), {mem['method']} partition, seeds split "
+               f"{a.split}, fan-outs "
+               f"{a.fanouts}, global batch "
                f"{a.batch_size}, {a.steps} steps, {a.ranks} ranks on {os.cpu_count()} cores (loopback gloo); "
                f"load {load0} before, {load1} after; warm page cache; median of {a.rounds}")
     hop_mean = [med([h[i] for h in hops]) for i in range(len(args["fanouts"]))]

@@ -59,7 +59,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from training.batches import LocalBatchSource
+from training.batches import LocalBatchSource, _mix, epoch_seeds
 from training.errors import TrainError
 from training.sampler import NeighborSampler, SampledBatch, SamplerError
 from training.sharded.exchange import PeerLostError
@@ -390,13 +390,20 @@ class PartitionedBatchSource:
 
     A :class:`~training.batches.BatchSource`: the trainer keeps its ids (labels, features,
     splits), the sampler works in the partition's. ``train_idx`` (the dataset's ids) is mapped
-    to new ids once, :class:`~training.batches.LocalBatchSource` walks them (the epoch's
-    permutation depends only on their number, so every step's seeds are the single-process
-    run's, in order), and every batch's ``n_id`` is mapped back through ``old_ids``. Every rank
-    has the same number of steps (global-batch semantics), so the exchange needs no
-    :meth:`DistributedNeighbours.finish`. With full neighbourhoods (``-1``) a batch holds the
-    vertices and edges the single-process run's does (the order of a row's neighbours follows
-    the new ids); with sampled fan-outs it equals the whole relabelled graph's sampler's.
+    to new ids once and walked as :func:`~training.batches.epoch_seeds` walks them (the epoch's
+    permutation depends only on their number, so every step's global batch is the
+    single-process run's), and every batch's ``n_id`` is mapped back through ``old_ids``.
+
+    ``split="owned"`` (default): rank ``r`` takes the seeds of each global batch that partition
+    ``r`` owns, as DistDGL's trainers take their partition's seeds: hop 1 reads only local lists,
+    and later hops stay local as far as the partition cut few edges. The ranks' parts are uneven,
+    their union is the global batch, and the trainer scales the loss by the global batch's size,
+    so the gradient is the one of ``split="even"`` (:func:`~training.batches.epoch_seeds`'s
+    ``tensor_split``, the order of the other sources). Every rank has the same number of steps,
+    so the exchange needs no :meth:`DistributedNeighbours.finish`. With full neighbourhoods
+    (``-1``) a step's batches hold the vertices and edges of the single-process run's (the order
+    of a row's neighbours follows the new ids); with sampled fan-outs and ``split="even"`` a
+    batch equals the whole relabelled graph's sampler's.
 
     Args:
         indptr: the relabelled global ``indptr``.
@@ -405,19 +412,28 @@ class PartitionedBatchSource:
         train_idx: the training vertices, the dataset's ids.
         batch_size, fanouts, rank, world_size, seed: as :func:`training.batches.local_source`.
         group: a process group :meth:`close` destroys (the one made for the exchange), or None.
+        split: ``"owned"`` or ``"even"`` (above).
+        node_offsets: the partition's vertex ranges, for ``split="owned"`` (None: one partition).
     """
 
     def __init__(self, indptr: np.ndarray | Tensor, indices: Tensor | DistributedNeighbours, old_ids: np.ndarray,
                  train_idx: np.ndarray, batch_size: int, fanouts: Sequence[int], *, rank: int = 0,
                  world_size: int = 1, seed: int = 0,
-                 group: Any = None) -> None:  # Any: a torch ProcessGroup
-        self.indices, self.group = indices, group
+                 group: Any = None,  # Any: a torch ProcessGroup
+                 split: str = "owned", node_offsets: Sequence[int] | None = None) -> None:
+        if split not in ("owned", "even"):
+            raise SamplerError(f"split: expected 'owned' or 'even', got {split!r}")
+        self.indices, self.group, self.split = indices, group, split
+        self.rank, self.world_size, self.seed, self.batch_size = rank, world_size, seed, int(batch_size)
+        offsets = node_offsets if node_offsets is not None else (0, len(old_ids))
+        self.own = (int(offsets[rank]), int(offsets[rank + 1])) if split == "owned" else None
         self.old_ids = torch.from_numpy(np.asarray(old_ids, dtype=np.int64))
         new_of_old = torch.empty_like(self.old_ids)
         new_of_old[self.old_ids] = torch.arange(self.old_ids.numel())
         train_new = new_of_old.index_select(0, torch.as_tensor(np.asarray(train_idx), dtype=torch.int64).view(-1))
-        sampler = NeighborSampler(indptr, indices, fanouts, seed=seed)
-        self.inner = LocalBatchSource(sampler, train_new, batch_size, rank=rank, world_size=world_size, seed=seed)
+        self.sampler = NeighborSampler(indptr, indices, fanouts, seed=seed)
+        # validates the seeds and the batch size once, and is the "even" split's walk
+        self.inner = LocalBatchSource(self.sampler, train_new, batch_size, rank=rank, world_size=world_size, seed=seed)
 
     def steps(self, epoch: int) -> int:
         """Steps of ``epoch`` (the same on every rank)."""
@@ -425,9 +441,18 @@ class PartitionedBatchSource:
 
     def batches(self, epoch: int, start_step: int = 0) -> Iterator[SampledBatch]:
         """This rank's batches of ``epoch`` from ``start_step`` on, ``n_id`` in the dataset's ids (collective)."""
-        for b in self.inner.batches(epoch, start_step):
+        for b in self.inner.batches(epoch, start_step) if self.own is None else self._owned(epoch, start_step):
             yield SampledBatch(self.old_ids.index_select(0, b.n_id), b.batch_size, b.edge_index,
                                b.num_sampled_nodes, b.num_sampled_edges)
+
+    def _owned(self, epoch: int, start_step: int) -> Iterator[SampledBatch]:
+        lo, hi = self.own or (0, 0)
+        steps = epoch_seeds(self.inner.train_idx, epoch, self.batch_size, seed=self.seed)  # the global batches
+        for step in range(start_step, len(steps)):
+            seeds = steps[step]
+            # reseeded per (seed, epoch, rank, step) as LocalBatchSource is: a resumed run samples the same
+            self.sampler.reseed(_mix(self.seed, epoch, self.rank, step, 1))
+            yield self.sampler.sample(seeds[(seeds >= lo) & (seeds < hi)], check=False)
 
     def close(self) -> None:
         if isinstance(self.indices, DistributedNeighbours):
@@ -473,10 +498,10 @@ def open_partitioned_source(path: str | Path, num_nodes: int, train_idx: np.ndar
                          f"{num_nodes}: partition this dataset (`moment data partition`)")
     if world_size == 1:
         return PartitionedBatchSource(indptr, torch.from_numpy(np.asarray(local)), old_ids, train_idx, batch_size,
-                                      fanouts, seed=seed)
+                                      fanouts, seed=seed, node_offsets=layout.node_offsets)
     import torch.distributed as dist
 
     group = dist.new_group(backend="gloo", timeout=None if timeout_s is None else timedelta(seconds=timeout_s))
     source = DistributedNeighbours(local, layout, group=group, heartbeats=Heartbeats.for_job())
     return PartitionedBatchSource(indptr, source, old_ids, train_idx, batch_size, fanouts, rank=rank,
-                                  world_size=world_size, seed=seed, group=group)
+                                  world_size=world_size, seed=seed, group=group, node_offsets=layout.node_offsets)
