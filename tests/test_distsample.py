@@ -407,3 +407,33 @@ def test_two_nodes_over_a_partition_train_what_one_process_trains(cora_ds, tmp_p
     one: list[dict] = []
     train(flat_spec(dataset=str(cora_ds), **TRAIN_CFG), progress=one.append)
     np.testing.assert_allclose(ours, _losses(one), rtol=1e-5)
+
+
+@pytest.mark.heavy  # two node processes, one killed mid-epoch, then both restarted (~40 s)
+def test_a_node_that_dies_in_partitioned_training_is_named_and_the_job_resumes(cora_ds, tmp_path):
+    """kill -9 of node 1 mid-epoch: node 0 stops with one line naming rank 1 (whichever collective met the death
+    first: the heartbeats name it for all) and the resume path; a restart with --resume finishes the run."""
+    import re
+    import signal
+
+    from tests.nodes_launch import launch, log, wait_all
+
+    part = _dataset_partition(cora_ds, tmp_path / "p2", 2)
+    m, ck = tmp_path / "m.jsonl", tmp_path / "ck"
+    argv = ["train", "--dataset", str(cora_ds), "--partition", str(part), "--fanouts=-1,-1", "--hidden", "16",
+            "--batch-size", "7", "--epochs", "3", "--eval-every", "0", "--metrics", str(m), "--checkpoint", str(ck),
+            "--checkpoint-every", "4"]
+    procs = launch([argv, argv], logs=tmp_path / "a")
+    deadline = time.time() + 120
+    while not (m.exists() and len(_losses([json.loads(x) for x in m.read_text().splitlines()])) >= 25):
+        assert time.time() < deadline and procs[0][0].poll() is None, log(tmp_path / "a", 0)[-2000:]
+        time.sleep(0.05)
+    procs[1][0].send_signal(signal.SIGKILL)
+    assert procs[0][0].wait(timeout=60) == 2
+    wait_all(procs)
+    last = log(tmp_path / "a", 0).strip().splitlines()[-1]
+    assert re.match(r"moment train: error: epoch \d+(, step \d+)?: .*rank 1 died or stopped answering", last), last
+    assert "--resume" in last
+    procs = launch([[*argv, "--resume"]] * 2, logs=tmp_path / "b")
+    assert wait_all(procs) == [[0], [0]], log(tmp_path / "b", 0)[-2000:]
+    assert "resuming at epoch" in log(tmp_path / "b", 0)

@@ -33,7 +33,8 @@ GIL while it waits on the wire).
 
 A peer that dies fails the exchange with one :class:`~training.sharded.exchange.PeerLostError` line
 naming the rank: every rank beats a heartbeat into the group's store (:class:`Heartbeats`), and the
-survivors name the ranks whose beats stopped.
+survivors name the ranks whose beats stopped (:meth:`Heartbeats.for_job` has every lost-peer error
+of the job name them: the gradient all-reduce often meets the death first).
 
 >>> import torch
 >>> layout = PartitionLayout((0, 2, 4), (0, 3, 6))
@@ -62,7 +63,7 @@ from torch import Tensor
 from training.batches import LocalBatchSource, _mix, epoch_seeds
 from training.errors import TrainError
 from training.sampler import NeighborSampler, SampledBatch, SamplerError
-from training.sharded.exchange import PeerLostError
+from training.sharded.exchange import PeerLostError, name_lost_peers_with
 
 __all__ = ["DistributedNeighbours", "ExchangeStats", "Heartbeats", "PartitionLayout", "PartitionedBatchSource",
            "open_partitioned_source", "sample_batches"]
@@ -156,6 +157,7 @@ class Heartbeats:
     def __init__(self, store: Any, rank: int, size: int, every_s: float = 0.5) -> None:  # Any: a c10d Store
         self.store, self.rank, self.size, self.every_s = store, rank, size, float(every_s)
         self._stop = threading.Event()
+        self._names_job = False
         self._beat()
         self._thread = threading.Thread(target=self._run, name="moment-distsample-beat", daemon=True)
         self._thread.start()
@@ -169,7 +171,10 @@ class Heartbeats:
         """
         import torch.distributed as dist
 
-        return cls(dist.distributed_c10d._get_default_store(), dist.get_rank(), dist.get_world_size(), every_s)
+        beats = cls(dist.distributed_c10d._get_default_store(), dist.get_rank(), dist.get_world_size(), every_s)
+        name_lost_peers_with(beats.stopped)  # every lost-peer error of the job names the dead, not just ours
+        beats._names_job = True
+        return beats
 
     def _key(self, rank: int) -> str:
         return f"moment/beat/{rank}"
@@ -204,6 +209,8 @@ class Heartbeats:
 
     def close(self) -> None:
         self._stop.set()
+        if self._names_job:
+            name_lost_peers_with(None)
 
 
 class DistributedNeighbours:
@@ -267,10 +274,8 @@ class DistributedNeighbours:
         try:
             self._dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group)
         except RuntimeError as exc:
-            dead = self.heartbeats.stopped() if self.heartbeats is not None else []
-            who = f"rank {', '.join(map(str, dead))}" if dead else "another rank"
-            err = PeerLostError.of(exc, "the sampler's neighbour exchange")
-            raise PeerLostError(str(err).replace("another rank", who, 1)) from None
+            dead = self.heartbeats.stopped() if self.heartbeats is not None else None
+            raise PeerLostError.of(exc, "the sampler's neighbour exchange", dead) from None
 
     def _round(self, send_counts: Tensor, pos_out: Tensor) -> tuple[Tensor, Tensor]:
         """One exchange: counts, positions, ids back. Returns (ids for ``pos_out``, counts received)."""
