@@ -349,14 +349,14 @@ def cora_ds(tmp_path_factory) -> Path:
 
 
 def _dataset_partition(ds_dir: Path, out: Path, parts: int) -> Path:
+    """``moment data partition``'s writer over a random ``part_of`` (its format, the contract the source reads)."""
     from training.data import open_dataset
+    from training.partition.write import write_partition
 
     ds = open_dataset(ds_dir)
-    indptr, indices = np.asarray(ds.indptr, np.int64), np.asarray(ds.indices)
-    part_of = np.random.default_rng(parts).integers(0, parts, ds.num_nodes)
-    new_indptr, new_indices, node_offsets, old_ids = partition_csr(indptr, indices, part_of)
-    write_partition(out, new_indptr, new_indices, node_offsets)
-    np.save(out / "old_ids.npy", old_ids)
+    part_of = np.random.default_rng(parts).integers(0, parts, ds.num_nodes).astype(np.int16)
+    part_of[:parts] = np.arange(parts)  # every partition holds a vertex
+    write_partition(ds, part_of, parts, out, method="random")
     return out
 
 
@@ -383,7 +383,7 @@ def test_a_partition_that_does_not_fit_the_job_is_one_line(cora_ds, tmp_path, ca
     two = _dataset_partition(cora_ds, tmp_path / "p2", 2)
     base = ["train", "--dataset", str(cora_ds), *TRAIN]
     for bad, msg in ((["--partition", str(two)], "2 partitions for 1 ranks"),
-                     (["--partition", str(tmp_path)], "not a readable `moment data partition` output"),
+                     (["--partition", str(tmp_path)], "is not a partitioned dataset"),
                      (["--partition", str(two), "--graph-on", "disk"], "drop --server, --graph-on 'disk'")):
         assert main([*base, *bad]) == 2
         err = capsys.readouterr().err.strip()

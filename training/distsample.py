@@ -45,7 +45,6 @@ of the job name them: the gradient all-reduce often meets the death first).
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
 import threading
 import time
@@ -475,38 +474,35 @@ def open_partitioned_source(path: str | Path, num_nodes: int, train_idx: np.ndar
                             timeout_s: float | None = None) -> PartitionedBatchSource:
     """This rank's :class:`PartitionedBatchSource` over partition ``rank`` of ``path`` (every rank calls it).
 
-    Reads the files a rank needs (``partition.json``'s offsets, ``indptr.npy``, ``old_ids.npy``,
-    ``part-<rank>/indices.npy``, memory-mapped) and, with several ranks, makes the exchange a gloo
-    group of its own (timeout ``timeout_s``) and a heartbeat in the job's store.
+    Opens ``path`` with :func:`training.partition.read.open_partition` (the global ``indptr`` and
+    ``old_ids``, this rank's ``indices``, memory-mapped) and, with several ranks, makes the exchange
+    a gloo group of its own (timeout ``timeout_s``) and a heartbeat in the job's store.
 
     Raises
     ------
     TrainError
-        The directory is not a partition of a graph of ``num_nodes`` vertices, or has another number of
+        The partition is of a graph of another size than ``num_nodes``, or has another number of
         partitions than there are ranks.
+    PartitionError
+        ``path`` is not a readable ``moment data partition`` output (:mod:`training.partition.read`).
     """
-    root = Path(path)
-    try:
-        meta = json.loads((root / "partition.json").read_text())
-        layout = PartitionLayout(tuple(int(x) for x in meta["node_offsets"]),
-                                 tuple(int(x) for x in meta["edge_offsets"]))
-        indptr = np.load(root / "indptr.npy", mmap_mode="r")
-        old_ids = np.load(root / "old_ids.npy", mmap_mode="r")
-        local = np.load(root / f"part-{rank}" / "indices.npy", mmap_mode="r") if rank < layout.parts else None
-    except (OSError, ValueError, KeyError, TypeError, SamplerError) as exc:
-        raise TrainError(f"`partition` {root}: not a readable `moment data partition` output ({exc})") from None
-    if layout.parts != world_size or local is None:
-        raise TrainError(f"`partition` {root}: {layout.parts} partitions for {world_size} ranks; start one rank "
+    from training.partition.read import open_partition
+
+    whole = open_partition(path)
+    if whole.parts != world_size:
+        raise TrainError(f"`partition` {path}: {whole.parts} partitions for {world_size} ranks; start one rank "
                          "per partition")
-    if layout.node_offsets[-1] != num_nodes or indptr.shape != (num_nodes + 1,) or old_ids.shape != (num_nodes,):
-        raise TrainError(f"`partition` {root}: a graph of {layout.node_offsets[-1]} vertices, the dataset has "
+    if whole.indptr.shape != (num_nodes + 1,):
+        raise TrainError(f"`partition` {path}: a graph of {whole.indptr.shape[0] - 1} vertices, the dataset has "
                          f"{num_nodes}: partition this dataset (`moment data partition`)")
+    layout = PartitionLayout(tuple(int(x) for x in whole.node_offsets), tuple(int(x) for x in whole.edge_offsets))
+    local = whole.part(rank).indices
     if world_size == 1:
-        return PartitionedBatchSource(indptr, torch.from_numpy(np.asarray(local)), old_ids, train_idx, batch_size,
-                                      fanouts, seed=seed, node_offsets=layout.node_offsets)
+        return PartitionedBatchSource(whole.indptr, torch.from_numpy(np.asarray(local)), whole.old_ids, train_idx,
+                                      batch_size, fanouts, seed=seed, node_offsets=layout.node_offsets)
     import torch.distributed as dist
 
     group = dist.new_group(backend="gloo", timeout=None if timeout_s is None else timedelta(seconds=timeout_s))
     source = DistributedNeighbours(local, layout, group=group, heartbeats=Heartbeats.for_job())
-    return PartitionedBatchSource(indptr, source, old_ids, train_idx, batch_size, fanouts, rank=rank,
+    return PartitionedBatchSource(whole.indptr, source, whole.old_ids, train_idx, batch_size, fanouts, rank=rank,
                                   world_size=world_size, seed=seed, group=group, node_offsets=layout.node_offsets)
