@@ -42,7 +42,8 @@ def _spec(args: argparse.Namespace):
                               if args.eval_fanouts else None,
                               batch_size=args.batch_size, eval_batch_size=args.eval_batch_size,
                               sample_on=args.sample_on, server=args.server, graph_on=args.graph_on,
-                              graph_cache_bytes=_size(args.graph_cache, "--graph-cache")),
+                              graph_cache_bytes=_size(args.graph_cache, "--graph-cache"),
+                              partition=args.partition),
         io=IOSpec(placement=args.placement, backend=args.backend, capacities=args.capacities, prefetch=args.prefetch,
                   node_shared_reads=not args.no_node_shared_reads, exchange=args.exchange,
                   remote_cache_bytes=_size(args.remote_cache, "--remote-cache"),
@@ -311,6 +312,20 @@ _EXAMPLES = ("moment train --dataset cora --placement cora-placement --model gcn
              "moment report m.jsonl --out plots/   # plots of the metrics")
 
 
+def _graph_options(r) -> None:
+    """Where and over what the batches are sampled: the device, a server, the CSR's home, a partition."""
+    r.add_argument("--sample-on", choices=SAMPLE_ON, default="auto",
+                   help="where to sample: auto (default) = on the GPU when the graph fits there, else the CPU")
+    r.add_argument("--server", metavar="HOST:PORT", help="take batches from a `moment serve` sampling server")
+    r.add_argument("--graph-on", choices=GRAPH_ON, default="memory", help="memory (default): sample "
+                   "from the CSR's memory maps; disk: read the sampled lists of indices.npy with direct I/O (on CPU)")
+    r.add_argument("--graph-cache", default="0", metavar="SIZE", help="with --graph-on disk: hold the highest-"
+                   "degree vertices' lists in memory up to SIZE, e.g. 512MiB (default 0: none)")
+    r.add_argument("--partition", metavar="DIR", help="a `moment data partition` output of --dataset: sample the "
+                   "training batches over it, each rank holding its partition's neighbour lists (one rank per "
+                   "partition, e.g. torchrun --nnodes P)")
+
+
 def register(subparsers) -> None:
     """Add ``moment train``."""
     p = subparsers.add_parser(
@@ -361,13 +376,7 @@ def register(subparsers) -> None:
                    help="SSD read backend: kvikio reads into GPU memory (needs CUDA and KvikIO); auto (default) "
                         "takes kvikio only where --capacities measured it faster, else posix")
     r.add_argument("--capacities", metavar="FILE", help="a `moment profile` file: its figures choose --backend auto")
-    r.add_argument("--sample-on", choices=SAMPLE_ON, default="auto",
-                   help="where to sample: auto (default) = on the GPU when the graph fits there, else the CPU")
-    r.add_argument("--server", metavar="HOST:PORT", help="take batches from a `moment serve` sampling server")
-    r.add_argument("--graph-on", choices=GRAPH_ON, default="memory", help="memory (default): sample "
-                   "from the CSR's memory maps; disk: read the sampled lists of indices.npy with direct I/O (on CPU)")
-    r.add_argument("--graph-cache", default="0", metavar="SIZE", help="with --graph-on disk: hold the highest-"
-                   "degree vertices' lists in memory up to SIZE, e.g. 512MiB (default 0: none)")
+    _graph_options(r)
     r.add_argument("--eval-fanouts", metavar="F1,F2,..", help="fan-outs of evaluation (default: --fanouts)")
     r.add_argument("--eval-batch-size", type=int, default=4096, metavar="N", help="default 4096")
     r.add_argument("--eval-every", type=int, default=1, metavar="E",

@@ -47,6 +47,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "multinode": ("bench_multinode.py", [], ["--quick"]),
     # METIS vs streaming LDG, partition vs hash/random ownership; the scale runs measure the writer's memory
     "partition": ("bench_partition.py", ["--scale-edges", "1e6", "1e7"], ["--quick", "--scale-edges", "1e6"]),
+    # the graph partitioned over 2 ranks (spawned gloo processes) against one process holding all of it
+    "distsample": ("bench_distsample.py", [], ["--quick"]),
     "train_dgl": ("bench_train_dgl.py", ["--rounds", "5"],
                   ["--rounds", "1", "--nodes", "50000", "--edges", "500000"]),
     "emulate": ("bench_emulate.py", ["--rounds", "3"], ["--rounds", "1", "--skip", "dlio"]),

@@ -138,6 +138,14 @@ def open_feed(spec: TrainSpec, ds: Dataset, labels: np.ndarray, seeds: np.ndarra
                                             global_degrees=spec.model.global_degrees)
         csr = csr_on(ds, sample_dev, spec.sampling.graph_on, spec.sampling.graph_cache_bytes)
         split: JsonObject = {"used": False, "why_not": "a batch source handed in"}
+        if source is None and spec.sampling.partition:
+            from training.distsample import open_partitioned_source
+
+            source = open_partitioned_source(spec.sampling.partition, ds.num_nodes, seeds, spec.sampling.batch_size,
+                                             spec.sampling.fanouts, rank=world.rank, world_size=world.size,
+                                             seed=spec.run.seed, timeout_s=spec.distributed.timeout_s)
+            owned.append(source)
+            split = {"used": False, "why_not": "the batches come from the partitioned sampler (`partition`)"}
         if source is None:
             from training.socket_batches import socket_source
 

@@ -106,7 +106,10 @@ class SamplingSpec:
     ``gpu`` (an error when it cannot). ``server``: ``HOST:PORT`` of a sampling server to take the
     training batches from, waited on for ``server_timeout_s``. ``graph_on``: ``memory`` (the CSR's
     memory maps) or ``disk`` (the sampled neighbour lists read from ``indices.npy`` with direct I/O,
-    sampled on the host: :mod:`training.diskcsr`), with an adjacency cache of ``graph_cache_bytes``."""
+    sampled on the host: :mod:`training.diskcsr`), with an adjacency cache of ``graph_cache_bytes``.
+    ``partition``: a ``moment data partition`` output of the dataset: the training batches are sampled
+    over it, each rank holding the global ``indptr`` and its own partition's slice of the neighbour
+    lists (:mod:`training.distsample`; one rank per partition, sampled on the host)."""
 
     fanouts: tuple[int, ...] = (25, 10)
     eval_fanouts: tuple[int, ...] | None = None
@@ -117,6 +120,7 @@ class SamplingSpec:
     server_timeout_s: float = 30.0
     graph_on: str = "memory"
     graph_cache_bytes: int = 0
+    partition: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
@@ -141,6 +145,9 @@ class SamplingSpec:
         if self.graph_on == "disk" and self.server:
             raise TrainError("`graph_on` 'disk' samples in this process: drop `server`, or keep the graph in "
                              "memory (`graph_on` 'memory')")
+        if self.partition and (self.server or self.graph_on == "disk" or self.sample_on == "gpu"):
+            raise TrainError("`partition` samples over the ranks' partitions on the host: drop `server`, "
+                             "`graph_on` 'disk' and `sample_on` 'gpu'")
         if self.graph_on == "disk" and self.sample_on == "gpu":
             raise TrainError("`graph_on` 'disk' samples on the host's CPU: drop `sample_on` 'gpu', or keep the "
                              "graph in memory (`graph_on` 'memory')")
@@ -257,7 +264,7 @@ RECORD_FIELDS = (
     "seed", "prefetch", "eval_every_epochs", "metrics_path", "checkpoint_dir", "checkpoint_every_steps", "resume",
     "server", "backend", "server_timeout_s", "sample_on", "capacities", "timeout_s", "exchange", "remote_cache",
     "remote_cache_dir", "node_shared_reads", "graph_on", "graph_cache", "cache_policy", "dynamic_cache",
-    "check_dataset", "precision")
+    "check_dataset", "precision", "partition")
 
 _GROUPS: dict[str, type] = {"model": ModelSpec, "sampling": SamplingSpec, "io": IOSpec,
                             "distributed": DistributedSpec, "run": RunSpec}

@@ -54,16 +54,32 @@ from training.errors import TrainingError
 Serve = Callable[[Tensor], Tensor]
 
 
+#: what names the ranks that died after a failed collective: set while the job keeps heartbeats
+#: (:meth:`training.distsample.Heartbeats.for_job`); gloo's error names a socket, not a rank
+_LOST_PEERS: list[Callable[[], list[int]]] = []
+
+
+def name_lost_peers_with(namer: Callable[[], list[int]] | None) -> None:
+    """Have every :meth:`PeerLostError.of` ask ``namer()`` which ranks died (``None``: stop asking)."""
+    _LOST_PEERS[:] = [namer] if namer is not None else []
+
+
 class PeerLostError(TrainingError):
     """Another rank died or stopped answering within the timeout: this rank cannot go on."""
 
     @classmethod
-    def of(cls, exc: BaseException, during: str) -> PeerLostError:
-        """The error for ``exc`` (a gloo/NCCL/RPC failure) raised during ``during`` (``"epoch 2, step 14"``)."""
+    def of(cls, exc: BaseException, during: str, dead: Sequence[int] | None = None) -> PeerLostError:
+        """The error for ``exc`` (a gloo/NCCL/RPC failure) raised during ``during`` (``"epoch 2, step 14"``).
+
+        ``dead``: the ranks known to have died; ``None`` asks the job's heartbeats where it keeps them.
+        """
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
         first = re.sub(r"^\[[^\]]*\]\s*", "", first)  # gloo's "[.../pair.cc:553] " source prefix
         first = first.split(". ")[0][:200]  # gloo's "This is typically caused by..." advice: ours follows
-        return cls(f"{during}: another rank died or stopped answering ({first}); this job cannot go on: restart "
+        if dead is None:
+            dead = next((namer() for namer in _LOST_PEERS), [])
+        who = f"rank {', '.join(map(str, dead))}" if dead else "another rank"
+        return cls(f"{during}: {who} died or stopped answering ({first}); this job cannot go on: restart "
                    "every node, with `resume` to continue from the last checkpoint")
 
 
