@@ -304,7 +304,10 @@ def _torchrun(d: Path, *extra: str) -> list[subprocess.CompletedProcess]:
     torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
     endpoint = f"127.0.0.1:{free_port()}"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = [torchrun, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+    # the agents look at their workers every 3 s (torchrun's default: 0.1 s): otherwise the dead node's agent can
+    # end the job, and the living rank with it, before that rank has named the dead one (what the test checks)
+    cmd = [torchrun, "--nnodes", "2", "--nproc-per-node", "1", "--monitor-interval", "3", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", endpoint,
            "--rdzv-id", "distsample", str(REPO / "tests" / "distsample_ranks.py"), str(d), *extra]
     procs = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
