@@ -32,6 +32,7 @@ from iostack.bins import open_bin
 from iostack.binverify import FIX, check_bin
 from iostack.checksums import BlockSums, bad_blocks
 from iostack.errors import StoreError
+from iostack.npysums import bad_blocks_of
 from iostack.placement import MANIFEST, load_placement
 from iostack.shards import SHARDS
 from momentbase.jsontypes import JsonObject, JsonValue
@@ -132,6 +133,22 @@ def _bin_checks(directory: Path, progress: Progress | None) -> list[FileCheck]:
     return checks
 
 
+def _node_rows_check(directory: Path) -> list[FileCheck]:
+    """A sharded placement's node directory: its ``rows.npy`` (what its caches fill from), every block."""
+    rows = directory / "rows.npy"
+    if not rows.exists():
+        return []
+    what = f"rows of {directory.name}"
+    try:
+        found = bad_blocks_of(rows)
+    except StoreError as exc:
+        return [FileCheck(str(rows), what, 0, problem=str(exc))]
+    if found is None:
+        return [FileCheck(str(rows), what, 0, note="placed before Moment recorded its checksums: not checked; "
+                                                    "re-run `moment place` to add them")]
+    return [FileCheck(str(rows), what, found[0], tuple(found[1]))]
+
+
 def verify_placement(directory: str | os.PathLike[str], *, dataset: bool = True,
                      progress: Progress | None = None) -> VerifyReport:
     """Check every block of every SSD bin of the placement in ``directory`` and, with ``dataset``, every
@@ -148,6 +165,7 @@ def verify_placement(directory: str | os.PathLike[str], *, dataset: bool = True,
     notes: list[str] = []
     for d in placement_dirs(directory):
         checks += _bin_checks(d, progress)
+        checks += _node_rows_check(d)
     if dataset:
         src = _dataset_of(Path(directory))
         if src is None:

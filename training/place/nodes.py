@@ -12,7 +12,9 @@ with everything it needs and nothing it does not:
   *local ids* (its rows in increasing global id);
 * ``rows.npy``: its rows of the feature matrix (``[local rows, dim]``): what
   its cache tiers are filled from, so a node needs no copy of the dataset's
-  ``features.npy`` (only the graph, labels and splits);
+  ``features.npy`` (only the graph, labels and splits); ``rows.npy.sums.json``
+  its CRC-32 per 1 MiB block (:mod:`iostack.npysums`), checked for the rows
+  the caches take when training fills them;
 * its SSD bin files (under ``<ssd>/node<k>`` for each ``--ssd``; inside its
   directory when ``--ssd`` is ``--out``);
 * ``shards.json``, ``owner.npy``, ``width.npy``: the layout (which node owns
@@ -48,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from iostack.bins import write_bins
+from iostack.npysums import write_sums
 from iostack.placement import MANIFEST, save_json, save_npy
 from iostack.shards import SHARDS, ShardLayout, shard_rows
 from momentbase.space import reserve
@@ -182,6 +185,7 @@ def _write_rows(feats: np.ndarray, rows: np.ndarray, path: Path) -> np.ndarray:
         out.flush()
         del out
         os.replace(tmp, path)
+        write_sums(path)  # what the node's caches are filled from is checked block by block when they are
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

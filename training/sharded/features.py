@@ -423,6 +423,7 @@ def _all_reduce_sum(t: Tensor) -> Tensor:
 def _node_store(node_dir: Path, layout: ShardLayout, shard: int, peers: Peers, transfer: Transfer,
                 open_store: Callable[..., Any], share_key: Callable[[Path], str] | None,
                 local_gpu_bins: Sequence[int] | None, backend: str, capacities: str | None) -> tuple[Any, np.ndarray]:
+    from iostack.npysums import check_rows
     from iostack.placement import load_placement
 
     placement = load_placement(node_dir)
@@ -433,6 +434,9 @@ def _node_store(node_dir: Path, layout: ShardLayout, shard: int, peers: Peers, t
                         f"{shard} {held}; the directory was changed after placing: place again")
     rows_file = node_dir / "rows.npy"
     feats = np.load(rows_file, mmap_mode="r") if rows_file.exists() else None
+    if feats is not None:  # the caches fill from these rows: their blocks are checked first
+        cached = [placement.vertices_of(b.id) for b in placement.bins if b.kind in ("gpu", "cpu")]
+        check_rows(rows_file, np.concatenate(cached) if cached else np.empty(0, np.int64))
     key = share_key(node_dir) if share_key is not None and peers.local_size > 1 else None
     store = open_store(placement, node_dir, feats, backend, transfer=transfer, local_gpu_bins=local_gpu_bins,
                        share_key=key, capacities=capacities)
