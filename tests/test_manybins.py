@@ -114,3 +114,22 @@ def test_interleave_mixes_in_proportion():
     item = np.repeat([0, 1, 3], [6, 3, 3])[o]
     # in the first half each item has about half of its reads (ties: the earlier item first)
     assert np.bincount(item[:6], minlength=4).tolist() == [3, 2, 0, 1]
+
+
+@pytest.mark.parametrize("dim,dtype", [(1024, np.float32), (1500, np.float16)])
+def test_device_gather_over_several_ssd_bins_is_exact(disk_dir, dim, dtype):
+    """On a (fake) accelerator the SSD rows land in the pinned staging, slices of one buffer: read at once."""
+    from tests.fake_cuda import FakeDeviceMemory
+
+    feats, p = _ssd_store(500, dim, dtype, bins=4, seed=2)
+    write_bins(feats, p, disk_dir)
+    ids = torch.from_numpy(np.random.default_rng(3).integers(0, 500, 700))
+    mem = FakeDeviceMemory()
+    with FeatureStore(p, disk_dir, features=feats, memory=mem, backend="posix",
+                      backend_options={"engine": ENGINES[0], "staging_bytes": 64 << 10}) as s:
+        ssd = next(t for t in s.tiers if getattr(t, "held", "") == "file")
+        spy = ssd.backend._aio = _Spy(ssd.backend._aio)
+        got = s.gather_landing(ids).wait()
+        assert mem.kind_of(got) == "device"
+        assert torch.equal(got, torch.from_numpy(feats[ids.numpy()]))
+        assert spy.calls and min(spy.calls) > 1, spy.calls

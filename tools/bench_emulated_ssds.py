@@ -19,7 +19,10 @@ devices with direct I/O, ext4, and a blkio read throttle each) and in ONE run:
    ``--rounds``: seeds/s of the last epoch (DDAK vs hash), each device's share of the SSD reads
    (the store's per-bin counts of the last epoch, and the bytes the blkio cgroup saw per device
    over the whole run) against the plan's target, and the plan's predicted SSD read time against
-   the measured one (``training.prediction`` as ``moment train --capacities`` reports it).
+   the measured one (``training.prediction`` as ``moment train --capacities`` reports it). With
+   ``--bin-reads both`` (the default) each placement trains twice per round: the store reading a
+   gather's SSD bins all at once (``moment train``'s default) and one after another (the ``*-seq``
+   runs, ``MOMENT_SEQUENTIAL_BINS=1``), side by side.
 
 Needs root, loop devices and the cgroup v1 blkio controller; everything it makes is removed
 again at the end, on an error and on Ctrl-C. Medians and ranges over ``--rounds``.
