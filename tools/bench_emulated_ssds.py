@@ -280,11 +280,15 @@ def figures_of(args, runs: dict[str, list[dict]], target: list[float], delivered
         serial = [sum(q / dev.read_iops for (_, q), dev in zip(r["device"], ssds.devices, strict=True)) for r in rs]
         parallel = [max(q / dev.read_iops for (_, q), dev in zip(r["device"], ssds.devices, strict=True)) for r in rs]
         meas = [(r["epoch"].get("prediction") or {}).get("measured_io_s") or 0.0 for r in rs]
-        figs.append(Figure("emulated_ssds", f"{strategy}: SSD read time of the last epoch vs sum over devices of "
-                                            "requests / throttle (bins read one after another)", "s",
-                           med(serial), med(meas), "measured (store)", higher_is_better=False, target="~1.0x",
-                           note=f"if all devices were read at once (max over devices): {med(parallel):.2f} s; "
-                                f"ranges {rng(serial, '{:.2f}')} vs {rng(meas, '{:.2f}')}"))
+        seq = strategy.endswith("-seq")
+        model, other = (serial, parallel) if seq else (parallel, serial)
+        figs.append(Figure("emulated_ssds", f"{strategy}: SSD read time of the last epoch vs "
+                           + ("sum over devices of requests / throttle (bins read one after another)" if seq else
+                              "max over devices of requests / throttle (bins read at once)"), "s",
+                           med(model), med(meas), "measured (store)", higher_is_better=False, target="~1.0x",
+                           note=("the max over devices (bins at once) would be" if seq else
+                                 "the sum over devices (bins one after another) would be")
+                           + f" {med(other):.2f} s; ranges {rng(model, '{:.2f}')} vs {rng(meas, '{:.2f}')}"))
         preds = [x["epoch"].get("prediction") or {} for x in rs]
         ok = [p for p in preds if p.get("predicted_io_s") is not None and p.get("measured_io_s")]
         if ok:
