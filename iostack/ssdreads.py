@@ -77,17 +77,35 @@ class SsdTier(Tier):
         return self.backend.read_rows(self.handles[bin_id], rows, out)
 
     def read(self, bin_id: int, rows: torch.Tensor, out: torch.Tensor, positions: torch.Tensor | None) -> None:
+        self.read_many([(bin_id, rows, out, positions)])
+
+    def read_many(self, groups: Sequence[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor | None]]) -> None:
+        """Every group's blocks checked first, then all groups in one backend call (their SSDs read at
+        the same time where the backend can, :meth:`~iostack.backends.base.ReadBackend.read_rows_many`);
+        the call's time is shared among the bins by their read requests.
+
+        Raises
+        ------
+        StoreError
+            When a block does not match its checksum (no group is read), or a read fails.
+        """
+        if not groups:
+            return
         t0, w0 = time.perf_counter(), thread_wait_s()
-        info = self.handles[bin_id].info
-        self.check(bin_id, rows.numpy())
-        requests = self.backend.read_rows(self.handles[bin_id], rows, out, positions, transfer=self.transfer)
-        distinct = np.unique(rows.numpy())
-        c = rows.numel()
-        self.counters[bin_id].add(c, c * info.row_bytes, requests, time.perf_counter() - t0,
-                                  read_rows=int(distinct.size),
-                                  pages=page_units(distinct, info.rows_per_page)
-                                  * pages_per_unit(info.row_bytes, info.rows_per_page),
-                                  cpu_wait_s=thread_wait_s() - w0)
+        for b, rows, _, _ in groups:
+            self.check(b, rows.numpy())
+        requests = self.backend.read_rows_many([(self.handles[b], rows, out, positions)
+                                                for b, rows, out, positions in groups], transfer=self.transfer)
+        seconds, wait = time.perf_counter() - t0, thread_wait_s() - w0
+        share = np.asarray(requests, np.float64) / max(1, sum(requests)) if len(groups) > 1 else np.ones(1)
+        for (b, rows, _, _), req, f in zip(groups, requests, share.tolist(), strict=True):
+            info = self.handles[b].info
+            distinct = np.unique(rows.numpy())
+            c = rows.numel()
+            self.counters[b].add(c, c * info.row_bytes, req, seconds * f, read_rows=int(distinct.size),
+                                 pages=page_units(distinct, info.rows_per_page)
+                                 * pages_per_unit(info.row_bytes, info.rows_per_page),
+                                 cpu_wait_s=wait * f)
 
     def buffer_bytes(self) -> int:
         return 0 if self.closed else self.backend.buffer_bytes

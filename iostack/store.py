@@ -406,8 +406,8 @@ class FeatureStore:
         out = torch.from_numpy(out_np.view(self.dtype_np).reshape(n, self.dim)).view(self.storage_dtype)
         groups = list(self._groups(ids_t))
         with self._readers(groups) as reader:
-            for b, pos, r in groups:
-                reader(b).read(b, r, out, pos)
+            for t, mine in _by_tier([(reader(b), (b, r, out, pos)) for b, pos, r in groups]):
+                t.read_many(mine)  # one call per tier: an SSD tier reads all its bins at once
         return out
 
     def _gather_device(self, ids: torch.Tensor | np.ndarray, dtype: torch.dtype | None) -> Gathered:
@@ -440,11 +440,13 @@ class FeatureStore:
                     at += 2 * c
                 if n_host:
                     hbuf = tb.staging("rows", (n_host, self.dim), self.storage_dtype)
-                    h = 0
+                    h, calls = 0, []
                     for t, b, pos, r in staged:
                         c = pos.numel()
-                        t.read(b, r, hbuf[h:h + c], None)
+                        calls.append((t, (b, r, hbuf[h:h + c], None)))
                         h += c
+                    for t, mine in _by_tier(calls):  # an SSD tier reads all its bins at once
+                        t.read_many(mine)
                     out.index_copy_(0, idx[at:at + n_host], tb.to_device(hbuf))
                 for t, b, pos, r in lands[INTO_DEVICE]:  # reads into device memory, scattered there
                     t.read(b, r, out, pos)
@@ -468,6 +470,14 @@ class FeatureStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _by_tier(calls: list) -> list[tuple[Tier, list]]:
+    """``(tier, group)`` pairs gathered per tier, tiers in first-seen order."""
+    per: dict[int, tuple[Tier, list]] = {}
+    for t, g in calls:
+        per.setdefault(id(t), (t, []))[1].append(g)
+    return list(per.values())
 
 
 def _distinct(tiers: list[Tier]) -> list[Tier]:

@@ -85,6 +85,12 @@ class Tier:
         """
         raise NotImplementedError
 
+    def read_many(self, groups: Sequence[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor | None]]) -> None:
+        """:meth:`read` of each ``(bin, rows, out, positions)`` group of one gather (their ``out`` rows do
+        not overlap). Here one after another; the SSD tier reads its bins' groups all at once."""
+        for b, rows, out, positions in groups:
+            self.read(b, rows, out, positions)
+
     def gathering(self, groups: Sequence[tuple[int, torch.Tensor]]
                   ) -> contextlib.AbstractContextManager[Tier]:
         """The reader of one gather's ``(bin, rows)`` groups of this tier (called only with ``per_gather``):

@@ -19,7 +19,10 @@ devices with direct I/O, ext4, and a blkio read throttle each) and in ONE run:
    ``--rounds``: seeds/s of the last epoch (DDAK vs hash), each device's share of the SSD reads
    (the store's per-bin counts of the last epoch, and the bytes the blkio cgroup saw per device
    over the whole run) against the plan's target, and the plan's predicted SSD read time against
-   the measured one (``training.prediction`` as ``moment train --capacities`` reports it).
+   the measured one (``training.prediction`` as ``moment train --capacities`` reports it). With
+   ``--bin-reads both`` (the default) each placement trains twice per round: the store reading a
+   gather's SSD bins all at once (``moment train``'s default) and one after another (the ``*-seq``
+   runs, ``MOMENT_SEQUENTIAL_BINS=1``), side by side.
 
 Needs root, loop devices and the cgroup v1 blkio controller; everything it makes is removed
 again at the end, on an error and on Ctrl-C. Medians and ranges over ``--rounds``.
@@ -40,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _cli import moment, skewed_graph  # noqa: E402
 from _results import Figure, write  # noqa: E402
 
+from iostack.backends.posix import SEQUENTIAL_BINS_ENV  # noqa: E402
 from iostack.bench.io import bench_raw  # noqa: E402
 from iostack.bench.loopssds import (  # noqa: E402
     capacities_for_spec,
@@ -58,6 +62,10 @@ def med(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+#: ``--bin-reads``: the suffixes of the runs it makes ("" concurrent, "-seq" sequential)
+BIN_READS = {"both": ("", "-seq"), "concurrent": ("",), "sequential": ("-seq",)}
+
+
 def rng(xs: list[float], fmt: str = "{:.3f}") -> str:
     return f"{fmt.format(min(xs))}..{fmt.format(max(xs))}"
 
@@ -71,7 +79,13 @@ def disk_iops(d: Path, seconds: float) -> tuple[float, str]:
                                              f"{run.ours_iops:,.0f} IOPS"
 
 
-def train(dataset: Path, placement: Path, caps: Path, args, metrics: Path) -> dict:
+def train(dataset: Path, placement: Path, caps: Path, args, metrics: Path, sequential: bool = False) -> dict:
+    """``moment train`` of ``placement``; ``sequential``: its store reads a gather's SSD bins one after another
+    (:data:`~iostack.backends.posix.SEQUENTIAL_BINS_ENV`), else all at once (the default)."""
+    if sequential:
+        os.environ[SEQUENTIAL_BINS_ENV] = "1"
+    else:
+        os.environ.pop(SEQUENTIAL_BINS_ENV, None)
     out = moment("train", "--metrics", str(metrics), "--dataset", str(dataset), "--placement", str(placement),
                  "--fanouts", args.fanouts,
                  "--batch-size", str(args.batch_size), "--epochs", str(args.epochs), "--eval-every", "0",
@@ -101,6 +115,9 @@ def main() -> int:
     ap.add_argument("--whatif-presample-epochs", type=int, default=10,
                     help="also DDAK on the hotness of this many pre-sampled epochs (0: not)")
     ap.add_argument("--profile-seconds", default="2")
+    ap.add_argument("--bin-reads", choices=tuple(BIN_READS), default="both",
+                    help="the store reads a gather's SSD bins all at once (concurrent, the default of moment "
+                         "train), one after another (sequential, runs named *-seq), or both side by side (default)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     why = emulation_blocked()
@@ -162,18 +179,19 @@ def run_emulated(args, d: Path, dataset: Path, ssds, disk_note: str, load0) -> l
                "--gpu-cache", "0", "--cpu-cache", str(cpu_rows * 4096), "--strategy", strategy, *extra,
                "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--out", str(d / f"pl-{name}"),
                "--force")
-    runs: dict[str, list[dict]] = {name: [] for name in configs}
+    runs: dict[str, list[dict]] = {name + sfx: [] for name in configs for sfx in BIN_READS[args.bin_reads]}
     for r in range(args.rounds):
         for strategy in runs:
             metrics = d / f"m-{strategy}-{r}.jsonl"
             metrics.unlink(missing_ok=True)
-            rec, marks = at_epoch_ends(ssds, metrics, lambda s=strategy, m=metrics: train(
-                dataset, d / f"pl-{s}", caps, args, m))
+            pl, seq = d / f"pl-{strategy.removesuffix('-seq')}", strategy.endswith("-seq")
+            rec, marks = at_epoch_ends(ssds, metrics, lambda p=pl, m=metrics, q=seq: train(
+                dataset, p, caps, args, m, sequential=q))
             last = rec["epochs"][-1]
             if len(marks) < 3:
                 sys.exit(f"{metrics}: saw {len(marks) - 1} epoch records, need 2 (--epochs >= 2)")
             dev = [(b1 - b0, q1 - q0) for (b0, q0), (b1, q1) in zip(marks[-2], marks[-1], strict=True)]
-            runs[strategy].append({"epoch": last, "device": dev, "expected": expected_ssd_shares(d / f"pl-{strategy}")})
+            runs[strategy].append({"epoch": last, "device": dev, "expected": expected_ssd_shares(pl)})
             p = last.get("prediction") or {}
             print(f"round {r + 1} {strategy}: {last['seeds_per_s']:.0f} seeds/s, epoch {last['epoch_s']:.2f} s"
                   + (f", SSD read time predicted {p['predicted_io_s']:.2f} s vs measured {p['measured_io_s']:.2f} s"
@@ -224,16 +242,25 @@ def figures_of(args, runs: dict[str, list[dict]], target: list[float], delivered
     reads vs the plan's target, the SSD read time against two models of it, and the prediction's error."""
     figs: list[Figure] = []
     seeds = {k: [x["epoch"]["seeds_per_s"] for x in v] for k, v in runs.items()}
-    figs.append(Figure("emulated_ssds", f"seeds/s on {len(target)} emulated SSDs ({args.slow} at "
-                                        f"{args.slow_factor:g}x): DDAK vs hash", "seeds/s",
-                       med(seeds["ddak"]), med(seeds["hash"]), "hash placement", target=">= 1.3x (paper +30.6%/+34.0%)",
-                       note=f"median of {args.rounds}; ranges {rng(seeds['ddak'], '{:.0f}')} vs "
-                            f"{rng(seeds['hash'], '{:.0f}')}; hidden {args.hidden}, posix O_DIRECT; {load}"))
-    for name in [k for k in runs if k not in ("ddak", "hash")]:
-        figs.append(Figure("emulated_ssds", f"seeds/s on {len(target)} emulated SSDs: {name} vs hash (what-if)",
-                           "seeds/s", med(seeds[name]), med(seeds["hash"]), "hash placement",
+    how = {"": "bins read at once", "-seq": "bins read one after another"}
+    for sfx in BIN_READS[args.bin_reads]:
+        dk, hk = "ddak" + sfx, "hash" + sfx
+        figs.append(Figure("emulated_ssds", f"seeds/s on {len(target)} emulated SSDs ({args.slow} at "
+                                            f"{args.slow_factor:g}x): DDAK vs hash, {how[sfx]}", "seeds/s",
+                           med(seeds[dk]), med(seeds[hk]), "hash placement", target=">= 1.3x (paper +30.6%/+34.0%)",
+                           note=f"median of {args.rounds}; ranges {rng(seeds[dk], '{:.0f}')} vs "
+                                f"{rng(seeds[hk], '{:.0f}')}; hidden {args.hidden}, posix O_DIRECT; {load}"))
+    for name in [k for k in runs if k.removesuffix("-seq") not in ("ddak", "hash")]:
+        h = "hash" + ("-seq" if name.endswith("-seq") else "")
+        figs.append(Figure("emulated_ssds", f"seeds/s on {len(target)} emulated SSDs: {name} vs {h} (what-if)",
+                           "seeds/s", med(seeds[name]), med(seeds[h]), "hash placement",
                            target=">= 1.3x", note=f"ranges {rng(seeds[name], '{:.0f}')} vs "
-                                                  f"{rng(seeds['hash'], '{:.0f}')}"))
+                                                  f"{rng(seeds[h], '{:.0f}')}"))
+    for name in [k for k in runs if k + "-seq" in runs]:  # the same placement, its bins read both ways
+        figs.append(Figure("emulated_ssds", f"{name}: seeds/s with a gather's SSD bins read at once vs one after "
+                                            "another", "seeds/s", med(seeds[name]), med(seeds[name + "-seq"]),
+                           "bins one after another", target="> 1x",
+                           note=f"ranges {rng(seeds[name], '{:.0f}')} vs {rng(seeds[name + '-seq'], '{:.0f}')}"))
     for i, (dc, dev) in enumerate(zip(delivered, ssds.devices, strict=True)):
         if dc is not None:
             figs.append(Figure("emulated_ssds", f"SSD {i} delivered alone vs its throttle", "IOPS",
@@ -248,16 +275,20 @@ def figures_of(args, runs: dict[str, list[dict]], target: list[float], delivered
                                                 "plan's target", "share", med(mine), tgt, "plan target",
                                target="= target (DDAK)", note=f"blkio bytes per device; range {rng(mine)}"
                                + (f"; the placement's independent pre-sample expected {exp[i]:.3f}" if exp else "")))
-        # the store reads a gather's bins one after another: its SSD time is the sum over the devices of
-        # requests / throttle, not the largest one (what reading them all at once would take)
+        # bins read one after another (*-seq): the SSD time is the sum over the devices of requests /
+        # throttle; read at once, the largest one (the busiest device) is the model
         serial = [sum(q / dev.read_iops for (_, q), dev in zip(r["device"], ssds.devices, strict=True)) for r in rs]
         parallel = [max(q / dev.read_iops for (_, q), dev in zip(r["device"], ssds.devices, strict=True)) for r in rs]
         meas = [(r["epoch"].get("prediction") or {}).get("measured_io_s") or 0.0 for r in rs]
-        figs.append(Figure("emulated_ssds", f"{strategy}: SSD read time of the last epoch vs sum over devices of "
-                                            "requests / throttle (bins read one after another)", "s",
-                           med(serial), med(meas), "measured (store)", higher_is_better=False, target="~1.0x",
-                           note=f"if all devices were read at once (max over devices): {med(parallel):.2f} s; "
-                                f"ranges {rng(serial, '{:.2f}')} vs {rng(meas, '{:.2f}')}"))
+        seq = strategy.endswith("-seq")
+        model, other = (serial, parallel) if seq else (parallel, serial)
+        figs.append(Figure("emulated_ssds", f"{strategy}: SSD read time of the last epoch vs "
+                           + ("sum over devices of requests / throttle (bins read one after another)" if seq else
+                              "max over devices of requests / throttle (bins read at once)"), "s",
+                           med(model), med(meas), "measured (store)", higher_is_better=False, target="~1.0x",
+                           note=("the max over devices (bins at once) would be" if seq else
+                                 "the sum over devices (bins one after another) would be")
+                           + f" {med(other):.2f} s; ranges {rng(model, '{:.2f}')} vs {rng(meas, '{:.2f}')}"))
         preds = [x["epoch"].get("prediction") or {} for x in rs]
         ok = [p for p in preds if p.get("predicted_io_s") is not None and p.get("measured_io_s")]
         if ok:

@@ -109,9 +109,10 @@ class AioContext:
                 return 0
             raise OSError(e, f"io_submit: {os.strerror(e)}")
 
-    def run(self, fd: int, offsets: np.ndarray, nbytes: np.ndarray, buf_addrs: np.ndarray,
+    def run(self, fd: int | np.ndarray, offsets: np.ndarray, nbytes: np.ndarray, buf_addrs: np.ndarray,
             progress: Callable[[int], None] | None = None, every: int = 512) -> None:
-        """Read ``nbytes[i]`` at ``offsets[i]`` of ``fd`` to address ``buf_addrs[i]``, for every ``i``.
+        """Read ``nbytes[i]`` at ``offsets[i]`` of ``fd`` (or of ``fd[i]``, one file per read: the control
+        blocks name their file each) to address ``buf_addrs[i]``, for every ``i``.
 
         Reads are issued in index order. ``progress(p)``, when given, is
         called whenever reads ``0..p-1`` have all completed and ``p`` grew by

@@ -186,14 +186,15 @@ class Uring:
                       upd, ctypes.c_long(1))
             self._registered = -1
 
-    def _prepare(self, fd: int, reads: Reads) -> np.ndarray:
-        """The submission entries of every read of the call, built at once (copied into the ring in slices)."""
+    def _prepare(self, fd: int | np.ndarray, reads: Reads) -> np.ndarray:
+        """The submission entries of every read of the call, built at once (copied into the ring in slices);
+        ``fd`` one file, or one per read (plain file descriptors then: the registered table holds one)."""
         m = len(reads)
         if self._prep.size < m:
             self._prep = np.zeros(max(m, 2 * self._prep.size), SQE)
         pre = self._prep[:m]
         pre["opcode"] = _OP_READ
-        if self._register_files and fd >= 0 and self._register(fd):
+        if self._register_files and np.ndim(fd) == 0 and fd >= 0 and self._register(int(fd)):
             pre["fd"], pre["flags"] = 0, _SQE_FIXED_FILE
         else:
             pre["fd"], pre["flags"] = fd, 0
@@ -203,10 +204,11 @@ class Uring:
         pre["user_data"] = np.arange(m, dtype=np.uint64)
         return pre
 
-    def run(self, fd: int, offsets: np.ndarray, nbytes: np.ndarray, buf_addrs: np.ndarray,
+    def run(self, fd: int | np.ndarray, offsets: np.ndarray, nbytes: np.ndarray, buf_addrs: np.ndarray,
             progress: Callable[[int], None] | None = None, every: int = 512,
             offset_ignored: bool = False) -> None:
-        """Read ``nbytes[i]`` at ``offsets[i]`` of ``fd`` to address ``buf_addrs[i]``, for every ``i``.
+        """Read ``nbytes[i]`` at ``offsets[i]`` of ``fd`` (or of ``fd[i]``, one file per read) to address
+        ``buf_addrs[i]``, for every ``i``.
 
         Same contract as :meth:`iostack.backends._aio.AioContext.run`: reads
         are issued in index order with up to ``depth`` in flight,

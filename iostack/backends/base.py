@@ -8,6 +8,7 @@ import mmap
 import threading
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -240,7 +241,47 @@ class ReadBackend(ABC):
         copy up. ``transfer`` (an :class:`iostack.transfer.Transfer`) counts the
         copies a device read makes. Returns the number of read requests issued
         to the device (after sorting, de-duplication and coalescing).
+
+        Raises
+        ------
+        ValueError
+            When ``rows``/``positions`` are not integers or ``out`` does not fit them.
+        IndexError
+            When a row is outside the bin or a position outside ``out``.
         """
+        checked = self._checked(handle, rows, out, positions, transfer)
+        if checked is None:
+            return 0
+        rows, view, dev, positions = checked
+        if dev is None:
+            return self._read(handle, rows, view, positions)
+        if self.device_reads:
+            return self._read_device(handle, rows, view, positions, transfer)
+        # a host-only backend: one host read, one copy up (the store stages in pinned memory instead)
+        buf = torch.from_numpy(aligned_empty(rows.size, handle.info.row_bytes))
+        requests = self._read(handle, rows, buf.numpy(), None)
+        if transfer is not None:
+            transfer.count(buf, "device")
+        if positions is None:
+            view.copy_(buf)
+        else:
+            view[torch.from_numpy(positions).to(view.device)] = buf.to(view.device)
+        return requests
+
+    def read_rows_many(self, items: Sequence[tuple[BinHandle, object, object, object]], *, transfer=None) -> list[int]:
+        """:meth:`read_rows` of several bins, one ``(handle, rows, out, positions)`` per item; requests per item.
+
+        The items' ``out`` (or the rows of one ``out`` that their ``positions``
+        name) must not overlap. This default reads the items one after another;
+        a backend that can keep several files' reads in flight at once
+        (:class:`~iostack.backends.posix.PosixBackend` with an asynchronous
+        engine) overrides it, so that several SSDs work at the same time and the
+        busiest one, not the sum of all, sets the time of a gather.
+        """
+        return [self.read_rows(h, rows, out, positions, transfer=transfer) for h, rows, out, positions in items]
+
+    def _checked(self, handle: BinHandle, rows, out, positions, transfer):
+        """:meth:`read_rows`'s arguments validated: ``(rows, view, device, positions)``, None when no rows."""
         info = handle.info
         rows = _int64(rows, "rows")
         # device memory that torch calls the host's (the tests' fake accelerator)
@@ -260,24 +301,11 @@ class ReadBackend(ABC):
             if positions.size and (positions.min() < 0 or positions.max() >= view.shape[0]):
                 raise IndexError(f"positions must lie in 0..{view.shape[0] - 1}")
         if rows.size == 0:
-            return 0
+            return None
         if rows.min() < 0 or rows.max() >= info.rows:
             bad = int(rows[(rows < 0) | (rows >= info.rows)][0])
             raise IndexError(f"row {bad} is outside bin {info.bin_id} ({info.rows} rows)")
-        if dev is None:
-            return self._read(handle, rows, view, positions)
-        if self.device_reads:
-            return self._read_device(handle, rows, view, positions, transfer)
-        # a host-only backend: one host read, one copy up (the store stages in pinned memory instead)
-        buf = torch.from_numpy(aligned_empty(rows.size, info.row_bytes))
-        requests = self._read(handle, rows, buf.numpy(), None)
-        if transfer is not None:
-            transfer.count(buf, "device")
-        if positions is None:
-            view.copy_(buf)
-        else:
-            view[torch.from_numpy(positions).to(view.device)] = buf.to(view.device)
-        return requests
+        return rows, view, dev, positions
 
     @abstractmethod
     def _read(self, handle: BinHandle, rows: np.ndarray, out: np.ndarray, positions: np.ndarray | None) -> int:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iostack.backends import _aio, _engine, _uring, choice
+from iostack.backends import _aio, _engine, _manybins, _uring, choice
 from iostack.backends.base import BinHandle, Extents, ReadBackend, sorted_extents
 from iostack.backends.base import coalesced_runs as _runs
 from iostack.bins import PAGE, BinFile
@@ -85,6 +85,9 @@ __all__ = ["PosixBackend", "probe_direct"]
 ASYNC_QUEUE_DEPTH = 256
 #: ... with the thread engine (buffered files): one thread per read in flight
 THREAD_QUEUE_DEPTH = 64
+#: set to ``1`` to read a gather's SSD bins one after another (as before concurrent bin reads): the
+#: side-by-side measurement of tools/bench_emulated_ssds.py sets it in one of its two ``moment train`` runs
+SEQUENTIAL_BINS_ENV = "MOMENT_SEQUENTIAL_BINS"
 
 
 class _CopyOut:
@@ -123,6 +126,11 @@ class PosixBackend(ReadBackend):
     (required: :class:`StoreError` otherwise) or False. ``staging_bytes`` bounds
     the host memory of one round of reads; ``max_read_bytes`` bounds a
     coalesced read.
+
+    ``concurrent_bins``: :meth:`read_rows_many` keeps every O_DIRECT bin's reads
+    in flight together (one engine call, :mod:`iostack.backends._manybins`);
+    False reads the bins one after another. None: True unless the environment
+    sets :data:`SEQUENTIAL_BINS_ENV` to ``1``.
     """
 
     name = "posix"
@@ -130,7 +138,7 @@ class PosixBackend(ReadBackend):
     def __init__(self, *, queue_depth: int | None = None, processes: int | None = None,
                  threads: int | None = None, direct: bool | str = "auto",
                  staging_bytes: int = 32 << 20, max_read_bytes: int = 128 << 10,
-                 engine: str = "auto") -> None:
+                 engine: str = "auto", concurrent_bins: bool | None = None) -> None:
         if engine not in ENGINES:
             raise StoreError(f"posix backend: engine {engine!r} is not one of {', '.join(ENGINES)}")
         self.processes = _cpus() if processes is None else int(processes)
@@ -141,6 +149,8 @@ class PosixBackend(ReadBackend):
         self.async_depth = (max(1, int(queue_depth)) if queue_depth is not None
                             else n * self.threads if threads is not None else ASYNC_QUEUE_DEPTH)
         self.direct_mode = direct
+        self.concurrent_bins = (os.environ.get(SEQUENTIAL_BINS_ENV) != "1" if concurrent_bins is None
+                                else bool(concurrent_bins))
         self.direct = direct is not False
         self.max_read_bytes = max(PAGE, int(max_read_bytes) // PAGE * PAGE)
         self.staging_bytes = max(self.max_read_bytes, int(staging_bytes) // PAGE * PAGE)
@@ -341,6 +351,44 @@ class PosixBackend(ReadBackend):
                 requests += self._read_round(handle, u, ext, copy_out)
                 copy_out(u.size)
         return requests
+
+    def read_rows_many(self, items, *, transfer=None) -> list[int]:
+        """:meth:`~iostack.backends.base.ReadBackend.read_rows_many`: the O_DIRECT items' reads all in flight
+        together in one call of the asynchronous engine (with ``concurrent_bins``); others one by one.
+
+        Raises
+        ------
+        StoreError
+            When a read fails or the backend is closed (nothing is then known about ``out``).
+        """
+        items = list(items)
+        counts = [0] * len(items)
+        together: list[tuple[int, _manybins.Item]] = []
+        for i, (h, rows, out, positions) in enumerate(items):
+            checked = self._checked(h, rows, out, positions, transfer)
+            if checked is None:
+                continue
+            r, view, dev, pos = checked
+            fd = self._aio_fds.get(h.fid)
+            if self.concurrent_bins and dev is None and fd is not None:
+                together.append((i, _manybins.plan_item(h, fd, r, view, pos)))
+            else:
+                counts[i] = self.read_rows(h, rows, out, positions, transfer=transfer)
+        if len(together) == 1:
+            i, it = together[0]
+            counts[i] = self._read(it.handle, it.rows, it.out, it.positions)
+        elif together:
+            with self._lock:
+                if self._closed:
+                    raise StoreError("posix backend: used after close()")
+                try:
+                    done = _manybins.read_many([it for _, it in together], self._aio, self._stg, self.max_read_bytes)
+                except OSError as exc:
+                    paths = ", ".join(it.handle.info.path for _, it in together)
+                    raise StoreError(f"reading {paths}: {exc.strerror or exc}") from None
+            for i, it in together:
+                counts[i] = it.requests if done else self._read(it.handle, it.rows, it.out, it.positions)
+        return counts
 
     def _read_into(self, handle: BinHandle, fd: int, ex: Extents, out: np.ndarray,
                    positions: np.ndarray | None) -> int:
