@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import graph_fixture
-from training.link.edges import EdgeSet, LinkSplitError, csr_edges, split_edges, with_edges
+from training.link.edges import split_edges, with_edges
+from training.link.edgeset import EdgeSet, LinkSplitError, csr_edges
 from training.link.metrics import auc, hits_at_k, link_metrics, mrr
 from training.link.negatives import NegativeSampler
 from training.link.sampler import LinkSampler, link_presample_counts

@@ -253,7 +253,7 @@ def presample_counts(ds: Dataset, spec: HotnessSpec, *, progress: Progress | Non
 
 def _link_presample(ds: Dataset, spec: HotnessSpec, progress: Progress | None) -> tuple[np.ndarray, float]:
     """:func:`presample_counts` of an edge-split dataset: link-level batches (training pairs and negatives)."""
-    from training.link.edges import EdgeSet
+    from training.link.edgeset import EdgeSet
     from training.link.negatives import NegativeSampler
     from training.link.sampler import link_presample_counts
     from training.link.store import open_link_data

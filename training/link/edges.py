@@ -9,11 +9,6 @@ in either direction) and kept. The held-out edges leave the sampling graph in bo
 the training graph's CSR holds the training edges only, which is what message passing, the
 sampler, the hotness and the placement see. As in PyG, validation is scored over the training
 graph and test over the training and validation edges (:func:`with_edges`).
-
->>> import numpy as np
->>> s = EdgeSet.from_csr(np.array([0, 1, 3, 4]), np.array([1, 0, 2, 1]), 3)  # 0-1, 1-2, both ways
->>> s.contains(np.array([0, 1, 0]), np.array([1, 2, 2])).tolist()
-[True, True, False]
 """
 
 from __future__ import annotations
@@ -22,49 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from training.errors import TrainingError
+from training.link.edgeset import EdgeSet, LinkSplitError, csr_edges
+from training.link.negatives import NegativeSampler
 
-__all__ = ["EdgeSet", "LinkSplit", "LinkSplitError", "csr_edges", "split_edges", "with_edges"]
-
-
-class LinkSplitError(TrainingError):
-    """An edge split that cannot be made or read (the message names the input and the fix)."""
-
-
-def csr_edges(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(src, dst)`` int64 ``[num_edges]`` of a CSR whose row ``v`` holds the sources of the edges ``u -> v``."""
-    indptr = np.asarray(indptr, dtype=np.int64)
-    dst = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
-    return np.asarray(indices, dtype=np.int64), dst
-
-
-def _keys(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> np.ndarray:
-    # one int64 per directed pair: num_nodes**2 < 2**63 for every graph whose ids fit in int32 or up to 3e9
-    return np.asarray(src, np.int64) * int(num_nodes) + np.asarray(dst, np.int64)
-
-
-@dataclass(frozen=True, eq=False)
-class EdgeSet:
-    """Directed edges ``u -> v`` as sorted unique ``int64`` keys ``u * num_nodes + v``; membership by binary search."""
-
-    keys: np.ndarray
-    num_nodes: int
-
-    @classmethod
-    def from_pairs(cls, src: np.ndarray, dst: np.ndarray, num_nodes: int) -> EdgeSet:
-        return cls(np.unique(_keys(src, dst, num_nodes)), int(num_nodes))
-
-    @classmethod
-    def from_csr(cls, indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> EdgeSet:
-        return cls.from_pairs(*csr_edges(indptr, indices), num_nodes)
-
-    def contains(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """bool ``[len(src)]``: whether each ``src[i] -> dst[i]`` is in the set."""
-        k = _keys(src, dst, self.num_nodes)
-        if self.keys.size == 0:
-            return np.zeros(k.shape, bool)
-        at = np.minimum(np.searchsorted(self.keys, k), self.keys.size - 1)
-        return self.keys[at] == k
+__all__ = ["LinkSplit", "split_edges", "with_edges"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,7 +109,6 @@ def split_edges(indptr: np.ndarray, indices: np.ndarray, *, undirected: bool, nu
     LinkSplitError
         Shares outside ``[0, 1)``, or too few edges left to train on.
     """
-    from training.link.negatives import NegativeSampler
 
     indptr = np.asarray(indptr, np.int64)
     n = indptr.shape[0] - 1

@@ -10,7 +10,7 @@ DGL's samplers do). A pair that is an edge of ``exclude`` or a self-loop is draw
 and may fall short of ``num`` on a graph almost complete (its length says by how much).
 
 >>> import numpy as np
->>> from training.link.edges import EdgeSet
+>>> from training.link.edgeset import EdgeSet
 >>> full = EdgeSet.from_pairs(np.array([0, 1]), np.array([1, 0]), 3)
 >>> neg = NegativeSampler(full).sample(50, np.random.default_rng(0))
 >>> bool(full.contains(neg[0], neg[1]).any()), bool((neg[0] == neg[1]).any())
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.link.edges import EdgeSet, LinkSplitError
+from training.link.edgeset import EdgeSet, LinkSplitError
 from training.vocab import NEGATIVE_METHODS
 
 __all__ = ["DEGREE_POWER", "NegativeSampler"]

@@ -21,7 +21,8 @@ import numpy as np
 
 from planner.progress import Progress
 from training.data import Dataset, open_dataset
-from training.link.edges import LinkSplit, LinkSplitError, split_edges
+from training.link.edges import LinkSplit, split_edges
+from training.link.edgeset import LinkSplitError
 from training.writer import DatasetWriter
 
 __all__ = ["LINK_FILES", "LinkData", "is_link_dataset", "open_link_data", "write_link_dataset"]

@@ -29,7 +29,8 @@ from torch import Tensor
 from training.data import open_dataset
 from training.errors import TrainError
 from training.features import FeatureSource, open_features
-from training.link.edges import EdgeSet, with_edges
+from training.link.edges import with_edges
+from training.link.edgeset import EdgeSet
 from training.link.metrics import link_metrics
 from training.link.model import LinkPredictor, bce
 from training.link.negatives import NegativeSampler
