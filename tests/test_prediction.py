@@ -19,6 +19,7 @@ from training.prediction import (
     rates_from_capacities,
     ssd_requests,
 )
+from training.throughput import describe
 
 
 def test_prediction_per_tier_from_shares_rates_and_the_epochs_demand():
@@ -267,8 +268,12 @@ def test_moment_train_predicts_each_ssds_time_at_its_own_rate(tmp_path, capsys):
         f"  ssd{i}:\n    read_bytes_per_s: {q * 4096} B/s\n    read_iops: {q}\n    block_bytes: 4096\n"
         for i, q in enumerate(iops)))
     assert main([*args, "--json"]) == 0
-    pred = json.loads(capsys.readouterr().out)["epochs"][-1]["prediction"]
+    epoch = json.loads(capsys.readouterr().out)["epochs"][-1]
+    pred = epoch["prediction"]
     devs = pred["devices"]
+    # the paper's-terms record carries each device's predicted seconds beside its share, and says it
+    assert [d["predicted_s"] for d in epoch["throughput"]["devices"]] == [d["predicted_s"] for d in devs]
+    assert "s predicted)" in describe(epoch["throughput"])[1]
     assert [d["device"] for d in devs] == [f"ssd{i}" for i in range(8)]
     assert [d["read_iops"] for d in devs] == iops
     assert all(d["predicted_s"] == pytest.approx(d["predicted_requests"] / d["read_iops"]) for d in devs)
