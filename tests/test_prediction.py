@@ -244,6 +244,36 @@ def test_the_predictor_takes_bin_reads_at_once_from_the_stores_backend():
     assert pred(SimpleNamespace()) is False and pred(None) is False  # a backend that reads bins one by one
 
 
+def test_the_predictor_sums_or_maxes_over_the_placements_devices():
+    """Through :class:`training.metrics.Predictor`: ``place.json``'s SSD bins name their devices, the store's
+    per-bin counters give each device's requests; node-shared reads go bin by bin, so the sum."""
+    from types import SimpleNamespace
+
+    from training.metrics import Predictor
+
+    report = {"bins": [{"kind": "ssd", "device": d, "target_share": 0.5} for d in ("a", "b")],
+              "report": {"bins": [{"kind": "ssd", "traffic_share": 0.5, "rows": 10**6}] * 2}}
+    counts = {"ssd": {"rows": 0.0, "bytes": 0.0, "requests": 0.0, "seconds": 0.0}}
+    bins = [SimpleNamespace(bin_id=0, rows=0, requests=0), SimpleNamespace(bin_id=1, rows=0, requests=0)]
+    store = SimpleNamespace(backend=SimpleNamespace(concurrent_bins=True), stats=lambda: bins,
+                            tier_stats=lambda: {k: dict(v) for k, v in counts.items()})
+    per = {"a": TierRate(1000.0, None, "fio"), "b": TierRate(250.0, None, "fio")}
+    pr = Predictor(store, {"ssd": 1.0}, 4096, {"ssd": TierRate(1250.0, None, "fio")},
+                   [(0.5, 10**6), (0.5, 10**6)], report, device_rates=per)
+    pr.start()
+    counts["ssd"] = {"rows": 1000.0, "bytes": 1000.0 * 4096, "requests": 1000.0, "seconds": 2.0}
+    bins[0].rows = bins[1].rows = 500
+    bins[0].requests, bins[1].requests = 510, 490
+    at_once = pr.finish(0, 1)
+    assert [(d.device, d.predicted_s, d.measured_requests) for d in at_once.devices] == [("a", 0.5, 510.0),
+                                                                                          ("b", 2.0, 490.0)]
+    assert at_once.predicted_io_s == 2.0 and at_once.concurrent_bins
+    pr.node(2, True)  # two ranks sharing the node's pages: the union of their rows, read bin by bin
+    shared = pr.finish(0, 1)
+    assert not shared.concurrent_bins
+    assert shared.predicted_io_s == pytest.approx(sum(d.predicted_s for d in shared.devices))
+
+
 def test_device_rates_from_a_capacities_file_keep_each_devices_iops(tmp_path):
     from planner.capacities import load_capacities
     from training.prediction import device_rates_from_capacities

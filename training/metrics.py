@@ -212,7 +212,9 @@ class Predictor:
         return predict_epoch(epoch, self.shares, measured, row_bytes=self.row_bytes, rates=self.rates,
                              steps=steps, ssd_bins=self.ssd_bins, readers=self.readers, shared=self.shared,
                              ssd_devices=[dev for _, dev, _, _ in self.ssd_targets], device_rates=self.device_rates,
-                             concurrent_bins=self.concurrent_bins, device_requests=requests or None)
+                             # node-shared reads go bin by bin (iostack.nodeshare's tier), whatever the backend
+                             concurrent_bins=self.concurrent_bins and not self.shared,
+                             device_requests=requests or None)
 
 
     def throughput(self, record: JsonObject, prediction, read_calls: int) -> JsonObject:
