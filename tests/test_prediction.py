@@ -19,6 +19,7 @@ from training.prediction import (
     rates_from_capacities,
     ssd_requests,
 )
+from training.throughput import describe
 
 
 def test_prediction_per_tier_from_shares_rates_and_the_epochs_demand():
@@ -198,3 +199,118 @@ def test_the_flow_model_applies_only_to_large_io_bound_epochs():
     assert applicability(0.99e6, 1e9, 1, 0.9, call_latency_s=1e-4) != ()
     assert applicability(1e9, 1e9, 10, 0.49)[0].startswith("compute-bound")
     assert len(applicability(1e3, 1e9, 10, 0.1)) == 2
+
+
+def test_per_device_ssd_time_is_the_sum_read_one_after_another_and_the_max_read_at_once():
+    # two devices of unequal IOPS: "fast" holds 3 of the 4 SSD bins' reads at 4000 IOPS, "slow" 1 of them at 500
+    bins = [(0.25, 100_000), (0.25, 100_000), (0.25, 100_000), (0.25, 100_000)]
+    devs = ["fast", "fast", "fast", "slow"]
+    rates = {"ssd": TierRate(iops=4500.0, bytes_per_s=None, source="fio")}
+    per = {"fast": TierRate(4000.0, None, "fio"), "slow": TierRate(500.0, None, "fio")}
+    m = {"ssd": {"rows": 8000, "bytes": 8000 * 4096, "requests": 8000, "seconds": 3.0}}
+
+    def run(concurrent: bool, device_rates=per):
+        return predict_epoch(0, {"ssd": 1.0}, m, row_bytes=4096, rates=rates, steps=4, ssd_bins=bins,
+                             ssd_devices=devs, device_rates=device_rates, concurrent_bins=concurrent,
+                             device_requests={"fast": 6100.0, "slow": 1900.0})
+
+    seq, conc = run(False), run(True)
+    # whole-page rows: one request per row; 6000 rows on "fast" (1.5 s), 2000 on "slow" (4.0 s)
+    assert [(d.device, d.predicted_requests, d.read_iops, d.predicted_s, d.measured_requests)
+            for d in seq.devices] == [("fast", 6000.0, 4000.0, 1.5, 6100.0), ("slow", 2000.0, 500.0, 4.0, 1900.0)]
+    assert seq.predicted_io_s == 5.5 and conc.predicted_io_s == 4.0
+    assert seq.to_dict()["ssd_time_model"] == "sum over devices"
+    assert conc.to_dict()["ssd_time_model"] == "max over devices"
+    assert conc.to_dict()["devices"][1] == {"device": "slow", "predicted_requests": 2000.0, "read_iops": 500.0,
+                                            "predicted_s": 4.0, "measured_requests": 1900.0}
+    # the tier-level model this replaces: all requests over the summed IOPS, as if every device were equally busy
+    assert run(False, device_rates={}).predicted_io_s == pytest.approx(8000 / 4500)
+    # a device without a measured rate: no per-device figures, the tier-level model
+    partial = run(True, device_rates={"fast": per["fast"]})
+    assert partial.devices == () and partial.predicted_io_s == pytest.approx(8000 / 4500)
+    assert partial.to_dict()["ssd_time_model"] is None
+
+
+def test_the_predictor_takes_bin_reads_at_once_from_the_stores_backend():
+    from types import SimpleNamespace
+
+    from training.metrics import Predictor
+
+    def pred(backend):
+        return Predictor(SimpleNamespace(backend=backend), {"ssd": 1.0}, 4096, {}, []).concurrent_bins
+
+    assert pred(SimpleNamespace(concurrent_bins=True)) is True
+    assert pred(SimpleNamespace(concurrent_bins=False)) is False
+    assert pred(SimpleNamespace()) is False and pred(None) is False  # a backend that reads bins one by one
+
+
+def test_the_predictor_sums_or_maxes_over_the_placements_devices():
+    """Through :class:`training.metrics.Predictor`: ``place.json``'s SSD bins name their devices, the store's
+    per-bin counters give each device's requests; node-shared reads go bin by bin, so the sum."""
+    from types import SimpleNamespace
+
+    from training.metrics import Predictor
+
+    report = {"bins": [{"kind": "ssd", "device": d, "target_share": 0.5} for d in ("a", "b")],
+              "report": {"bins": [{"kind": "ssd", "traffic_share": 0.5, "rows": 10**6}] * 2}}
+    counts = {"ssd": {"rows": 0.0, "bytes": 0.0, "requests": 0.0, "seconds": 0.0}}
+    bins = [SimpleNamespace(bin_id=0, rows=0, requests=0), SimpleNamespace(bin_id=1, rows=0, requests=0)]
+    store = SimpleNamespace(backend=SimpleNamespace(concurrent_bins=True), stats=lambda: bins,
+                            tier_stats=lambda: {k: dict(v) for k, v in counts.items()})
+    per = {"a": TierRate(1000.0, None, "fio"), "b": TierRate(250.0, None, "fio")}
+    pr = Predictor(store, {"ssd": 1.0}, 4096, {"ssd": TierRate(1250.0, None, "fio")},
+                   [(0.5, 10**6), (0.5, 10**6)], report, device_rates=per)
+    pr.start()
+    counts["ssd"] = {"rows": 1000.0, "bytes": 1000.0 * 4096, "requests": 1000.0, "seconds": 2.0}
+    bins[0].rows = bins[1].rows = 500
+    bins[0].requests, bins[1].requests = 510, 490
+    at_once = pr.finish(0, 1)
+    assert [(d.device, d.predicted_s, d.measured_requests) for d in at_once.devices] == [("a", 0.5, 510.0),
+                                                                                          ("b", 2.0, 490.0)]
+    assert at_once.predicted_io_s == 2.0 and at_once.concurrent_bins
+    pr.node(2, True)  # two ranks sharing the node's pages: the union of their rows, read bin by bin
+    shared = pr.finish(0, 1)
+    assert not shared.concurrent_bins
+    assert shared.predicted_io_s == pytest.approx(sum(d.predicted_s for d in shared.devices))
+
+
+def test_device_rates_from_a_capacities_file_keep_each_devices_iops(tmp_path):
+    from planner.capacities import load_capacities
+    from training.prediction import device_rates_from_capacities
+
+    f = tmp_path / "caps.yaml"
+    f.write_text("schema: moment.capacities\nversion: 1\ndevices:\n"
+                 "  dev:ssd0:\n    read_bytes_per_s: 400 MB/s\n    read_iops: 100000\n    block_bytes: 4096\n"
+                 "  dev:ssd1:\n    read_bytes_per_s: 100 MB/s\n    read_iops: 25000\n    block_bytes: 4096\n"
+                 "  dev:ssd2:\n    read_bytes_per_s: 900 MB/s\n    read_iops: 7000\n    block_bytes: 131072\n")
+    per = device_rates_from_capacities(load_capacities(f))
+    assert {k: r.iops for k, r in per.items()} == {"dev:ssd0": 100000, "dev:ssd1": 25000, "dev:ssd2": None}
+    assert per["dev:ssd1"].bytes_per_s == 100e6
+
+
+def test_moment_train_predicts_each_ssds_time_at_its_own_rate(tmp_path, capsys):
+    """A capacities file with each of the plan's eight SSDs at its own IOPS (as ``moment profile`` on
+    emulated SSDs writes it): the prediction has one record per device, and the SSD tier's time is their
+    sum (bins read one after another) or their max (read at once), as the store's backend says."""
+    args = train_args(tmp_path, capsys)
+    iops = [100_000, 80_000, 60_000, 40_000, 20_000, 10_000, 5_000, 2_500]
+    (tmp_path / "caps.yaml").write_text("schema: moment.capacities\nversion: 1\ndevices:\n" + "".join(
+        f"  ssd{i}:\n    read_bytes_per_s: {q * 4096} B/s\n    read_iops: {q}\n    block_bytes: 4096\n"
+        for i, q in enumerate(iops)))
+    assert main([*args, "--json"]) == 0
+    epoch = json.loads(capsys.readouterr().out)["epochs"][-1]
+    pred = epoch["prediction"]
+    devs = pred["devices"]
+    # the paper's-terms record carries each device's predicted seconds beside its share, and says it
+    assert [d["predicted_s"] for d in epoch["throughput"]["devices"]] == [d["predicted_s"] for d in devs]
+    assert "s predicted)" in describe(epoch["throughput"])[1]
+    assert [d["device"] for d in devs] == [f"ssd{i}" for i in range(8)]
+    assert [d["read_iops"] for d in devs] == iops
+    assert all(d["predicted_s"] == pytest.approx(d["predicted_requests"] / d["read_iops"]) for d in devs)
+    times = [d["predicted_s"] for d in devs]
+    ssd_tier = next(t for t in pred["tiers"] if t["tier"] == "ssd")
+    model = pred["ssd_time_model"]
+    assert model in ("sum over devices", "max over devices")
+    assert ssd_tier["predicted_s"] == pytest.approx(sum(times) if model.startswith("sum") else max(times))
+    # the store's per-bin requests, gathered per device, are the tier's
+    assert sum(d["measured_requests"] for d in devs) == pytest.approx(ssd_tier["measured_requests"])

@@ -136,15 +136,20 @@ class Predictor:
     """Per epoch: the placement's predicted I/O against the store's counters (:mod:`training.prediction`)."""
 
     def __init__(self, store: Any, shares: dict[str, float], row_bytes: int, rates: dict,
-                 ssd_bins: list[tuple[float, int]], report: JsonObject | None = None) -> None:
+                 ssd_bins: list[tuple[float, int]], report: JsonObject | None = None,
+                 device_rates: dict | None = None, concurrent_bins: bool | None = None) -> None:
         from training.throughput import plan_inlet_from_place_report, ssd_targets_from_place_report
 
         self.store, self.shares, self.row_bytes, self.rates = store, shares, row_bytes, rates
-        self.ssd_bins = ssd_bins
+        self.ssd_bins, self.device_rates = ssd_bins, device_rates or {}
+        # whether the store reads a gather's SSD bins at once (the busiest device sets the time) or one
+        # after another (the sum): the backend's ``concurrent_bins`` where it has one, else one after another
+        self.concurrent_bins = (bool(getattr(getattr(store, "backend", None), "concurrent_bins", False))
+                                if concurrent_bins is None else bool(concurrent_bins))
         self.readers, self.shared, self.index = 1, False, 0
         self._before: dict[str, dict[str, float]] = {}
-        self._bins_before: dict[int, float] = {}
-        self._bins_now: dict[int, float] = {}
+        self._bins_before: dict[int, tuple[float, float]] = {}
+        self._bins_now: dict[int, tuple[float, float]] = {}
         # the paper's terms (training.throughput): the plan's inlet per GPU, each SSD bin's target
         self.plan_inlet = plan_inlet_from_place_report(report) if report else {}
         self.ssd_targets = ssd_targets_from_place_report(report) if report else []
@@ -156,15 +161,20 @@ class Predictor:
         the plan's order)."""
         self.readers, self.shared, self.index = max(1, int(readers)), bool(shared), max(0, int(index))
 
-    def _bin_rows(self) -> dict[int, float]:
+    def _bin_counts(self) -> dict[int, tuple[float, float]]:
+        """``(rows, requests)`` the store counted per bin id so far."""
         stats = self.store.stats() if self.ssd_targets and hasattr(self.store, "stats") else []
-        return {int(b.bin_id): float(b.rows) for b in stats}
+        return {int(b.bin_id): (float(b.rows), float(b.requests)) for b in stats}
+
+    def _since(self, col: int) -> dict[int, float]:
+        return {b: v[col] - self._bins_before.get(b, (0.0, 0.0))[col] for b, v in self._bins_now.items()}
 
     @classmethod
     def for_run(cls, io: IOSpec, features: Any, ds: Dataset) -> Predictor | None:
         """One where the features come through a placement that ``moment place`` reported on (``io.placement``);
         its read rates from ``io.capacities``, a ``moment profile`` file, when given."""
         from training.prediction import (
+            device_rates_from_capacities,
             load_place_report,
             rates_from_capacities,
             shares_from_place_report,
@@ -175,27 +185,36 @@ class Predictor:
         report = load_place_report(io.placement) if io.placement else None
         if store is None or report is None or not hasattr(store, "tier_stats"):
             return None
-        rates = {}
+        rates, per_device = {}, {}
         if io.capacities:
             from planner.capacities import load_capacities
 
-            rates = rates_from_capacities(load_capacities(io.capacities))
+            caps = load_capacities(io.capacities)
+            rates, per_device = rates_from_capacities(caps), device_rates_from_capacities(caps)
         return cls(store, shares_from_place_report(report), int(report.get("row_bytes") or ds.row_bytes), rates,
-                   ssd_bins_from_place_report(report), report)
+                   ssd_bins_from_place_report(report), report, device_rates=per_device)
 
     def start(self) -> None:
         self._before = self.store.tier_stats()
-        self._bins_before = self._bin_rows()
+        self._bins_before = self._bin_counts()
 
     def finish(self, epoch: int, steps: int):
         from training.prediction import predict_epoch
 
         now = self.store.tier_stats()
-        self._bins_now = self._bin_rows()
+        self._bins_now = self._bin_counts()
         keys = ("rows", "bytes", "requests", "seconds", "cpu_wait_s")
         measured = {t: {k: v.get(k, 0) - self._before.get(t, {}).get(k, 0) for k in keys} for t, v in now.items()}
+        per_bin = self._since(1)
+        requests: dict[str, float] = {}
+        for b, dev, _, _ in self.ssd_targets:
+            requests[dev] = requests.get(dev, 0.0) + per_bin.get(b, 0.0)
         return predict_epoch(epoch, self.shares, measured, row_bytes=self.row_bytes, rates=self.rates,
-                             steps=steps, ssd_bins=self.ssd_bins, readers=self.readers, shared=self.shared)
+                             steps=steps, ssd_bins=self.ssd_bins, readers=self.readers, shared=self.shared,
+                             ssd_devices=[dev for _, dev, _, _ in self.ssd_targets], device_rates=self.device_rates,
+                             # node-shared reads go bin by bin (iostack.nodeshare's tier), whatever the backend
+                             concurrent_bins=self.concurrent_bins and not self.shared,
+                             device_requests=requests or None)
 
 
     def throughput(self, record: JsonObject, prediction, read_calls: int) -> JsonObject:
@@ -203,7 +222,7 @@ class Predictor:
         ``record`` the epoch record, ``prediction`` what :meth:`finish` returned."""
         from training.throughput import epoch_throughput
 
-        rows = {b: r - self._bins_before.get(b, 0.0) for b, r in self._bins_now.items()}
+        rows = self._since(0)
         return epoch_throughput(record, prediction, plan_inlet=self.plan_inlet, rank_index=self.index,
                                 readers=self.readers, read_calls=read_calls, bin_rows=rows,
                                 ssd_targets=self.ssd_targets, plan_machine=self.plan_machine).to_dict()

@@ -12,7 +12,13 @@ tier's reads take
   whole pages are read one request each, straight into the batch; smaller rows
   are packed several to a 4 KiB page, and the pages a batch touches that lie
   side by side go as one request (:func:`ssd_requests`). Without IOPS:
-  ``bytes / read_bytes_per_s``;
+  ``bytes / read_bytes_per_s``. Where the profile measured every SSD the
+  placement reads (``device_rates`` keyed by the plan's device ids, as the
+  placement's bins name them), each device's requests (its bins') over ITS
+  IOPS, and the tier's time is the sum over the devices when the store reads a
+  gather's bins one after another, the busiest device's (the max) when it reads
+  them at once (``concurrent_bins``). Without per-device rates, the tier's
+  requests over the devices' summed IOPS (every device busy at equal load);
 * host memory: ``bytes / bandwidth`` of the NUMA node's memory.
 
 Training measures per tier the rows, bytes, requests and the seconds the
@@ -40,7 +46,8 @@ from pathlib import Path
 
 from momentbase.jsontypes import JsonObject, JsonValue
 
-__all__ = ["EpochPrediction", "TierFigures", "TierRate", "pages_per_row", "predict_epoch", "rates_from_capacities",
+__all__ = ["DeviceFigures", "EpochPrediction", "TierFigures", "TierRate", "device_figures",
+           "device_rates_from_capacities", "pages_per_row", "predict_epoch", "rates_from_capacities",
            "shares_from_place_report", "ssd_bins_from_place_report", "ssd_requests"]
 
 PAGE = 4096
@@ -85,11 +92,29 @@ class TierFigures:
 
 
 @dataclass(frozen=True)
+class DeviceFigures:
+    """One SSD in one epoch: its bins' predicted read requests, its measured IOPS, the seconds they predict,
+    and the requests the store counted on its bins (``None``: not counted)."""
+
+    device: str
+    predicted_requests: float
+    read_iops: float
+    predicted_s: float
+    measured_requests: float | None = None
+
+
+@dataclass(frozen=True)
 class EpochPrediction:
-    """Every tier of one epoch; ``io`` figures sum the tiers that read from a device (the SSDs)."""
+    """Every tier of one epoch; ``io`` figures sum the tiers that read from a device (the SSDs).
+
+    ``devices``: the SSD tier per device where every device's IOPS is known (the SSD tier's
+    predicted time is then their sum, or with ``concurrent_bins`` their max); empty otherwise.
+    """
 
     epoch: int
     tiers: tuple[TierFigures, ...]
+    devices: tuple[DeviceFigures, ...] = ()
+    concurrent_bins: bool = False
 
     def tier(self, name: str) -> TierFigures:
         return next(t for t in self.tiers if t.tier == name)
@@ -112,7 +137,10 @@ class EpochPrediction:
     def to_dict(self) -> JsonObject:
         return {"epoch": self.epoch, "predicted_io_s": self.predicted_io_s, "measured_io_s": self.measured_io_s,
                 "io_error": self.io_error,
-                "tiers": [{**asdict(t), "error": t.error, "bytes_error": t.bytes_error} for t in self.tiers]}
+                "tiers": [{**asdict(t), "error": t.error, "bytes_error": t.bytes_error} for t in self.tiers],
+                "devices": [asdict(d) for d in self.devices],
+                "ssd_time_model": (None if not self.devices else "max over devices" if self.concurrent_bins
+                                   else "sum over devices")}
 
 
 def pages_per_row(row_bytes: int) -> int:
@@ -161,6 +189,14 @@ def rates_from_capacities(caps) -> dict[str, TierRate]:
     if caps.memory:
         rates["cpu"] = TierRate(None, sum(m.bytes_per_s for m in caps.memory), "memory bandwidth (capacities)")
     return rates
+
+
+def device_rates_from_capacities(caps) -> dict[str, TierRate]:
+    """Each measured SSD's rate from a :class:`planner.capacities.Capacities`, keyed as the file keys it
+    (``dev:ssd0`` for :func:`iostack.bench.loopssds.capacities_for_spec`'s; a plan's SSD node id matches
+    it); ``iops`` only where it was measured at one page per read."""
+    return {d.key: TierRate(d.read_iops if d.read.block_bytes in (None, PAGE) else None, d.read_bytes_per_s,
+                            d.read.tool or "capacities") for d in caps.devices}
 
 
 def expected_runs(picks: float, units: int) -> float:
@@ -216,7 +252,9 @@ def ssd_requests(rows_per_epoch: float, steps: int, bins: Sequence[tuple[float, 
 def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str, Mapping[str, float]], *,
                   row_bytes: int, rates: Mapping[str, TierRate], steps: int | None = None,
                   ssd_bins: Sequence[tuple[float, int]] = (), readers: int = 1,
-                  shared: bool = False) -> EpochPrediction:
+                  shared: bool = False, ssd_devices: Sequence[str] = (),
+                  device_rates: Mapping[str, TierRate] | None = None, concurrent_bins: bool = False,
+                  device_requests: Mapping[str, float] | None = None) -> EpochPrediction:
     """Predicted against measured figures of one epoch.
 
     ``shares``: expected share of the reads per tier; ``measured``: per tier
@@ -232,6 +270,13 @@ def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str
     rank's, or, with ``shared`` (node-shared reads: each page of a step read once
     for the node, split between the ranks), the requests of the union of their rows.
 
+    ``ssd_devices``: the device of each of ``ssd_bins`` (the plan's SSD node id, as
+    ``place.json``'s bins name it); ``device_rates``: each device's rate
+    (:func:`device_rates_from_capacities`). Where every device has its IOPS, the SSD
+    time is per device (:func:`device_figures`): the sum over the devices, or with
+    ``concurrent_bins`` (the store reads a gather's bins at once) the max.
+    ``device_requests``: the requests the store counted per device, for the record.
+
     >>> bins = [(1.0, 100_000)]
     >>> m = {"ssd": {"rows": 2000, "bytes": 2000 * 1024, "requests": 0, "seconds": 1.0}}
     >>> r = {"ssd": TierRate(iops=1000.0, bytes_per_s=None, source="fio")}
@@ -241,6 +286,8 @@ def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str
     """
     total = sum(float(m.get("bytes", 0.0)) for m in measured.values())
     total_rows = sum(float(m.get("rows", 0.0)) for m in measured.values())
+    devices = device_figures(total_rows, steps, ssd_bins, ssd_devices, device_rates or {}, row_bytes=row_bytes,
+                             readers=readers, shared=shared, measured=device_requests)
     out = []
     for tier in sorted(set(shares) | set(measured)):
         share = float(shares.get(tier, 0.0))
@@ -250,7 +297,10 @@ def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str
         pred_s = None
         if rate is not None:
             k = max(1, int(readers))
-            if tier == "ssd" and rate.iops and steps and ssd_bins:
+            if tier == "ssd" and devices:
+                times = [d.predicted_s for d in devices]
+                pred_s = max(times) if concurrent_bins else sum(times)
+            elif tier == "ssd" and rate.iops and steps and ssd_bins:
                 node = (ssd_requests(k * total_rows, steps, ssd_bins, row_bytes) if shared and k > 1
                         else k * ssd_requests(total_rows, steps, ssd_bins, row_bytes))
                 pred_s = node / rate.iops
@@ -263,7 +313,40 @@ def predict_epoch(epoch: int, shares: Mapping[str, float], measured: Mapping[str
                                float(secs) if secs is not None and math.isfinite(secs) else None,
                                rate.source if rate else None, float(m.get("requests", 0.0)),
                                float(m.get("cpu_wait_s", 0.0))))
-    return EpochPrediction(epoch, tuple(out))
+    return EpochPrediction(epoch, tuple(out), devices, bool(concurrent_bins) and bool(devices))
+
+
+def device_figures(rows_per_epoch: float, steps: int | None, ssd_bins: Sequence[tuple[float, int]],
+                   ssd_devices: Sequence[str], device_rates: Mapping[str, TierRate], *, row_bytes: int,
+                   readers: int = 1, shared: bool = False,
+                   measured: Mapping[str, float] | None = None) -> tuple[DeviceFigures, ...]:
+    """Each SSD's predicted requests (:func:`ssd_requests` of its own bins) and seconds at its own IOPS.
+
+    ``ssd_devices[i]`` is the device of ``ssd_bins[i]``; devices in first-seen order. ``readers`` and
+    ``shared`` as :func:`predict_epoch`'s. Empty where a bin has no device, a device no IOPS, or
+    ``steps`` is unknown: the caller then falls back to the tier's summed rate.
+
+    >>> r = {"a": TierRate(1000.0, None, "fio"), "b": TierRate(250.0, None, "fio")}
+    >>> [(d.device, d.predicted_requests, d.predicted_s) for d in
+    ...  device_figures(1000, 1, [(0.5, 10**6), (0.5, 10**6)], ["a", "b"], r, row_bytes=4096)]
+    [('a', 500.0, 0.5), ('b', 500.0, 2.0)]
+    """
+    if not steps or not ssd_bins or len(ssd_devices) != len(ssd_bins):
+        return ()
+    mine: dict[str, list[tuple[float, int]]] = {}
+    for b, dev in zip(ssd_bins, ssd_devices, strict=True):
+        mine.setdefault(dev, []).append(b)
+    k = max(1, int(readers))
+    out = []
+    for dev, bins in mine.items():
+        rate = device_rates.get(dev)
+        if rate is None or not rate.iops:
+            return ()
+        req = (ssd_requests(k * rows_per_epoch, steps, bins, row_bytes) if shared and k > 1
+               else k * ssd_requests(rows_per_epoch, steps, bins, row_bytes))
+        got = measured.get(dev) if measured else None
+        out.append(DeviceFigures(dev, req, float(rate.iops), req / rate.iops, None if got is None else float(got)))
+    return tuple(out)
 
 
 def load_place_report(placement_dir: str | Path) -> JsonObject | None:

@@ -73,6 +73,8 @@ class DeviceShare:
     measured_share: float
     target_share: float
     expected_share: float | None
+    #: the seconds the prediction gives its device's reads this epoch (``None``: no per-device rate)
+    predicted_s: float | None = None
 
     @property
     def deviation(self) -> float | None:
@@ -183,8 +185,8 @@ def applicability(feature_bytes: float, bytes_per_s: float | None, read_calls: i
     return tuple(out)
 
 
-def _device_shares(bin_rows: Mapping[int, float], targets: Sequence[tuple[int, str, float, float | None]]
-                   ) -> tuple[DeviceShare, ...]:
+def _device_shares(bin_rows: Mapping[int, float], targets: Sequence[tuple[int, str, float, float | None]],
+                   predicted_s: Mapping[str, float] | None = None) -> tuple[DeviceShare, ...]:
     rows = {b: float(bin_rows.get(b, 0.0)) for b, _, _, _ in targets}
     total, t_sum = sum(rows.values()), sum(t for _, _, t, _ in targets)
     e_known = [e for _, _, _, e in targets if e is not None]
@@ -192,7 +194,8 @@ def _device_shares(bin_rows: Mapping[int, float], targets: Sequence[tuple[int, s
     if total <= 0:
         return ()
     return tuple(DeviceShare(b, dev, rows[b] / total, t / t_sum if t_sum > 0 else 0.0,
-                             e / e_sum if e is not None and e_sum > 0 else None) for b, dev, t, e in targets)
+                             e / e_sum if e is not None and e_sum > 0 else None, (predicted_s or {}).get(dev))
+                 for b, dev, t, e in targets)
 
 
 def epoch_throughput(record: Mapping[str, JsonValue], prediction: EpochPrediction | None = None, *,
@@ -227,11 +230,12 @@ def epoch_throughput(record: Mapping[str, JsonValue], prediction: EpochPredictio
         if timed and None not in secs:
             total_s = sum(s for s in secs if s is not None)
             profile_rate = feature_bytes / total_s if total_s > 0 else None
+    per_device = {d.device: d.predicted_s for d in prediction.devices} if prediction is not None else None
     why_not = applicability(feature_bytes, plan_rate or profile_rate, read_calls, io_wait,
                             call_latency_s=call_latency_s)
     return Throughput(int(record.get("epoch") or 0), feature_bytes, int(record.get("seeds") or 0), epoch_s, io_wait,
                       gpu, plan_rate, len(gpus), max(1, int(readers)), profile_rate, int(read_calls), call_latency_s,
-                      not why_not, why_not, _device_shares(bin_rows or {}, ssd_targets), plan_machine)
+                      not why_not, why_not, _device_shares(bin_rows or {}, ssd_targets, per_device), plan_machine)
 
 
 def plan_inlet_from_place_report(report: Mapping[str, JsonValue]) -> dict[str, float]:
@@ -284,7 +288,9 @@ def describe(t: Mapping[str, JsonValue]) -> list[str]:
     devices = t.get("devices") or []
     if devices:
         lines.append("SSD reads per device, measured vs the plan's target: " + ", ".join(
-            f"{d['device']} {d['measured_share']:.1%} vs {d['target_share']:.1%}" for d in devices))
+            f"{d['device']} {d['measured_share']:.1%} vs {d['target_share']:.1%}"
+            + (f" ({d['predicted_s']:.3g} s predicted)" if d.get("predicted_s") is not None else "")
+            for d in devices))
     if t.get("applies"):
         lines.append("the flow model applies: the epoch is I/O-bound and large enough")
     else:
