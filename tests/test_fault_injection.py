@@ -43,3 +43,23 @@ def test_ctrl_c_while_the_commands_load_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert cli.main(["data", "import", "x", "y"]) == 130
     assert capsys.readouterr().err == "moment: interrupted\n"
+
+
+def test_ctrl_c_while_the_command_line_itself_loads_is_one_line(monkeypatch, capsys):
+    """The installed script imports its entry point first: a Ctrl-C while moment.cli loads is one line too."""
+    import builtins
+    import sys
+
+    from moment.entry import run
+
+    real = builtins.__import__
+
+    def interrupted(name, *args, **kwargs):
+        if name == "moment.cli":
+            raise KeyboardInterrupt
+        return real(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "moment.cli", raising=False)
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    assert run() == 130
+    assert capsys.readouterr().err == "moment: interrupted\n"
