@@ -1,0 +1,166 @@
+"""Heterogeneous datasets: write/open round trip, validation, and the typed sampler's semantics."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from training.data import DatasetError, open_dataset
+from training.hetero.graph import HeteroGraph, add_reverse
+from training.hetero.sampler import HeteroNeighborSampler
+from training.hetero.schema import HeteroSchema
+from training.hetero.store import open_hetero, write_hetero
+from training.hetero.synth import synth_mag
+from training.sampler import SamplerError
+
+
+@pytest.fixture(scope="module")
+def mag(tmp_path_factory):
+    g = add_reverse(synth_mag())
+    path = write_hetero(tmp_path_factory.mktemp("h") / "mag", g)
+    return g, open_hetero(path)
+
+
+def _pairs(edges: np.ndarray, same: bool) -> set[tuple[int, int]]:
+    return {(int(a), int(b)) for a, b in edges.T if not (same and a == b)}
+
+
+def test_round_trip_keeps_every_relation_feature_and_label(mag):
+    g, hd = mag
+    assert [t.name for t in hd.schema.node_types] == ["paper", "author", "institution", "field_of_study"]
+    assert len(hd.schema.node_types) >= 3
+    for k, e in g.edges.items():
+        ip, ix = hd.rel_indptr[k], hd.rel_indices[k]
+        dst = np.repeat(np.arange(len(ip) - 1), np.diff(ip))
+        assert _pairs(np.stack([ix, dst]), False) == _pairs(e, k[0] == k[2])
+    for t, x in g.features.items():
+        assert hd.features[t].dtype == x.dtype and np.array_equal(hd.features[t], x)
+    assert {str(x.dtype) for x in hd.features.values()} == {"float32", "float16", "uint8"}
+    assert np.array_equal(hd.labels_of("paper"), g.labels)
+    assert np.array_equal(hd.split("train_idx"), g.splits["train_idx"])
+    assert (hd.labels_of("author") == -1).all()
+
+
+def test_union_csr_is_every_relation_in_global_ids_with_its_type(mag):
+    _, hd = mag
+    ds, off = hd.base, {t.name: t.offset for t in hd.schema.node_types}
+    dst = np.repeat(np.arange(ds.num_nodes), np.diff(ds.indptr))
+    got = sorted(zip(dst.tolist(), np.asarray(ds.indices).tolist(), hd.edge_type.tolist(), strict=True))
+    want = []
+    for i, rel in enumerate(hd.schema.relations):
+        ip, ix = hd.rel_indptr[rel.key], hd.rel_indices[rel.key]
+        d = np.repeat(np.arange(len(ip) - 1), np.diff(ip)) + off[rel.dst]
+        want += zip(d.tolist(), (np.asarray(ix) + off[rel.src]).tolist(), [i] * len(ix), strict=True)
+    assert got == sorted(want)
+    assert open_dataset(ds.path).num_edges == hd.schema.num_edges
+
+
+def test_a_homogeneous_dataset_is_refused_in_one_line(tmp_path):
+    from training.writer import DatasetWriter
+    with DatasetWriter(tmp_path / "plain", num_nodes=3) as w:
+        w.write_edges(np.array([[0, 1], [1, 2]]))
+    with pytest.raises(DatasetError, match="not a heterogeneous dataset"):
+        open_hetero(tmp_path / "plain")
+
+
+def test_a_relation_csr_out_of_range_is_named(tmp_path):
+    g = synth_mag(papers=30, authors=10, institutions=3, fields=4)
+    path = write_hetero(tmp_path / "m", g)
+    f = path / "rel_author__writes__paper_indices.npy"
+    arr = np.load(f)
+    arr[0] = 999
+    np.save(f, arr)
+    with pytest.raises(DatasetError, match=r"rel_author__writes__paper_indices\.npy: author id at position 0"):
+        open_hetero(path, verify="none")
+
+
+def test_schema_errors_name_the_problem():
+    ok = {"node_types": [{"name": "a", "offset": 0, "count": 2}, {"name": "b", "offset": 2, "count": 1}],
+          "relations": [{"src": "a", "rel": "r", "dst": "b", "num_edges": 1}], "target": "a"}
+    assert HeteroSchema.from_json(ok, "m").num_nodes == 3
+    gap = json.loads(json.dumps(ok))
+    gap["node_types"][1]["offset"] = 3
+    with pytest.raises(DatasetError, match="contiguous"):
+        HeteroSchema.from_json(gap, "m")
+    bad = json.loads(json.dumps(ok))
+    bad["relations"][0]["dst"] = "c"
+    with pytest.raises(DatasetError, match="names node type 'c'"):
+        HeteroSchema.from_json(bad, "m")
+    with pytest.raises(DatasetError, match="file name"):
+        HeteroSchema.from_json({**ok, "node_types": [{"name": "a/b", "offset": 0, "count": 3}]}, "m")
+
+
+def test_graph_with_an_id_out_of_range_is_refused(tmp_path):
+    g = HeteroGraph({"a": 2, "b": 2}, {("a", "r", "b"): np.array([[0], [5]])})
+    with pytest.raises(DatasetError, match="b id is outside"):
+        write_hetero(tmp_path / "x", g)
+    assert not (tmp_path / "x").exists()
+
+
+def test_sampler_batch_layout_and_fanout_limits(mag):
+    _, hd = mag
+    s = HeteroNeighborSampler(hd, [3, 2], seed=0)
+    seeds = torch.tensor([5, 1, 9])
+    b = s.sample("paper", seeds)
+    assert b.n_id["paper"][:3].tolist() == [5, 1, 9] and b.batch_size == 3
+    for t, ids in b.n_id.items():
+        assert ids.unique().numel() == ids.numel()
+        assert sum(b.num_sampled_nodes[t]) == ids.numel()
+    for k, ei in b.edge_index.items():
+        src, _, dst = k
+        ip, ix = hd.rel_indptr[k], hd.rel_indices[k]
+        for r, c in ei.T.tolist():
+            u, v = int(b.n_id[src][r]), int(b.n_id[dst][c])
+            assert u in ix[ip[v]:ip[v + 1]]
+        per_dst = torch.bincount(ei[1], minlength=b.n_id[dst].numel())
+        assert per_dst.numel() == 0 or int(per_dst.max()) <= 3
+        if dst == "paper":  # the seeds, sampled at hop 0: min(degree, 3) each
+            deg = torch.as_tensor(np.diff(ip))[seeds]
+            assert per_dst[:3].tolist() == deg.clamp(max=3).tolist()
+    again = HeteroNeighborSampler(hd, [3, 2], seed=0).sample("paper", seeds)
+    assert all(torch.equal(again.edge_index[k], b.edge_index[k]) for k in b.edge_index)
+
+
+def test_sampler_refuses_bad_seeds(mag):
+    s = HeteroNeighborSampler(mag[1], [2])
+    with pytest.raises(SamplerError, match="seed_type"):
+        s.sample("venue", [0])
+    with pytest.raises(SamplerError, match="repeat"):
+        s.sample("paper", [1, 1])
+    with pytest.raises(SamplerError, match="gives no fan-out"):
+        HeteroNeighborSampler(mag[1], {("author", "writes", "paper"): [2]})
+
+
+def _closure(hd, seed_type, seeds, hops):
+    """Typed k-hop in-neighbourhood by brute force: PyG's node sets with fan-out -1."""
+    have = {t.name: set() for t in hd.schema.node_types}
+    have[seed_type] = set(seeds)
+    frontier = {t: set(v) for t, v in have.items()}
+    for _ in range(hops):
+        nxt = {t: set() for t in have}
+        for (src, r, dst) in hd.schema.keys():  # noqa: SIM118 (a method, not a dict)
+            ip, ix = hd.rel_indptr[(src, r, dst)], hd.rel_indices[(src, r, dst)]
+            for v in frontier[dst]:
+                for u in ix[ip[v]:ip[v + 1]].tolist():
+                    if u not in have[src]:
+                        nxt[src].add(u)
+        for t in have:
+            have[t] |= nxt[t]
+        frontier = nxt
+    return have
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), hops=st.integers(1, 3), k=st.integers(1, 6))
+def test_full_fanout_reaches_exactly_the_typed_closure(tmp_path_factory, seed, hops, k):
+    g = add_reverse(synth_mag(papers=40, authors=15, institutions=4, fields=5, seed=seed))
+    hd = open_hetero(write_hetero(tmp_path_factory.mktemp("c") / "g", g))
+    seeds = np.random.default_rng(seed).choice(40, size=k, replace=False).tolist()
+    b = HeteroNeighborSampler(hd, [-1] * hops, seed=seed).sample("paper", seeds)
+    want = _closure(hd, "paper", seeds, hops)
+    assert {t: set(v.tolist()) for t, v in b.n_id.items()} == want
