@@ -164,3 +164,58 @@ def test_full_fanout_reaches_exactly_the_typed_closure(tmp_path_factory, seed, h
     b = HeteroNeighborSampler(hd, [-1] * hops, seed=seed).sample("paper", seeds)
     want = _closure(hd, "paper", seeds, hops)
     assert {t: set(v.tolist()) for t, v in b.n_id.items()} == want
+
+
+def _gz(path, text):
+    import gzip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        f.write(text)
+
+
+@pytest.fixture
+def tiny_mag(tmp_path):
+    """A hand-made ogbn-mag raw directory: 4 papers (2-wide features, labels), 2 authors, 1 institution."""
+    raw = tmp_path / "ogbn_mag" / "raw"
+    _gz(raw / "num-node-dict.csv.gz", "author,institution,paper\n2,1,4\n")
+    _gz(raw / "triplet-type-list.csv.gz",
+        "author,affiliated_with,institution\nauthor,writes,paper\npaper,cites,paper\n")
+    _gz(raw / "relations/author___affiliated_with___institution/edge.csv.gz", "0,0\n1,0\n")
+    _gz(raw / "relations/author___writes___paper/edge.csv.gz", "0,0\n0,1\n1,2\n1,3\n")
+    _gz(raw / "relations/paper___cites___paper/edge.csv.gz", "0,1\n1,2\n2,2\n3,0\n3,0\n")
+    _gz(raw / "node-feat/paper/node-feat.csv.gz", "0.5,1\n1.5,2\n2.5,3\n3.5,4\n")
+    _gz(raw / "nodetype-has-label.csv.gz", "author,institution,paper\nFalse,False,True\n")
+    _gz(raw / "node-label/paper/node-label.csv.gz", "1\n0\n2\n1\n")
+    split = tmp_path / "ogbn_mag" / "split" / "time" / "paper"
+    _gz(split / "train.csv.gz", "0\n1\n")
+    _gz(split / "valid.csv.gz", "2\n")
+    _gz(split / "test.csv.gz", "3\n")
+    return tmp_path / "ogbn_mag"
+
+
+def test_ogb_mag_layout_imports_every_relation_and_the_paper_labels(tiny_mag, tmp_path):
+    from training.hetero.mag import import_ogb_hetero
+    hd = open_hetero(import_ogb_hetero(tiny_mag, tmp_path / "out"))
+    assert [(t.name, t.offset, t.count) for t in hd.schema.node_types] == [
+        ("author", 0, 2), ("institution", 2, 1), ("paper", 3, 4)]
+    assert hd.schema.target == "paper"
+    writes = ("author", "writes", "paper")
+    assert hd.rel_indptr[writes].tolist() == [0, 1, 2, 3, 4] and hd.rel_indices[writes].tolist() == [0, 0, 1, 1]
+    cites = ("paper", "cites", "paper")  # 2->2 (a self-loop) and the repeated 3->0 dropped
+    assert hd.rel_indptr[cites].tolist() == [0, 1, 2, 3, 3] and hd.rel_indices[cites].tolist() == [3, 0, 1]
+    rev = ("paper", "rev_writes", "author")
+    assert hd.rel_indptr[rev].tolist() == [0, 2, 4] and hd.rel_indices[rev].tolist() == [0, 1, 2, 3]
+    assert ("paper", "rev_cites", "paper") not in hd.rel_indptr
+    assert hd.features["paper"].tolist() == [[0.5, 1], [1.5, 2], [2.5, 3], [3.5, 4]] and set(hd.features) == {"paper"}
+    assert hd.labels_of("paper").tolist() == [1, 0, 2, 1] and hd.base.num_classes == 3
+    assert hd.split("train_idx").tolist() == [0, 1] and hd.split("test_idx").tolist() == [3]
+    b = HeteroNeighborSampler(hd, [-1], seed=0).sample("paper", [0])
+    assert b.n_id["author"].tolist() == [0] and sorted(b.n_id["paper"].tolist()) == [0, 3]
+
+
+def test_ogb_mag_layout_with_a_missing_edge_file_is_one_line(tiny_mag, tmp_path):
+    from training.hetero.mag import import_ogb_hetero
+    (tiny_mag / "raw/relations/paper___cites___paper/edge.csv.gz").unlink()
+    with pytest.raises(DatasetError, match="paper___cites___paper: edge.csv.gz is missing"):
+        import_ogb_hetero(tiny_mag, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
