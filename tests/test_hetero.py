@@ -79,6 +79,21 @@ def test_a_relation_csr_out_of_range_is_named(tmp_path):
         open_hetero(path, verify="none")
 
 
+def test_a_split_outside_the_target_type_is_named(tmp_path):
+    g = synth_mag(papers=30, authors=10, institutions=3, fields=4)
+    bad = HeteroGraph(g.num_nodes, g.edges, g.features, g.target, g.labels, g.num_classes,
+                      {**g.splits, "test_idx": np.array([29, 30])})  # 30 is the first author
+    with pytest.raises(DatasetError, match="test_idx: a paper id is outside"):
+        write_hetero(tmp_path / "m", bad)
+    assert not (tmp_path / "m").exists()
+    path = write_hetero(tmp_path / "m", g)
+    test = np.load(path / "test_idx.npy")
+    test[1] = 30  # global id 30: the first author
+    np.save(path / "test_idx.npy", test)
+    with pytest.raises(DatasetError, match=r"test_idx\.npy: node id \(of the target type 'paper'\) at position 1"):
+        open_hetero(path, verify="none")
+
+
 def test_schema_errors_name_the_problem():
     ok = {"node_types": [{"name": "a", "offset": 0, "count": 2}, {"name": "b", "offset": 2, "count": 1}],
           "relations": [{"src": "a", "rel": "r", "dst": "b", "num_edges": 1}], "target": "a"}

@@ -61,6 +61,10 @@ class HeteroGraph:
         if self.labels is not None and self.target is not None and len(self.labels) != self.num_nodes[self.target]:
             raise DatasetError(f"labels: {len(self.labels)} of them for {self.num_nodes[self.target]} "
                                f"{self.target} nodes")
+        for name, ids in self.splits.items():
+            ids = np.asarray(ids)
+            if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes[str(self.target)]):
+                raise DatasetError(f"{name}: a {self.target} id is outside [0, {self.num_nodes[str(self.target)]})")
 
 
 def add_reverse(graph: HeteroGraph, prefix: str = "rev_") -> HeteroGraph:

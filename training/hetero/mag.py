@@ -27,7 +27,7 @@ from training.data import DatasetError
 from training.hetero.graph import HeteroGraph, add_reverse
 from training.hetero.store import write_hetero
 from training.importers._text import DEFAULT_CHUNK_BYTES, iter_rows, open_binary
-from training.importers.ogb_splits import raw_file, split_ids
+from training.importers.ogb_splits import raw_file, read_splits
 
 
 def _csv_rows(path: Path) -> list[list[str]]:
@@ -91,7 +91,8 @@ def read_ogb_hetero(src: str | Path, *, split_name: str | None = None, reverse: 
     labelled = [t for t, v in _header_table(raw, "nodetype-has-label").items() if v.strip().lower() == "true"] \
         if has_label is not None else []
     target = labelled[0] if labelled else None
-    labels, num_classes, splits = None, 0, {}
+    labels, num_classes = None, 0
+    splits: dict[str, np.ndarray] = {}
     if target is not None:
         lfile = raw_file(raw / "node-label" / target, "node-label")
         if lfile is None:
@@ -99,24 +100,9 @@ def read_ogb_hetero(src: str | Path, *, split_name: str | None = None, reverse: 
         labels = _table(lfile, np.float64, chunk_bytes)[:, 0]
         labels = np.where(np.isnan(labels), -1, labels).astype(np.int64)
         num_classes = int(labels.max()) + 1 if labels.size else 0
-        splits = _splits(src / "split", split_name, target, counts[target], chunk_bytes)
+        _, splits = read_splits(src / "split", split_name, counts[target], chunk_bytes, node_type=target)
     graph = HeteroGraph(counts, edges, features, target, labels, num_classes, splits)
     return add_reverse(graph) if reverse else graph
-
-
-def _splits(split_dir: Path, split_name: str | None, target: str, n: int, chunk_bytes: int) -> dict[str, np.ndarray]:
-    schemes = sorted(p.name for p in split_dir.iterdir() if p.is_dir()) if split_dir.is_dir() else []
-    if split_name is None and len(schemes) > 1:
-        raise DatasetError(f"{split_dir}: several split schemes ({', '.join(schemes)}); pass `split_name`")
-    name = split_name or (schemes[0] if schemes else None)
-    out = {}
-    if name is not None:
-        for part in ("train", "valid", "test"):
-            f = raw_file(split_dir / name / target, part)
-            if f is None:
-                raise DatasetError(f"{split_dir / name / target}: {part}.csv.gz is missing")
-            out[f"{part}_idx"] = split_ids(f, n, part, chunk_bytes)
-    return out
 
 
 def import_ogb_hetero(src: str | Path, dst: str | Path, *, split_name: str | None = None, reverse: bool = True,

@@ -167,7 +167,7 @@ def open_hetero(path: str | os.PathLike, *, validate: bool = True, verify: str =
     DatasetError
         The directory is not a dataset or not a heterogeneous one, a typed file is missing or of
         the wrong dtype or shape, the relations' edge counts do not add up to ``num_edges``, a
-        relation's CSR is out of order or range, or a label lies outside the target type.
+        relation's CSR is out of order or range, or a label or split node lies outside the target type.
     """
     ds = open_dataset(path, validate=validate, verify=verify)
     where = str(ds.path / "meta.json")
@@ -203,8 +203,14 @@ def _validate(hd: HeteroDataset) -> None:
                                "re-import the dataset")
         _check_range(hd.rel_indices[rel.key], 0, schema.node_type(rel.src).count,
                      str(ds.path / f"{rel.file_prefix}_indices.npy"), f"{rel.src} id", 1 << 22)
+    tgt = schema.node_type(str(schema.target)) if schema.target else None
+    for name in ("train_idx", "valid_idx", "test_idx"):
+        ids = getattr(ds, name)
+        if ids is not None and len(ids):
+            lo, hi = (tgt.offset, tgt.offset + tgt.count) if tgt is not None else (0, 0)
+            _check_range(ids, lo, hi, str(ds.path / f"{name}.npy"), f"node id (of the target type {schema.target!r})",
+                         1 << 22)
     if ds.labels is not None:
-        tgt = schema.node_type(str(schema.target)) if schema.target else None
         lab = np.asarray(ds.labels)
         outside = np.ones(len(lab), bool)
         if tgt is not None:
