@@ -248,3 +248,41 @@ def test_hetero_sage_learns_the_synthetic_labels(mag):
     after = accuracy(model, hd, sampler, "valid_idx")
     assert losses[-1] < losses[0] / 4
     assert after > 0.8 > before  # 4 classes: chance is 0.25
+
+
+@pytest.fixture
+def tiny_igbh(tmp_path):
+    """A hand-made IGBH ``processed`` directory: 5 papers, 3 authors, 2 institutes, 2 fos (1024-wide features)."""
+    proc = tmp_path / "tiny" / "processed"
+    rng = np.random.default_rng(0)
+    for t, n in (("paper", 5), ("author", 3), ("institute", 2), ("fos", 2)):
+        (proc / t).mkdir(parents=True)
+        np.save(proc / t / "node_feat.npy", rng.normal(size=(n, 1024)).astype(np.float32))
+    np.save(proc / "paper" / "node_label_19.npy", np.array([0, 3, 18, np.nan, 2], dtype=np.float32))
+    for name, e in (("paper__cites__paper", [[0, 1], [1, 2], [4, 0]]), ("paper__written_by__author", [[0, 2], [3, 0]]),
+                    ("author__affiliated_to__institute", [[0, 1], [2, 1]]), ("paper__topic__fos", [[1, 0], [1, 1]])):
+        (proc / name).mkdir()
+        np.save(proc / name / "edge_index.npy", np.array(e, dtype=np.int64))
+    return tmp_path / "tiny"
+
+
+def test_igbh_layout_imports_types_relations_and_igb_split(tiny_igbh, tmp_path):
+    from training.hetero.igbh import import_igbh
+    hd = open_hetero(import_igbh(tiny_igbh, tmp_path / "out"))
+    assert [(t.name, t.count, t.feature_dim) for t in hd.schema.node_types] == [
+        ("paper", 5, 1024), ("author", 3, 1024), ("fos", 2, 1024), ("institute", 2, 1024)]
+    wb = ("paper", "written_by", "author")
+    assert hd.rel_indptr[wb].tolist() == [0, 1, 1, 2] and hd.rel_indices[wb].tolist() == [3, 0]
+    rev = ("author", "rev_written_by", "paper")
+    assert hd.rel_indptr[rev].tolist() == [0, 1, 1, 1, 2, 2] and hd.rel_indices[rev].tolist() == [2, 0]
+    assert np.array_equal(hd.features["author"], np.load(tiny_igbh / "processed/author/node_feat.npy"))
+    assert hd.labels_of("paper").tolist() == [0, 3, 18, -1, 2] and hd.base.num_classes == 19
+    assert hd.split("train_idx").tolist() == [0, 1, 2] and hd.split("test_idx").tolist() == [4]
+
+
+def test_igbh_relation_to_an_unknown_type_is_one_line(tiny_igbh, tmp_path):
+    from training.hetero.igbh import import_igbh
+    (tiny_igbh / "processed/paper__venue__conference").mkdir()
+    np.save(tiny_igbh / "processed/paper__venue__conference/edge_index.npy", np.zeros((1, 2), np.int64))
+    with pytest.raises(DatasetError, match="names node type 'conference'"):
+        import_igbh(tiny_igbh, tmp_path / "out")
