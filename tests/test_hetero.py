@@ -286,3 +286,23 @@ def test_igbh_relation_to_an_unknown_type_is_one_line(tiny_igbh, tmp_path):
     np.save(tiny_igbh / "processed/paper__venue__conference/edge_index.npy", np.zeros((1, 2), np.int64))
     with pytest.raises(DatasetError, match="names node type 'conference'"):
         import_igbh(tiny_igbh, tmp_path / "out")
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), fanouts=st.lists(st.integers(0, 4), min_size=1, max_size=3),
+       k=st.integers(1, 8))
+def test_each_node_is_sampled_once_at_the_hop_it_joined(mag, seed, fanouts, k):
+    """PyG's hop rule: a node that joined at hop h (seeds: 0) draws min(degree, fanout[h]) in-edges
+    per relation, a node that joined at the last hop none; the sampled ones are distinct."""
+    _, hd = mag
+    seeds = np.random.default_rng(seed).choice(400, size=k, replace=False)
+    b = HeteroNeighborSampler(hd, fanouts, seed=seed).sample("paper", seeds)
+    for (src, r, dst), ei in b.edge_index.items():
+        ip = hd.rel_indptr[(src, r, dst)]
+        joined = np.repeat(np.arange(len(fanouts) + 1), b.num_sampled_nodes[dst])
+        got = torch.bincount(ei[1], minlength=b.n_id[dst].numel()).numpy()
+        deg = np.diff(ip)[b.n_id[dst].numpy()]
+        want = np.array([min(d, fanouts[h]) if h < len(fanouts) else 0 for d, h in zip(deg, joined, strict=True)])
+        assert got.tolist() == want.tolist()
+        pairs = set(zip(ei[0].tolist(), ei[1].tolist(), strict=True))
+        assert len(pairs) == ei.shape[1]
