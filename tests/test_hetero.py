@@ -306,3 +306,25 @@ def test_each_node_is_sampled_once_at_the_hop_it_joined(mag, seed, fanouts, k):
         assert got.tolist() == want.tolist()
         pairs = set(zip(ei[0].tolist(), ei[1].tolist(), strict=True))
         assert len(pairs) == ei.shape[1]
+
+
+def test_one_hotness_spans_every_type_in_global_ids(mag):
+    from training.hetero.hotness import hetero_presample_counts
+    _, hd = mag
+    counts = hetero_presample_counts(hd, [4, 3], batch_size=50, epochs=2, seed=1)
+    assert counts.shape == (hd.base.num_nodes,) and counts.dtype == np.int64
+    train = hd.split("train_idx")
+    for t in hd.schema.node_types:  # every type's rows are read, counted in its own id range
+        assert counts[t.offset:t.offset + t.count].sum() > 0, t.name
+    paper = hd.schema.node_type("paper")
+    # every training paper is a seed once per epoch, so read at least twice
+    assert (counts[paper.offset + train] >= 2).all()
+    # one batch of every training paper, whole neighbourhoods: each row of the typed closure read once
+    full = hetero_presample_counts(hd, [-1], batch_size=len(train), epochs=1)
+    reach = _closure(hd, "paper", train.tolist(), 1)
+    want = np.zeros(hd.base.num_nodes, np.int64)
+    for t in hd.schema.node_types:
+        want[t.offset + np.array(sorted(reach[t.name]), dtype=np.int64)] = 1
+    assert full.tolist() == want.tolist()
+    with pytest.raises(DatasetError, match="must be above 0"):
+        hetero_presample_counts(hd, [2], batch_size=0)
