@@ -236,12 +236,13 @@ def test_ogb_mag_layout_with_a_missing_edge_file_is_one_line(tiny_mag, tmp_path)
     assert not (tmp_path / "out").exists()
 
 
-def test_hetero_sage_learns_the_synthetic_labels(mag):
+@pytest.mark.parametrize("kind", ["sage", "rgcn"])
+def test_hetero_models_learn_the_synthetic_labels(mag, kind):
     from training.hetero.model import accuracy, build_model, train_epoch
     _, hd = mag
     torch.manual_seed(0)
     sampler = HeteroNeighborSampler(hd, [5, 5], seed=0)
-    model = build_model(hd, sampler, hidden=32)
+    model = build_model(hd, sampler, kind=kind, hidden=32)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     before = accuracy(model, hd, sampler, "valid_idx")
     losses = [train_epoch(model, opt, hd, sampler, batch_size=64, seed=e) for e in range(5)]

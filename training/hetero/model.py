@@ -1,4 +1,4 @@
-"""A HeteroSAGE model (PyG's ``to_hetero`` over GraphSAGE) trained on typed batches.
+"""HeteroSAGE (PyG's ``to_hetero`` over GraphSAGE) and R-GCN models trained on typed batches.
 
 :func:`to_hetero_data` turns a :class:`training.hetero.sampler.HeteroBatch` into PyG's
 ``HeteroData`` (features gathered per type from the dataset's ``feat_<type>`` tables, cast to
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import HeteroData
-from torch_geometric.nn import SAGEConv, to_hetero
+from torch_geometric.nn import Linear, RGCNConv, SAGEConv, to_hetero
 
 from training.data import DatasetError
 from training.hetero.sampler import HeteroBatch, HeteroNeighborSampler
@@ -90,9 +90,49 @@ class HeteroSAGE(nn.Module):
         return self.body(x, data.edge_index_dict)
 
 
-def build_model(data: HeteroDataset, sampler: HeteroNeighborSampler, *, hidden: int = 32,
-                layers: int = 2) -> HeteroSAGE:
-    """A :class:`HeteroSAGE` for ``data``'s types and relations and its target's classes.
+class RGCN(nn.Module):
+    """R-GCN (Schlichtkrull et al., PyG's ``RGCNConv``) over a typed batch laid out homogeneously.
+
+    Every type's rows go through their own linear map (lazy input width) or embedding to
+    ``hidden``; the types' rows are stacked in the order of ``metadata`` and every relation's
+    edges shifted to those rows, with the relation's index as ``edge_type``.
+    """
+
+    def __init__(self, metadata: tuple[list[str], list[tuple[str, str, str]]], embed: dict[str, int], *,
+                 hidden: int, num_classes: int, layers: int) -> None:
+        super().__init__()
+        self.types, self.relations = metadata
+        self.embed = nn.ModuleDict({t: nn.Embedding(n, hidden) for t, n in embed.items()})
+        self.proj = nn.ModuleDict({t: Linear(-1, hidden) for t in self.types if t not in embed})
+        dims = [hidden] * (layers - 1) + [num_classes]
+        self.convs = nn.ModuleList(RGCNConv(hidden, d, len(self.relations)) for d in dims)
+
+    def forward(self, data: HeteroData) -> dict[str, Tensor]:
+        rows, start = [], {}
+        at = 0
+        for t in self.types:
+            h = self.embed[t](data[t].n_id) if t in self.embed else self.proj[t](data[t].x)
+            rows.append(h)
+            start[t] = at
+            at += h.shape[0]
+        x = torch.cat(rows)
+        shifted = [data[k].edge_index + torch.tensor([[start[k[0]]], [start[k[2]]]]) for k in self.relations]
+        edge_index = torch.cat(shifted, 1)
+        edge_type = torch.cat([torch.full((e.shape[1],), i, dtype=torch.int64) for i, e in enumerate(shifted)])
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index, edge_type)
+            if i < len(self.convs) - 1:
+                x = x.relu()
+        return {t: x[start[t]:start[t] + data[t].num_nodes] for t in self.types}
+
+
+#: the models :func:`build_model` makes, by name
+MODELS: dict[str, type[HeteroSAGE] | type[RGCN]] = {"sage": HeteroSAGE, "rgcn": RGCN}
+
+
+def build_model(data: HeteroDataset, sampler: HeteroNeighborSampler, *, kind: str = "sage", hidden: int = 32,
+                layers: int = 2) -> HeteroSAGE | RGCN:
+    """A model of ``kind`` (:data:`MODELS`) for ``data``'s types and relations and its target's classes.
 
     Its input widths are lazy (one per type, ``SAGEConv((-1, -1), ...)``): one forward pass over
     a small batch from ``sampler`` sets them, so the optimiser can be made right after.
@@ -100,18 +140,20 @@ def build_model(data: HeteroDataset, sampler: HeteroNeighborSampler, *, hidden: 
     Raises
     ------
     DatasetError
-        The dataset has no training split.
+        The dataset has no training split, or ``kind`` is not one of :data:`MODELS`.
     """
+    if kind not in MODELS:
+        raise DatasetError(f"`kind` {kind!r} is not one of {', '.join(MODELS)}")
     s = data.schema
     metadata = ([t.name for t in s.node_types], s.keys())
     embed = {t.name: t.count for t in s.node_types if not t.feature_dim}
-    model = HeteroSAGE(metadata, embed, hidden=hidden, num_classes=data.base.num_classes, layers=layers)
+    model = MODELS[kind](metadata, embed, hidden=hidden, num_classes=data.base.num_classes, layers=layers)
     with torch.no_grad():
         model(to_hetero_data(sampler.sample(str(s.target), split_ids(data, "train_idx")[:2]), data))
     return model
 
 
-def train_epoch(model: HeteroSAGE, opt: torch.optim.Optimizer, data: HeteroDataset,
+def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, data: HeteroDataset,
                 sampler: HeteroNeighborSampler, *, batch_size: int, seed: int = 0) -> float:
     """One epoch over the target type's training split; the mean loss of its batches.
 
@@ -137,7 +179,7 @@ def train_epoch(model: HeteroSAGE, opt: torch.optim.Optimizer, data: HeteroDatas
     return float(np.mean(losses))
 
 
-def accuracy(model: HeteroSAGE, data: HeteroDataset, sampler: HeteroNeighborSampler, split: str,
+def accuracy(model: nn.Module, data: HeteroDataset, sampler: HeteroNeighborSampler, split: str,
              batch_size: int = 256) -> float:
     """Share of ``split``'s target nodes classified right (sampled neighbourhoods).
 
@@ -158,4 +200,4 @@ def accuracy(model: HeteroSAGE, data: HeteroDataset, sampler: HeteroNeighborSamp
     return right / max(len(ids), 1)
 
 
-__all__ = ["HeteroSAGE", "accuracy", "build_model", "split_ids", "to_hetero_data", "train_epoch"]
+__all__ = ["MODELS", "RGCN", "HeteroSAGE", "accuracy", "build_model", "split_ids", "to_hetero_data", "train_epoch"]
