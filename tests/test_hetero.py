@@ -329,3 +329,20 @@ def test_one_hotness_spans_every_type_in_global_ids(mag):
     assert full.tolist() == want.tolist()
     with pytest.raises(DatasetError, match="must be above 0"):
         hetero_presample_counts(hd, [2], batch_size=0)
+
+
+def test_the_sampling_benchmark_writes_its_figure(tmp_path, monkeypatch):
+    import importlib.util
+    import sys
+    from pathlib import Path
+    tools = Path(__file__).resolve().parents[1] / "tools"
+    monkeypatch.syspath_prepend(str(tools))
+    spec = importlib.util.spec_from_file_location("bench_hetero_sample", tools / "bench_hetero_sample.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "b.json"
+    monkeypatch.setattr(sys, "argv", ["bench_hetero_sample.py"])
+    assert mod.main(["--papers", "2000", "--batches", "2", "--repeats", "1", "--batch-size", "64",
+                     "--json", str(out)]) == 0
+    fig = json.loads(out.read_text())["figures"][0]
+    assert fig["ours"] > 0 and fig["reference"] > 0 and fig["ratio"] == pytest.approx(fig["ours"] / fig["reference"])
