@@ -26,6 +26,9 @@ from training.hetero.schema import EdgeType
 from training.hetero.store import HeteroDataset
 from training.sampler import SamplerError, _as_tensor, sample_neighbors
 
+#: the scratch map's value for "not seen in this hop"
+_UNSET = torch.iinfo(torch.int64).max
+
 
 @dataclass(frozen=True)
 class HeteroBatch:
@@ -73,6 +76,8 @@ class HeteroNeighborSampler:
             self.generator.manual_seed(seed)
         # local id -> position in this batch's n_id, -1 when absent; reset after each batch
         self._pos = {t: torch.full((n,), -1, dtype=torch.int64) for t, n in self.count.items()}
+        # scratch: local id -> first edge position it appears at in a hop, _UNSET between uses
+        self._first = {t: torch.full((n,), _UNSET, dtype=torch.int64) for t, n in self.count.items()}
 
     def sample(self, seed_type: str, seeds: Tensor | np.ndarray | Sequence[int]) -> HeteroBatch:
         """Sample the typed neighbourhood of ``seeds`` (distinct local ids of ``seed_type``).
@@ -91,7 +96,7 @@ class HeteroNeighborSampler:
             raise SamplerError("`seeds` repeat a node; give each once")
         nodes = {t: [s] if t == seed_type else [] for t in self.count}
         size = {t: (s.numel() if t == seed_type else 0) for t in self.count}
-        self._pos[seed_type][s] = torch.arange(s.numel())
+        self._pos[seed_type].index_copy_(0, s, torch.arange(s.numel()))
         frontier = {t: (0, s) if t == seed_type else (0, s[:0]) for t in self.count}
         rows: dict[EdgeType, list[Tensor]] = {k: [] for k in self.keys}
         cols: dict[EdgeType, list[Tensor]] = {k: [] for k in self.keys}
@@ -106,17 +111,21 @@ class HeteroNeighborSampler:
                     row, nbr = sample_neighbors(self.indptr[k], self.indices[k], front, self.fanouts[k][hop],
                                                 generator=self.generator)
                     nbr = nbr.to(torch.int64)
-                    fresh = nbr[self._pos[src][nbr] < 0]
+                    # index_select / index_copy_ / index_fill_, not ``a[idx]``: on CPU the
+                    # advanced-indexing kernels took most of a batch (torch.profiler)
+                    fresh = nbr[self._pos[src].index_select(0, nbr) < 0]
                     if fresh.numel():
-                        # in order of first appearance, as PyG adds them
-                        uniq, inv = torch.unique(fresh, return_inverse=True)
-                        first_at = torch.full((uniq.numel(),), fresh.numel(), dtype=torch.int64)
-                        first_at.scatter_reduce_(0, inv, torch.arange(fresh.numel()), "amin")
-                        new = uniq[torch.argsort(first_at)]
-                        self._pos[src][new] = torch.arange(size[src], size[src] + new.numel())
+                        # in order of first appearance, as PyG adds them: an id's first edge is the
+                        # smallest position scattered to it (linear, no sort)
+                        at = torch.arange(fresh.numel())
+                        first_at = self._first[src]
+                        first_at.scatter_reduce_(0, fresh, at, "amin")
+                        new = fresh[first_at.index_select(0, fresh) == at]
+                        first_at.index_fill_(0, fresh, _UNSET)
+                        self._pos[src].index_copy_(0, new, torch.arange(size[src], size[src] + new.numel()))
                         nodes[src].append(new)
                         size[src] += new.numel()
-                    rows[k].append(self._pos[src][nbr])
+                    rows[k].append(self._pos[src].index_select(0, nbr))
                     cols[k].append(row + first)
                     n_edges[k].append(int(nbr.numel()))
                 for t in self.count:
@@ -127,7 +136,7 @@ class HeteroNeighborSampler:
         finally:
             for t in self.count:
                 if nodes[t]:
-                    self._pos[t][torch.cat(nodes[t])] = -1
+                    self._pos[t].index_fill_(0, torch.cat(nodes[t]), -1)
         n_id = {t: torch.cat(v) if v else s[:0] for t, v in nodes.items()}
         edge_index = {k: torch.stack([torch.cat(rows[k]), torch.cat(cols[k])]) if rows[k]
                       else torch.zeros((2, 0), dtype=torch.int64) for k in self.keys}
