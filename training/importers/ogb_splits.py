@@ -39,9 +39,12 @@ def split_ids(path: Path, n: int, what: str, chunk_bytes: int) -> np.ndarray:
     return ids
 
 
-def read_splits(split_dir: Path, split_name: str | None, n: int, chunk_bytes: int
+def read_splits(split_dir: Path, split_name: str | None, n: int, chunk_bytes: int, *, node_type: str | None = None
             ) -> tuple[str | None, dict[str, np.ndarray]]:
     """The split scheme used (the only one, or ``split_name``) and its train/valid/test ids.
+
+    ``node_type``: a heterogeneous layout's, whose files sit one level deeper
+    (``<scheme>/<node_type>/train.csv.gz``, ids local to that type).
 
     Raises
     ------
@@ -57,6 +60,8 @@ def read_splits(split_dir: Path, split_name: str | None, n: int, chunk_bytes: in
         sdir = split_dir / split_name
         if not sdir.is_dir():
             raise DatasetError(f"{sdir}: no such split scheme (have: {', '.join(schemes) or 'none'})")
+        if node_type is not None:
+            sdir = sdir / node_type
         for part, key in (("train", "train_idx"), ("valid", "valid_idx"), ("test", "test_idx")):
             f = raw_file(sdir, part)
             if f is None:
