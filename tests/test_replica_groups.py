@@ -187,3 +187,23 @@ def test_four_nodes_as_two_groups_of_two_exchange_within_their_group(cora, tmp_p
     assert 0.3 < nodes["remote_share"] < 0.7  # half a group's rows are on the other node of it
     # rank 0 (the one that prints) exchanges on a group of its replica group's ranks alone
     assert "exchange alltoall within ranks 0, 1" in " ".join(log(tmp_path / "logs", 0).split())  # lines wrap
+
+
+def test_the_plans_remote_share_of_groups_is_what_sampled_batches_read(cora, capsys):  # noqa: F811
+    """``moment plan --nodes 4 --replica-groups 2``'s model (1 - W/N) against the rows 4 ranks' batches gather."""
+    from planner.errors import PlannerError
+    from planner.multinode import remote_share as model
+    from training.partition.quality import remote_share as sampled
+
+    ds = open_dataset(cora)
+    hot = degree_from_csr(np.asarray(ds.indptr), np.asarray(ds.indices)).astype(np.float32)
+    layouts = {f"g{w}": shard_rows(hot, 4, groups=w) for w in (1, 2, 4)}
+    got = sampled(ds, np.arange(ds.num_nodes) % 4, layouts, batch_size=35, batches_per_rank=4)
+    for w in (1, 2, 4):
+        assert got.share(f"g{w}") == pytest.approx(model(4, groups=w), abs=0.05)
+    with pytest.raises(PlannerError, match="groups 3"):
+        model(4, groups=3)
+    assert main(["plan", "--machine", "moment-b", "--gpus", "2", "--ssds", "4", "--nodes", "4",
+                 "--replica-groups", "3", "--top", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--replica-groups 3" in err[0] and "--nodes 4" in err[0], err
