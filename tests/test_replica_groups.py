@@ -158,9 +158,9 @@ def _grouped(cora_dir, out, nodes, groups):
     return out
 
 
-def _run_grouped(cora_dir, shards, nodes, tmp_path):
+def _run_grouped(cora_dir, shards, nodes, tmp_path, *extra):
     m = tmp_path / "m.jsonl"
-    args = ["--batch-size", "35", "--epochs", "1", "--metrics", str(m)]
+    args = ["--batch-size", "35", "--epochs", "1", "--metrics", str(m), *extra]
     procs = launch([_train(shards / f"node{k}", *args, cora=cora_dir) for k in range(nodes)], logs=tmp_path / "logs")
     codes = wait_all(procs)
     assert codes == [[0]] * nodes, "".join(log(tmp_path / "logs", k)[-1500:] for k in range(nodes))
@@ -182,9 +182,11 @@ def test_two_nodes_as_two_groups_of_one_serve_themselves(cora, tmp_path):  # noq
 
 @pytest.mark.heavy  # four node processes (~20 s)
 def test_four_nodes_as_two_groups_of_two_exchange_within_their_group(cora, tmp_path):  # noqa: F811
-    nodes = _run_grouped(cora, _grouped(cora, tmp_path / "p", 4, 2), 4, tmp_path)
-    assert nodes["remote_rows"] > 0 and nodes["served_rows"] == nodes["remote_rows"]
-    assert 0.3 < nodes["remote_share"] < 0.7  # half a group's rows are on the other node of it
+    """With a locality cache of the group's other node's hottest rows (filled through the group's exchange too)."""
+    nodes = _run_grouped(cora, _grouped(cora, tmp_path / "p", 4, 2), 4, tmp_path, "--remote-cache", "64KiB")
+    assert nodes["remote_rows"] > 0 and nodes["cache_rows"] > 0
+    assert nodes["served_rows"] > nodes["remote_rows"]  # the batches' rows and, in this first epoch, the cache's fill
+    assert 0.2 < nodes["remote_share"] + nodes["cache_share"] < 0.8  # half a group's rows are on its other node
     # rank 0 (the one that prints) exchanges on a group of its replica group's ranks alone
     assert "exchange alltoall within ranks 0, 1" in " ".join(log(tmp_path / "logs", 0).split())  # lines wrap
 
