@@ -1,6 +1,7 @@
 """Replica groups (DDStore's width): memory per node and remote share of sampled rows against the width W.
 
-    python tools/bench_replica_groups.py [--nodes-graph V] [--edges E] [--seeds 3] [--json out.json] [--dir DIR]
+    python tools/bench_replica_groups.py [--nodes-graph V] [--edges E] [--seeds 3] [--exchange-repeats 3]
+                                         [--json out.json] [--dir DIR]
 
 On a skewed synthetic graph (Chung-Lu, undirected, made once under ``--dir``),
 hotness by the existing pre-sampling (fan-outs 10,5, batches of 1024), at N = 4
@@ -15,19 +16,30 @@ with ``groups=W``: every group of N/W nodes holds every row once):
   the same batches for every layout; repeated over ``--seeds`` sampling seeds,
   median and range.
 
+* seconds per all-to-all exchange (``--exchange-repeats`` runs): 4 spawned
+  gloo processes, one a node, each sampling its seeds' batches and fetching the
+  rows its node lacks through :class:`training.sharded.exchange.AllToAllExchange`
+  (``--dim`` float32 per row), on its replica group's process group (the
+  world with one group), all ranks starting each exchange together (a
+  barrier); W = 2 against one group and against hot-row replication at the
+  same rows per node. Loopback on the machine's cores: it measures the CPU
+  time of the collective and the copies, not a network.
+
 Side by side in the same run, the reference at the same memory per node:
 today's hot-row replication (the hottest share of rows on all 4 nodes, the
 rest on one), with the share chosen so each node holds as many rows as under W
 groups ((1 - h) / 4 + h = W / 4). Both figures follow from the layout and the
-sampled reads, so no processes are started; they are exact counts for a seed
-(no timing), so the load only changes how long the run takes.
+sampled reads, so they need no processes; they are exact counts for a seed
+(no timing). The exchange's seconds are timings: the load is printed with them.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -39,6 +51,8 @@ sys.path.insert(0, str(REPO))
 
 NODES = 4
 WIDTHS = (1, 2, 4)
+#: the layouts whose exchange is timed: one group (the world), 2 groups, hot-row replication at 2 groups' memory
+EXCHANGED = ("groups1", "groups2", "hot2")
 
 
 def _graph(d: Path, vertices: int, edges: int) -> Path:
@@ -52,7 +66,6 @@ def _graph(d: Path, vertices: int, edges: int) -> Path:
 def measure(path: Path, seeds: int) -> dict:
     import numpy as np
 
-    from iostack.shards import shard_rows
     from training.data import open_dataset
     from training.hotness import HotnessSpec, presample_counts
     from training.partition.quality import remote_share
@@ -60,11 +73,8 @@ def measure(path: Path, seeds: int) -> dict:
     ds = open_dataset(path)
     hot = presample_counts(ds, HotnessSpec("presample", fanouts=(10, 5), batch_size=1024, epochs=1.0))[0]
     v = ds.num_nodes
-    layouts = {}
-    for w in WIDTHS:
-        layouts[f"groups{w}"] = shard_rows(hot, NODES, groups=w)
-        h = round(v * (w - 1) / (NODES - 1))  # (1 - h/V)/N + h/V = W/N: the same rows per node as W groups
-        layouts[f"hot{w}"] = shard_rows(hot, NODES, replicas=NODES if h else 1, hot_rows=h)
+    np.save(path.parent / "hot.npy", hot)
+    layouts = {f"{kind}{w}": _layout(f"{kind}{w}", hot) for w in WIDTHS for kind in ("groups", "hot")}
     ranks = np.arange(v) % NODES  # rank k trains on the seeds v mod 4 == k
     shares = {name: [] for name in layouts}
     rows = 0
@@ -80,6 +90,79 @@ def measure(path: Path, seeds: int) -> dict:
                              for k, x in shares.items()}}
 
 
+def _layout(name: str, hot):
+    """``groups<W>``: W replica groups; ``hot<W>``: hot-row replication at the same rows per node."""
+    from iostack.shards import shard_rows
+
+    w = int(name[-1])
+    if name.startswith("groups"):
+        return shard_rows(hot, NODES, groups=w)
+    h = round(hot.size * (w - 1) / (NODES - 1))  # (1 - h/V)/N + h/V = W/N: the same rows per node as W groups
+    return shard_rows(hot, NODES, replicas=NODES if h else 1, hot_rows=h)
+
+
+def _exchange_rank(rank: int, store_path: str, path: str, hot_path: str, name: str, dim: int, batches: int,
+                   out: str) -> None:
+    """One of ``NODES`` gloo ranks: each batch's remote rows under layout ``name`` through
+    :class:`AllToAllExchange`, on the rank's replica group (the world when there is one); seconds per exchange."""
+    import time
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from training.data import open_dataset
+    from training.sampler import NeighborSampler
+    from training.sharded.exchange import AllToAllExchange
+    from training.sharded.groups import group_ranks, group_view
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=NODES)
+    ds = open_dataset(path)
+    lay = _layout(name, np.load(hot_path))
+    ranks_of = tuple((k,) for k in range(NODES))
+    view = group_view(lay, ranks_of, rank, np.arange(NODES))
+    group = (AllToAllExchange.new_group(60.0) if lay.groups == 1
+             else AllToAllExchange.new_subgroup(60.0, group_ranks(lay, ranks_of)))
+    ex = AllToAllExchange(group, lambda ids: torch.zeros((ids.numel(), dim)), dim=dim, dtype=torch.float32)
+    train = np.asarray(ds.train_idx, np.int64)
+    mine = np.random.default_rng(rank).permutation(train[train % NODES == rank])
+    sampler = NeighborSampler(np.asarray(ds.indptr), np.asarray(ds.indices), fanouts=(10, 5), seed=rank)
+    held, secs = lay.holds(rank), []
+    for b in range(batches):
+        n_id = sampler.sample(mine[(b * 1024) % max(mine.size - 1024, 1):][:1024]).n_id.numpy()
+        rid = n_id[~held[n_id]]
+        peer = view.server[lay.server_of(rid, rank)]
+        order = np.argsort(peer, kind="stable")
+        counts = np.bincount(peer, minlength=len(view.ranks)).tolist()
+        dist.barrier()  # every rank starts the exchange together: its own time, not the others' sampling
+        t0 = time.perf_counter()
+        ex.fetch(list(torch.split(torch.from_numpy(rid[order]), counts)))
+        secs.append(time.perf_counter() - t0)
+    Path(out).write_text(json.dumps(secs[2:]))  # the first two: connections being set up
+    ex.close()
+    dist.destroy_process_group()
+
+
+def exchange_seconds(path: Path, hot_path: Path, name: str, dim: int, batches: int) -> float:
+    """Median seconds per exchange over every rank's batches, ``NODES`` spawned gloo processes."""
+    import statistics
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as d:
+        outs = [f"{d}/r{k}.json" for k in range(NODES)]
+        mp.spawn(_exchange_child, args=(f"{d}/store", str(path), str(hot_path), name, dim, batches, outs),
+                 nprocs=NODES, join=True)
+        return statistics.median(x for o in outs for x in json.loads(Path(o).read_text()))
+
+
+def _exchange_child(rank: int, store_path: str, path: str, hot_path: str, name: str, dim: int, batches: int,
+                    outs: list) -> None:
+    _exchange_rank(rank, store_path, path, hot_path, name, dim, batches, outs[rank])
+
+
 def figures(r: dict) -> list[Figure]:
     figs = []
     for w in WIDTHS:
@@ -93,6 +176,17 @@ def figures(r: dict) -> list[Figure]:
                            "share", rg["median"], rh["median"], "hot-row replication at the same rows per node",
                            higher_is_better=False, target=f"(N/W - 1)/(N/W) = {1 - w / NODES:.2f} for uniform reads",
                            note=f"range {rg['min']:.4f}-{rg['max']:.4f} vs {rh['min']:.4f}-{rh['max']:.4f}"))
+    ex = r.get("exchange_s") or {}
+    if all(ex.get(n) for n in EXCHANGED):
+        med = {n: statistics.median(xs) for n, xs in ex.items()}
+        rng = {n: f"{min(xs) * 1e3:.2f}-{max(xs) * 1e3:.2f} ms" for n, xs in ex.items()}
+        for ref, ref_name in (("groups1", "one group: the exchange spans all 4 nodes"),
+                              ("hot2", "hot-row replication at the same rows per node")):
+            figs.append(Figure("replica_groups", f"N={NODES}, W=2: seconds per all-to-all exchange (gloo, 4 processes "
+                               "on this machine; median over every rank's steps, median of runs)", "s",
+                               med["groups2"], med[ref], ref_name, higher_is_better=False,
+                               note=f"runs {rng['groups2']} vs {rng[ref]}; loopback on 2 shared cores: CPU time, "
+                                    "not a network"))
     return figs
 
 
@@ -102,11 +196,20 @@ def main() -> None:
     ap.add_argument("--edges", type=int, default=2_000_000, help="edges of the synthetic graph")
     ap.add_argument("--seeds", type=int, default=3, help="sampling seeds (median and range)")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/bench_replica_groups"))
+    ap.add_argument("--exchange-repeats", type=int, default=3,
+                    help="runs of the 4-process exchange timing per layout (median and range; 0: skip)")
+    ap.add_argument("--dim", type=int, default=256, help="float32 features per exchanged row")
+    ap.add_argument("--batches", type=int, default=12, help="batches per rank and run of the exchange timing")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()
-    r = measure(_graph(args.dir, args.nodes_graph, args.edges), args.seeds)
+    graph = _graph(args.dir, args.nodes_graph, args.edges)
+    r = measure(graph, args.seeds)
+    r["exchange_s"] = {n: [] for n in EXCHANGED}
+    for _ in range(args.exchange_repeats):  # the layouts interleaved: a change of load falls on all of them
+        for n in EXCHANGED:
+            r["exchange_s"][n].append(exchange_seconds(graph, graph.parent / "hot.npy", n, args.dim, args.batches))
     print(f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC · load {load0[0]:.2f} -> "
           f"{os.getloadavg()[0]:.2f} · {r['vertices']:,} vertices, {r['edges']:,} CSR entries, "
           f"{r['sampled_rows']:,} sampled rows over {args.seeds} seeds · N = {NODES}")
@@ -117,6 +220,9 @@ def main() -> None:
         print(f"{w:>2} {r['memory_share'][f'groups{w}']:>12.3f} {r['memory_share'][f'hot{w}']:>10.3f} "
               f"{g['median']:>13.4f} {h['median']:>10.4f}  {g['min']:.4f}-{g['max']:.4f} | "
               f"{h['min']:.4f}-{h['max']:.4f}")
+    for n, xs in r["exchange_s"].items():
+        runs = ", ".join(f"{x * 1e3:.2f}" for x in xs)
+        print(f"exchange {n}: median {statistics.median(xs) * 1e3:.2f} ms per step (runs {runs})")
     write(args.json, "replica_groups", figures(r), " ".join(sys.argv))
 
 
