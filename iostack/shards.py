@@ -26,6 +26,21 @@ started on different layouts find out before they train.
 ([0, 1, 2, 5], [2, 3, 4, 5])
 >>> lay.server_of(np.array([3, 4]), node=0).tolist()
 [1, 1]
+
+*Replica groups* (DDStore's width proper, ``groups``): the ``N`` nodes form
+``groups`` full replicas of ``N / groups`` consecutive nodes each (group ``g``:
+nodes ``g*S .. g*S + S - 1``, ``S = N / groups``); every group holds every row
+once (``owner`` is then a position ``0..S-1`` inside a group, the same in each
+group), and a node is served only by the nodes of its own group, so the
+exchange never crosses groups. ``groups == 1`` is the layout above;
+``shards.json`` names ``groups`` only when it is more than 1, so layouts
+written before it read back as they were.
+
+>>> g = shard_rows(np.array([5, 1, 9, 0, 3, 7], np.float32), num_nodes=4, groups=2)
+>>> g.owner.tolist(), g.rows_of(0).tolist(), g.rows_of(2).tolist(), g.rows_of(3).tolist()
+([0, 0, 0, 1, 1, 1], [0, 1, 2], [0, 1, 2], [3, 4, 5])
+>>> g.server_of(np.array([3, 4]), node=0).tolist(), g.server_of(np.array([3, 4]), node=2).tolist(), g.group_nodes(3)
+([1, 1], [3, 3], [2, 3])
 """
 
 from __future__ import annotations
@@ -52,10 +67,12 @@ MAX_NODES = 1 << 15
 class ShardLayout:
     """Rows of ``num_vertices`` vertices over ``num_nodes`` nodes.
 
-    ``owner`` (int16 ``[V]``): the first node holding each row; ``width``
-    (uint8 ``[V]``, ``1..replicas``): how many consecutive nodes (mod
-    ``num_nodes``) from the owner hold it. ``hot_rows``: rows held by more
-    than one node (what :func:`shard_rows` was asked to replicate).
+    ``owner`` (int16 ``[V]``): the first node holding each row (with
+    ``groups > 1``: its position in every group); ``width`` (uint8 ``[V]``,
+    ``1..replicas``): how many consecutive nodes (mod the group size) from the
+    owner hold it. ``hot_rows``: rows held by more than one node of a group
+    (what :func:`shard_rows` was asked to replicate); ``groups``: full
+    replicas of the rows, each over ``num_nodes / groups`` nodes.
     """
 
     num_nodes: int
@@ -63,18 +80,21 @@ class ShardLayout:
     owner: np.ndarray
     width: np.ndarray
     hot_rows: int = 0
+    groups: int = 1
 
     def __post_init__(self) -> None:
-        n, w = int(self.num_nodes), int(self.replicas)
+        n, w, g = int(self.num_nodes), int(self.replicas), int(self.groups)
         if not 1 <= n <= MAX_NODES:
             raise StoreError(f"a sharded layout spans 1 to {MAX_NODES} nodes, got {n}")
-        if not 1 <= w <= n:
-            raise StoreError(f"replicas: expected 1 to {n} (the node count), got {w}")
+        check_groups(n, g)
+        s = n // g
+        if not 1 <= w <= s:
+            raise StoreError(f"replicas: expected 1 to {s} (the nodes of a replica group), got {w}")
         owner, width = np.asarray(self.owner), np.asarray(self.width)
         if owner.ndim != 1 or owner.shape != width.shape:
             raise StoreError(f"owner {owner.shape} and width {width.shape} must be 1-D and of one length")
-        if owner.size and (owner.min() < 0 or owner.max() >= n):
-            raise StoreError(f"an owner is outside nodes 0..{n - 1}")
+        if owner.size and (owner.min() < 0 or owner.max() >= s):
+            raise StoreError(f"an owner is outside nodes 0..{s - 1}")
         if width.size and (width.min() < 1 or width.max() > w):
             raise StoreError(f"a width is outside 1..{w} (the replicas)")
         owner, width = owner.astype(np.int16), width.astype(np.uint8)
@@ -82,6 +102,7 @@ class ShardLayout:
         width.setflags(write=False)
         object.__setattr__(self, "num_nodes", n)
         object.__setattr__(self, "replicas", w)
+        object.__setattr__(self, "groups", g)
         object.__setattr__(self, "owner", owner)
         object.__setattr__(self, "width", width)
 
@@ -89,10 +110,23 @@ class ShardLayout:
     def num_vertices(self) -> int:
         return int(self.owner.shape[0])
 
+    @property
+    def group_size(self) -> int:
+        """Nodes per replica group (``num_nodes`` when there is one group)."""
+        return self.num_nodes // self.groups
+
+    def group_nodes(self, node: int) -> list[int]:
+        """The nodes of ``node``'s replica group, increasing (every node when there is one group)."""
+        self._check(node)
+        s = self.group_size
+        first = int(node) // s * s
+        return list(range(first, first + s))
+
     def holds(self, node: int) -> np.ndarray:
         """Boolean ``[V]``: which rows ``node`` holds."""
         self._check(node)
-        return (node - self.owner.astype(np.int32)) % self.num_nodes < self.width
+        s = self.group_size
+        return (node % s - self.owner.astype(np.int32)) % s < self.width
 
     def rows_of(self, node: int) -> np.ndarray:
         """Global ids of the rows ``node`` holds, increasing (its local id order), int64."""
@@ -109,26 +143,29 @@ class ShardLayout:
     def server_of(self, ids: np.ndarray, node: int) -> np.ndarray:
         """The node that serves ``node`` each of ``ids`` (rows it does not hold), int64.
 
-        Holder number ``node mod width`` of the row: requesters spread over the
-        holders of a replicated row; it is never ``node`` itself.
+        Holder number ``node mod width`` of the row, in ``node``'s own replica
+        group: requesters spread over the holders of a replicated row; it is
+        never ``node`` itself, nor a node of another group.
         """
         self._check(node)
+        s = self.group_size
         ids = np.asarray(ids, np.int64)
         w = self.width[ids].astype(np.int64)
-        return (self.owner[ids].astype(np.int64) + node % w) % self.num_nodes
+        return int(node) // s * s + (self.owner[ids].astype(np.int64) + node % s % w) % s
 
     def bytes_per_node(self, row_bytes: int) -> np.ndarray:
-        """Feature bytes each node holds, ``[num_nodes]`` int64."""
-        counts = np.zeros(self.num_nodes, np.int64)
+        """Feature bytes each node holds, ``[num_nodes]`` int64 (every group holds the same)."""
+        s = self.group_size
+        counts = np.zeros(s, np.int64)
         for j in range(self.replicas):
             sel = self.width > j
-            counts += np.bincount((self.owner[sel].astype(np.int64) + j) % self.num_nodes,
-                                  minlength=self.num_nodes)
-        return counts * int(row_bytes)
+            counts += np.bincount((self.owner[sel].astype(np.int64) + j) % s, minlength=s)
+        return np.tile(counts, self.groups) * int(row_bytes)
 
     def digest(self) -> str:
-        """A name of this layout (nodes, replicas, every row's holders): equal layouts, equal digests."""
-        h = hashlib.sha1(f"{self.num_nodes}:{self.replicas}:{self.num_vertices}".encode())
+        """A name of this layout (nodes, replicas, groups, every row's holders): equal layouts, equal digests."""
+        grouped = f":g{self.groups}" if self.groups > 1 else ""  # one group: the digest layouts had before groups
+        h = hashlib.sha1(f"{self.num_nodes}:{self.replicas}:{self.num_vertices}{grouped}".encode())
         h.update(np.ascontiguousarray(self.owner).tobytes())
         h.update(np.ascontiguousarray(self.width).tobytes())
         return h.hexdigest()[:20]
@@ -149,6 +186,8 @@ class ShardLayout:
         man = {"format": "moment-shards", "version": 1, "num_nodes": self.num_nodes, "replicas": self.replicas,
                "num_vertices": self.num_vertices, "hot_rows": int(self.hot_rows), "node": node,
                "digest": self.digest(), **(extra or {})}
+        if self.groups > 1:  # absent: one group, so readers before replica groups read the layout they always did
+            man["groups"] = self.groups
         save_json(d / SHARDS, man)
         return d / SHARDS
 
@@ -177,7 +216,8 @@ def load_layout(directory: str | os.PathLike[str]) -> tuple[ShardLayout, dict]:
         raise StoreError(f"{d}: no {SHARDS} (not a sharded placement: write one with `place_sharded`)")
     try:
         arrays = [np.load(d / f"{n}.npy", allow_pickle=False) for n in ("owner", "width")]
-        lay = ShardLayout(int(man["num_nodes"]), int(man["replicas"]), *arrays, hot_rows=int(man.get("hot_rows", 0)))
+        lay = ShardLayout(int(man["num_nodes"]), int(man["replicas"]), *arrays, hot_rows=int(man.get("hot_rows", 0)),
+                          groups=int(man.get("groups", 1)))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise StoreError(f"{d}: the shard layout is unreadable ({exc}); place again over nodes (`place_sharded`)"
                          ) from None
@@ -187,27 +227,50 @@ def load_layout(directory: str | os.PathLike[str]) -> tuple[ShardLayout, dict]:
     return lay, man
 
 
-def shard_rows(hotness: np.ndarray, num_nodes: int, replicas: int = 1, hot_rows: int = 0) -> ShardLayout:
+def check_groups(num_nodes: int, groups: int) -> None:
+    """Refuse ``groups`` replica groups that do not split ``num_nodes`` nodes evenly.
+
+    Raises
+    ------
+    StoreError
+        ``groups`` below 1, or ``num_nodes`` not a multiple of it.
+    """
+    if int(groups) < 1 or int(num_nodes) % int(groups):
+        raise StoreError(f"`groups` {groups}: replica groups split `num_nodes` {num_nodes} evenly (every group "
+                         f"holds every row once): choose a divisor of {num_nodes}")
+
+
+def shard_rows(hotness: np.ndarray, num_nodes: int, replicas: int = 1, hot_rows: int = 0,
+               groups: int = 1) -> ShardLayout:
     """Deal rows to ``num_nodes`` nodes by falling ``hotness``; the ``hot_rows`` hottest on ``replicas`` nodes.
 
     ``hotness`` (``[V]``, any non-negative numbers: reads per epoch from
     pre-sampling). Ties keep id order, so the layout is a pure function of
-    its inputs.
+    its inputs. ``groups``: full replicas of the rows over ``num_nodes /
+    groups`` nodes each, every group dealt alike (``replicas`` then counts
+    nodes within a group).
+
+    Raises
+    ------
+    StoreError
+        ``hotness`` not 1-D, ``hot_rows``, ``replicas`` or ``groups`` out of range.
     """
     h = np.asarray(hotness)
     if h.ndim != 1:
         raise StoreError(f"hotness must be 1-D, got shape {h.shape}")
     if not 0 <= int(hot_rows) <= h.size:
         raise StoreError(f"hot_rows: expected 0 to {h.size} (the rows), got {hot_rows}")
-    if not 1 <= int(replicas) <= int(num_nodes):
-        raise StoreError(f"replicas {replicas}: expected 1 to {num_nodes} (a row is on at most every node)")
+    check_groups(num_nodes, groups)
+    size = int(num_nodes) // int(groups)
+    if not 1 <= int(replicas) <= size:
+        raise StoreError(f"replicas {replicas}: expected 1 to {size} (a row is on at most every node of a group)")
     order = np.argsort(-h.astype(np.float64), kind="stable")
     owner = np.empty(h.size, np.int16)
-    owner[order] = (np.arange(h.size) % int(num_nodes)).astype(np.int16)
+    owner[order] = (np.arange(h.size) % size).astype(np.int16)
     width = np.ones(h.size, np.uint8)
     hot = int(hot_rows) if replicas > 1 else 0
     width[order[:hot]] = int(replicas)
-    return ShardLayout(int(num_nodes), int(replicas), owner, width, hot_rows=hot)
+    return ShardLayout(int(num_nodes), int(replicas), owner, width, hot_rows=hot, groups=int(groups))
 
 
 def partition_rows(part_of: np.ndarray, hotness: np.ndarray | None = None, replicas: int = 1,

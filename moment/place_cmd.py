@@ -116,6 +116,9 @@ def _node_options(p: argparse.ArgumentParser) -> None:
                             "own rows and bins; train with torchrun --nnodes N (default 1: one machine)")
     nodes.add_argument("--replicas", type=int, default=1, metavar="W",
                        help="hold the hottest rows (--hot-rows) on W nodes, the rest on one (default 1)")
+    nodes.add_argument("--replica-groups", type=int, default=1, metavar="G",
+                       help="G full replicas of the rows (DDStore's width), each over N/G nodes that exchange rows "
+                            "only among themselves; N must be a multiple of G (default 1: one copy of every row)")
     nodes.add_argument("--partition", metavar="OUT",
                        help="rows owned by the partitions of OUT (`moment data partition DATASET OUT --parts N`) "
                             "instead of dealt by hotness: a rank's batches then read mostly its own rows")
@@ -249,7 +252,7 @@ def _spec(args: argparse.Namespace, gpu_bytes: int, cpu_bytes: int):
 
     return PlaceSpec(TierSpec(gpu_bytes, cpu_bytes, args.ssd, args.gpu_cache_mode),
                      PolicySpec(args.strategy, args.pool, args.seed, socket_aware=not args.no_socket_aware),
-                     ShardSpec(args.nodes, args.replicas, args.hot_rows, args.partition),
+                     ShardSpec(args.nodes, args.replicas, args.hot_rows, args.partition, args.replica_groups),
                      HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                                  epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed),
                      feature_dtype=args.feature_dtype, in_place=args.in_place)

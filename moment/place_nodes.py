@@ -25,6 +25,8 @@ def print_nodes(args: argparse.Namespace, sp, ds, hot, targets) -> int:
     console.print(f"[bold]{ds.name}[/bold]: {ds.num_nodes:,} rows of {format_size(ds.row_bytes)} over "
                   f"{sp.layout.num_nodes} nodes · replicas {sp.layout.replicas} for the {sp.layout.hot_rows:,} "
                   f"hottest rows · plan: {targets.source} · strategy {args.strategy}"
+                  + (f" · {sp.layout.groups} replica groups of {sp.layout.group_size} nodes"
+                     if sp.layout.groups > 1 else "")
                   + (f" · owners: the partitions of {args.partition}" if getattr(args, "partition", None) else ""))
     t = Table(title=f"nodes (written to {args.out}/node<k>)", title_justify="left")
     for c in ("node", "rows", "bytes", "of a full replica", "SSD share of its reads", "directory"):

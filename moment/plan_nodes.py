@@ -14,6 +14,9 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nodes", type=int, default=1, metavar="N",
                    help="plan one node of N training together: part of every GPU's reads crosses the network")
     g.add_argument("--replicas", type=int, default=1, metavar="W", help="nodes holding each hot row (default 1)")
+    g.add_argument("--replica-groups", type=int, default=1, metavar="G",
+                   help="G full replicas of the rows, each over N/G nodes (`moment place --replica-groups`; "
+                        "default 1)")
     g.add_argument("--hot-read-share", type=float, default=0.0, metavar="S",
                    help="share of the reads that go to the replicated hot rows (default 0)")
     g.add_argument("--remote-share", type=float, metavar="S",
@@ -33,14 +36,18 @@ def network_demand(args: argparse.Namespace):
 
     if args.nodes < 1:
         raise CommandError(f"--nodes {args.nodes}: expected at least 1")
-    if not 1 <= args.replicas <= args.nodes:
-        raise CommandError(f"--replicas {args.replicas}: expected 1 to --nodes ({args.nodes})")
+    if args.replica_groups < 1 or args.nodes % args.replica_groups:
+        raise CommandError(f"--replica-groups {args.replica_groups}: replica groups split --nodes "
+                           f"{args.nodes} evenly; choose a divisor of {args.nodes}")
+    if not 1 <= args.replicas <= args.nodes // args.replica_groups:
+        raise CommandError(f"--replicas {args.replicas}: expected 1 to --nodes ({args.nodes}) over "
+                           f"--replica-groups ({args.replica_groups})")
     if args.nic_gbps is not None and not (0 < args.nic_gbps < math.inf):
         raise CommandError(f"--nic-gbps {args.nic_gbps}: expected a positive number of Gbit/s")
     share = args.remote_share
     if share is None:
         share = remote_share(args.nodes, replicas=args.replicas, hot_read_share=args.hot_read_share,
-                             gpu_cache_share=args.gpu_cache_share)
+                             gpu_cache_share=args.gpu_cache_share, groups=args.replica_groups)
     elif not 0 <= share <= 1:
         raise CommandError(f"--remote-share {share}: expected 0 to 1")
     return NetworkDemand(args.nodes, share, not args.no_gpudirect,

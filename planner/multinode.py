@@ -159,20 +159,31 @@ class NetworkDemand:
 
 
 def remote_share(nodes: int, *, replicas: int = 1, hot_read_share: float = 0.0, gpu_cache_share: float = 0.0,
-                 cache_read_share: float = 0.0) -> float:
+                 cache_read_share: float = 0.0, groups: int = 1) -> float:
     """Share of a GPU's reads that come from other nodes (see :mod:`iostack.shards`).
 
     Rows are dealt evenly, so a node holds ``1/nodes`` of the reads of the
     rows held once and ``replicas/nodes`` of the ``hot_read_share`` of reads
     that go to the replicated hottest rows; the GPU caches (the hottest rows,
     ``gpu_cache_share`` of the reads, on every GPU) and the locality cache
-    (``cache_read_share`` of the reads) keep theirs local.
+    (``cache_read_share`` of the reads) keep theirs local. ``groups`` full
+    replicas (replica groups): the same within a group of ``nodes / groups``.
 
     >>> remote_share(4), remote_share(4, replicas=4, hot_read_share=0.2), remote_share(2, gpu_cache_share=0.3)
     (0.75, 0.6, 0.35)
+    >>> remote_share(4, groups=2), remote_share(4, groups=4)
+    (0.5, 0.0)
+
+    Raises
+    ------
+    PlannerError
+        ``groups`` that do not divide ``nodes``, ``replicas`` above the nodes of a group.
     """
-    if nodes < 1 or not 1 <= replicas <= nodes:
-        raise PlannerError(f"nodes {nodes}, replicas {replicas}: need 1 <= replicas <= nodes")
+    if nodes < 1 or groups < 1 or nodes % groups:
+        raise PlannerError(f"nodes {nodes}, groups {groups}: replica groups split the nodes evenly")
+    nodes //= groups
+    if not 1 <= replicas <= nodes:
+        raise PlannerError(f"nodes {nodes}, replicas {replicas}: need 1 <= replicas <= nodes of a group")
     rest = max(0.0, 1.0 - gpu_cache_share)
     hot = min(hot_read_share, rest)
     local = hot * replicas / nodes + (rest - hot) / nodes

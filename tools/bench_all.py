@@ -67,6 +67,9 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
                  ["--nodes", "50000", "--batches", "10", "--window", "5000", "--shift", "2500", "--repeats", "1"]),
     # re-placement between epochs against static DDAK on a drifting hot set: cache share, seeds/s, rows moved
     "replace": ("bench_replace.py", ["--repeats", "3"], ["--nodes", "30000", "--batches", "10", "--repeats", "1"]),
+    # replica groups (DDStore's width) at N = 4, W = 1, 2, 4: memory per node and remote share vs hot-row replication
+    "replica_groups": ("bench_replica_groups.py", ["--seeds", "3"], ["--nodes-graph", "20000", "--edges", "200000",
+                                                                    "--seeds", "1"]),
     "startup": ("bench_startup.py", ["--repeats", "15"], ["--repeats", "5"]),
     # the step alone, flat all-reduce and DDP interleaved (the whole run against an old tree: --reference)
     "ddp": ("bench_ddp.py", ["--exchange", "--steps", "150"], ["--exchange", "--steps", "40"]),

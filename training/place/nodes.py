@@ -121,7 +121,8 @@ def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTarget
     row_bytes = dim * np.dtype(feats.dtype).itemsize
     num_nodes = int(shards.nodes)
     if layout is None:
-        layout = shard_rows(hotness, num_nodes, int(shards.replicas), shards.hot_row_count(num_rows))
+        layout = shard_rows(hotness, num_nodes, int(shards.replicas), shards.hot_row_count(num_rows),
+                            groups=int(shards.groups))
     elif layout.num_vertices != num_rows or layout.num_nodes != num_nodes:
         raise PlacingError(f"the layout covers {layout.num_vertices} rows over {layout.num_nodes} nodes, the "
                            f"features {num_rows} rows over `nodes` {num_nodes}")
@@ -166,7 +167,7 @@ def place_sharded(features: np.ndarray, hotness: np.ndarray, targets: PlanTarget
 def sharded_summary(sp: ShardedPlacement) -> dict[str, Any]:
     """The root ``place.json`` fields: nodes, replicas, rows and bytes per node, the replicated share."""
     lay = sp.layout
-    return {"num_nodes": lay.num_nodes, "replicas": lay.replicas, "hot_rows": lay.hot_rows,
+    return {"num_nodes": lay.num_nodes, "replicas": lay.replicas, "groups": lay.groups, "hot_rows": lay.hot_rows,
             "digest": lay.digest(), "row_bytes": sp.row_bytes,
             "nodes": [{"node": n.node, "directory": str(n.directory), "rows": n.rows,
                        "bytes": n.rows * sp.row_bytes, "ssd_share": n.result.report.ssd_share}

@@ -74,19 +74,28 @@ class PolicySpec:
 class ShardSpec:
     """The rows over ``nodes`` nodes (1: one machine), the ``hot_rows`` share of them (hottest first, 0..1)
     on ``replicas`` nodes each; ``partition``: a ``moment data partition`` output whose partitions own the rows
-    (None: rows dealt by hotness, :func:`iostack.shards.shard_rows`)."""
+    (None: rows dealt by hotness, :func:`iostack.shards.shard_rows`); ``groups``: full replicas of the rows
+    (DDStore's width), each over ``nodes / groups`` nodes that exchange rows only among themselves."""
 
     nodes: int = 1
     replicas: int = 1
     hot_rows: float = 0.05
     partition: str | None = None
+    groups: int = 1
 
     def __post_init__(self) -> None:
         if int(self.nodes) < 1:
             raise PlacingError(f"`nodes` {self.nodes}: expected at least 1")
-        if not 1 <= int(self.replicas) <= int(self.nodes):
-            raise PlacingError(f"`replicas` {self.replicas}: expected 1 to `nodes` ({self.nodes}): a row is on at "
-                               "most every node")
+        if int(self.groups) < 1 or int(self.nodes) % int(self.groups):
+            raise PlacingError(f"`groups` {self.groups}: replica groups split `nodes` {self.nodes} evenly; choose "
+                               f"a divisor of {self.nodes}")
+        if self.groups > 1 and self.partition is not None:
+            raise PlacingError(f"`groups` {self.groups} with `partition`: replica groups deal rows by hotness; "
+                               "leave one of them out")
+        size = int(self.nodes) // int(self.groups)
+        if not 1 <= int(self.replicas) <= size:
+            raise PlacingError(f"`replicas` {self.replicas}: expected 1 to `nodes` ({self.nodes}) over `groups` "
+                               f"({self.groups}): a row is on at most every node of a group")
         if self.partition is not None and int(self.nodes) < 2:
             raise PlacingError(f"`partition` {self.partition}: ownership by partition needs `nodes` of 2 or more")
         if not 0.0 <= self.hot_rows <= 1.0:

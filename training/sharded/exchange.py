@@ -170,6 +170,18 @@ class AllToAllExchange:
 
         return dist.new_group(backend=backend, timeout=timedelta(seconds=float(timeout_s)))
 
+    @classmethod
+    def new_subgroup(cls, timeout_s: float, ranks_per_group: Sequence[Sequence[int]], backend: str = "gloo"):
+        """This rank's group of ``ranks_per_group`` (disjoint, every rank in one): replica groups exchange apart.
+
+        Every rank calls it with the same list (torch creates every group on every rank, in that order).
+        """
+        import torch.distributed as dist
+
+        mine, _ = dist.new_subgroups_by_enumeration([list(r) for r in ranks_per_group],
+                                                    timeout=timedelta(seconds=float(timeout_s)), backend=backend)
+        return mine
+
     def fetch(self, requests: Sequence[Tensor]) -> list[Tensor]:
         a2a = self._dist.all_to_all_single
         t0 = time.perf_counter()

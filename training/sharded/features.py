@@ -378,13 +378,20 @@ def open_sharded(ds: Any, placement_dir: str, peers: Peers, options: ShardedOpti
     member = join(peers, shard, layout.num_nodes, layout.digest(), str(node_dir), _gather_objects(peers))
     store, local = _node_store(node_dir, layout, shard, peers, transfer, open_store, share_key, local_gpu_bins,
                                backend, capacities)
-    feats = ShardedFeatures(store, layout, shard, local, member.server_ranks(peers.local_rank), peers.size,
+    server, size, group, within = member.server_ranks(peers.local_rank), peers.size, None, ""
+    if layout.groups > 1 and peers.size > 1 and options.exchange == "alltoall":  # trade only within the group
+        from training.sharded.groups import group_ranks, group_view
+
+        view = group_view(layout, member.ranks_of, shard, server)
+        server, size, group = view.server, len(view.ranks), group_ranks(layout, member.ranks_of)
+        within = f" within ranks {', '.join(map(str, view.ranks))}"
+    feats = ShardedFeatures(store, layout, shard, local, server, size,
                             None, all_reduce=_all_reduce_sum if peers.size > 1 else None)
     try:
-        feats.exchange = _start_exchange(options, peers, feats)
+        feats.exchange = _start_exchange(options, peers, feats, group)
         feats.notes.append(f"node shard {shard} of {layout.num_nodes} ({node_dir}): {int((local >= 0).sum()):,} "
-                           f"of {layout.num_vertices:,} rows, replicas {layout.replicas}; exchange "
-                           f"{feats.exchange.name}")
+                           f"of {layout.num_vertices:,} rows, replicas {layout.replicas}, groups {layout.groups}; "
+                           f"exchange {feats.exchange.name}{within}")
         if options.remote_cache_bytes:
             feats.cache = _fill_cache(feats, node_dir, layout, options, peers, share_key)
             feats.notes.append(f"locality cache: {len(feats.cache):,} remote rows in {feats.cache.where}")
@@ -443,8 +450,10 @@ def _node_store(node_dir: Path, layout: ShardLayout, shard: int, peers: Peers, t
     return store, local
 
 
-def _start_exchange(options: ShardedOptions, peers: Peers, feats: ShardedFeatures) -> RowExchange:
-    """The exchange, serving ``feats``'s rows from the moment it is up (peers may ask right away)."""
+def _start_exchange(options: ShardedOptions, peers: Peers, feats: ShardedFeatures,
+                    groups: list[list[int]] | None = None) -> RowExchange:
+    """The exchange, serving ``feats``'s rows from the moment it is up (peers may ask right away); ``groups``: the
+    replica groups' ranks, each exchanging on a group of its own (None: the whole job)."""
     from training.sharded.exchange import AllToAllExchange, LoopbackExchange, RpcExchange
 
     kw = {"dim": feats.dim, "dtype": feats.dtype}
@@ -457,7 +466,9 @@ def _start_exchange(options: ShardedOptions, peers: Peers, feats: ShardedFeature
     # their operations be issued in one order on every rank (its kernels block waiting for peers, and a device
     # synchronisation inside one waits for the other's): two threads cannot promise that, so a second NCCL
     # communicator on the prefetch thread could hang the job. Gloo runs no GPU kernels; the rows cross PCIe twice.
-    return AllToAllExchange(AllToAllExchange.new_group(options.timeout_s, backend="gloo"), feats.serve, **kw)
+    pg = (AllToAllExchange.new_group(options.timeout_s, backend="gloo") if groups is None
+          else AllToAllExchange.new_subgroup(options.timeout_s, groups, backend="gloo"))
+    return AllToAllExchange(pg, feats.serve, **kw)
 
 
 def _fill_cache(feats: ShardedFeatures, node_dir: Path, layout: ShardLayout, options: ShardedOptions,
