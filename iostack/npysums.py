@@ -83,11 +83,15 @@ def _header(path: Path) -> tuple[int, int]:
     return int(arr.offset), int(arr.shape[1] * arr.dtype.itemsize)
 
 
-def _bad(path: Path, sums: BlockSums, which: np.ndarray) -> None:
+def _check_size(path: Path, sums: BlockSums) -> None:
     size = path.stat().st_size
     if size != sums.size_bytes:
         raise StoreError(f"{path}: {size:,} bytes, its sums ({sums_path(path).name}) were taken of "
                          f"{sums.size_bytes:,}: the file was cut or replaced; {_FIX}")
+
+
+def _bad(path: Path, sums: BlockSums, which: np.ndarray) -> None:
+    _check_size(path, sums)
     bad = bad_blocks(path, sums, which.tolist())
     if bad:
         a, b = sums.span(bad[0])
@@ -111,12 +115,10 @@ def check_rows(path: str | os.PathLike[str], rows: np.ndarray) -> None:
     offset, row_bytes = _header(path)
     first = (offset + rows * row_bytes) // sums.block_bytes
     last = (offset + (rows + 1) * row_bytes - 1) // sums.block_bytes
-    blocks = np.unique(np.concatenate([first, last, [0]]))  # block 0 holds the header the reader parses
-    spans = last - first
-    if spans.size and spans.max() > 1:  # a row longer than a block: every block between its ends too
-        blocks = np.unique(np.concatenate([blocks, *(np.arange(f, t + 1) for f, t in zip(first, last, strict=True)
-                                                     if t - f > 1)]))
-    _bad(path, sums, blocks)
+    # every block from a row's first to its last (more than two when a row is longer than a block)
+    span = last - first + 1
+    covered = np.repeat(first, span) + (np.arange(int(span.sum())) - np.repeat(np.cumsum(span) - span, span))
+    _bad(path, sums, np.unique(np.concatenate([covered, [0]])))  # block 0 holds the header the reader parses
 
 
 def bad_blocks_of(path: str | os.PathLike[str]) -> tuple[int, list[int]] | None:
@@ -131,7 +133,5 @@ def bad_blocks_of(path: str | os.PathLike[str]) -> tuple[int, list[int]] | None:
     sums = read_sums(path)
     if sums is None:
         return None
-    size = path.stat().st_size
-    if size != sums.size_bytes:
-        raise StoreError(f"{path}: {size:,} bytes, its sums were taken of {sums.size_bytes:,}; {_FIX}")
+    _check_size(path, sums)
     return sums.blocks, bad_blocks(path, sums, range(sums.blocks))
