@@ -13,7 +13,7 @@ the rest of ``bench_multinode.py``), for every width W asked:
   one group, so it runs once).
 
 Per run, from the job's last epoch: seeds/s (rank 0's epoch record: the job's
-seeds over the epoch's seconds; ``--repeat`` runs, median and range), the
+seeds over the epoch's seconds; ``--repeat`` rounds of every layout in turn, median and range), the
 remote share of the rows the batches read, the bytes the exchange brought per
 step (every rank's, summed), seconds per exchange and the feature bytes each
 node holds in host memory. Four node processes share this machine's cores (2
@@ -93,13 +93,12 @@ def bench_groups(args, work: Path) -> list[Figure]:
                 eval_every_epochs=0, hidden=128, seed=0, backend="posix", prefetch=2)
     print(f"graph: {ds.num_nodes:,} vertices, {ds.num_edges:,} edges, rows of {ds.row_bytes} B; {NODES} nodes, one "
           f"rank each, on {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}", flush=True)
-    res = {}
-    for name, d in dirs.items():
-        runs = []
-        for i in range(args.repeat):
+    runs: dict[str, list] = {name: [] for name in dirs}
+    for i in range(args.repeat):  # round by round: a change in the machine's load falls on every layout alike
+        for name, d in dirs.items():
             print(f"  {name} ({i + 1}/{args.repeat}) ...", flush=True)
-            runs.append(bm.run_job(work, f"rg-{name}-{i}", base, [str(d / f"node{k}") for k in range(NODES)]))
-        res[name] = _summary(runs)
+            runs[name].append(bm.run_job(work, f"rg-{name}-{i}", base, [str(d / f"node{k}") for k in range(NODES)]))
+    res = {name: _summary(r) for name, r in runs.items()}
     print(f"\n{'layout':12}{'seeds/s (median, range)':>30}{'node MiB':>10}{'remote share':>14}{'MiB/step':>10}"
           f"{'s/exchange':>12}  (load {os.getloadavg()[0]:.2f})")
     for name, s in res.items():
