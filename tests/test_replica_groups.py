@@ -32,7 +32,7 @@ from training.place.bins import PlacingError
 from training.place.nodes import place_sharded
 from training.place.specs import PolicySpec, ShardSpec, TierSpec
 from training.sharded.features import ShardedFeatures
-from training.sharded.groups import group_view
+from training.sharded.groups import exchange_peers
 from training.trainer import train
 
 TOY = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),))
@@ -121,7 +121,10 @@ class _Recorder:
         pass
 
 
-def test_four_nodes_as_two_groups_gather_exactly_and_ask_only_their_group(tmp_path):
+@pytest.mark.parametrize("exchange", ["alltoall", "rpc"])
+def test_four_nodes_as_two_groups_gather_exactly_and_ask_only_their_group(tmp_path, exchange):
+    """The all-to-all's requests are indexed within the group (a process group of its own); RPC's by global rank
+    in one RPC world, where only the group's ranks get requests (RPC asks only ranks with requests)."""
     rng = np.random.default_rng(1)
     feats = rng.standard_normal((200, 8)).astype(np.float32)
     sp = place_sharded(feats, rng.zipf(1.5, 200).astype(np.float32), TOY, tmp_path, TierSpec(cpu_cache_bytes=1 << 20),
@@ -132,11 +135,14 @@ def test_four_nodes_as_two_groups_gather_exactly_and_ask_only_their_group(tmp_pa
     serves, asked, nodes = {}, [], []
     for k in range(4):
         nd = tmp_path / f"node{k}"
-        view = group_view(lay, ranks_of, k, np.arange(4))
+        ex = exchange_peers(lay, ranks_of, k, np.arange(4), 4, exchange)
+        assert ex.ranks == ((0, 1) if k < 2 else (2, 3))
+        members = ex.ranks if exchange == "alltoall" else tuple(range(4))
+        assert (ex.groups is not None) == (exchange == "alltoall") and ex.size == len(members)
         store = FeatureStore(load_placement(nd), nd, features=np.load(nd / "rows.npy"), backend="posix",
                              backend_options={"processes": 0})
-        f = ShardedFeatures(store, lay, k, lay.local_index(k), view.server, len(view.ranks),
-                            _Recorder(k, view.ranks, serves, asked))
+        f = ShardedFeatures(store, lay, k, lay.local_index(k), ex.server, ex.size,
+                            _Recorder(k, members, serves, asked))
         serves[k] = f.serve
         nodes.append(f)
     try:
@@ -191,6 +197,16 @@ def test_four_nodes_as_two_groups_of_two_exchange_within_their_group(cora, tmp_p
     assert "exchange alltoall within ranks 0, 1" in " ".join(log(tmp_path / "logs", 0).split())  # lines wrap
 
 
+@pytest.mark.heavy  # four node processes over TensorPipe RPC (~30 s)
+def test_four_nodes_as_two_groups_of_two_over_rpc_train_what_one_process_trains(cora, tmp_path):  # noqa: F811
+    """``--exchange rpc``: one RPC world, but every request goes to a holder in the asking node's group."""
+    nodes = _run_grouped(cora, _grouped(cora, tmp_path / "p", 4, 2), 4, tmp_path, "--exchange", "rpc")
+    assert nodes["exchange"] == "rpc" and nodes["remote_rows"] > 0
+    assert nodes["served_rows"] == nodes["remote_rows"]  # every row asked for was served, by a peer
+    assert 0.3 < nodes["remote_share"] < 0.7  # half a group's rows are on its other node
+    assert "exchange rpc within ranks 0, 1" in " ".join(log(tmp_path / "logs", 0).split())
+
+
 def test_the_plans_remote_share_of_groups_is_what_sampled_batches_read(cora, capsys):  # noqa: F811
     """``moment plan --nodes 4 --replica-groups 2``'s model (1 - W/N) against the rows 4 ranks' batches gather."""
     from planner.errors import PlannerError
@@ -209,3 +225,4 @@ def test_the_plans_remote_share_of_groups_is_what_sampled_batches_read(cora, cap
                  "--replica-groups", "3", "--top", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--replica-groups 3" in err[0] and "--nodes 4" in err[0], err
+
