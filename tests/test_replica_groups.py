@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from iostack.errors import StoreError
 from iostack.placement import load_placement
-from iostack.shards import ShardLayout, load_layout, shard_rows
+from iostack.shards import ShardLayout, load_layout, partition_rows, shard_rows
 from iostack.store import FeatureStore
 from moment.cli import main
 from planner.handoff import PlanTargets, StoreTarget
@@ -156,11 +156,11 @@ def test_four_nodes_as_two_groups_gather_exactly_and_ask_only_their_group(tmp_pa
     assert sorted(set(asked)) == [(0, 1), (1, 0), (2, 3), (3, 2)]  # never across groups
 
 
-def _grouped(cora_dir, out, nodes, groups):
+def _grouped(cora_dir, out, nodes, groups, layout=None):
     ds = open_dataset(cora_dir)
     hot = degree_from_csr(np.asarray(ds.indptr), np.asarray(ds.indices)).astype(np.float32)
     place_sharded(ds.features, hot, TOY, out, TierSpec(cpu_cache_bytes=4000 * ds.row_bytes), PolicySpec(),
-                  ShardSpec(nodes=nodes, hot_rows=0.0, groups=groups), fsync=False)
+                  ShardSpec(nodes=nodes, hot_rows=0.0, groups=groups), fsync=False, layout=layout)
     return out
 
 
@@ -226,3 +226,63 @@ def test_the_plans_remote_share_of_groups_is_what_sampled_batches_read(cora, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--replica-groups 3" in err[0] and "--nodes 4" in err[0], err
 
+
+# --- replica groups with partition ownership: each group's N/G nodes hold one partition each
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([(2, 2), (3, 2), (2, 3), (4, 2), (2, 1)]), st.integers(1, 120), st.data())
+def test_partitions_split_every_group_alike(sg, v, data):
+    s, g = sg
+    part_of = np.array(data.draw(st.lists(st.integers(0, s - 1), min_size=v, max_size=v)))
+    lay = partition_rows(part_of, num_nodes=s * g, groups=g)
+    assert lay.groups == g and lay.group_size == s
+    held = np.stack([lay.holds(k) for k in range(s * g)])
+    for k in range(s * g):
+        assert np.array_equal(held[k], part_of == k % s)  # node k: partition k mod S, in every group
+    node = data.draw(st.integers(0, s * g - 1))
+    ids = np.flatnonzero(~held[node])
+    srv = lay.server_of(ids, node)
+    assert all(srv // s == node // s) and held[srv, ids].all()  # its partition's holder in its own group
+    with pytest.raises(StoreError, match="one partition a node"):
+        partition_rows(np.append(part_of, s), num_nodes=s * g, groups=g)  # a partition more than a group's nodes
+
+
+def test_place_groups_with_partition_ownership(cora, capsys, tmp_path):  # noqa: F811
+    """``moment place --nodes 4 --replica-groups 2 --partition P`` with P of 2 parts; other part counts refused."""
+    for parts in (2, 4):
+        assert main(["data", "partition", str(cora), str(tmp_path / f"c{parts}"), "--parts", str(parts),
+                     "--method", "ldg", "--presample-batches", "0"]) == 0
+    capsys.readouterr()
+    ssd = [a for _ in range(8) for a in ("--ssd", str(tmp_path / "ssd"))]
+    common = ["place", "--dataset", str(cora), "--machine", "moment-b", "--gpu-cache", "0", "--cpu-cache", "1MiB",
+              *ssd, "--fanouts=-1,-1", "--json"]
+    assert main([*common, "--nodes", "4", "--replica-groups", "2", "--partition", str(tmp_path / "c2"), "--out",
+                 str(tmp_path / "pl")]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    part_of = np.load(tmp_path / "c2" / "part_of.npy")
+    assert rep["groups"] == 2 and [n["rows"] for n in rep["nodes"]] == [int((part_of == k % 2).sum()) for k in range(4)]
+    lay, man = load_layout(tmp_path / "pl" / "node3")
+    assert man["groups"] == 2 and np.array_equal(lay.owner, part_of)
+    assert np.array_equal(lay.rows_of(3), np.flatnonzero(part_of == 1))
+    for bad, why in ((["--nodes", "4", "--replica-groups", "2", "--partition", str(tmp_path / "c4")],
+                      ["--partition", "--nodes 4", "--replica-groups 2", "4 parts"]),
+                     (["--nodes", "2", "--replica-groups", "2", "--partition", str(tmp_path / "c2")],
+                      ["--partition", "--nodes 2", "--replica-groups 2", "per replica group"])):
+        out = tmp_path / "refused"
+        assert main([*common, *bad, "--out", str(out)]) == 2
+        err = [ln for ln in capsys.readouterr().err.strip().splitlines() if "warning:" not in ln]  # the SSD's
+        assert len(err) == 1 and all(w in err[0] for w in why), err
+        assert not (out / "shards.json").exists()
+
+
+@pytest.mark.heavy  # four node processes (~30 s)
+def test_four_nodes_as_two_groups_with_partition_ownership_train_what_one_process_trains(cora, tmp_path):  # noqa: F811
+    from training.partition.owners import partition_layout
+
+    assert main(["data", "partition", str(cora), str(tmp_path / "c2"), "--parts", "2", "--method", "ldg",
+                 "--presample-batches", "0"]) == 0
+    lay = partition_layout(open_dataset(cora), tmp_path / "c2", 4, groups=2)
+    nodes = _run_grouped(cora, _grouped(cora, tmp_path / "p", 4, 2, layout=lay), 4, tmp_path)
+    assert nodes["remote_rows"] > 0 and 0.2 < nodes["remote_share"] < 0.8
+    assert "exchange alltoall within ranks 0, 1" in " ".join(log(tmp_path / "logs", 0).split())
