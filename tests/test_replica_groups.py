@@ -3,8 +3,9 @@
 The layout (every row once per group, memory per node = rows / (N/W), served
 only from the own group), the format (a layout of one group is written and
 named as before), the refusals, an in-process gather over 2 groups of 2 nodes
-that records who asked whom, and ``moment train`` on 2 nodes as 2 groups of one
-(each serves itself: no remote rows) with 4 nodes as 2 groups of 2 marked heavy.
+that records who asked whom (for the all-to-all and for RPC), and ``moment train`` on 2 nodes as 2 groups of
+one (each serves itself: no remote rows) with 4 nodes as 2 groups of 2 marked heavy (all-to-all, RPC, and
+partition ownership within the groups, each against one process's losses).
 """
 
 from __future__ import annotations
