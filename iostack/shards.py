@@ -274,7 +274,7 @@ def shard_rows(hotness: np.ndarray, num_nodes: int, replicas: int = 1, hot_rows:
 
 
 def partition_rows(part_of: np.ndarray, hotness: np.ndarray | None = None, replicas: int = 1,
-                   hot_rows: int = 0, num_nodes: int | None = None) -> ShardLayout:
+                   hot_rows: int = 0, num_nodes: int | None = None, groups: int = 1) -> ShardLayout:
     """Rows owned by the partition of their vertex (``part_of``, ``[V]``); the ``hot_rows`` hottest on ``replicas``.
 
     The graph's partitioning (``moment data partition``) decides ownership
@@ -282,25 +282,41 @@ def partition_rows(part_of: np.ndarray, hotness: np.ndarray | None = None, repli
     its sampled neighbours are then its own rows. Replication is as there: the
     ``hot_rows`` rows of highest ``hotness`` (ties in id order) are held by
     ``replicas`` consecutive nodes from their owner. ``num_nodes`` defaults to
-    ``part_of.max() + 1``.
+    ``part_of.max() + 1`` times ``groups``.
+
+    With ``groups`` replica groups the partitions split each group: a group's
+    ``num_nodes / groups`` nodes hold one partition each (node ``k`` the
+    partition ``k mod (num_nodes / groups)``), so every group holds the
+    partitioned rows once and is served only by itself, as with
+    :func:`shard_rows`.
 
     >>> lay = partition_rows(np.array([1, 1, 0, 0]), np.array([0, 9, 1, 2]), replicas=2, hot_rows=1)
     >>> lay.owner.tolist(), lay.width.tolist(), lay.rows_of(0).tolist()
     ([1, 1, 0, 0], [1, 2, 1, 1], [1, 2, 3])
+    >>> g = partition_rows(np.array([1, 1, 0, 0]), groups=2)
+    >>> g.num_nodes, [g.rows_of(k).tolist() for k in range(4)]
+    (4, [[2, 3], [0, 1], [2, 3], [0, 1]])
 
     Raises
     ------
     StoreError
-        ``part_of`` not 1-D or negative, ``hotness`` of another length, ``hot_rows`` or ``replicas`` out of range.
+        ``part_of`` not 1-D or negative, a partition past the group's nodes, ``hotness`` of another length,
+        ``hot_rows``, ``replicas`` or ``groups`` out of range.
     """
     owner = np.asarray(part_of)
     if owner.ndim != 1:
         raise StoreError(f"part_of must be 1-D, got shape {owner.shape}")
     if owner.size and int(owner.min()) < 0:
         raise StoreError("part_of: a vertex has no partition (a negative entry); partition the graph again")
-    n = int(num_nodes) if num_nodes is not None else (int(owner.max()) + 1 if owner.size else 1)
-    if not 1 <= int(replicas) <= n:
-        raise StoreError(f"replicas {replicas}: expected 1 to {n} (a row is on at most every node)")
+    parts = int(owner.max()) + 1 if owner.size else 1
+    n = int(num_nodes) if num_nodes is not None else parts * max(1, int(groups))
+    check_groups(n, groups)
+    n_group = n // int(groups)
+    if parts > n_group:
+        raise StoreError(f"part_of names partition {parts - 1}, but `num_nodes` {n} over `groups` {groups} gives "
+                         f"each group {n_group} nodes: one partition a node")
+    if not 1 <= int(replicas) <= n_group:
+        raise StoreError(f"replicas {replicas}: expected 1 to {n_group} (a row is on at most every node of a group)")
     if not 0 <= int(hot_rows) <= owner.size:
         raise StoreError(f"hot_rows: expected 0 to {owner.size} (the rows), got {hot_rows}")
     width = np.ones(owner.size, np.uint8)
@@ -310,4 +326,4 @@ def partition_rows(part_of: np.ndarray, hotness: np.ndarray | None = None, repli
         if h is None or h.shape != owner.shape:
             raise StoreError(f"hotness must have one value per row ({owner.size}) to replicate the hottest rows")
         width[np.argsort(-h, kind="stable")[:hot]] = int(replicas)
-    return ShardLayout(n, int(replicas), owner.astype(np.int16), width, hot_rows=hot)
+    return ShardLayout(n, int(replicas), owner.astype(np.int16), width, hot_rows=hot, groups=int(groups))

@@ -120,8 +120,9 @@ def _node_options(p: argparse.ArgumentParser) -> None:
                        help="G full replicas of the rows (DDStore's width), each over N/G nodes that exchange rows "
                             "only among themselves; N must be a multiple of G (default 1: one copy of every row)")
     nodes.add_argument("--partition", metavar="OUT",
-                       help="rows owned by the partitions of OUT (`moment data partition DATASET OUT --parts N`) "
-                            "instead of dealt by hotness: a rank's batches then read mostly its own rows")
+                       help="rows owned by the partitions of OUT (`moment data partition DATASET OUT --parts N`, "
+                            "N/G parts with --replica-groups G: one a node of each group) instead of dealt by "
+                            "hotness: a rank's batches then read mostly its own rows")
     nodes.add_argument("--hot-rows", type=float, default=0.05, metavar="SHARE",
                        help="share of the rows, hottest first, that --replicas applies to (default 0.05)")
 

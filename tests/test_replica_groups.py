@@ -3,8 +3,9 @@
 The layout (every row once per group, memory per node = rows / (N/W), served
 only from the own group), the format (a layout of one group is written and
 named as before), the refusals, an in-process gather over 2 groups of 2 nodes
-that records who asked whom, and ``moment train`` on 2 nodes as 2 groups of one
-(each serves itself: no remote rows) with 4 nodes as 2 groups of 2 marked heavy.
+that records who asked whom (for the all-to-all and for RPC), and ``moment train`` on 2 nodes as 2 groups of
+one (each serves itself: no remote rows) with 4 nodes as 2 groups of 2 marked heavy (all-to-all, RPC, and
+partition ownership within the groups, each against one process's losses).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 
 from iostack.errors import StoreError
 from iostack.placement import load_placement
-from iostack.shards import ShardLayout, load_layout, shard_rows
+from iostack.shards import ShardLayout, load_layout, partition_rows, shard_rows
 from iostack.store import FeatureStore
 from moment.cli import main
 from planner.handoff import PlanTargets, StoreTarget
@@ -32,7 +33,7 @@ from training.place.bins import PlacingError
 from training.place.nodes import place_sharded
 from training.place.specs import PolicySpec, ShardSpec, TierSpec
 from training.sharded.features import ShardedFeatures
-from training.sharded.groups import group_view
+from training.sharded.groups import exchange_peers
 from training.trainer import train
 
 TOY = PlanTargets("toy", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),))
@@ -121,7 +122,10 @@ class _Recorder:
         pass
 
 
-def test_four_nodes_as_two_groups_gather_exactly_and_ask_only_their_group(tmp_path):
+@pytest.mark.parametrize("exchange", ["alltoall", "rpc"])
+def test_four_nodes_as_two_groups_gather_exactly_and_ask_only_their_group(tmp_path, exchange):
+    """The all-to-all's requests are indexed within the group (a process group of its own); RPC's by global rank
+    in one RPC world, where only the group's ranks get requests (RPC asks only ranks with requests)."""
     rng = np.random.default_rng(1)
     feats = rng.standard_normal((200, 8)).astype(np.float32)
     sp = place_sharded(feats, rng.zipf(1.5, 200).astype(np.float32), TOY, tmp_path, TierSpec(cpu_cache_bytes=1 << 20),
@@ -132,11 +136,14 @@ def test_four_nodes_as_two_groups_gather_exactly_and_ask_only_their_group(tmp_pa
     serves, asked, nodes = {}, [], []
     for k in range(4):
         nd = tmp_path / f"node{k}"
-        view = group_view(lay, ranks_of, k, np.arange(4))
+        ex = exchange_peers(lay, ranks_of, k, np.arange(4), 4, exchange)
+        assert ex.ranks == ((0, 1) if k < 2 else (2, 3))
+        members = ex.ranks if exchange == "alltoall" else tuple(range(4))
+        assert (ex.groups is not None) == (exchange == "alltoall") and ex.size == len(members)
         store = FeatureStore(load_placement(nd), nd, features=np.load(nd / "rows.npy"), backend="posix",
                              backend_options={"processes": 0})
-        f = ShardedFeatures(store, lay, k, lay.local_index(k), view.server, len(view.ranks),
-                            _Recorder(k, view.ranks, serves, asked))
+        f = ShardedFeatures(store, lay, k, lay.local_index(k), ex.server, ex.size,
+                            _Recorder(k, members, serves, asked))
         serves[k] = f.serve
         nodes.append(f)
     try:
@@ -150,11 +157,11 @@ def test_four_nodes_as_two_groups_gather_exactly_and_ask_only_their_group(tmp_pa
     assert sorted(set(asked)) == [(0, 1), (1, 0), (2, 3), (3, 2)]  # never across groups
 
 
-def _grouped(cora_dir, out, nodes, groups):
+def _grouped(cora_dir, out, nodes, groups, layout=None):
     ds = open_dataset(cora_dir)
     hot = degree_from_csr(np.asarray(ds.indptr), np.asarray(ds.indices)).astype(np.float32)
     place_sharded(ds.features, hot, TOY, out, TierSpec(cpu_cache_bytes=4000 * ds.row_bytes), PolicySpec(),
-                  ShardSpec(nodes=nodes, hot_rows=0.0, groups=groups), fsync=False)
+                  ShardSpec(nodes=nodes, hot_rows=0.0, groups=groups), fsync=False, layout=layout)
     return out
 
 
@@ -191,6 +198,16 @@ def test_four_nodes_as_two_groups_of_two_exchange_within_their_group(cora, tmp_p
     assert "exchange alltoall within ranks 0, 1" in " ".join(log(tmp_path / "logs", 0).split())  # lines wrap
 
 
+@pytest.mark.heavy  # four node processes over TensorPipe RPC (~30 s)
+def test_four_nodes_as_two_groups_of_two_over_rpc_train_what_one_process_trains(cora, tmp_path):  # noqa: F811
+    """``--exchange rpc``: one RPC world, but every request goes to a holder in the asking node's group."""
+    nodes = _run_grouped(cora, _grouped(cora, tmp_path / "p", 4, 2), 4, tmp_path, "--exchange", "rpc")
+    assert nodes["exchange"] == "rpc" and nodes["remote_rows"] > 0
+    assert nodes["served_rows"] == nodes["remote_rows"]  # every row asked for was served, by a peer
+    assert 0.3 < nodes["remote_share"] < 0.7  # half a group's rows are on its other node
+    assert "exchange rpc within ranks 0, 1" in " ".join(log(tmp_path / "logs", 0).split())
+
+
 def test_the_plans_remote_share_of_groups_is_what_sampled_batches_read(cora, capsys):  # noqa: F811
     """``moment plan --nodes 4 --replica-groups 2``'s model (1 - W/N) against the rows 4 ranks' batches gather."""
     from planner.errors import PlannerError
@@ -209,3 +226,64 @@ def test_the_plans_remote_share_of_groups_is_what_sampled_batches_read(cora, cap
                  "--replica-groups", "3", "--top", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--replica-groups 3" in err[0] and "--nodes 4" in err[0], err
+
+
+# --- replica groups with partition ownership: each group's N/G nodes hold one partition each
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([(2, 2), (3, 2), (2, 3), (4, 2), (2, 1)]), st.integers(1, 120), st.data())
+def test_partitions_split_every_group_alike(sg, v, data):
+    s, g = sg
+    part_of = np.array(data.draw(st.lists(st.integers(0, s - 1), min_size=v, max_size=v)))
+    lay = partition_rows(part_of, num_nodes=s * g, groups=g)
+    assert lay.groups == g and lay.group_size == s
+    held = np.stack([lay.holds(k) for k in range(s * g)])
+    for k in range(s * g):
+        assert np.array_equal(held[k], part_of == k % s)  # node k: partition k mod S, in every group
+    node = data.draw(st.integers(0, s * g - 1))
+    ids = np.flatnonzero(~held[node])
+    srv = lay.server_of(ids, node)
+    assert all(srv // s == node // s) and held[srv, ids].all()  # its partition's holder in its own group
+    with pytest.raises(StoreError, match="one partition a node"):
+        partition_rows(np.append(part_of, s), num_nodes=s * g, groups=g)  # a partition more than a group's nodes
+
+
+def test_place_groups_with_partition_ownership(cora, capsys, tmp_path):  # noqa: F811
+    """``moment place --nodes 4 --replica-groups 2 --partition P`` with P of 2 parts; other part counts refused."""
+    for parts in (2, 4):
+        assert main(["data", "partition", str(cora), str(tmp_path / f"c{parts}"), "--parts", str(parts),
+                     "--method", "ldg", "--presample-batches", "0"]) == 0
+    capsys.readouterr()
+    ssd = [a for _ in range(8) for a in ("--ssd", str(tmp_path / "ssd"))]
+    common = ["place", "--dataset", str(cora), "--machine", "moment-b", "--gpu-cache", "0", "--cpu-cache", "1MiB",
+              *ssd, "--fanouts=-1,-1", "--json"]
+    assert main([*common, "--nodes", "4", "--replica-groups", "2", "--partition", str(tmp_path / "c2"), "--out",
+                 str(tmp_path / "pl")]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    part_of = np.load(tmp_path / "c2" / "part_of.npy")
+    assert rep["groups"] == 2 and [n["rows"] for n in rep["nodes"]] == [int((part_of == k % 2).sum()) for k in range(4)]
+    lay, man = load_layout(tmp_path / "pl" / "node3")
+    assert man["groups"] == 2 and np.array_equal(lay.owner, part_of)
+    assert np.array_equal(lay.rows_of(3), np.flatnonzero(part_of == 1))
+    for bad, why in ((["--nodes", "4", "--replica-groups", "2", "--partition", str(tmp_path / "c4")],
+                      ["--partition", "--nodes 4", "--replica-groups 2", "4 parts"]),
+                     (["--nodes", "2", "--replica-groups", "2", "--partition", str(tmp_path / "c2")],
+                      ["--partition", "--nodes 2", "--replica-groups 2", "per replica group"])):
+        out = tmp_path / "refused"
+        assert main([*common, *bad, "--out", str(out)]) == 2
+        err = [ln for ln in capsys.readouterr().err.strip().splitlines() if "warning:" not in ln]  # the SSD's
+        assert len(err) == 1 and all(w in err[0] for w in why), err
+        assert not (out / "shards.json").exists()
+
+
+@pytest.mark.heavy  # four node processes (~30 s)
+def test_four_nodes_as_two_groups_with_partition_ownership_train_what_one_process_trains(cora, tmp_path):  # noqa: F811
+    from training.partition.owners import partition_layout
+
+    assert main(["data", "partition", str(cora), str(tmp_path / "c2"), "--parts", "2", "--method", "ldg",
+                 "--presample-batches", "0"]) == 0
+    lay = partition_layout(open_dataset(cora), tmp_path / "c2", 4, groups=2)
+    nodes = _run_grouped(cora, _grouped(cora, tmp_path / "p", 4, 2, layout=lay), 4, tmp_path)
+    assert nodes["remote_rows"] > 0 and 0.2 < nodes["remote_share"] < 0.8
+    assert "exchange alltoall within ranks 0, 1" in " ".join(log(tmp_path / "logs", 0).split())

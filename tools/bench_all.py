@@ -45,6 +45,9 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "integrity": ("bench_integrity.py", ["--nodes", "1e6", "--repeats", "5"], ["--nodes", "2e5", "--repeats", "2"]),
     "bin_integrity": ("bench_bin_integrity.py", ["--repeats", "7"], ["--rows", "8192", "--repeats", "2"]),
     "multinode": ("bench_multinode.py", [], ["--quick"]),
+    # replica groups' whole jobs at N = 4, W = 1, 2, 4: seeds/s, remote share, bytes per step beside hot-row replication
+    "multinode_groups": ("bench_multinode.py", ["--replica-groups", "1,2,4", "--batch-size", "250"],
+                         ["--quick", "--replica-groups", "1,2,4"]),
     # METIS vs streaming LDG, partition vs hash/random ownership; the scale runs measure the writer's memory
     "partition": ("bench_partition.py", ["--scale-edges", "1e6", "1e7"], ["--quick", "--scale-edges", "1e6"]),
     # the graph partitioned over 2 ranks (spawned gloo processes) against one process holding all of it

@@ -1,6 +1,7 @@
 """Several nodes on one machine: a feature store sharded across nodes against full replicas, side by side.
 
     python tools/bench_multinode.py [--quick] [--json out.json]
+    python tools/bench_multinode.py --replica-groups 1,2,4 [--batch-size 250] [--json out.json]
 
 Nodes are separate process groups on localhost: one ``torchrun --nnodes N
 --nproc-per-node L --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT`` per
@@ -31,6 +32,10 @@ Figures, each against its reference measured in the same run:
   losses (full neighbourhoods: the same sampling) and the test accuracy; and
   with sampled fan-outs against one node of two ranks (the same per-rank
   sampling streams).
+
+``--replica-groups W1,W2,...`` runs only the replica groups' jobs instead
+(``tools/_multinode_groups.py``): W full-replica groups at N = 4 beside
+hot-row replication at the same memory per node.
 
 On this 2-core machine every process competes for the same two cores and
 "the network" is loopback TCP: seeds/s show what the exchange costs in CPU
@@ -160,6 +165,8 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write the figures here (for tools/bench_all.py)")
     ap.add_argument("--reuse", action="store_true",
                     help="with --dir: take the runs finished there (same configuration) instead of running them")
+    ap.add_argument("--replica-groups", help="only the replica groups' runs: widths W (comma-separated, e.g. 1,2,4) "
+                                             "at 4 nodes, each beside hot-row replication at the same memory")
     args = ap.parse_args()
     global REUSE
     REUSE = args.reuse
@@ -169,7 +176,12 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     try:
-        figures = _bench(args, work)
+        if args.replica_groups:  # its own mode: the replica groups' whole jobs (tools/_multinode_groups.py)
+            from _multinode_groups import bench_groups
+
+            figures = bench_groups(args, work)
+        else:
+            figures = _bench(args, work)
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
@@ -177,6 +189,16 @@ def main() -> int:
           f"{os.cpu_count()} cores)")
     write(args.json, "bench_multinode", figures, " ".join(sys.argv))
     return 0
+
+
+def graph(args, work: Path) -> Path:
+    """The skewed Chung-Lu data set of ``args`` (made once under ``work``)."""
+    g = work / "graph"
+    if not (g / "meta.json").exists():
+        moment("data", "synth", str(g), "--nodes", args.nodes, "--edges", args.edges, "--generator", "chung-lu",
+               "--undirected", "--feature-dim", str(args.feature_dim), "--train-share", args.train_share,
+               "--valid-share", "0.005", "--test-share", "0.005", "--seed", "3", "--quiet")
+    return g
 
 
 def _placements(args, work: Path):
@@ -189,11 +211,7 @@ def _placements(args, work: Path):
     from training.place.nodes import place_sharded
     from training.place.specs import PolicySpec, ShardSpec, TierSpec
 
-    g = work / "graph"
-    if not (g / "meta.json").exists():
-        moment("data", "synth", str(g), "--nodes", args.nodes, "--edges", args.edges, "--generator", "chung-lu",
-               "--undirected", "--feature-dim", str(args.feature_dim), "--train-share", args.train_share,
-               "--valid-share", "0.005", "--test-share", "0.005", "--seed", "3", "--quiet")
+    g = graph(args, work)
     ds = open_dataset(g)
     hot = get_hotness(ds, HotnessSpec("presample", fanouts=(10, 5), batch_size=args.batch_size, epochs=1.0))
     full = work / "full"

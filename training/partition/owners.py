@@ -24,24 +24,31 @@ from training.partition.write import digest_of
 
 
 def partition_layout(ds: Dataset, path: str | os.PathLike[str], nodes: int, *, hotness: np.ndarray | None = None,
-                     replicas: int = 1, hot_rows: int = 0) -> ShardLayout:
-    """The layout whose owners are ``path``'s partitions of ``ds``.
+                     replicas: int = 1, hot_rows: int = 0, groups: int = 1) -> ShardLayout:
+    """The layout whose owners are ``path``'s partitions of ``ds``; with ``groups`` replica groups, every group's
+    ``nodes / groups`` nodes hold one partition each (the partitioned rows once per group).
 
     Raises
     ------
     PartitionError
         ``path`` is not a partitioning of ``ds`` (another dataset's, or of another vertex count), or has other than
-        ``nodes`` parts.
+        ``nodes / groups`` parts.
     """
     pt = open_partition(path)
     src = pt.manifest.get("source") or {}
     if src.get("digest") != digest_of(fingerprint(ds)):
         raise PartitionError(f"{path}: partitions {src.get('path')}, not {ds.path} (their fingerprints differ); "
                              "partition this dataset")
-    if pt.parts != int(nodes):
+    per_group = int(nodes) // max(1, int(groups))
+    if pt.parts != per_group:
+        if int(groups) > 1:
+            raise PartitionError(f"`partition` {path} has {pt.parts} parts, but `nodes` {nodes} over `groups` "
+                                 f"{groups} gives each replica group {per_group} nodes (one partition a node): "
+                                 f"place over {pt.parts * int(groups)} nodes or partition into {per_group}")
         raise PartitionError(f"`partition` {path} has {pt.parts} parts, `nodes` is {nodes}: place over "
                              f"{pt.parts} nodes or partition into {nodes}")
-    return partition_rows(np.asarray(pt.part_of), hotness, replicas, hot_rows, num_nodes=pt.parts)
+    return partition_rows(np.asarray(pt.part_of), hotness, replicas, hot_rows, num_nodes=int(nodes),
+                          groups=int(groups))
 
 
 __all__ = ["partition_layout"]

@@ -428,7 +428,8 @@ def _partition_layout(job: _Job) -> ShardLayout | None:
     from training.partition.owners import partition_layout
 
     return partition_layout(job.ds, shards.partition, shards.nodes, hotness=job.hot.values,
-                            replicas=shards.replicas, hot_rows=shards.hot_row_count(job.ds.num_nodes))
+                            replicas=shards.replicas, hot_rows=shards.hot_row_count(job.ds.num_nodes),
+                            groups=shards.groups)
 
 
 def _place_nodes(job: _Job) -> PlacedDataset:

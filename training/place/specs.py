@@ -75,7 +75,8 @@ class ShardSpec:
     """The rows over ``nodes`` nodes (1: one machine), the ``hot_rows`` share of them (hottest first, 0..1)
     on ``replicas`` nodes each; ``partition``: a ``moment data partition`` output whose partitions own the rows
     (None: rows dealt by hotness, :func:`iostack.shards.shard_rows`); ``groups``: full replicas of the rows
-    (DDStore's width), each over ``nodes / groups`` nodes that exchange rows only among themselves."""
+    (DDStore's width), each over ``nodes / groups`` nodes that exchange rows only among themselves (with
+    ``partition``: of ``nodes / groups`` parts, one a node of each group)."""
 
     nodes: int = 1
     replicas: int = 1
@@ -89,15 +90,14 @@ class ShardSpec:
         if int(self.groups) < 1 or int(self.nodes) % int(self.groups):
             raise PlacingError(f"`groups` {self.groups}: replica groups split `nodes` {self.nodes} evenly; choose "
                                f"a divisor of {self.nodes}")
-        if self.groups > 1 and self.partition is not None:
-            raise PlacingError(f"`groups` {self.groups} with `partition`: replica groups deal rows by hotness; "
-                               "leave one of them out")
         size = int(self.nodes) // int(self.groups)
         if not 1 <= int(self.replicas) <= size:
             raise PlacingError(f"`replicas` {self.replicas}: expected 1 to `nodes` ({self.nodes}) over `groups` "
                                f"({self.groups}): a row is on at most every node of a group")
-        if self.partition is not None and int(self.nodes) < 2:
-            raise PlacingError(f"`partition` {self.partition}: ownership by partition needs `nodes` of 2 or more")
+        if self.partition is not None and size < 2:
+            raise PlacingError(f"`partition` {self.partition}: ownership by partition needs 2 or more nodes "
+                               + (f"per replica group (`nodes` {self.nodes} over `groups` {self.groups} gives "
+                                  f"{size})" if self.groups > 1 else "(`nodes` of 2 or more)"))
         if not 0.0 <= self.hot_rows <= 1.0:
             raise PlacingError(f"`hot_rows` {self.hot_rows}: expected a share of the rows between 0 and 1")
 

@@ -47,6 +47,7 @@ from iostack.transfer import Gathered, Transfer
 from momentbase.errors import MomentError
 from training.errors import TrainingError
 from training.sharded.exchange import PeerLostError, RowExchange
+from training.sharded.groups import exchange_peers
 from training.sharded.remote_cache import RemoteCache, cache_rows
 from training.vocab import EXCHANGES
 
@@ -378,17 +379,14 @@ def open_sharded(ds: Any, placement_dir: str, peers: Peers, options: ShardedOpti
     member = join(peers, shard, layout.num_nodes, layout.digest(), str(node_dir), _gather_objects(peers))
     store, local = _node_store(node_dir, layout, shard, peers, transfer, open_store, share_key, local_gpu_bins,
                                backend, capacities)
-    server, size, group, within = member.server_ranks(peers.local_rank), peers.size, None, ""
-    if layout.groups > 1 and peers.size > 1 and options.exchange == "alltoall":  # trade only within the group
-        from training.sharded.groups import group_ranks, group_view
-
-        view = group_view(layout, member.ranks_of, shard, server)
-        server, size, group = view.server, len(view.ranks), group_ranks(layout, member.ranks_of)
-        within = f" within ranks {', '.join(map(str, view.ranks))}"
-    feats = ShardedFeatures(store, layout, shard, local, server, size,
+    # replica groups trade only within their group (a process group of its own for the all-to-all)
+    ex = exchange_peers(layout, member.ranks_of, shard, member.server_ranks(peers.local_rank), peers.size,
+                        options.exchange)
+    within = f" within ranks {', '.join(map(str, ex.ranks))}" if layout.groups > 1 and peers.size > 1 else ""
+    feats = ShardedFeatures(store, layout, shard, local, ex.server, ex.size,
                             None, all_reduce=_all_reduce_sum if peers.size > 1 else None)
     try:
-        feats.exchange = _start_exchange(options, peers, feats, group)
+        feats.exchange = _start_exchange(options, peers, feats, ex.groups)
         feats.notes.append(f"node shard {shard} of {layout.num_nodes} ({node_dir}): {int((local >= 0).sum()):,} "
                            f"of {layout.num_vertices:,} rows, replicas {layout.replicas}, groups {layout.groups}; "
                            f"exchange {feats.exchange.name}{within}")

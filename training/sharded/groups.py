@@ -56,4 +56,36 @@ def group_view(layout: ShardLayout, ranks_of: Sequence[Sequence[int]], shard: in
     return GroupView(mine, server)
 
 
-__all__ = ["GroupView", "group_ranks", "group_view"]
+@dataclass(frozen=True)
+class ExchangePeers:
+    """Whom a rank's exchange addresses: ``server`` (per shard, the index into its requests: a rank of ``size``),
+    ``groups`` (every replica group's ranks, for a process group of each; None: the exchange spans the job) and
+    ``ranks`` (the ranks its requests can reach, for the startup note)."""
+
+    server: np.ndarray
+    size: int
+    groups: list[list[int]] | None
+    ranks: tuple[int, ...]
+
+
+def exchange_peers(layout: ShardLayout, ranks_of: Sequence[Sequence[int]], shard: int, server_ranks: np.ndarray,
+                   world_size: int, exchange: str) -> ExchangePeers:
+    """The peers of the rank holding ``shard`` under ``exchange`` (``alltoall`` or ``rpc``).
+
+    One group (or one rank): the whole job, requests indexed by global rank. Replica groups with the
+    ``alltoall`` exchange: a process group per replica group and requests indexed by rank within it (a
+    collective spans the ranks that take part). With ``rpc`` (one-sided: a request goes to the rank it is
+    indexed by, and only ranks with requests are asked) requests stay indexed by global rank, in one RPC world:
+    :meth:`~iostack.shards.ShardLayout.server_of` names only nodes of the asking node's group, so the
+    non-empty requests are those of the group's ranks.
+    """
+    server = np.asarray(server_ranks, np.int64)
+    if layout.groups <= 1 or world_size <= 1:
+        return ExchangePeers(server, int(world_size), None, tuple(range(int(world_size))))
+    view = group_view(layout, ranks_of, shard, server)
+    if exchange == "alltoall":
+        return ExchangePeers(view.server, len(view.ranks), group_ranks(layout, ranks_of), view.ranks)
+    return ExchangePeers(server, int(world_size), None, view.ranks)
+
+
+__all__ = ["ExchangePeers", "GroupView", "exchange_peers", "group_ranks", "group_view"]
