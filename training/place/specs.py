@@ -75,13 +75,16 @@ class ShardSpec:
     """The rows over ``nodes`` nodes (1: one machine), the ``hot_rows`` share of them (hottest first, 0..1)
     on ``replicas`` nodes each; ``partition``: a ``moment data partition`` output whose partitions own the rows
     (None: rows dealt by hotness, :func:`iostack.shards.shard_rows`); ``groups``: full replicas of the rows
-    (DDStore's width), each over ``nodes / groups`` nodes that exchange rows only among themselves."""
+    (DDStore's width), each over ``nodes / groups`` nodes that exchange rows only among themselves;
+    ``halo_cache_bytes``: the locality cache each node's training will hold (its remote-cache budget), whose reads
+    the placement leaves out of the reads a node serves (0: none)."""
 
     nodes: int = 1
     replicas: int = 1
     hot_rows: float = 0.05
     partition: str | None = None
     groups: int = 1
+    halo_cache_bytes: int = 0
 
     def __post_init__(self) -> None:
         if int(self.nodes) < 1:
@@ -100,6 +103,8 @@ class ShardSpec:
             raise PlacingError(f"`partition` {self.partition}: ownership by partition needs `nodes` of 2 or more")
         if not 0.0 <= self.hot_rows <= 1.0:
             raise PlacingError(f"`hot_rows` {self.hot_rows}: expected a share of the rows between 0 and 1")
+        if int(self.halo_cache_bytes) < 0:
+            raise PlacingError(f"`halo_cache_bytes` {self.halo_cache_bytes}: expected a size in bytes >= 0")
 
     def hot_row_count(self, num_rows: int) -> int:
         """The hot share as a row count (rounded).
