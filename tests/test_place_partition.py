@@ -217,3 +217,27 @@ def test_the_hotness_deal_keeps_the_datasets_hotness_and_writes_no_halo_list(cor
         pl = load_placement(out / f"node{k}")
         gpu = pl.vertices_of(next(b.id for b in pl.bins if b.kind == "gpu"))
         assert int(np.argmax(hot[sp.layout.rows_of(k)])) in set(gpu.tolist())
+
+
+def test_the_benchmark_measures_partition_below_hash_and_predicts_the_exchange(cora2, tmp_path, monkeypatch):
+    import importlib.util
+
+    tools = Path(__file__).resolve().parents[1] / "tools"
+    monkeypatch.syspath_prepend(str(tools))
+    spec = importlib.util.spec_from_file_location("bench_partition_place", tools / "bench_partition_place.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cora, _ = cora2
+    row = mod.measure("cora", cora, tmp_path, 2, 0.05, 1, 0.05, 1.0)
+    c = row["configs"]
+    assert set(c) == {"partition", "partition+cache", "partition+hotcache", "hash", "hash+cache"}
+    assert c["partition"]["remote_share_median"] < c["hash"]["remote_share_median"] / 3
+    assert 0.4 < c["hash"]["remote_share_all_steps"] < 0.6 and c["hash"]["predicted_share"] == 0.5
+    assert c["partition+cache"]["remote_share_all_steps"] <= c["partition"]["remote_share_all_steps"]
+    for x in c.values():  # the plan's bytes are its share of what a node's batch gathers, as measured
+        assert x["predicted_bytes_per_node_step"] == pytest.approx(
+            x["predicted_share"] * row["gathered_bytes_per_node_step"], rel=1e-3)
+        assert x["remote_share_min"] <= x["remote_share_median"] <= x["remote_share_max"]
+    assert c["partition"]["feature_bytes_node_share"] == pytest.approx(0.5, abs=0.02)
+    figs = mod.figures([row], "today")
+    assert len(figs) == 2 + 1 + 1 + 1 + 2 + len(c)
