@@ -6,7 +6,7 @@ rows get are not the dataset's hotness: they are the reads its own ranks make
 of them plus the reads it serves to the other nodes, less what those nodes find
 in their locality caches. :func:`node_hotness` measures that by pre-sampling
 every node's own seeds (:func:`training.sampler.count_accesses`, the hotness
-spec's fan-outs, batch size, epochs and seed):
+spec's fan-outs, batch size and seed, at least :data:`MIN_EPOCHS` epochs):
 
 * ``reads[k]`` (``[V]``, per epoch): the rows node ``k``'s batches gather;
 * ``halo[k]``: the rows node ``k`` does not hold, the most read by its own
@@ -31,7 +31,7 @@ spec's fan-outs, batch size, epochs and seed):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -39,6 +39,12 @@ from iostack.shards import ShardLayout
 from planner.progress import Progress, report
 from training.data import Dataset
 from training.hotness import HotnessSpec
+
+#: the fewest epochs of its seeds a node's pre-sample covers (unless the spec counts batches): one epoch's counts
+#: rank the remote rows too noisily for the cache (tools/bench_partition_place.py --presample-epochs 1: the halo
+#: cache then leaves 0.5-1.4 points more remote than a cache of the dataset's hottest rows on the skewed graphs; at
+#: 3 it leaves fewer on every graph measured)
+MIN_EPOCHS = 3.0
 
 
 @dataclass(frozen=True)
@@ -133,10 +139,13 @@ def node_hotness(ds: Dataset, layout: ShardLayout, spec: HotnessSpec, *, cache_r
                  halos: Sequence[np.ndarray] | None = None, progress: Progress | None = None) -> NodeHotness:
     """Each node's hotness over its rows and its locality cache's order (see the module docstring).
 
+    The pre-sample covers at least :data:`MIN_EPOCHS` epochs of every node's seeds.
     ``cache_rows``: the rows each node's locality cache will hold (its byte
     budget over a row's bytes; 0: none); ``halos[k]``: partition ``k``'s halo
     rows in the dataset's ids (None: the pre-sample's alone).
     """
+    if spec.num_batches is None and spec.epochs < MIN_EPOCHS:
+        spec = replace(spec, epochs=MIN_EPOCHS)
     reads, epochs = node_reads(ds, layout, spec, progress=progress)
     halo = tuple(halo_ranking(reads[k], layout.holds(k), None if halos is None else halos[k])
                  for k in range(layout.num_nodes))
@@ -153,5 +162,5 @@ def partition_halos(path: str, parts: int) -> list[np.ndarray]:
     return [old[np.asarray(pt.part(k).halo, np.int64)] for k in range(parts)]
 
 
-__all__ = ["NodeHotness", "halo_ranking", "node_hotness", "node_reads", "node_seeds", "partition_halos",
+__all__ = ["MIN_EPOCHS", "NodeHotness", "halo_ranking", "node_hotness", "node_reads", "node_seeds", "partition_halos",
            "served_hotness"]

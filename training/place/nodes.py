@@ -5,7 +5,8 @@ nodes by :func:`iostack.shards.shard_rows` (the hottest ``hot_rows`` held by
 ``replicas`` nodes, DDStore's width; every other row by one), then each node's
 rows are placed into that node's GPU, CPU and SSD bins exactly as one machine's
 (:func:`training.place.policy.place`: DDAK on the plan's targets, with the hotness
-of the node's rows). Node ``k`` gets a directory of its own, ``out/node<k>``,
+of the node's rows; with a plan per node, each node's own plan; where the rows follow
+a partition, each node's own reads and the reads it serves). Node ``k`` gets a directory of its own, ``out/node<k>``,
 with everything it needs and nothing it does not:
 
 * ``placement.json``, ``bin_of.npy``, ``row_of.npy``: its bins over its
@@ -19,8 +20,10 @@ with everything it needs and nothing it does not:
   directory when ``--ssd`` is ``--out``);
 * ``shards.json``, ``owner.npy``, ``width.npy``: the layout (which node owns
   which rows), with the node's number and the dataset's fingerprint;
-  ``hotness.npy``: what the locality cache of remote rows is chosen by;
-  ``place.json``: the report.
+  ``hotness.npy``: what the locality cache of remote rows is chosen by, unless
+  ``halo.npy`` lists them (rows that follow a partition: the remote rows the
+  node's own batches read most, :mod:`training.place.node_reads`);
+  ``place.json``: the report (with the node's own plan).
 
 ``out`` itself gets the layout (``shards.json`` with ``node: null``) and a
 summary ``place.json``, so ``--placement out`` works where every node sees
@@ -208,6 +211,7 @@ def _node_report(res: PlaceResult, targets: PlanTargets, node_hot: NodeHotness |
             "node_hotness": "its own reads and those it serves" if node_hot is not None
             else "the dataset's, over its rows",
             "halo_rows": int(node_hot.halo[k].size) if node_hot is not None else None,
+            "node_presample_epochs": node_hot.epochs if node_hot is not None else None,
             "bins": [asdict(b) for b in res.bins], "report": asdict(res.report),
             "baseline": asdict(res.baseline) if res.baseline else None, "target_notes": list(res.notes)}
 
