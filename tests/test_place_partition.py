@@ -243,3 +243,32 @@ def test_the_benchmark_measures_partition_below_hash_and_predicts_the_exchange(c
     assert c["partition"]["feature_bytes_node_share"] == pytest.approx(0.5, abs=0.02)
     figs = mod.figures([row], "today")
     assert len(figs) == 2 + 1 + 1 + 1 + 2 + len(c)
+
+
+@pytest.mark.heavy  # starts two node processes that import torch (~15 s)
+def test_two_nodes_train_over_a_partition_placement_with_its_halo_cache_what_one_process_trains(cora2, tmp_path):
+    """`moment place --nodes 2 --partition` (each node's own reads, halo.npy), then two nodes training with
+    `--remote-cache`: the cache holds halo.npy's first rows, serves reads, and the losses are one process's."""
+    from moment.cli import main
+    from tests.conftest import flat_spec
+    from tests.nodes_launch import launch, log, wait_all
+    from tests.test_nodes import CFG, _steps, _train
+    from training.trainer import train
+
+    cora, c2 = cora2
+    ssd = [a for _ in range(8) for a in ("--ssd", str(tmp_path / "ssd"))]
+    assert main(["place", "--dataset", str(cora), "--machine", "moment-b", "--gpu-cache", "64KiB", "--cpu-cache",
+                 "256KiB", *ssd, "--fanouts", "10,5", "--batch-size", "35", "--nodes", "2", "--partition", str(c2),
+                 "--halo-cache", "256KiB", "--out", str(tmp_path / "pl")]) == 0
+    m = tmp_path / "m.jsonl"
+    args = ["--batch-size", "35", "--epochs", "2", "--metrics", str(m), "--remote-cache", "256KiB"]
+    procs = launch([_train(tmp_path / "pl" / f"node{k}", *args, cora=cora) for k in range(2)], logs=tmp_path / "logs")
+    assert wait_all(procs) == [[0], [0]], log(tmp_path / "logs", 0)[-2000:] + log(tmp_path / "logs", 1)[-2000:]
+    rows = 256 * 1024 // open_dataset(cora).row_bytes
+    assert f"locality cache: {rows:,} remote rows" in log(tmp_path / "logs", 0)
+    epochs = [r for r in map(json.loads, m.read_text().splitlines()) if r["kind"] == "epoch"]
+    assert epochs and all(r["nodes"]["cache_rows"] > 0 for r in epochs)
+    one: list[float] = []
+    train(flat_spec(dataset=str(cora), batch_size=35, epochs=2, **CFG),
+          progress=lambda r: one.append(r["loss"]) if r["kind"] == "step" else None)
+    np.testing.assert_allclose([r["loss"] for r in _steps(m)], one, rtol=1e-5)
