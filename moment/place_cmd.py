@@ -252,7 +252,7 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
                                recompute_hotness=args.recompute_hotness, force=args.force, plan_notes=plan_notes,
                                cpu_cache_sizing=sizing, progress=bars, warn=_warn, node_handoffs=node_handoffs)
     if placed.sharded is not None:
-        return print_nodes(args, placed.sharded, placed.dataset, placed.hotness, placed.targets)
+        return print_nodes(args, placed.sharded, placed.dataset, placed.hotness, placed.targets, placed.report)
     if args.json:
         sys.stdout.write(json.dumps(placed.report, indent=2) + "\n")
         return 0

@@ -195,15 +195,19 @@ def test_cli_places_each_node_by_its_own_plan_and_writes_the_halo_list(cora2, tm
     common = ["place", "--dataset", str(cora), "--gpu-cache", "64KiB", "--cpu-cache", "256KiB", *ssd,
               "--fanouts", "10,5", "--batch-size", "64", "--nodes", "2", "--partition", str(c2)]
     assert main([*common, "--plans", f"{plan},{plan}", "--halo-cache", "100KiB", "--out", str(tmp_path / "pl")]) == 0
+    assert "--remote-share" in capsys.readouterr().out
     rep = json.loads((tmp_path / "pl" / "place.json").read_text())
     assert rep["node_plans"] == [f"--plans {plan} (node 0)", f"--plans {plan} (node 1)"]
     assert rep["halo_cache_bytes"] == 100 * 1024
+    shares = rep["presampled_remote_share"]  # Cora's METIS halves: few remote reads, fewer with the caches
+    assert 0 < shares["halo_cache"] < shares["no_cache"] < 0.2
     for k in range(2):
         halo = np.load(tmp_path / "pl" / f"node{k}" / "halo.npy")
         assert halo.size and not (np.load(c2 / "part_of.npy")[halo] == k).any()
-    capsys.readouterr()
     assert main([*common, "--plans", str(plan), "--out", str(tmp_path / "p2")]) == 2
     assert "--plans: 1 plan files for --nodes 2" in capsys.readouterr().err
+    assert main([*common[:-2], "--plan", str(plan), "--halo-cache", "1KiB", "--out", str(tmp_path / "p3")]) == 2
+    assert "--halo-cache 1024: the halo cache is a partition's; give --partition too" in capsys.readouterr().err
 
 
 def test_the_hotness_deal_keeps_the_datasets_hotness_and_writes_no_halo_list(cora2, tmp_path):

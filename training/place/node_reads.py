@@ -135,6 +135,23 @@ def served_hotness(reads: np.ndarray, layout: ShardLayout, cached: Sequence[np.n
     return [total[k, layout.rows_of(k)] for k in range(layout.num_nodes)]
 
 
+def remote_shares(reads: np.ndarray, layout: ShardLayout, cached: Sequence[np.ndarray]) -> tuple[float, float]:
+    """The share of every node's reads (``[N, V]``) that its node does not hold, and of those its cache does not hold
+    either (``cached[k]``: global ids): what ``moment plan --nodes N --remote-share`` takes.
+
+    >>> from iostack.shards import partition_rows
+    >>> remote_shares(np.array([[3., 1., 2., 0.], [0., 5., 1., 4.]]), partition_rows(np.array([0, 0, 1, 1])),
+    ...               [np.array([2]), np.empty(0, np.int64)])
+    (0.4375, 0.3125)
+    """
+    total = float(np.asarray(reads, np.float64).sum())
+    remote = cache = 0.0
+    for k in range(layout.num_nodes):
+        remote += float(reads[k][~layout.holds(k)].sum())
+        cache += float(reads[k][np.asarray(cached[k], np.int64)].sum())
+    return (remote / total, (remote - cache) / total) if total else (0.0, 0.0)
+
+
 def node_hotness(ds: Dataset, layout: ShardLayout, spec: HotnessSpec, *, cache_rows: int = 0,
                  halos: Sequence[np.ndarray] | None = None, progress: Progress | None = None) -> NodeHotness:
     """Each node's hotness over its rows and its locality cache's order (see the module docstring).
@@ -163,4 +180,4 @@ def partition_halos(path: str, parts: int) -> list[np.ndarray]:
 
 
 __all__ = ["MIN_EPOCHS", "NodeHotness", "halo_ranking", "node_hotness", "node_reads", "node_seeds", "partition_halos",
-           "served_hotness"]
+           "remote_shares", "served_hotness"]

@@ -478,6 +478,21 @@ def _node_targets(job: _Job, layout: ShardLayout,
     return out
 
 
+def _shares(job: _Job, layout: ShardLayout, node_hot: NodeHotness | None) -> JsonObject | None:
+    """The nodes' pre-sampled remote share without and with the halo caches (``moment plan --nodes N
+    --remote-share``), or None without each node's reads."""
+    if node_hot is None:
+        return None
+    from training.place.node_reads import remote_shares
+
+    rows = job.spec.shards.halo_cache_bytes // job.ds.row_bytes
+    bare, cached = remote_shares(node_hot.reads, layout, [h[:rows] for h in node_hot.halo])
+    # the caches were chosen by these very reads, so their share is the best case, not a prediction:
+    # tools/bench_partition_place.py predicts the cache's share from a second, independent pre-sample instead
+    return {"no_cache": bare, "halo_cache": cached,
+            "halo_cache_note": "fitted to the pre-sample that chose it: a best case"}
+
+
 def _place_nodes(job: _Job) -> PlacedDataset:
     """Several nodes: every node's directory (:func:`training.place.nodes.place_sharded`), the root report."""
     from training.place.nodes import place_sharded, sharded_summary
@@ -490,7 +505,7 @@ def _place_nodes(job: _Job) -> PlacedDataset:
     head = {**_report_head(job), "row_bytes": job.ds.row_bytes, "strategy": spec.policy.strategy,
             "ownership": {"partition": spec.shards.partition} if spec.shards.partition else "hotness",
             "node_plans": [t.source for t in targets] if isinstance(targets, list) else None,
-            "halo_cache_bytes": spec.shards.halo_cache_bytes}
+            "halo_cache_bytes": spec.shards.halo_cache_bytes, "presampled_remote_share": _shares(job, layout, node_hot)}
     report(job.progress, f"placing over {spec.shards.nodes} nodes ({spec.policy.strategy}, "
                          f"replicas {spec.shards.replicas})")
     try:

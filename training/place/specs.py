@@ -105,6 +105,9 @@ class ShardSpec:
             raise PlacingError(f"`hot_rows` {self.hot_rows}: expected a share of the rows between 0 and 1")
         if int(self.halo_cache_bytes) < 0:
             raise PlacingError(f"`halo_cache_bytes` {self.halo_cache_bytes}: expected a size in bytes >= 0")
+        if self.halo_cache_bytes and self.partition is None:
+            raise PlacingError(f"`halo_cache_bytes` {self.halo_cache_bytes}: the halo cache is a partition's; give "
+                               "`partition` too, or leave it out")
 
     def hot_row_count(self, num_rows: int) -> int:
         """The hot share as a row count (rounded).
