@@ -276,3 +276,21 @@ def test_two_nodes_train_over_a_partition_placement_with_its_halo_cache_what_one
     train(flat_spec(dataset=str(cora), batch_size=35, epochs=2, **CFG),
           progress=lambda r: one.append(r["loss"]) if r["kind"] == "step" else None)
     np.testing.assert_allclose([r["loss"] for r in _steps(m)], one, rtol=1e-5)
+
+
+def test_moment_plan_takes_the_remote_share_a_partition_placement_measured(cora2, tmp_path, capsys):
+    from moment.cli import main
+
+    cora, c2 = cora2
+    ssd = [a for _ in range(8) for a in ("--ssd", str(tmp_path / "ssd"))]
+    assert main(["place", "--dataset", str(cora), "--machine", "moment-b", "--gpu-cache", "64KiB", "--cpu-cache",
+                 "256KiB", *ssd, "--fanouts", "10,5", "--batch-size", "64", "--nodes", "2", "--partition", str(c2),
+                 "--out", str(tmp_path / "pl"), "--json"]) == 0
+    share = json.loads(capsys.readouterr().out)["presampled_remote_share"]["no_cache"]
+    plan = ["plan", "--machine", "moment-b", "--nics", "1", "--top", "1", "--json"]
+    assert main([*plan, "--nodes", "2", "--remote-share-of", str(tmp_path / "pl")]) == 0
+    nodes = json.loads(capsys.readouterr().out)["nodes"]
+    assert nodes["remote_share"] == share  # the NIC then carries that share of the node's 4 GPUs' reads
+    assert sum(nodes["nic_placements"][0]["nic_in_bytes"].values()) == pytest.approx(share * 4e9, rel=1e-6)
+    assert main([*plan, "--nodes", "4", "--remote-share-of", str(tmp_path / "pl")]) == 2
+    assert "placed over 2 nodes, --nodes is 4" in capsys.readouterr().err
