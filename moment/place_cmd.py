@@ -125,6 +125,14 @@ def _node_options(p: argparse.ArgumentParser) -> None:
                             "hotness: a rank's batches then read mostly its own rows")
     nodes.add_argument("--hot-rows", type=float, default=0.05, metavar="SHARE",
                        help="share of the rows, hottest first, that --replicas applies to (default 0.05)")
+    nodes.add_argument("--plans", metavar="P0,P1,...",
+                       help="one plan file per node (`moment plan --json > FILE` on each server), in node order: "
+                            "node k's rows go into the bins of plan k (default: --plan, or the plan made now, on "
+                            "every node)")
+    nodes.add_argument("--halo-cache", default="0", metavar="SIZE",
+                       help="with --partition: the locality cache each node will train with (`moment train "
+                            "--remote-cache`); the reads it absorbs are left out of the reads a node serves "
+                            "(default 0)")
 
 
 def _add_policy_args(alg) -> None:
@@ -165,6 +173,21 @@ def _handoff(args: argparse.Namespace):
         _, notes = measured_inventory(inventory, caps)
     return plan_now(topo, spec=args.machine, model=args.model, nvlink_pairs=parse_nvlink(args.nvlink),
                     unknown_link_bytes_per_s=unknown_link_bytes_per_s(args), capacities=caps), notes
+
+
+def _node_handoffs(args: argparse.Namespace):
+    """``--plans``' files read, one per node (None without it)."""
+    from planner.handoff import read_plan_file
+
+    if not args.plans:
+        return None
+    files = [f.strip() for f in args.plans.split(",") if f.strip()]
+    if args.plan or args.machine:
+        raise PlannerError(f"--plans {args.plans}: gives every node's plan; drop "
+                           + ("--plan" if args.plan else "--machine"))
+    if len(files) != args.nodes:
+        raise PlannerError(f"--plans: {len(files)} plan files for --nodes {args.nodes}; give one per node")
+    return [read_plan_file(f, source=f"--plans {f} (node {k})") for k, f in enumerate(files)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -211,7 +234,8 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
         check_dir(d, option, what="the placement")
     # before any work: a path under a regular file, or one we may not create
     make_dirs([("--out", out), *(("--ssd", Path(x)) for x in args.ssd)], created)
-    handoff, plan_notes = _handoff(args)  # a bad plan or machine fails before any work
+    node_handoffs = _node_handoffs(args)
+    handoff, plan_notes = (node_handoffs[0], []) if node_handoffs else _handoff(args)  # fails before any work
     sizing = None
     if auto:
         from training.data import open_dataset
@@ -227,9 +251,9 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     with Bars(quiet=args.json) as bars:
         placed = place_dataset(args.dataset, handoff, out, spec, hotness_dir=args.hotness_dir,
                                recompute_hotness=args.recompute_hotness, force=args.force, plan_notes=plan_notes,
-                               cpu_cache_sizing=sizing, progress=bars, warn=_warn)
+                               cpu_cache_sizing=sizing, progress=bars, warn=_warn, node_handoffs=node_handoffs)
     if placed.sharded is not None:
-        return print_nodes(args, placed.sharded, placed.dataset, placed.hotness, placed.targets)
+        return print_nodes(args, placed.sharded, placed.dataset, placed.hotness, placed.targets, placed.report)
     if args.json:
         sys.stdout.write(json.dumps(placed.report, indent=2) + "\n")
         return 0
@@ -253,7 +277,8 @@ def _spec(args: argparse.Namespace, gpu_bytes: int, cpu_bytes: int):
 
     return PlaceSpec(TierSpec(gpu_bytes, cpu_bytes, args.ssd, args.gpu_cache_mode),
                      PolicySpec(args.strategy, args.pool, args.seed, socket_aware=not args.no_socket_aware),
-                     ShardSpec(args.nodes, args.replicas, args.hot_rows, args.partition, args.replica_groups),
+                     ShardSpec(args.nodes, args.replicas, args.hot_rows, args.partition, args.replica_groups,
+                               _size(args.halo_cache, "--halo-cache")),
                      HotnessSpec(args.hotness, fanouts=parse_fanouts(args.fanouts), batch_size=args.batch_size,
                                  epochs=args.presample_epochs, num_batches=args.presample_batches, seed=args.seed),
                      feature_dtype=args.feature_dtype, in_place=args.in_place)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 
-def print_nodes(args: argparse.Namespace, sp, ds, hot, targets) -> int:
+def print_nodes(args: argparse.Namespace, sp, ds, hot, targets, report: dict | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
@@ -17,6 +17,9 @@ def print_nodes(args: argparse.Namespace, sp, ds, hot, targets) -> int:
     from training.place.nodes import sharded_summary
 
     summary = sharded_summary(sp)
+    shares = (report or {}).get("presampled_remote_share")
+    if shares:
+        summary["presampled_remote_share"] = shares
     if args.json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
         return 0
@@ -29,12 +32,18 @@ def print_nodes(args: argparse.Namespace, sp, ds, hot, targets) -> int:
                      if sp.layout.groups > 1 else "")
                   + (f" · owners: the partitions of {args.partition}" if getattr(args, "partition", None) else ""))
     t = Table(title=f"nodes (written to {args.out}/node<k>)", title_justify="left")
-    for c in ("node", "rows", "bytes", "of a full replica", "SSD share of its reads", "directory"):
-        t.add_column(c, justify="left" if c == "directory" else "right")
+    plans = (report or {}).get("node_plans")  # one plan per node (--plans): say whose each node's bins are
+    for c in ("node", "rows", "bytes", "of a full replica", "SSD share of its reads", "directory",
+              *(["plan"] if plans else [])):
+        t.add_column(c, justify="left" if c in ("directory", "plan") else "right")
     for n in sp.nodes:
         t.add_row(str(n.node), f"{n.rows:,}", format_size(n.rows * sp.row_bytes), f"{n.rows * sp.row_bytes / full:.1%}",
-                  f"{n.result.report.ssd_share:.1%}", str(n.directory))
+                  f"{n.result.report.ssd_share:.1%}", str(n.directory), *([plans[n.node]] if plans else []))
     console.print(t)
+    if shares:
+        console.print(f"pre-sampled remote share of the nodes' reads: {shares['no_cache']:.1%} (with the halo caches "
+                      f"{shares['halo_cache']:.1%} at best: fitted to that pre-sample): `moment plan --nodes "
+                      f"{sp.layout.num_nodes} --remote-share {shares['no_cache']:.3f}` predicts the exchange")
     console.print(f"[dim]train on node k: torchrun --nnodes {sp.layout.num_nodes} --node-rank k ... -m moment "
                   f"train --placement {Path(args.out)} (or {Path(args.out)}/node<k> where each node has only its "
                   "own directory)[/dim]")

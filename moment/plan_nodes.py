@@ -22,6 +22,9 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--remote-share", type=float, metavar="S",
                    help="share of every GPU's reads from other nodes (default: from --nodes, --replicas, "
                         "--hot-read-share and --gpu-cache-share)")
+    g.add_argument("--remote-share-of", metavar="PLACEMENT",
+                   help="take --remote-share from a placement over partition-owned rows (`moment place --nodes N "
+                        "--partition`): the share of its nodes' pre-sampled reads that no node holds itself")
     g.add_argument("--nic-gbps", type=float, metavar="GBIT/S",
                    help="every data NIC's port rate (default: the NIC's known model, else its PCIe link)")
     g.add_argument("--no-gpudirect", action="store_true",
@@ -45,6 +48,10 @@ def network_demand(args: argparse.Namespace):
     if args.nic_gbps is not None and not (0 < args.nic_gbps < math.inf):
         raise CommandError(f"--nic-gbps {args.nic_gbps}: expected a positive number of Gbit/s")
     share = args.remote_share
+    if args.remote_share_of:
+        if share is not None:
+            raise CommandError("--remote-share-of and --remote-share: give one of them")
+        share = placement_remote_share(args.remote_share_of, args.nodes)
     if share is None:
         share = remote_share(args.nodes, replicas=args.replicas, hot_read_share=args.hot_read_share,
                              gpu_cache_share=args.gpu_cache_share, groups=args.replica_groups)
@@ -52,6 +59,33 @@ def network_demand(args: argparse.Namespace):
         raise CommandError(f"--remote-share {share}: expected 0 to 1")
     return NetworkDemand(args.nodes, share, not args.no_gpudirect,
                          args.nic_gbps * 1e9 / 8 if args.nic_gbps else None)
+
+
+def placement_remote_share(placement: str, nodes: int) -> float:
+    """The pre-sampled remote share a ``moment place --nodes N --partition`` placement recorded (its ``place.json``).
+
+    Raises
+    ------
+    CommandError
+        No readable ``place.json``, one without the share, or a placement over another number of nodes.
+    """
+    import json
+    from pathlib import Path
+
+    path = Path(placement) / "place.json"
+    try:
+        rep = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CommandError(f"--remote-share-of {placement}: cannot read {path} ({exc}); give the directory "
+                           "`moment place --nodes N --partition OUT --out DIR` wrote") from None
+    shares = rep.get("presampled_remote_share") if isinstance(rep, dict) else None
+    if not isinstance(shares, dict) or "no_cache" not in shares:
+        raise CommandError(f"--remote-share-of {placement}: {path} records no pre-sampled remote share (only a "
+                           "placement over partition-owned rows with a pre-sampled hotness does); give --remote-share")
+    if rep.get("num_nodes") != nodes:
+        raise CommandError(f"--remote-share-of {placement}: placed over {rep.get('num_nodes')} nodes, --nodes is "
+                           f"{nodes}")
+    return float(shares["no_cache"])
 
 
 def plan_nodes(args: argparse.Namespace, result) -> dict:

@@ -50,6 +50,9 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
                          ["--quick", "--replica-groups", "1,2,4"]),
     # METIS vs streaming LDG, partition vs hash/random ownership; the scale runs measure the writer's memory
     "partition": ("bench_partition.py", ["--scale-edges", "1e6", "1e7"], ["--quick", "--scale-edges", "1e6"]),
+    # ownership by the partitions vs hash with and without the halo cache: remote share per step, memory per node,
+    # moment plan --nodes's predicted exchange beside the measured one
+    "partition_place": ("bench_partition_place.py", [], ["--quick"]),
     # the graph partitioned over 2 ranks (spawned gloo processes) against one process holding all of it
     "distsample": ("bench_distsample.py", [], ["--quick"]),
     "train_dgl": ("bench_train_dgl.py", ["--rounds", "5"],

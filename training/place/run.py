@@ -44,6 +44,7 @@ from training.hotness_methods import HOTNESS_METHODS
 from training.memplan import CacheSizing
 from training.place.bins import PlacingError, build_bins, check_free_space, reader_sockets, targets_for_caches
 from training.place.guard import holds_placement_lock
+from training.place.node_reads import NodeHotness
 from training.place.policy import PlaceResult, place
 from training.place.report import expected_shares
 from training.place.specs import PlaceSpec
@@ -132,7 +133,8 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
                   spec: PlaceSpec, *, hotness_dir: str | os.PathLike[str] | None = None,
                   recompute_hotness: bool = False, force: bool = False, plan_notes: Sequence[str] = (),
                   cpu_cache_sizing: CacheSizing | None = None, progress: Progress | None = None,
-                  warn: Callable[[str], None] | None = None) -> PlacedDataset:
+                  warn: Callable[[str], None] | None = None,
+                  node_handoffs: Sequence[PlanHandoff] | None = None) -> PlacedDataset:
     """Place ``dataset``'s feature rows for ``handoff``'s plan as ``spec`` says and write the placement to ``out``.
 
     Parameters
@@ -154,12 +156,13 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
     plan_notes : sequence of str
         Notes of the caller about the plan, kept in the report.
     cpu_cache_sizing : CacheSizing, optional
-        How ``spec.tiers.cpu_cache_bytes`` was chosen (:func:`training.memplan.size_cpu_cache`), for
-        ``place.json``.
+        How ``spec.tiers.cpu_cache_bytes`` was chosen (:func:`training.memplan.size_cpu_cache`), for ``place.json``.
     progress : Progress, optional
         Called as the hotness, DDAK and the bin files advance (:mod:`planner.progress`).
     warn : callable, optional
         Called with each warning as it arises (default: this module's logger).
+    node_handoffs : sequence of PlanHandoff, optional
+        One plan per node: node ``k``'s rows go into the bins of plan ``k`` (None: ``handoff`` on every node).
 
     Returns
     -------
@@ -169,7 +172,7 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
     ------
     PlacingError
         ``out`` holds a placement (without ``force``), a dataset without features, a plan the
-        in-place bin does not fit, too little free space, a write that failed.
+        in-place bin does not fit, too little free space, a write that failed, ``node_handoffs`` not one per node.
 
     Examples
     --------
@@ -191,6 +194,7 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
     """
     out, tiers = Path(out), spec.tiers
     check_out(out, tiers.ssd_dirs, force=force)
+    _check_node_handoffs(node_handoffs, spec.shards.nodes)
     ds, codec, row_bytes = _open(dataset, spec.feature_dtype, progress)
     shift = _in_place_shift(ds, handoff) if spec.in_place else None  # before any long work
     for d in (out, *tiers.ssd_dirs):
@@ -200,10 +204,16 @@ def place_dataset(dataset: str | os.PathLike[str] | Dataset, handoff: PlanHandof
                                            cpu_rows=tiers.cpu_cache_bytes // row_bytes, gpu_mode=tiers.gpu_mode)
     job = _Job(ds, hot, targets, out, spec, progress, warn if warn is not None else log.warning,
                plan_notes=(*plan_notes, *([resolved] if resolved else [])), in_place_shift=shift,
-               cpu_cache_sizing=cpu_cache_sizing)
+               cpu_cache_sizing=cpu_cache_sizing, handoff=handoff, node_handoffs=node_handoffs)
     if spec.shards.nodes > 1:
         return _place_nodes(job)
     return _place_one(job, row_bytes, codec, force)
+
+
+def _check_node_handoffs(node_handoffs: Sequence[PlanHandoff] | None, nodes: int) -> None:
+    if node_handoffs is not None and len(node_handoffs) != nodes:
+        raise PlacingError(f"`node_handoffs`: {len(node_handoffs)} plans for `nodes` {nodes}; give one plan per "
+                           "node, or one plan for all")
 
 
 def _open(dataset: str | os.PathLike[str] | Dataset, feature_dtype: str | None,
@@ -250,6 +260,8 @@ class _Job:
     #: rows the feature file's header takes when it is the SSD bin itself (``in_place``), else None
     in_place_shift: int | None = None
     cpu_cache_sizing: CacheSizing | None = None
+    handoff: PlanHandoff | None = None
+    node_handoffs: Sequence[PlanHandoff] | None = None
 
     def warn_ssd(self) -> None:
         self.warnings = tuple(ssd_warnings(self.spec.tiers.ssd_dirs))
@@ -420,16 +432,66 @@ def _as_in_place(result: PlaceResult, shift: int) -> PlaceResult:
     return replace(result, placement=Placement(bins, p.bin_of, row_of, codec=None))
 
 
-def _partition_layout(job: _Job) -> ShardLayout | None:
-    """The layout of ``spec.shards.partition`` (ownership by the graph's partitions), or None (deal by hotness)."""
-    shards = job.spec.shards
+def _node_layout(job: _Job) -> ShardLayout:
+    """The rows over the nodes: by ``spec.shards.partition`` (the graph's partitions), else dealt by hotness."""
+    from iostack.shards import shard_rows
+
+    shards, n = job.spec.shards, job.ds.num_nodes
     if shards.partition is None:
-        return None
+        return shard_rows(job.hot.values, shards.nodes, shards.replicas, shards.hot_row_count(n),
+                          groups=shards.groups)
     from training.partition.owners import partition_layout
 
     return partition_layout(job.ds, shards.partition, shards.nodes, hotness=job.hot.values,
-                            replicas=shards.replicas, hot_rows=shards.hot_row_count(job.ds.num_nodes),
-                            groups=shards.groups)
+                            replicas=shards.replicas, hot_rows=shards.hot_row_count(n), groups=shards.groups)
+
+
+def _node_hotness(job: _Job, layout: ShardLayout) -> NodeHotness | None:
+    """Each node's hotness and locality cache order (:mod:`training.place.node_reads`) where the rows follow a
+    partition and the hotness is pre-sampled (its nodes' seeds are then known); else None."""
+    shards = job.spec.shards
+    # with replica groups a node's reads depend on how the groups split the seeds: left to the dataset's hotness
+    if shards.partition is None or shards.groups > 1 or not HOTNESS_METHODS.caps(job.hot.spec.method).get("sampled"):
+        return None
+    from training.place.node_reads import node_hotness, partition_halos
+
+
+    report(job.progress, "each node's reads (a pre-sample of its own seeds) and its locality cache's rows")
+    return node_hotness(job.ds, layout, job.hot.spec, cache_rows=shards.halo_cache_bytes // job.ds.row_bytes,
+                        halos=partition_halos(shards.partition, shards.nodes), progress=job.progress)
+
+
+def _node_targets(job: _Job, layout: ShardLayout,
+                  node_hot: NodeHotness | None) -> list[PlanTargets] | PlanTargets:
+    """Every node's plan resolved for its caches by its own rows' hotness, or the one resolved plan when every node
+    has the same plan and the dataset's hotness."""
+    if job.node_handoffs is None and node_hot is None:
+        return job.targets
+    tiers, rb, out = job.spec.tiers, job.ds.row_bytes, []
+    for k in range(layout.num_nodes):
+        handoff = job.node_handoffs[k] if job.node_handoffs is not None else job.handoff
+        hot = node_hot.hotness[k] if node_hot is not None else job.hot.values[layout.rows_of(k)]
+        targets, note = targets_for_caches(handoff, hot, gpu_rows=tiers.gpu_cache_bytes // rb,
+                                           cpu_rows=tiers.cpu_cache_bytes // rb, gpu_mode=tiers.gpu_mode)
+        if note:
+            job.plan_notes = (*job.plan_notes, f"node {k}: {note}")
+        out.append(targets)
+    return out
+
+
+def _shares(job: _Job, layout: ShardLayout, node_hot: NodeHotness | None) -> JsonObject | None:
+    """The nodes' pre-sampled remote share without and with the halo caches (``moment plan --nodes N
+    --remote-share``), or None without each node's reads."""
+    if node_hot is None:
+        return None
+    from training.place.node_reads import remote_shares
+
+    rows = job.spec.shards.halo_cache_bytes // job.ds.row_bytes
+    bare, cached = remote_shares(node_hot.reads, layout, [h[:rows] for h in node_hot.halo])
+    # the caches were chosen by these very reads, so their share is the best case, not a prediction:
+    # tools/bench_partition_place.py predicts the cache's share from a second, independent pre-sample instead
+    return {"no_cache": bare, "halo_cache": cached,
+            "halo_cache_note": "fitted to the pre-sample that chose it: a best case"}
 
 
 def _place_nodes(job: _Job) -> PlacedDataset:
@@ -438,14 +500,19 @@ def _place_nodes(job: _Job) -> PlacedDataset:
 
     spec = job.spec
     job.warn_ssd()
+    layout = _node_layout(job)
+    node_hot = _node_hotness(job, layout)
+    targets = _node_targets(job, layout, node_hot)
     head = {**_report_head(job), "row_bytes": job.ds.row_bytes, "strategy": spec.policy.strategy,
-            "ownership": {"partition": spec.shards.partition} if spec.shards.partition else "hotness"}
+            "ownership": {"partition": spec.shards.partition} if spec.shards.partition else "hotness",
+            "node_plans": [t.source for t in targets] if isinstance(targets, list) else None,
+            "halo_cache_bytes": spec.shards.halo_cache_bytes, "presampled_remote_share": _shares(job, layout, node_hot)}
     report(job.progress, f"placing over {spec.shards.nodes} nodes ({spec.policy.strategy}, "
                          f"replicas {spec.shards.replicas})")
     try:
-        sp = place_sharded(job.ds.features, job.hot.values, job.targets, job.out, spec.tiers, spec.policy,
+        sp = place_sharded(job.ds.features, job.hot.values, targets, job.out, spec.tiers, spec.policy,
                            spec.shards, reads_per_epoch=job.hot.reads_per_epoch, report=head, progress=job.progress,
-                           layout=_partition_layout(job))
+                           layout=layout, node_hot=node_hot)
     except OSError as exc:
         raise PlacingError(f"writing the node directories: {exc.strerror or exc} "
                            f"({getattr(exc, 'filename', '')}); check `out` and the `ssd_dirs` directories") from None

@@ -76,13 +76,16 @@ class ShardSpec:
     on ``replicas`` nodes each; ``partition``: a ``moment data partition`` output whose partitions own the rows
     (None: rows dealt by hotness, :func:`iostack.shards.shard_rows`); ``groups``: full replicas of the rows
     (DDStore's width), each over ``nodes / groups`` nodes that exchange rows only among themselves (with
-    ``partition``: of ``nodes / groups`` parts, one a node of each group)."""
+    ``partition``: of ``nodes / groups`` parts, one a node of each group); ``halo_cache_bytes``: the locality cache
+    each node's training will hold (its remote-cache budget), whose reads the placement leaves out of the reads a
+    node serves (0: none)."""
 
     nodes: int = 1
     replicas: int = 1
     hot_rows: float = 0.05
     partition: str | None = None
     groups: int = 1
+    halo_cache_bytes: int = 0
 
     def __post_init__(self) -> None:
         if int(self.nodes) < 1:
@@ -100,6 +103,14 @@ class ShardSpec:
                                   f"{size})" if self.groups > 1 else "(`nodes` of 2 or more)"))
         if not 0.0 <= self.hot_rows <= 1.0:
             raise PlacingError(f"`hot_rows` {self.hot_rows}: expected a share of the rows between 0 and 1")
+        if int(self.halo_cache_bytes) < 0:
+            raise PlacingError(f"`halo_cache_bytes` {self.halo_cache_bytes}: expected a size in bytes >= 0")
+        if self.halo_cache_bytes and self.partition is None:
+            raise PlacingError(f"`halo_cache_bytes` {self.halo_cache_bytes}: the halo cache is a partition's; give "
+                               "`partition` too, or leave it out")
+        if self.halo_cache_bytes and self.groups > 1:
+            raise PlacingError(f"`halo_cache_bytes` {self.halo_cache_bytes}: a halo cache is not chosen for replica "
+                               f"groups yet (`groups` {self.groups}); leave one of them out")
 
     def hot_row_count(self, num_rows: int) -> int:
         """The hot share as a row count (rounded).

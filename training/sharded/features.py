@@ -471,15 +471,13 @@ def _start_exchange(options: ShardedOptions, peers: Peers, feats: ShardedFeature
 
 def _fill_cache(feats: ShardedFeatures, node_dir: Path, layout: ShardLayout, options: ShardedOptions,
                 peers: Peers, share_key: Callable[[Path], str] | None) -> RemoteCache:
-    """The hottest remote rows, fetched once (collective: every rank takes part in every round)."""
-    hot_file = node_dir / "hotness.npy"
-    try:
-        hot = np.load(hot_file, mmap_mode="r")
-    except (OSError, ValueError):
-        raise NodeError(f"{hot_file}: no hotness to choose the locality cache's rows by; place again with "
-                        "`place_sharded`, or train without `remote_cache`") from None
+    """The hottest remote rows, fetched once (collective: every rank takes part in every round).
+
+    Which rows: the first of the placement's ``halo.npy`` where it wrote one (rows that follow a partition: the
+    rows this node's own batches read most, :mod:`training.place.node_reads`), else the dataset's hottest.
+    """
     budget = options.remote_cache_bytes // feats.row_bytes
-    ids = cache_rows(hot, feats._local.numpy() >= 0, budget)
+    ids = _halo_rows(node_dir, feats._local.numpy() >= 0, budget)
     if options.remote_cache_dir:
         return _fill_cache_ssd(feats, ids, options.remote_cache_dir, layout, peers)
     where = f"host memory of shard {feats.shard}"
@@ -509,6 +507,22 @@ def _fill_cache(feats: ShardedFeatures, node_dir: Path, layout: ShardLayout, opt
         return RemoteCache(ids, layout.num_vertices, rows=seg.tensor, segment=seg,
                            where=f"node-shared {where} ({seg.path})")
     return RemoteCache(ids, layout.num_vertices, rows=fetched, where=where)
+
+
+def _halo_rows(node_dir: Path, held: np.ndarray, budget: int) -> np.ndarray:
+    """The locality cache's ``budget`` rows: ``halo.npy``'s first, else the hottest by ``hotness.npy``."""
+    halo_file, hot_file = node_dir / "halo.npy", node_dir / "hotness.npy"
+    try:
+        if halo_file.exists():
+            ids = np.load(halo_file)[:max(0, budget)].astype(np.int64)
+            if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= held.size or bool(held[ids].any())):
+                raise NodeError(f"{halo_file}: lists rows this node holds or no vertex of the layout; place again")
+            return ids
+        hot = np.load(hot_file, mmap_mode="r")
+    except (OSError, ValueError):
+        raise NodeError(f"{hot_file}: no hotness to choose the locality cache's rows by; place again with "
+                        "`place_sharded`, or train without `remote_cache`") from None
+    return cache_rows(hot, held, budget)
 
 
 class _NotFilled(Exception):
