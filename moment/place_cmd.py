@@ -212,6 +212,12 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     # before any work: a path under a regular file, or one we may not create
     make_dirs([("--out", out), *(("--ssd", Path(x)) for x in args.ssd)], created)
     handoff, plan_notes = _handoff(args)  # a bad plan or machine fails before any work
+    from training.hetero.workflow import is_hetero
+
+    if is_hetero(args.dataset):  # every node type's rows, of their own widths, in shared bins
+        from moment.place_hetero import run_hetero
+
+        return run_hetero(args, handoff, out, spec, plan_notes)
     sizing = None
     if auto:
         from training.data import open_dataset

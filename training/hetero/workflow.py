@@ -1,0 +1,126 @@
+"""``moment place`` on a heterogeneous dataset as one library call: :func:`place_hetero_dataset`.
+
+The dataset's typed pre-sampling hotness (:func:`training.hetero.hotness.hetero_presample_counts`,
+one value per global id), the plan's targets for caches that hold these shares of the bytes
+read (:func:`training.hetero.place.byte_cache_shares`, then :meth:`PlanHandoff.resolve`), the
+plan's bins with capacities in bytes (:func:`training.place.bins.build_bins` at one byte a "row"),
+DDAK over every type's rows (:func:`training.hetero.place.place_hetero`), the sub-bins and
+indexes, and last the manifest with the report (:func:`training.hetero.tiered.write_hetero_placement`).
+
+The report holds, per tier, the bytes held and the shares of reads and of bytes read, both
+under the hotness placed by and under an independent pre-sample (another seed: what a run
+will read, which DDAK was not fitted to), and the same for the padded-to-widest baseline on
+the same bins. Not yet for heterogeneous datasets: several nodes, a storage dtype, ``in_place``,
+another policy than DDAK, another hotness than pre-sampling, socket-aware placement, and the
+cap of cache targets at what the hottest rows can serve (:func:`training.place.bins.feasible_targets`
+counts rows, not bytes): each is refused with its name, or (the last two) left out.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from momentbase.jsontypes import JsonObject
+from planner.handoff import PlanHandoff
+from planner.progress import Progress, report
+from training.data import fingerprint
+from training.hetero.hotness import hetero_presample_counts
+from training.hetero.place import HeteroPlaceResult, byte_cache_shares, place_hetero, tier_shares, typed_rows
+from training.hetero.store import HeteroDataset, open_hetero
+from training.hetero.tiered import MANIFEST, write_hetero_placement
+from training.place.bins import PlacingError, build_bins
+from training.place.run import check_out
+from training.place.specs import PlaceSpec
+
+
+def is_hetero(dataset: str | os.PathLike[str]) -> bool:
+    """Whether the dataset directory's ``meta.json`` has a ``hetero`` section (cheap: reads that file only)."""
+    import json
+
+    try:
+        meta = json.loads((Path(dataset) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "hetero" in meta
+
+
+def _refuse(spec: PlaceSpec) -> None:
+    """The options a heterogeneous placement does not take yet, each named."""
+    bad = [name for name, on in (("nodes", spec.shards.nodes > 1), ("feature_dtype", spec.feature_dtype is not None),
+                                 ("in_place", spec.in_place), ("strategy", spec.policy.strategy != "ddak"),
+                                 ("hotness", spec.hotness.method != "presample"),
+                                 ("num_batches", spec.hotness.num_batches is not None))
+           if on]
+    if bad:
+        raise PlacingError(f"{', '.join(f'`{b}`' for b in bad)}: not available for a heterogeneous dataset yet "
+                           "(DDAK over pre-sampled hotness on one machine, rows in their own types)")
+
+
+def _hotness(data: HeteroDataset, spec: PlaceSpec, seed: int) -> np.ndarray:
+    h = spec.hotness
+    return hetero_presample_counts(data, list(h.fanouts), batch_size=h.batch_size, epochs=h.epochs, seed=seed)
+
+
+def place_hetero_dataset(dataset: str | os.PathLike[str], handoff: PlanHandoff, out: str | os.PathLike[str],
+                         spec: PlaceSpec, *, force: bool = False, plan_notes: Sequence[str] = (),
+                         progress: Progress | None = None) -> tuple[HeteroPlaceResult, JsonObject]:
+    """Place every featured type's rows of ``dataset`` for ``handoff``'s plan; returns the result and report.
+
+    Raises
+    ------
+    PlacingError
+        ``out`` holds a placement (without ``force``), an option heterogeneous datasets do not take
+        yet, SSD directories that do not match the plan, a bin file that could not be written.
+    DatasetError
+        Not a heterogeneous dataset, or one without a target type and training split.
+    """
+    out, tiers = Path(out), spec.tiers
+    check_out(out, tiers.ssd_dirs, force=force)
+    if (out / MANIFEST).exists() and not force:
+        raise PlacingError(f"`out` {out}: holds a placement already ({MANIFEST}); "
+                           "choose another directory or pass `force=True` to replace it")
+    _refuse(spec)
+    data = open_hetero(dataset)
+    for d in (out, *tiers.ssd_dirs):
+        Path(d).mkdir(parents=True, exist_ok=True)
+    report(progress, "typed pre-sampling (the hotness of every type's rows)")
+    hot = _hotness(data, spec, spec.hotness.seed)
+    rows = typed_rows(data)
+    size = rows.sizes()
+    g, c = byte_cache_shares(rows.item_hotness(hot), size, handoff.targets, gpu_bytes=tiers.gpu_cache_bytes,
+                             cpu_bytes=tiers.cpu_cache_bytes, gpu_mode=tiers.gpu_mode)
+    targets, note = handoff.resolve(g, c)
+    total = int(size.sum())
+    bins = build_bins(targets, num_rows=total, row_bytes=1, gpu_cache_bytes=tiers.gpu_cache_bytes,
+                      cpu_cache_bytes=tiers.cpu_cache_bytes, ssd_dirs=tiers.ssd_dirs, out_dir=out,
+                      gpu_mode=tiers.gpu_mode)
+    report(progress, "placing (ddak over every type's rows, capacities in bytes)")
+    res = place_hetero(data, hot, bins, pool=spec.policy.pool, progress=progress)
+    padded = place_hetero(data, hot, bins, pool=spec.policy.pool, sizing="padded")
+    report(progress, "an independent pre-sample (what a run will read)")
+    other = _hotness(data, spec, spec.hotness.seed + 1)
+    rep: JsonObject = {
+        "schema": "moment.place.hetero", "version": 1, "dataset": str(data.base.path),
+        "dataset_fingerprint": fingerprint(data.base), "plan": targets.source, "machine": targets.machine,
+        "plan_notes": [*plan_notes, *([note] if note else [])],
+        "hotness": {**spec.hotness.params(), "method": "presample (typed)"},
+        "gpu_cache_bytes": tiers.gpu_cache_bytes, "cpu_cache_bytes": tiers.cpu_cache_bytes,
+        "types": {t: {"rows": rows.count[i], "row_bytes": rows.row_bytes[i],
+                      "rows_per_bin": np.bincount(res.placements[t].bin_of, minlength=len(bins)).tolist()}
+                  for i, t in enumerate(rows.types)},
+        "bins": [{"kind": b.kind, "device": b.device, "path": b.path, "capacity_bytes": b.capacity_rows,
+                  "bytes": int(res.bytes_per_bin[j]), "rows": int(res.result.items_per_bin[j]),
+                  "target_share": b.target_share} for j, b in enumerate(bins)],
+        "max_relative_deviation": res.result.max_relative_deviation,
+        "tiers": tier_shares(res), "tiers_held_out": tier_shares(res, other),
+        "padded_baseline": {"tiers": tier_shares(padded, hot), "tiers_held_out": tier_shares(padded, other)},
+    }
+    write_hetero_placement(data, res, out, rep, progress=progress)
+    return res, rep
+
+
+__all__ = ["is_hetero", "place_hetero_dataset"]
