@@ -92,3 +92,24 @@ def test_byte_cache_shares_and_errors(mag) -> None:
         place_hetero(mag, np.ones(3), _bins(10**6, 0, 0))
     with pytest.raises(PlacingError, match="sizing"):
         place_hetero(mag, np.ones(mag.schema.num_nodes), _bins(10**6, 0, 0), sizing="wide")
+
+
+def test_the_placement_benchmark_writes_its_figures(tmp_path, monkeypatch) -> None:
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    tools = Path(__file__).resolve().parents[1] / "tools"
+    monkeypatch.syspath_prepend(str(tools))
+    spec = importlib.util.spec_from_file_location("bench_hetero_place", tools / "bench_hetero_place.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "b.json"
+    monkeypatch.setattr(sys, "argv", ["bench_hetero_place.py"])
+    assert mod.main(["--papers", "3000", "--batches", "2", "--repeats", "1", "--batch-size", "64",
+                     "--dir", str(tmp_path / "scratch"), "--json", str(out)]) == 0
+    figs = json.loads(out.read_text())["figures"]
+    assert len(figs) == 3 and figs[0]["ours"] > 0 and figs[0]["reference"] > 0
+    assert 0 <= figs[1]["ours"] <= 1 and 0 <= figs[2]["reference"] <= 1
+    assert not (tmp_path / "scratch").exists()  # the scratch data is removed

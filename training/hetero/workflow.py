@@ -25,16 +25,16 @@ from pathlib import Path
 import numpy as np
 
 from momentbase.jsontypes import JsonObject
-from planner.handoff import PlanHandoff
+from planner.handoff import PlanHandoff, PlanTargets
 from planner.progress import Progress, report
 from training.data import fingerprint
 from training.hetero.hotness import hetero_presample_counts
 from training.hetero.place import HeteroPlaceResult, byte_cache_shares, place_hetero, tier_shares, typed_rows
 from training.hetero.store import HeteroDataset, open_hetero
 from training.hetero.tiered import MANIFEST, write_hetero_placement
-from training.place.bins import PlacingError, build_bins
+from training.place.bins import BinPlan, PlacingError, build_bins
 from training.place.run import check_out
-from training.place.specs import PlaceSpec
+from training.place.specs import PlaceSpec, TierSpec
 
 
 def is_hetero(dataset: str | os.PathLike[str]) -> bool:
@@ -65,6 +65,29 @@ def _hotness(data: HeteroDataset, spec: PlaceSpec, seed: int) -> np.ndarray:
     return hetero_presample_counts(data, list(h.fanouts), batch_size=h.batch_size, epochs=h.epochs, seed=seed)
 
 
+def hetero_bins(data: HeteroDataset, hotness: np.ndarray, handoff: PlanHandoff, tiers: TierSpec,
+                out: str | os.PathLike[str]) -> tuple[list[BinPlan], PlanTargets, str | None]:
+    """The plan's bins for ``data``'s rows, capacities in bytes; the targets, and a note when re-solved.
+
+    The plan's targets are resolved for caches holding the shares of the bytes read that the hottest
+    rows fitting in them hold (:func:`byte_cache_shares`).
+
+    Raises
+    ------
+    PlacingError
+        SSD directories that do not match the plan, a cache the plan has no place for.
+    """
+    rows = typed_rows(data)
+    size = rows.sizes()
+    g, c = byte_cache_shares(rows.item_hotness(hotness), size, handoff.targets, gpu_bytes=tiers.gpu_cache_bytes,
+                             cpu_bytes=tiers.cpu_cache_bytes, gpu_mode=tiers.gpu_mode)
+    targets, note = handoff.resolve(g, c)
+    bins = build_bins(targets, num_rows=int(size.sum()), row_bytes=1, gpu_cache_bytes=tiers.gpu_cache_bytes,
+                      cpu_cache_bytes=tiers.cpu_cache_bytes, ssd_dirs=tiers.ssd_dirs, out_dir=out,
+                      gpu_mode=tiers.gpu_mode)
+    return bins, targets, note
+
+
 def place_hetero_dataset(dataset: str | os.PathLike[str], handoff: PlanHandoff, out: str | os.PathLike[str],
                          spec: PlaceSpec, *, force: bool = False, plan_notes: Sequence[str] = (),
                          progress: Progress | None = None) -> tuple[HeteroPlaceResult, JsonObject]:
@@ -90,14 +113,7 @@ def place_hetero_dataset(dataset: str | os.PathLike[str], handoff: PlanHandoff, 
     report(progress, "typed pre-sampling (the hotness of every type's rows)")
     hot = _hotness(data, spec, spec.hotness.seed)
     rows = typed_rows(data)
-    size = rows.sizes()
-    g, c = byte_cache_shares(rows.item_hotness(hot), size, handoff.targets, gpu_bytes=tiers.gpu_cache_bytes,
-                             cpu_bytes=tiers.cpu_cache_bytes, gpu_mode=tiers.gpu_mode)
-    targets, note = handoff.resolve(g, c)
-    total = int(size.sum())
-    bins = build_bins(targets, num_rows=total, row_bytes=1, gpu_cache_bytes=tiers.gpu_cache_bytes,
-                      cpu_cache_bytes=tiers.cpu_cache_bytes, ssd_dirs=tiers.ssd_dirs, out_dir=out,
-                      gpu_mode=tiers.gpu_mode)
+    bins, targets, note = hetero_bins(data, hot, handoff, tiers, out)
     report(progress, "placing (ddak over every type's rows, capacities in bytes)")
     res = place_hetero(data, hot, bins, pool=spec.policy.pool, progress=progress)
     padded = place_hetero(data, hot, bins, pool=spec.policy.pool, sizing="padded")
@@ -123,4 +139,4 @@ def place_hetero_dataset(dataset: str | os.PathLike[str], handoff: PlanHandoff, 
     return res, rep
 
 
-__all__ = ["is_hetero", "place_hetero_dataset"]
+__all__ = ["hetero_bins", "is_hetero", "place_hetero_dataset"]
