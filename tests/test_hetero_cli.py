@@ -63,3 +63,16 @@ def test_hetero_sage_from_memory_and_model_errors(placed, capsys) -> None:
     assert epochs[-1]["valid_acc"] > 0.7 and epochs[-1]["tiers"] == {}
     assert main(["train", "--dataset", str(root / "mag"), "--model", "sage", "--epochs", "1"]) == 2
     assert "--model hetero-sage or rgcn" in capsys.readouterr().err
+
+
+def test_options_a_hetero_placement_does_not_take_are_named(placed, tmp_path, capsys) -> None:
+    ssd = [a for _ in range(8) for a in ("--ssd", str(tmp_path / "ssd"))]
+    base = ["place", "--dataset", str(placed / "mag"), "--machine", "moment-b", "--gpu-cache", "1KiB",
+            "--cpu-cache", "1KiB", *ssd, "--out", str(tmp_path / "pl")]
+    assert main([*base, "--strategy", "hash", "--presample-batches", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--strategy" in err and "--presample-batches" in err and "not available for a heterogeneous" in err
+    assert not (tmp_path / "pl" / "hetero_place.json").exists()
+    assert main(["data", "synth", str(tmp_path / "g"), "--nodes", "200", "--edges", "1000", "--quiet"]) == 0
+    assert main(["train", "--dataset", str(tmp_path / "g"), "--model", "rgcn", "--epochs", "1"]) == 2
+    assert "for a heterogeneous dataset" in capsys.readouterr().err

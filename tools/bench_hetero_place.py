@@ -6,7 +6,9 @@ pre-sampling hotness, one plan (``moment-b``: a GPU cache, 2 host memories, 8 SS
 bins (caches given as ``--gpu-share`` / ``--cpu-share`` of all row bytes, small enough that the
 SSDs serve much of the reads). Ours: :func:`training.hetero.place.place_hetero` with each row its
 own bytes (``sizing="bytes"``); the reference: every row counted at the widest type's bytes
-(``sizing="padded"``, what one padded feature table would place). Both are written
+(``sizing="padded"``, what one padded feature table would place; its rows are still stored in
+their own widths here, so its SSD reads are no wider than ours and the gap measured is the
+placement's alone, a lower bound on padding's cost). Both are written
 (``write_hetero_placement``) and read back through :class:`training.hetero.tiered.HeteroFeatureStore`
 (posix reads, O_DIRECT where the file system allows) for the same typed batches, drawn by
 :class:`training.hetero.sampler.HeteroNeighborSampler` from training papers before the timing.

@@ -102,10 +102,7 @@ def place_hetero_dataset(dataset: str | os.PathLike[str], handoff: PlanHandoff, 
         Not a heterogeneous dataset, or one without a target type and training split.
     """
     out, tiers = Path(out), spec.tiers
-    check_out(out, tiers.ssd_dirs, force=force)
-    if (out / MANIFEST).exists() and not force:
-        raise PlacingError(f"`out` {out}: holds a placement already ({MANIFEST}); "
-                           "choose another directory or pass `force=True` to replace it")
+    check_out(out, tiers.ssd_dirs, force=force)  # refuses an `out` holding any placement, this kind's too
     _refuse(spec)
     data = open_hetero(dataset)
     for d in (out, *tiers.ssd_dirs):
@@ -135,6 +132,8 @@ def place_hetero_dataset(dataset: str | os.PathLike[str], handoff: PlanHandoff, 
         "tiers": tier_shares(res), "tiers_held_out": tier_shares(res, other),
         "padded_baseline": {"tiers": tier_shares(padded, hot), "tiers_held_out": tier_shares(padded, other)},
     }
+    # replacing: the old manifest goes before any bin changes, never an old index over new bins
+    (out / MANIFEST).unlink(missing_ok=True)
     write_hetero_placement(data, res, out, rep, progress=progress)
     return res, rep
 
