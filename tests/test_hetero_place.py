@@ -113,3 +113,19 @@ def test_the_placement_benchmark_writes_its_figures(tmp_path, monkeypatch) -> No
     assert len(figs) == 3 and figs[0]["ours"] > 0 and figs[0]["reference"] > 0
     assert 0 <= figs[1]["ours"] <= 1 and 0 <= figs[2]["reference"] <= 1
     assert not (tmp_path / "scratch").exists()  # the scratch data is removed
+
+
+def test_feasible_targets_in_bytes() -> None:
+    from training.place.bins import feasible_targets
+
+    b = [BinPlan("cpu", 2, 0.6, "numa0", "s0"), BinPlan("cpu", 2, 0.0, "numa1", "s1"),
+         BinPlan("ssd", 8, 0.4, "ssd0", "s0", "b.dat")]
+    h = np.array([3, 2, 2, 1, 1, 1, 0, 0], np.float32)
+    rows, _ = feasible_targets(h, b)
+    ones, _ = feasible_targets(h, b, np.ones(8, np.int64))  # one byte a row: the same as counting rows
+    assert [x.target_share for x in ones] == pytest.approx([x.target_share for x in rows])
+    # the hottest row is 2 bytes wide: a 2-byte host memory holds it alone, 6 of the 13 bytes read;
+    # the 0.6 asked of it is capped there and the rest passes to the other host memory
+    fixed, why = feasible_targets(h, b, np.array([2, 1, 1, 1, 1, 1, 1, 1]))
+    assert [x.target_share for x in fixed] == pytest.approx([6 / 13, 0.6 - 6 / 13, 0.4])
+    assert why == ["cpu bin numa0: the plan asks 60.00% of reads, its 2 bytes can serve 46.15%"]

@@ -38,7 +38,7 @@ from planner.handoff import PlanTargets
 from planner.placement import DdakBin, DdakResult
 from planner.progress import Progress
 from training.hetero.store import HeteroDataset
-from training.place.bins import BinPlan, PlacingError
+from training.place.bins import BinPlan, PlacingError, feasible_targets
 from training.place.policy import default_pool
 
 #: how rows are sized for DDAK: their own bytes, or every row the widest type's bytes
@@ -140,6 +140,8 @@ class HeteroPlaceResult:
     bytes_per_bin: np.ndarray
     item_reads: np.ndarray
     sizing: str
+    #: where the plan's cache targets were more than the caches can serve (:func:`feasible_targets`)
+    notes: tuple[str, ...] = ()
 
 
 def sub_bin_path(path: str, node_type: str) -> str:
@@ -173,6 +175,9 @@ def place_hetero(data: HeteroDataset, hotness: np.ndarray, bins: Sequence[BinPla
         raise PlacingError(f"`hotness`: expected shape ({data.schema.num_nodes},), got {np.shape(hotness)}")
     rows = typed_rows(data)
     h, size = rows.item_hotness(hotness), rows.sizes(sizing)
+    # the flow model does not know what the caches can hold: each cache target capped at what the
+    # hottest rows that fit in its bytes serve, the rest passed on (as for one row size)
+    bins, notes = feasible_targets(h, bins, size)
     dbins = [DdakBin(f"bin{i}", b.kind, b.capacity_rows, b.target_share) for i, b in enumerate(bins)]
     res = ddak(h, dbins, pool=pool or default_pool(h.size, len(dbins)), item_size=size, progress=progress)
     m = len(bins)
@@ -191,7 +196,8 @@ def place_hetero(data: HeteroDataset, hotness: np.ndarray, bins: Sequence[BinPla
         placements[t] = Placement(sub, bin_of, row_of)
     real = rows.sizes("bytes")
     return HeteroPlaceResult(tuple(bins), rows, res, placements,
-                             np.bincount(res.bin_of, weights=real, minlength=m).astype(np.int64), h, sizing)
+                             np.bincount(res.bin_of, weights=real, minlength=m).astype(np.int64), h, sizing,
+                             tuple(notes))
 
 
 def tier_shares(res: HeteroPlaceResult, hotness: np.ndarray | None = None) -> dict[str, dict[str, float]]:

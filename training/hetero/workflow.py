@@ -10,10 +10,10 @@ indexes, and last the manifest with the report (:func:`training.hetero.tiered.wr
 The report holds, per tier, the bytes held and the shares of reads and of bytes read, both
 under the hotness placed by and under an independent pre-sample (another seed: what a run
 will read, which DDAK was not fitted to), and the same for the padded-to-widest baseline on
-the same bins. Not yet for heterogeneous datasets: several nodes, a storage dtype, ``in_place``,
-another policy than DDAK, another hotness than pre-sampling, socket-aware placement, and the
-cap of cache targets at what the hottest rows can serve (:func:`training.place.bins.feasible_targets`
-counts rows, not bytes): each is refused with its name, or (the last two) left out.
+the same bins; cache targets are capped at what the hottest rows fitting in their bytes serve
+(:func:`training.place.bins.feasible_targets` with ``item_size``). Not yet for heterogeneous
+datasets: several nodes, a storage dtype, ``in_place``, another policy than DDAK, another
+hotness than pre-sampling (each refused with its name), socket-aware placement (left out).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def place_hetero_dataset(dataset: str | os.PathLike[str], handoff: PlanHandoff, 
     rep: JsonObject = {
         "schema": "moment.place.hetero", "version": 1, "dataset": str(data.base.path),
         "dataset_fingerprint": fingerprint(data.base), "plan": targets.source, "machine": targets.machine,
-        "plan_notes": [*plan_notes, *([note] if note else [])],
+        "plan_notes": [*plan_notes, *([note] if note else []), *res.notes],
         "hotness": {**spec.hotness.params(), "method": "presample (typed)"},
         "gpu_cache_bytes": tiers.gpu_cache_bytes, "cpu_cache_bytes": tiers.cpu_cache_bytes,
         "types": {t: {"rows": rows.count[i], "row_bytes": rows.row_bytes[i],
@@ -127,7 +127,7 @@ def place_hetero_dataset(dataset: str | os.PathLike[str], handoff: PlanHandoff, 
                   for i, t in enumerate(rows.types)},
         "bins": [{"kind": b.kind, "device": b.device, "path": b.path, "capacity_bytes": b.capacity_rows,
                   "bytes": int(res.bytes_per_bin[j]), "rows": int(res.result.items_per_bin[j]),
-                  "target_share": b.target_share} for j, b in enumerate(bins)],
+                  "target_share": b.target_share} for j, b in enumerate(res.bins)],
         "max_relative_deviation": res.result.max_relative_deviation,
         "tiers": tier_shares(res), "tiers_held_out": tier_shares(res, other),
         "padded_baseline": {"tiers": tier_shares(padded, hot), "tiers_held_out": tier_shares(padded, other)},
