@@ -58,11 +58,14 @@ def test_place_spans_the_tiers_and_train_learns_through_them(placed, capsys) -> 
 def test_hetero_sage_from_memory_and_model_errors(placed, capsys) -> None:
     root = placed
     assert main(["train", "--dataset", str(root / "mag"), "--model", "hetero-sage", "--fanouts", "3,2",
-                 "--batch-size", "64", "--hidden", "32", "--lr", "0.01", "--epochs", "2", "--json"]) == 0
+                 "--eval-fanouts", "5,5", "--batch-size", "64", "--hidden", "32", "--lr", "0.01", "--epochs", "2",
+                 "--json"]) == 0
     epochs = json.loads(capsys.readouterr().out)["epochs"]
     assert epochs[-1]["valid_acc"] > 0.7 and epochs[-1]["tiers"] == {}
     assert main(["train", "--dataset", str(root / "mag"), "--model", "sage", "--epochs", "1"]) == 2
     assert "--model hetero-sage or rgcn" in capsys.readouterr().err
+    assert main(["train", "--dataset", str(root / "mag"), "--model", "rgcn", "--dynamic-cache", "1MiB"]) == 2
+    assert "--dynamic-cache: not available for a heterogeneous dataset" in capsys.readouterr().err
 
 
 def test_options_a_hetero_placement_does_not_take_are_named(placed, tmp_path, capsys) -> None:

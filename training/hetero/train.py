@@ -8,7 +8,8 @@ GPU, host and SSD tiers) or, without one, from the dataset's memory maps. Intege
 0..255 floats they dominate the first layer, and the first epochs' loss with it. Records, the
 metrics file and the checkpoint follow the homogeneous trainer's: a ``start`` record, one per
 step, one per epoch (loss, accuracy, seeds/s, rows and bytes per tier), ``checkpoint.pt``
-at every epoch end, ``resume`` from it.
+at every epoch end, ``resume`` from it. Not yet: several ranks, a GPU (the model and the gathers
+stay on the CPU), prefetching and copy overlap, mixed precision.
 """
 
 from __future__ import annotations
@@ -150,13 +151,15 @@ def _run(spec: TrainSpec, model_name: str, data: HeteroDataset, rows: FeatureRow
     emit({"kind": "start", "config": spec.to_dict(), "model": model_name, "steps_per_epoch": steps,
           "num_train": len(train), "device": "cpu", "features": "tiered" if rows.store else "memory",
           "parameters": sum(p.numel() for p in model.parameters()), "start_epoch": start, "start_step": 0})
+    eval_sampler = sampler if spec.sampling.eval_fanouts is None else HeteroNeighborSampler(
+        data, spec.sampling.eval_fanouts, seed=run.seed)
     records = []
     for epoch in range(start, run.epochs):
         rec = _epoch(model, opt, data, sampler, rows, train, bs, run.seed + epoch, epoch, emit)
         if epoch == run.epochs - 1 or (run.eval_every_epochs and (epoch + 1) % run.eval_every_epochs == 0):
             for split in ("valid", "test"):
                 if data.split(f"{split}_idx") is not None:
-                    rec[f"{split}_acc"] = accuracy(model, data, sampler, f"{split}_idx",
+                    rec[f"{split}_acc"] = accuracy(model, data, eval_sampler, f"{split}_idx",
                                                    spec.sampling.eval_batch_size, rows)
         if ckpt is not None:
             save_checkpoint(ckpt, {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
