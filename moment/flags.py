@@ -37,7 +37,7 @@ ALIASES: dict[str, dict[str, str]] = {
     "place": {"ssd_dirs": "--ssd", "gpu_mode": "--gpu-cache-mode", "gpu_cache_bytes": "--gpu-cache",
               "cpu_cache_bytes": "--cpu-cache", "cpu_cache_sizing": "--cpu-cache auto", "num_nodes": "--nodes",
               "method": "--hotness", "groups": "--replica-groups", "halo_cache_bytes": "--halo-cache",
-              "node_handoffs": "--plans"},
+              "node_handoffs": "--plans", "num_batches": "--presample-batches"},
     "train": {"checkpoint_dir": "--checkpoint", "metrics_path": "--metrics", "arch": "--model",
               "timeout_s": "--timeout", "remote_cache_bytes": "--remote-cache",
               "dynamic_cache_bytes": "--dynamic-cache", "eval_every_epochs": "--eval-every",

@@ -235,7 +235,14 @@ def _run(args: argparse.Namespace, created: list[Path]) -> int:
     # before any work: a path under a regular file, or one we may not create
     make_dirs([("--out", out), *(("--ssd", Path(x)) for x in args.ssd)], created)
     node_handoffs = _node_handoffs(args)
-    handoff, plan_notes = (node_handoffs[0], []) if node_handoffs else _handoff(args)  # fails before any work
+    # a bad plan or machine fails before any work
+    handoff, plan_notes = (node_handoffs[0], []) if node_handoffs else _handoff(args)
+    from training.hetero.workflow import is_hetero
+
+    if is_hetero(args.dataset):  # every node type's rows, of their own widths, in shared bins
+        from moment.place_hetero import run_hetero
+
+        return run_hetero(args, handoff, out, spec, plan_notes)
     sizing = None
     if auto:
         from training.data import open_dataset

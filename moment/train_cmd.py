@@ -22,10 +22,10 @@ from training.vocab import (
     EXCHANGES,
     GRAPH_ON,
     LINK_DECODERS,
-    MODEL_NAMES,
     NEGATIVE_METHODS,
     PRECISIONS,
     SAMPLE_ON,
+    TRAIN_MODEL_NAMES,
 )
 
 
@@ -114,11 +114,22 @@ def _train_command(args: argparse.Namespace) -> int:
                            "(create one with `moment data import`)")
     spec = _spec(args)
     _check_outputs(args)
+    from training.hetero.workflow import is_hetero
+    from training.vocab import HETERO_MODEL_NAMES
+
+    hetero = is_hetero(args.dataset)
+    if args.model in HETERO_MODEL_NAMES and not hetero:
+        raise CommandError(f"--model {args.model}: for a heterogeneous dataset; {args.dataset} is homogeneous "
+                           "(train sage, gat or gcn)")
     err = Console(stderr=True, highlight=False, emoji=False, width=None if sys.stderr.isatty() else 160)
     out = Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
     bars = Bars()  # per-step progress within an epoch, on a terminal only
     state: dict = {"rank": 0, "seeds": 0, "t0": 0.0}
     progress = _printer(args, spec, err, bars, state)
+    if hetero or args.task == "hetero":
+        from moment.train_hetero import run_hetero
+
+        return run_hetero(args, spec, err, out)
     if args.task == "link":
         from moment.train_link import run_link
 
@@ -340,7 +351,8 @@ def register(subparsers) -> None:
                    help="placement directory (placement.json, bin_of.npy, row_of.npy, SSD bins); default: "
                         "features in memory")
     m = p.add_argument_group("model and optimisation")
-    m.add_argument("--model", choices=MODEL_NAMES, default="sage", help="default sage")
+    m.add_argument("--model", choices=TRAIN_MODEL_NAMES, default="sage",
+                   help="default sage; a heterogeneous dataset trains hetero-sage or rgcn")
     m.add_argument("--fanouts", default="25,10", metavar="F1,F2,..",
                    help="neighbours per hop, hop 1 first, -1 = all (write --fanouts=-1,-1); one layer per fan-out "
                         "(default 25,10)")

@@ -76,6 +76,20 @@ about 1.5x the plain call (10^7 items, two groups: 2.5-2.7 s against
 1.7 s of CPU here; the grouping and the per-group gathers), and nothing
 when no affinity is given.
 
+Items of several sizes (``item_size``)
+-------------------------------------
+Feature rows of a heterogeneous graph differ in width and type (a paper's
+row of 128 float32, an institution's of 4 uint8), yet share one hotness and
+one set of bins. With ``item_size`` (a row's bytes) the capacities count
+bytes, a pool costs the sizes of its items, and a bin's traffic is the
+bytes it serves (hotness × size, the unit of the flow model's
+``store_bytes``). Items are still handed out by hotness, accesses per item:
+that is the bytes read per byte held, the order a fractional knapsack of
+read bytes under a byte budget takes. A pool split at a bin's edge gives it
+the items whose sizes fit; when the next item does not fit at all the bin
+counts as full (it loses less than one item's size). This path runs the
+Python greedy whatever ``n`` (the compiled loop counts items).
+
 Accuracy: when no bin fills up before its target is reached (capacities
 with slack), every bin ends within one pool of its target: a bin that
 reaches its target overshoots by less than the hottest pool ``P``, and the
@@ -136,7 +150,7 @@ CPU, spread 1.00).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -168,6 +182,8 @@ def ddak(
     pool: int = 100,
     order: np.ndarray | None = None,
     progress: Progress | None = None,
+    *,
+    item_size: np.ndarray | None = None,
 ) -> DdakResult:
     """Place items so each bin's traffic matches its target (see the module docstring).
 
@@ -181,10 +197,15 @@ def ddak(
     on a machine's first large placement, the kernels' compilation
     (:func:`planner.compiled.prepare`). Reads per
     consumer group: :func:`planner.affinity.ddak_affinity` (see "Consumer
-    groups" in the module docstring).
+    groups" in the module docstring). ``item_size`` (shape ``(n,)``, integers
+    ≥ 1, optional): each item's size in the unit of the bins'
+    ``capacity_items``, e.g. a feature row's bytes with capacities in bytes,
+    so that rows of several widths share the bins (see "Items of several
+    sizes" in the module docstring).
 
     Raises :class:`PlannerError` for an empty bin list, total capacity below
-    ``n``, negative or non-finite hotness, a target that is not positive.
+    ``n`` (below ``item_size.sum()``), negative or non-finite hotness, a
+    target that is not positive, sizes that are not integers ≥ 1.
 
     >>> import numpy as np
     >>> bins = [DdakBin("gpu0", "gpu", 10, 1.0), DdakBin("gpu1", "gpu", 10, 1.0),
@@ -196,15 +217,17 @@ def ddak(
     >>> r.traffic_per_bin.tolist(), r.target_per_bin.tolist()
     ([16.0, 12.0, 12.0], [10.0, 10.0, 20.0])
     """
-    h = check_inputs(hotness, bins)
+    h = check_inputs(hotness, bins, item_size)
     if pool < 1:
         raise PlannerError(f"pool: {pool} items; must be ≥ 1")
     n = h.shape[0]
+    if order is not None and order.shape != (n,):
+        raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
+    if item_size is not None:
+        return _ddak_sized(h, bins, pool, order, np.asarray(item_size, dtype=np.int64), progress)
     if _use_compiled(n):  # the first placement on a machine compiles the kernels: say so
         compiled.prepare(progress)
     report(progress, "ddak", 0, 3)
-    if order is not None and order.shape != (n,):
-        raise PlannerError(f"order: expected shape ({n},), got {order.shape}")
     own_order = order is None
     # the codes' array first: the compiled sort keeps its low digits in it (2n of its 8n bytes), so
     # the placement touches no more fresh memory than its outputs (12n), a page fault per page
@@ -216,15 +239,44 @@ def ddak(
     seg_bin, odd, acc = _fill_bins(h, order, pool_sum, pool, _Bins(bins, target, pool_sum, pool))
     del pool_sum  # 32 bytes a pool as Python floats (8 as an array), not needed for the outputs
     report(progress, "ddak", 2, 3)
-    sb, seg_start, seg_len, seg_row = _segments(seg_bin, odd, pool, len(bins))
+    return _result(n, order, own_order, seg_bin, odd, acc, target, pool, packed, progress)
+
+
+def _result(n: int, order: np.ndarray, own_order: bool, seg_bin: _Segs, odd: list[tuple[int, int]],
+            acc: list[float], target: np.ndarray, pool: int, packed: np.ndarray | None,
+            progress: Progress | None) -> DdakResult:
+    """The greedy's segments as each item's bin and row (:func:`_codes`), with the bins' traffic."""
+    sb, seg_start, seg_len, seg_row = _segments(seg_bin, odd, pool, len(acc))
     del seg_bin
     traffic = np.array(acc, dtype=np.float64)
-    packed, bits, items = _codes(n, order, seg_start, seg_len, sb, seg_row, len(bins), packed)
+    packed, bits, items = _codes(n, order, seg_start, seg_len, sb, seg_row, len(acc), packed)
     # bin_of takes over the order's memory (ours, not a caller's): the peak stays at 12n bytes
     bin_of = _split_codes(packed, bits, order if own_order else None)
     del order
     report(progress, "ddak", 3, 3)
     return DdakResult(bin_of, packed, traffic, target, items, _deviation(traffic, target))
+
+
+def _ddak_sized(h: np.ndarray, bins: Sequence[DdakBin], pool: int, order: np.ndarray | None,
+                size: np.ndarray, progress: Progress | None) -> DdakResult:
+    """:func:`ddak` with items of several sizes: capacities in size units, traffic as hotness × size.
+
+    The same sort, score, tier gate and pools, in the Python greedy (the
+    compiled whole-pool loop counts items): a pool costs its items' sizes, and
+    a pool split at a bin's edge gives it the items whose sizes fit.
+    """
+    n = h.shape[0]
+    report(progress, "ddak", 0, 3)
+    own_order = order is None
+    order, _ = _hot_ids(h, pool, order)  # hottest first by accesses per item: bytes read per byte held
+    hs = h.astype(np.float64) * size  # what a bin serves: the bytes its items are read for
+    pool_sum = _pool_sums(hs[order], pool).tolist()
+    state = _Bins(bins, _targets(float(np.cumsum(pool_sum)[-1]) if pool_sum else 0.0, bins), pool_sum, pool,
+                  size[order])
+    report(progress, "ddak", 1, 3)
+    seg_bin, odd, acc = _fill_bins(hs, order, pool_sum, pool, state)
+    report(progress, "ddak", 2, 3)
+    return _result(n, order, own_order, seg_bin, odd, acc, np.array(state.tgt), pool, None, progress)
 
 
 def _pool_sums(hs: np.ndarray, pool: int) -> np.ndarray:
@@ -286,7 +338,7 @@ class _Bins:
     """The greedy's running state per bin: traffic so far (``acc``), items so far (``used``)."""
 
     def __init__(self, bins: Sequence[DdakBin], target: np.ndarray,
-                 pool_sum: list[float] | np.ndarray, pool: int) -> None:
+                 pool_sum: list[float] | np.ndarray, pool: int, size: np.ndarray | None = None) -> None:
         self.m = len(bins)
         self.tgt = target.tolist()
         self.inv_t = [1.0 / t if t > 0 else 0.0 for t in self.tgt]
@@ -298,6 +350,21 @@ class _Bins:
         self.pool = pool
         self.pool_sum = pool_sum
         self._pool_pref: np.ndarray | None = None
+        #: items of several sizes (:func:`_ddak_sized`): each sorted item's size, each pool's, their prefix sums
+        self.size = size
+        self.cost: list[int] | None = None
+        if size is not None:
+            full = size.shape[0] // pool * pool
+            cost = np.concatenate([size[:full].reshape(-1, pool).sum(axis=1), size[full:].sum(keepdims=True)
+                                   if full < size.shape[0] else np.zeros(0, np.int64)])
+            self.cost = cost.tolist()
+            self.cost_pref = np.concatenate([[0], np.cumsum(cost)])
+
+    def pools_in(self, k: int, room: int) -> int:
+        """How many pools from pool ``k`` on take up ``room`` (the last one perhaps in part)."""
+        if self.size is None:
+            return -(-room // self.pool)
+        return int(np.searchsorted(self.cost_pref, self.cost_pref[k] + room, side="left")) - k
 
     @property
     def pool_pref(self) -> np.ndarray:
@@ -312,7 +379,7 @@ class _Bins:
         if phase < len(TIERS):
             js = [j for j in range(self.m)
                   if rank[j] == phase and used[j] < cap[j] and acc[j] < tgt[j]]
-            lead = _tight_bin(js, tgt, acc, cap, used, self.pool_pref, at, self.pool) \
+            lead = _tight_bin(js, tgt, acc, cap, used, self.pool_pref, at, self.pool, self.pools_in) \
                 if TIERS[phase] != "ssd" and len(js) > 1 else -1
             if lead >= 0:
                 js = [lead]
@@ -377,10 +444,15 @@ def _fill_bins(h: np.ndarray, order: np.ndarray, pool_sum: list[float] | np.ndar
     p = 0  # next sorted position
     k = 0  # next pool
     n_full = n // pool  # pools of exactly `pool` items
+    cost = state.cost  # a pool's size in capacity units: `pool`, or its items' sizes (_ddak_sized)
     while p < n:
         while not heap:
             heap, solo = state.heap_for(phase, p)  # the next bin of a cache tier filled one at a time
             if not heap:
+                if phase > n_tiers:
+                    raise PlannerError(f"bins: no bin has room for item {int(order[p])} (size "
+                                       f"{int(state.size[p]) if state.size is not None else 1}): the sizes "
+                                       "left gaps too small for it; raise the bins' capacity_items")
                 phase += 1
                 heap, solo = state.heap_for(phase, p)
         gated = phase < n_tiers
@@ -398,7 +470,7 @@ def _fill_bins(h: np.ndarray, order: np.ndarray, pool_sum: list[float] | np.ndar
             # to bins with room for a whole pool
             while k < n_full:
                 _, r, j = heap[0]
-                u = used[j] + pool
+                u = used[j] + (pool if cost is None else cost[k])
                 if u > cap[j]:
                     break
                 a_j = acc[j] + pool_sum[k]
@@ -431,6 +503,13 @@ def _split_pool(h: np.ndarray, order: np.ndarray, p: int, k: int, pool: int, hea
     u = used[j]
     pool_end = min((k + 1) * pool, h.shape[0])
     take = min(pool_end - p, cap[j] - u)
+    sizes = None if state.size is None else np.cumsum(state.size[p:pool_end])
+    if sizes is not None:  # items of several sizes: those that fit in the room left
+        take = int(np.searchsorted(sizes, cap[j] - u, side="right"))
+        if take == 0:  # the next item is larger than the room left: the bin is full
+            cap[j] = u
+            heapq.heappop(heap)
+            return p, k
     if j == solo:  # the lone bin takes the items that bring it nearest its target
         take = _nearest_take(h[order[p : p + take]], tgt[j] - acc[j])
     got = float(h[order[p : p + take]].sum(dtype=np.float64))
@@ -441,7 +520,7 @@ def _split_pool(h: np.ndarray, order: np.ndarray, p: int, k: int, pool: int, hea
         k += 1
     a_j = acc[j] + got
     acc[j] = a_j
-    u += take
+    u += take if sizes is None else int(sizes[take - 1])
     used[j] = u
     if u < cap[j] and (not gated or a_j < tgt[j]):
         heapq.heapreplace(heap, (a_j * state.inv_t[j] + u * state.inv_c[j], r, j))
@@ -467,7 +546,7 @@ def _segments(seg_bin: _Segs, odd: list[tuple[int, int]], pool: int,
 
 
 def _tight_bin(js: list[int], tgt: list[float], acc: list[float], cap: list[int], used: list[int],
-               pool_pref: np.ndarray, at: int, pool: int) -> int:
+               pool_pref: np.ndarray, at: int, pool: int, pools_in: Callable[[int, int], int]) -> int:
     """The cache bin that must take the hottest items alone, or -1.
 
     Among the eligible bins of a cache tier, the one with the most target
@@ -484,7 +563,7 @@ def _tight_bin(js: list[int], tgt: list[float], acc: list[float], cap: list[int]
         return -1
     lead = min(js, key=lambda j: (-(tgt[j] - acc[j]), j))
     k = at // pool
-    k_end = min(len(pool_pref) - 1, k + -(-(cap[lead] - used[lead]) // pool))
+    k_end = min(len(pool_pref) - 1, k + pools_in(k, cap[lead] - used[lead]))
     room_hotness = float(pool_pref[k_end] - pool_pref[k])
     return lead if tgt[lead] - acc[lead] >= _TIGHT * room_hotness else -1
 

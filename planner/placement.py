@@ -40,7 +40,8 @@ def _use_compiled(n: int) -> bool:
 @dataclass(frozen=True)
 class DdakBin:
     """One bin: ``kind`` is ``"gpu"``, ``"cpu"`` or ``"ssd"``; ``capacity_items``
-    how many items (rows) it holds; ``target_traffic`` the traffic the flow model
+    how many items (rows) it holds (with :func:`planner.ddak.ddak`'s ``item_size``:
+    how many size units, e.g. bytes); ``target_traffic`` the traffic the flow model
     wants it to serve (bytes, accesses, a share: any positive scale, only the
     ratios between bins matter).
 
@@ -75,17 +76,19 @@ class DdakResult:
     max_relative_deviation: float
 
 
-def check_inputs(hotness: np.ndarray, bins: Sequence[DdakBin]) -> np.ndarray:
+def check_inputs(hotness: np.ndarray, bins: Sequence[DdakBin], item_size: np.ndarray | None = None) -> np.ndarray:
     """``hotness`` as an array after the checks every placement policy owes its caller.
 
     One dimension of non-negative finite numbers, at least one bin, each of a
     known tier with a capacity ≥ 0 and a positive finite target, and room for
-    every item; else :class:`~planner.errors.PlannerError` naming the input.
+    every item (for the sum of ``item_size``, each item's size in capacity
+    units, when given); else :class:`~planner.errors.PlannerError` naming the input.
 
     Raises
     ------
     PlannerError
-        ``hotness`` is not one dimension of non-negative finite numbers, or the bins are empty, too small or malformed.
+        ``hotness`` is not one dimension of non-negative finite numbers, the bins are empty, too small or
+        malformed, or ``item_size`` is not one integer ≥ 1 per item.
     """
     h = np.asarray(hotness)
     if h.ndim != 1:
@@ -105,9 +108,16 @@ def check_inputs(hotness: np.ndarray, bins: Sequence[DdakBin]) -> np.ndarray:
             )
     n = h.shape[0]
     room = sum(int(b.capacity_items) for b in bins)
-    if room < n:
+    need, unit = n, "items"
+    if item_size is not None:
+        size = np.asarray(item_size)
+        if size.shape != (n,) or size.dtype.kind not in "iu" or (n and size.min() < 1):
+            raise PlannerError(f"item_size: expected {n} integers ≥ 1 (one per item), got shape {size.shape} "
+                               f"of {size.dtype}")
+        need, unit = int(size.sum(dtype=np.int64)), "size units"
+    if room < need:
         raise PlannerError(
-            f"bins: total capacity is {room} items for {n} items, {n - room} short; "
+            f"bins: total capacity is {room} {unit} for {need} {unit}, {need - room} short; "
             "add bins or raise their capacity_items"
         )
     if n and h.dtype.kind == "f":

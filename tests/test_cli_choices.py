@@ -69,6 +69,7 @@ def _library_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         NEGATIVE_METHODS,
         PRECISIONS,
         SAMPLE_ON,
+        TRAIN_MODEL_NAMES,
     )
 
     return {
@@ -76,7 +77,7 @@ def _library_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         ("moment data import", "--format"): ("auto", *FORMATS),
         ("moment data import", "--feature-dtype"): DATASET_FEATURE_DTYPES,
         ("moment bench io raw", "--engine"): ("all", *ENGINES),
-        ("moment train", "--model"): MODEL_NAMES,
+        ("moment train", "--model"): TRAIN_MODEL_NAMES,
         ("moment demo", "--model"): MODEL_NAMES,
         ("moment train", "--sample-on"): SAMPLE_ON,
         ("moment train", "--graph-on"): GRAPH_ON,

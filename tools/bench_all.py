@@ -76,6 +76,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     # replica groups (DDStore's width) at N = 4, W = 1, 2, 4: memory per node and remote share vs hot-row replication
     "replica_groups": ("bench_replica_groups.py", ["--seeds", "3"], ["--nodes-graph", "20000", "--edges", "200000",
                                                                     "--seeds", "1"]),
+    # heterogeneous rows: DDAK sized by each type's row bytes vs rows padded to the widest type (synth_mag, moment-b)
+    "hetero_place": ("bench_hetero_place.py", ["--repeats", "5"], ["--papers", "20000", "--repeats", "2"]),
     "startup": ("bench_startup.py", ["--repeats", "15"], ["--repeats", "5"]),
     # the step alone, flat all-reduce and DDP interleaved (the whole run against an old tree: --reference)
     "ddp": ("bench_ddp.py", ["--exchange", "--steps", "150"], ["--exchange", "--steps", "40"]),

@@ -42,7 +42,7 @@ from iostack.cachepolicy import CACHE_POLICIES
 from momentbase.jsontypes import JsonObject, JsonValue
 from training.errors import TrainError
 from training.models import MODELS
-from training.vocab import DATASET_CHECKS, EXCHANGES, GRAPH_ON, PRECISIONS, SAMPLE_ON
+from training.vocab import DATASET_CHECKS, EXCHANGES, GRAPH_ON, HETERO_MODEL_NAMES, PRECISIONS, SAMPLE_ON
 
 __all__ = ["RECORD_FIELDS", "DistributedSpec", "IOSpec", "ModelSpec", "RunSpec", "SamplingSpec", "TrainSpec"]
 
@@ -84,8 +84,8 @@ class ModelSpec:
     normalize_features: bool = False
 
     def __post_init__(self) -> None:
-        if self.arch not in MODELS:
-            raise TrainError(f"`arch` {self.arch!r}: expected one of {', '.join(MODELS)}")
+        if self.arch not in MODELS and self.arch not in HETERO_MODEL_NAMES:
+            raise TrainError(f"`arch` {self.arch!r}: expected one of {', '.join((*MODELS, *HETERO_MODEL_NAMES))}")
         _positive(self, "hidden", "heads", "out_heads")
         if self.gcn_norm not in ("local", "global"):
             raise TrainError(f"`gcn_norm` {self.gcn_norm!r}: expected 'local' or 'global'")

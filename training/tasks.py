@@ -7,8 +7,11 @@ default), ``progress`` the record callback. ``node`` (node classification, the d
 :func:`training.link.train.train_link`. The table imports nothing heavy: the command line lists its
 names without torch.
 
+``hetero`` (node classification on the target type of a heterogeneous dataset, HeteroSAGE or
+R-GCN) is :func:`training.hetero.train.train_hetero`.
+
 >>> TASKS.names()
-('node', 'link')
+('node', 'link', 'hetero')
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ if TYPE_CHECKING:
     from training.specs import TrainSpec
     from training.trainer import TrainResult
 
-__all__ = ["TASKS", "run_link", "run_node"]
+__all__ = ["TASKS", "run_hetero", "run_link", "run_node"]
 
 # Any: a task's run(spec, options, *, progress) -> TrainResult, named as strings to stay free of torch
 TASKS: Registry[Callable[..., Any]] = Registry("training task", TrainingError)
 TASKS.register("node", "training.tasks:run_node")
 TASKS.register("link", "training.tasks:run_link")
+TASKS.register("hetero", "training.tasks:run_hetero")
 
 
 def run_node(spec: TrainSpec, options: Mapping[str, object], *, progress: Callable[[dict], None] | None = None
@@ -45,3 +49,11 @@ def run_link(spec: TrainSpec, options: Mapping[str, object], *, progress: Callab
     from training.link.train import LinkSpec, train_link
 
     return train_link(spec, LinkSpec(**options), progress=progress)  # type: ignore[arg-type]
+
+
+def run_hetero(spec: TrainSpec, options: Mapping[str, object], *, progress: Callable[[dict], None] | None = None
+               ) -> TrainResult:
+    """A heterogeneous dataset: :func:`training.hetero.train.train_hetero` (``spec.model.arch`` names the model)."""
+    from training.hetero.train import train_hetero
+
+    return train_hetero(spec, progress=progress)

@@ -8,11 +8,17 @@ implementations (tests/test_startup.py), and a new word is added here once.
 
 from __future__ import annotations
 
-__all__ = ["DATASET_CHECKS", "DATASET_FEATURE_DTYPES", "EXCHANGES", "GPU_MODES", "GRAPH_ON", "LINK_DECODERS",
-           "MODEL_NAMES", "NEGATIVE_METHODS", "PRECISIONS", "SAMPLE_ON"]
+__all__ = ["DATASET_CHECKS", "DATASET_FEATURE_DTYPES", "EXCHANGES", "GPU_MODES", "GRAPH_ON", "HETERO_MODEL_NAMES",
+           "LINK_DECODERS", "MODEL_NAMES", "TRAIN_MODEL_NAMES", "NEGATIVE_METHODS", "PRECISIONS", "SAMPLE_ON"]
 
 #: the GNNs :data:`training.models.MODELS` builds, by name
 MODEL_NAMES = ("sage", "gat", "gcn")
+
+#: the models of a heterogeneous dataset (:data:`training.hetero.train.HETERO_MODELS`), by name
+HETERO_MODEL_NAMES = ("hetero-sage", "rgcn")
+
+#: every ``moment train --model``: homogeneous GNNs, then heterogeneous ones
+TRAIN_MODEL_NAMES = (*MODEL_NAMES, *HETERO_MODEL_NAMES)
 
 #: where a run samples: ``auto`` (the GPU when the graph fits there), ``cpu``, ``gpu``
 SAMPLE_ON = ("auto", "cpu", "gpu")

@@ -12,6 +12,8 @@ This module imports ``torch_geometric``: import it only where PyG is wanted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -22,17 +24,26 @@ from training.data import DatasetError
 from training.hetero.sampler import HeteroBatch, HeteroNeighborSampler
 from training.hetero.store import HeteroDataset
 
+#: rows of a type by local ids, in the order given, as float32 ``[len(ids), width]`` (a tiered store's gather)
+Rows = Callable[[str, Tensor], Tensor]
 
-def to_hetero_data(batch: HeteroBatch, data: HeteroDataset) -> HeteroData:
-    """The batch as PyG ``HeteroData``: ``x`` (float32) of featured types, ``n_id``, ``edge_index``, ``y``."""
+
+def to_hetero_data(batch: HeteroBatch, data: HeteroDataset, rows: Rows | None = None) -> HeteroData:
+    """The batch as PyG ``HeteroData``: ``x`` (float32) of featured types, ``n_id``, ``edge_index``, ``y``.
+
+    ``rows``: where the features come from (e.g. :class:`training.hetero.train.FeatureRows` over a
+    tiered store); default the dataset's ``feat_<type>`` memory maps, cast to float32.
+    """
     out = HeteroData()
     for t, ids in batch.n_id.items():
         out[t].n_id = ids
         out[t].num_nodes = int(ids.numel())
-        if t in data.features:
-            rows = np.asarray(data.features[t][np.sort(ids.numpy())], dtype=np.float32)
+        if t in data.features and rows is not None:
+            out[t].x = rows(t, ids)
+        elif t in data.features:
+            got = np.asarray(data.features[t][np.sort(ids.numpy())], dtype=np.float32)
             # the gather reads rows in id order (a memory map's pages in order); put them back in n_id order
-            out[t].x = torch.from_numpy(rows)[torch.argsort(torch.argsort(ids))]
+            out[t].x = torch.from_numpy(got)[torch.argsort(torch.argsort(ids))]
     for k, ei in batch.edge_index.items():
         out[k].edge_index = ei
     out[batch.seed_type].batch_size = batch.batch_size
@@ -131,7 +142,7 @@ MODELS: dict[str, type[HeteroSAGE] | type[RGCN]] = {"sage": HeteroSAGE, "rgcn": 
 
 
 def build_model(data: HeteroDataset, sampler: HeteroNeighborSampler, *, kind: str = "sage", hidden: int = 32,
-                layers: int = 2) -> HeteroSAGE | RGCN:
+                layers: int = 2, rows: Rows | None = None) -> HeteroSAGE | RGCN:
     """A model of ``kind`` (:data:`MODELS`) for ``data``'s types and relations and its target's classes.
 
     Its input widths are lazy (one per type, ``SAGEConv((-1, -1), ...)``): one forward pass over
@@ -149,7 +160,7 @@ def build_model(data: HeteroDataset, sampler: HeteroNeighborSampler, *, kind: st
     embed = {t.name: t.count for t in s.node_types if not t.feature_dim}
     model = MODELS[kind](metadata, embed, hidden=hidden, num_classes=data.base.num_classes, layers=layers)
     with torch.no_grad():
-        model(to_hetero_data(sampler.sample(str(s.target), split_ids(data, "train_idx")[:2]), data))
+        model(to_hetero_data(sampler.sample(str(s.target), split_ids(data, "train_idx")[:2]), data, rows))
     return model
 
 
@@ -180,7 +191,7 @@ def train_epoch(model: nn.Module, opt: torch.optim.Optimizer, data: HeteroDatase
 
 
 def accuracy(model: nn.Module, data: HeteroDataset, sampler: HeteroNeighborSampler, split: str,
-             batch_size: int = 256) -> float:
+             batch_size: int = 256, rows: Rows | None = None) -> float:
     """Share of ``split``'s target nodes classified right (sampled neighbourhoods).
 
     Raises
@@ -194,10 +205,11 @@ def accuracy(model: nn.Module, data: HeteroDataset, sampler: HeteroNeighborSampl
     model.eval()
     with torch.no_grad():
         for at in range(0, len(ids), batch_size):
-            batch = to_hetero_data(sampler.sample(target, ids[at:at + batch_size]), data)
+            batch = to_hetero_data(sampler.sample(target, ids[at:at + batch_size]), data, rows)
             n = batch[target].batch_size
             right += int((model(batch)[target][:n].argmax(1) == batch[target].y[:n]).sum())
     return right / max(len(ids), 1)
 
 
-__all__ = ["MODELS", "RGCN", "HeteroSAGE", "accuracy", "build_model", "split_ids", "to_hetero_data", "train_epoch"]
+__all__ = ["MODELS", "RGCN", "HeteroSAGE", "Rows", "accuracy", "build_model", "split_ids", "to_hetero_data",
+           "train_epoch"]

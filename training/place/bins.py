@@ -219,8 +219,27 @@ def _top_sums(h: np.ndarray, ks: Sequence[int]) -> np.ndarray:
     return np.array([float(part[n - k:].sum(dtype=np.float64)) if k > 0 else 0.0 for k in ks])
 
 
-def feasible_targets(hotness: np.ndarray, bins: Sequence[BinPlan]) -> tuple[list[BinPlan], list[str]]:
+def _held(h: np.ndarray, ends: Sequence[int], size: np.ndarray | None) -> np.ndarray:
+    """Share of all reads (of all bytes read, with ``size``) the hottest rows up to each end serve.
+
+    ``ends``: rows, or with ``size`` (each row's bytes) bytes: the hottest rows, hottest first, that
+    fit in them.
+    """
+    if size is None:
+        return _top_sums(h, [min(h.size, e) for e in ends]) / float(h.sum(dtype=np.float64))
+    order = np.argsort(-h.astype(np.float64), kind="stable")
+    cum_bytes = np.cumsum(size[order])
+    cum_read = np.cumsum(h[order].astype(np.float64) * size[order])
+    k = np.searchsorted(cum_bytes, np.asarray(ends, dtype=np.int64), side="right")
+    return np.where(k > 0, cum_read[np.maximum(k, 1) - 1], 0.0) / float(cum_read[-1])
+
+
+def feasible_targets(hotness: np.ndarray, bins: Sequence[BinPlan],
+                     item_size: np.ndarray | None = None) -> tuple[list[BinPlan], list[str]]:
     """``bins`` with each cache bin's target capped at what its capacity can serve, and why.
+
+    ``item_size`` (each row's bytes, ``[num_rows]``): capacities are bytes and targets shares of
+    the bytes read (rows of several widths: :func:`training.hetero.place.place_hetero`).
 
     A flow model does not know how many rows each store holds: ``maxflow`` may
     ask one host memory for the whole host-memory share although it holds
@@ -252,8 +271,8 @@ def feasible_targets(hotness: np.ndarray, bins: Sequence[BinPlan]) -> tuple[list
         if tier == "gpu" and idx and out[idx[0]].device == "cuda":
             idx = idx[:1]  # a replicated cache: one copy of the hottest rows
         visit += idx
-    ends = np.minimum(h.size, np.cumsum([out[i].capacity_rows for i in visit])).tolist()
-    held = _top_sums(h, ends) / total  # share of the reads the k hottest rows serve, k = each end
+    ends = np.cumsum([out[i].capacity_rows for i in visit]).tolist()
+    held = _held(h, ends, item_size)  # share of the reads the hottest rows up to each end serve
     prev, spill = 0.0, 0.0
     for i, upto in zip(visit, held, strict=True):
         b = out[i]
@@ -263,7 +282,8 @@ def feasible_targets(hotness: np.ndarray, bins: Sequence[BinPlan]) -> tuple[list
         if want > can * (1 + 1e-9) and b.target_share / t_sum > ZERO_TARGET_SHARE:
             notes.append(f"{b.kind} bin {b.device}: the plan asks {b.target_share / t_sum:.2%} of reads"
                          + (f" (+{spill:.2%} passed on)" if spill > 0 else "")
-                         + f", its {b.capacity_rows:,} rows can serve {can:.2%}")
+                         + f", its {b.capacity_rows:,} {'rows' if item_size is None else 'bytes'} can serve "
+                         f"{can:.2%}")
         spill = want - got
         out[i] = replace(b, target_share=max(got * t_sum, ZERO_TARGET_SHARE))
         prev = float(upto)

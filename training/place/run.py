@@ -54,8 +54,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: files whose presence in ``out`` means a placement is there already
-HELD = (MANIFEST, SHARDS)
+#: files whose presence in ``out`` means a placement is there already (the last: a heterogeneous
+#: dataset's, :data:`training.hetero.tiered.MANIFEST`)
+HELD = (MANIFEST, SHARDS, "hetero_place.json")
 
 @dataclass(frozen=True)
 class PlacedDataset:

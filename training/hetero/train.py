@@ -1,0 +1,209 @@
+"""``moment train`` on a heterogeneous dataset: HeteroSAGE or R-GCN, features through the tiered store.
+
+:func:`train_hetero` trains node classification on the target type (:mod:`training.hetero.model`)
+with batches from :class:`training.hetero.sampler.HeteroNeighborSampler`, every featured type's
+rows gathered from the placement ``moment place`` wrote (:class:`training.hetero.tiered.HeteroFeatureStore`:
+GPU, host and SSD tiers) or, without one, from the dataset's memory maps. Integer-typed tables
+(ogbn-mag-like uint8 features) are standardised per column (:class:`TypeNorm`): fed as raw
+0..255 floats they dominate the first layer, and the first epochs' loss with it. Records, the
+metrics file and the checkpoint follow the homogeneous trainer's: a ``start`` record, one per
+step, one per epoch (loss, accuracy, seeds/s, rows and bytes per tier), ``checkpoint.pt``
+at every epoch end, ``resume`` from it. Not yet: several ranks, a GPU (the model and the gathers
+stay on the CPU), prefetching and copy overlap, mixed precision.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from training.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+from training.errors import TrainError
+from training.hetero.model import accuracy, build_model, split_ids, to_hetero_data
+from training.hetero.sampler import HeteroNeighborSampler
+from training.hetero.store import HeteroDataset, open_hetero
+from training.hetero.tiered import HeteroFeatureStore
+from training.metrics import JsonlWriter
+from training.specs import TrainSpec
+from training.trainer import TrainResult
+from training.vocab import HETERO_MODEL_NAMES
+
+#: ``moment train --model`` names of heterogeneous models -> :data:`training.hetero.model.MODELS` keys
+HETERO_MODELS = dict(zip(HETERO_MODEL_NAMES, ("sage", "rgcn"), strict=True))
+
+#: rows read per type to fit a :class:`TypeNorm` (evenly spaced)
+_NORM_ROWS = 1 << 16
+
+
+@dataclass(frozen=True)
+class TypeNorm:
+    """Per-column mean and 1/std (float32, ``[width]``) of one integer-typed feature table."""
+
+    mean: Tensor
+    inv_std: Tensor
+
+    @classmethod
+    def fit(cls, table: np.ndarray) -> TypeNorm:
+        """From at most :data:`_NORM_ROWS` evenly spaced rows of ``table`` (a memory map is read that much)."""
+        step = max(1, table.shape[0] // _NORM_ROWS)
+        x = torch.from_numpy(np.asarray(table[::step], dtype=np.float32))
+        std = x.std(0, unbiased=False)
+        return cls(x.mean(0), torch.where(std > 0, 1.0 / std, torch.ones_like(std)))
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return (x - self.mean) * self.inv_std
+
+
+class FeatureRows:
+    """Float32 rows of each type by local id: from a :class:`HeteroFeatureStore`, or the memory maps.
+
+    ``norms``: a :class:`TypeNorm` per integer-typed table (fitted here); other tables pass as
+    float32.
+    """
+
+    def __init__(self, data: HeteroDataset, store: HeteroFeatureStore | None = None) -> None:
+        self.data, self.store = data, store
+        self.norms = {t: TypeNorm.fit(f) for t, f in data.features.items() if f.dtype.kind in "iu"}
+        self.seconds = 0.0
+
+    def __call__(self, node_type: str, ids: Tensor) -> Tensor:
+        t0 = time.perf_counter()
+        if self.store is not None:
+            x = self.store.gather(node_type, ids).to(torch.float32)
+        else:
+            order = torch.argsort(ids)  # the memory map's pages in order, then back to ids' order
+            rows = np.asarray(self.data.features[node_type][ids[order].numpy()], dtype=np.float32)
+            x = torch.empty(rows.shape, dtype=torch.float32)
+            x[order] = torch.from_numpy(rows)
+        norm = self.norms.get(node_type)
+        self.seconds += time.perf_counter() - t0
+        return norm(x) if norm is not None else x
+
+    def tiers(self) -> dict[str, dict[str, float]]:
+        return self.store.tier_stats() if self.store is not None else {}
+
+
+def train_hetero(spec: TrainSpec, *, progress: Callable[[dict], None] | None = None) -> TrainResult:
+    """Train ``spec.model.arch`` (:data:`HETERO_MODELS`) on the heterogeneous dataset ``spec.dataset``.
+
+    ``spec.io.placement``: a placement ``moment place`` wrote for this dataset (features from
+    its tiers); without one the rows come from the dataset's files.
+
+    Raises
+    ------
+    TrainError
+        Several ranks, a model that is not heterogeneous, a `resume` without a checkpoint.
+    DatasetError
+        Not a heterogeneous dataset, or one without a target type and splits.
+    PlacingError
+        A placement of another dataset.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise TrainError("heterogeneous training runs in one process; run it without torchrun")
+    model = spec.model.arch
+    if model not in HETERO_MODELS:
+        raise TrainError(f"`arch` {model!r}: a heterogeneous dataset trains {', '.join(HETERO_MODELS)}")
+    data = open_hetero(spec.dataset)
+    store = HeteroFeatureStore(data, spec.io.placement, backend=spec.io.backend) if spec.io.placement else None
+    metrics = JsonlWriter(spec.run.metrics_path) if spec.run.metrics_path else None
+
+    def emit(rec: dict) -> None:
+        rec = {"rank": 0, "world_size": 1, "task": "hetero", **rec}
+        if metrics is not None:
+            metrics.write(rec)
+        if progress is not None:
+            progress(rec)
+
+    try:
+        return _run(spec, model, data, FeatureRows(data, store), emit)
+    finally:
+        if store is not None:
+            store.close()
+        if metrics is not None:
+            metrics.close()
+
+
+def _run(spec: TrainSpec, model_name: str, data: HeteroDataset, rows: FeatureRows,
+         emit: Callable[[dict], None]) -> TrainResult:
+    run, bs = spec.run, spec.sampling.batch_size
+    torch.manual_seed(run.seed)
+    sampler = HeteroNeighborSampler(data, spec.sampling.fanouts, seed=run.seed)
+    model = build_model(data, sampler, kind=HETERO_MODELS[model_name], hidden=spec.model.hidden or 64,
+                        layers=len(spec.sampling.fanouts), rows=rows)
+    opt = torch.optim.Adam(model.parameters(), lr=run.lr, weight_decay=run.weight_decay)
+    ckpt = checkpoint_path(run.checkpoint_dir, run.resume)
+    start = 0
+    if run.resume and ckpt is not None:
+        if not ckpt.exists():
+            raise TrainError(f"`resume`: no checkpoint at {ckpt}; train without `resume` first")
+        state = load_checkpoint(ckpt)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start = int(state["epoch"]) + 1
+    train = split_ids(data, "train_idx")
+    steps = -(-len(train) // bs)
+    emit({"kind": "start", "config": spec.to_dict(), "model": model_name, "steps_per_epoch": steps,
+          "num_train": len(train), "device": "cpu", "features": "tiered" if rows.store else "memory",
+          "parameters": sum(p.numel() for p in model.parameters()), "start_epoch": start, "start_step": 0})
+    eval_sampler = sampler if spec.sampling.eval_fanouts is None else HeteroNeighborSampler(
+        data, spec.sampling.eval_fanouts, seed=run.seed)
+    records = []
+    for epoch in range(start, run.epochs):
+        rec = _epoch(model, opt, data, sampler, rows, train, bs, run.seed + epoch, epoch, emit)
+        if epoch == run.epochs - 1 or (run.eval_every_epochs and (epoch + 1) % run.eval_every_epochs == 0):
+            for split in ("valid", "test"):
+                if data.split(f"{split}_idx") is not None:
+                    rec[f"{split}_acc"] = accuracy(model, data, eval_sampler, f"{split}_idx",
+                                                   spec.sampling.eval_batch_size, rows)
+        if ckpt is not None:
+            save_checkpoint(ckpt, {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
+                                   "arch": model_name})
+            rec["checkpoint"] = str(ckpt)
+        records.append(rec)
+        emit(rec)
+    return TrainResult(model=model, epochs=tuple(records), resumed_from=(start, 0) if run.resume else None,
+                       world_size=1, rank=0)
+
+
+def _epoch(model: nn.Module, opt: torch.optim.Optimizer, data: HeteroDataset, sampler: HeteroNeighborSampler,
+           rows: FeatureRows, train: Tensor, bs: int, seed: int, epoch: int, emit: Callable[[dict], None]) -> dict:
+    """One epoch over the target type's training nodes; its record (the steps' emitted)."""
+    target = str(data.schema.target)
+    t_epoch = time.perf_counter()
+    order = train[torch.randperm(len(train), generator=torch.Generator().manual_seed(seed))]
+    before = rows.tiers()
+    rows.seconds = 0.0
+    loss_sum = seeds = 0.0
+    sample_s = 0.0
+    model.train()
+    steps = -(-len(order) // bs)
+    for step in range(steps):
+        t0 = time.perf_counter()
+        b = sampler.sample(target, order[step * bs:(step + 1) * bs])
+        sample_s += time.perf_counter() - t0
+        batch = to_hetero_data(b, data, rows)
+        n = batch[target].batch_size
+        loss = nn.functional.cross_entropy(model(batch)[target][:n], batch[target].y[:n])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        loss_sum += float(loss.detach()) * n
+        seeds += n
+        emit({"kind": "step", "epoch": epoch, "step": step, "steps": steps, "seeds": int(n),
+              "loss": float(loss.detach()), "step_s": time.perf_counter() - t0})
+    after = rows.tiers()
+    tiers = {k: {"rows": int(v["rows"] - before.get(k, {}).get("rows", 0)),
+                 "bytes": int(v["bytes"] - before.get(k, {}).get("bytes", 0))} for k, v in after.items()}
+    epoch_s = time.perf_counter() - t_epoch
+    return {"kind": "epoch", "epoch": epoch, "steps": steps, "loss": loss_sum / max(seeds, 1.0), "seeds": int(seeds),
+            "epoch_s": epoch_s, "seeds_per_s": seeds / epoch_s if epoch_s > 0 else 0.0, "tiers": tiers,
+            "sample_s": sample_s, "gather_s": rows.seconds}
+
+
+__all__ = ["HETERO_MODELS", "TypeNorm", "FeatureRows", "train_hetero"]
