@@ -17,7 +17,7 @@ All listed in ``files`` and under the checksums; ``meta.json`` gains ``"hetero"`
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,10 +77,13 @@ def schema_for(num_nodes: Mapping[str, int], widths: Mapping[str, tuple[int, str
     return schema
 
 
-def _feature_blocks(x: np.ndarray | FeatureBlocks, rows: int = 1 << 16) -> Iterable[np.ndarray]:
-    if isinstance(x, FeatureBlocks):
-        return x.blocks()
+def array_blocks(x: np.ndarray, rows: int = 1 << 16) -> Iterator[np.ndarray]:
+    """The rows of ``x`` (a memory map, say) in blocks of ``rows``, each read into memory."""
     return (np.asarray(x[a:a + rows]) for a in range(0, x.shape[0], rows))
+
+
+def _feature_blocks(x: np.ndarray | FeatureBlocks) -> Iterable[np.ndarray]:
+    return x.blocks() if isinstance(x, FeatureBlocks) else array_blocks(x)
 
 
 def _write_features(w: DatasetWriter, t: NodeType, x: np.ndarray | FeatureBlocks) -> None:
@@ -96,13 +99,13 @@ def _write_features(w: DatasetWriter, t: NodeType, x: np.ndarray | FeatureBlocks
             if block.ndim != 2 or block.shape[1] != t.feature_dim or row + block.shape[0] > t.count:
                 raise DatasetError(f"features of {t.name!r}: a block of shape {list(block.shape)} at row {row} "
                                    f"does not fit [{t.count}, {t.feature_dim}]")
-            write_all(fd, memoryview(block).cast("B"), fpath, at + row * row_bytes)
+            write_all(fd, block.reshape(-1).data.cast("B"), fpath, at + row * row_bytes)
             row += block.shape[0]
     finally:
         os.close(fd)
     if row != t.count:
         raise DatasetError(f"features of {t.name!r}: {row} rows for {t.count} nodes")
-    w.record_file(t.feature_file, t.feature_dtype, (t.count, t.feature_dim))
+    w.record_file(t.feature_file, str(t.feature_dtype), (t.count, t.feature_dim))
 
 
 def write_node_data(w: DatasetWriter, schema: HeteroSchema, features: Mapping[str, np.ndarray | FeatureBlocks],
@@ -286,5 +289,5 @@ def _validate(hd: HeteroDataset) -> None:
                                f"{schema.target!r}; re-import the dataset")
 
 
-__all__ = ["FeatureBlocks", "HeteroDataset", "open_hetero", "relation_csr", "schema_for", "write_hetero",
-           "write_node_data"]
+__all__ = ["FeatureBlocks", "HeteroDataset", "array_blocks", "open_hetero", "relation_csr", "schema_for",
+           "write_hetero", "write_node_data"]

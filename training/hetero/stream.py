@@ -126,7 +126,7 @@ class _Appender:
 
     def append(self, values: np.ndarray) -> None:
         data = np.ascontiguousarray(values, dtype=self.dtype)
-        self.at += write_all(self.fd, memoryview(data).cast("B"), self.path, self.at)
+        self.at += write_all(self.fd, data.data.cast("B"), self.path, self.at)
 
     def close(self) -> None:
         os.close(self.fd)
@@ -166,12 +166,14 @@ def _write_union(w: DatasetWriter, schema: HeteroSchema, prefixes: list[str]) ->
     indptr = np.zeros(n + 1, dtype=np.int64)
     for i, rel in enumerate(schema.relations):
         dt = schema.node_type(rel.dst)
-        indptr[dt.offset + 1:dt.offset + dt.count + 1] += np.diff(np.asarray(ips[i], dtype=np.int64))
+        deg: np.ndarray = np.diff(np.asarray(ips[i], dtype=np.int64))
+        indptr[dt.offset + 1:dt.offset + dt.count + 1] += deg
     np.cumsum(indptr, out=indptr)
     total = int(indptr[-1])
     np.save(tmp / "indptr.npy", indptr, allow_pickle=False)
     idt = index_dtype(n)
-    out_ix, out_et = _Appender(tmp / "indices.npy", idt, total), _Appender(tmp / "edge_type.npy", np.int16, total)
+    out_ix = _Appender(tmp / "indices.npy", idt, total)
+    out_et = _Appender(tmp / "edge_type.npy", np.dtype(np.int16), total)
     try:
         v = 0
         while v < n:
