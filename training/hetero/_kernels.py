@@ -30,20 +30,23 @@ def typed_plan(indptrs, rel_dst, fanout, front, front_lo, row_lo, start, deg, co
 
 
 @njit(cache=True, nogil=True)
-def typed_fill(indices, rel_src, fanout, us, row_first, row_lo, edge_lo, start, deg, count, drawn, sums, type_off,
-               pos, size, nbr, rows, cols, new_ids, new_type):  # pragma: no cover
+def typed_fill(indices, rel_src, fanout, u, u_lo, row_first, row_lo, edge_lo, start, deg, count, drawn, sums,
+               type_off, pos, size, nbr, rows, cols, new_ids, new_type, new_lo):  # pragma: no cover
     """Fill relation after relation: ``cols`` = ``row_first[r] +`` the row (the ``dst`` position),
     ``nbr`` the picked ``src`` local id; a ``src`` not in the batch yet (``pos`` of its global id
     ``< 0``) takes the next position of its type (``size``) and is listed in ``new_ids`` /
-    ``new_type`` in order of first appearance; ``rows`` = the ``src`` position. Returns how
-    many are new."""
+    ``new_type`` in order of first appearance; ``rows`` = the ``src`` position. Relation ``r``'s
+    uniforms are ``u[u_lo[r]:u_lo[r + 1]]`` as ``[fanout, rows drawn]``. Then ``new_ids`` is
+    grouped by type, in order inside each (type ``t``'s: ``new_ids[new_lo[t]:new_lo[t + 1]]``).
+    Returns how many are new."""
     k = 0
     one = np.zeros((2, 2), np.int64)
     for r in range(len(indices)):
         lo, hi, e0, e1 = row_lo[r], row_lo[r + 1], edge_lo[r], edge_lo[r + 1]
         one[1, 0], one[1, 1] = sums[r, 0], sums[r, 1]
+        ur = u[u_lo[r]:u_lo[r + 1]].reshape((max(fanout[r], 0), sums[r, 1] if u_lo[r + 1] > u_lo[r] else 0))
         _fill_chunk(0, indices[r], start[lo:hi], deg[lo:hi], count[lo:hi], drawn[lo:hi], one, fanout[r], False,
-                    us[r], row_first[r], nbr[e0:e1], cols[e0:e1])
+                    ur, row_first[r], nbr[e0:e1], cols[e0:e1])
         t = rel_src[r]
         off = type_off[t]
         for e in range(e0, e1):
@@ -57,4 +60,20 @@ def typed_fill(indices, rel_src, fanout, us, row_first, row_lo, edge_lo, start, 
                 new_type[k] = t
                 k += 1
             rows[e] = p
+    _group(new_ids, new_type, k, new_lo, nbr)
     return k
+
+
+@njit(cache=True, inline="always")
+def _group(ids, kind, n, lo, scratch):
+    """Stable counting sort of ``ids[:n]`` by ``kind`` (``lo``: where each kind begins), via ``scratch``."""
+    lo[:] = 0
+    for i in range(n):
+        lo[kind[i] + 1] += 1
+    for t in range(1, lo.size):
+        lo[t] += lo[t - 1]
+    at = lo[:-1].copy()
+    for i in range(n):
+        scratch[at[kind[i]]] = ids[i]
+        at[kind[i]] += 1
+    ids[:n] = scratch[:n]

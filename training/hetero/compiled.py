@@ -69,23 +69,25 @@ def applies(indices: Mapping[EdgeType, np.ndarray]) -> bool:
     return available() and len({np.asarray(v).dtype for v in indices.values()}) <= 1 and bool(indices)
 
 
-def _draws(g: TypedCsr, fan: np.ndarray, sums: np.ndarray, generator: torch.Generator) -> list[np.ndarray]:
-    """Each relation's uniforms, drawn in relation order as the torch path draws them (none where it draws none)."""
-    out = []
-    for r in range(len(g.keys)):
-        k, drawing = int(fan[r]), int(sums[r, 1])
-        if k > 0 and drawing > 0 and sums[r, 0] > 0:
-            out.append(torch.rand((k, drawing), generator=generator, dtype=torch.float64).numpy())
-        else:
-            out.append(np.empty((0, 0), np.float64))
-    return out
+def _draws(g: TypedCsr, fan: np.ndarray, sums: np.ndarray, generator: torch.Generator
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Every relation's uniforms in one flat float64 array and where each begins (``u_lo``), drawn in
+    relation order as the torch path draws them (``[fanout, rows drawn]``; none where it draws none):
+    ``torch.rand(..., out=)`` into the relation's slice gives the numbers a fresh ``torch.rand`` would."""
+    size = np.where((fan > 0) & (sums[:, 1] > 0) & (sums[:, 0] > 0), np.maximum(fan, 0) * sums[:, 1], 0)
+    u_lo = np.zeros(len(g.keys) + 1, np.int64)
+    np.cumsum(size, out=u_lo[1:])
+    u = np.empty(int(u_lo[-1]), np.float64)
+    flat = torch.from_numpy(u)
+    for r in np.flatnonzero(size):
+        torch.rand((int(fan[r]), int(sums[r, 1])), generator=generator, dtype=torch.float64,
+                   out=flat[u_lo[r]:u_lo[r + 1]].view(int(fan[r]), int(sums[r, 1])))
+    return u, u_lo
 
 
 def sample_compiled(g: TypedCsr, generator: torch.Generator, seed_type: str, s: torch.Tensor) -> Sampled:
     """:meth:`training.hetero.sampler.HeteroNeighborSampler.sample` on the compiled path (seeds ``s``, int64,
     checked already): the batch's ``n_id``, ``edge_index``, ``num_sampled_nodes``, ``num_sampled_edges``."""
-    from numba import typed
-
     k = _kernels()
     nt, nr = len(g.names), len(g.keys)
     st = g.names.index(seed_type)
@@ -113,21 +115,21 @@ def sample_compiled(g: TypedCsr, generator: torch.Generator, seed_type: str, s: 
             drawn = np.empty(m, np.uint8)
             sums = np.zeros((nr, 2), np.int64)
             k.typed_plan(g.indptrs, g.rel_dst, fan, front, front_lo, row_lo, start, deg, count, drawn, sums)
-            us = typed.List(_draws(g, fan, sums, generator))
+            u, u_lo = _draws(g, fan, sums, generator)
             edge_lo = np.zeros(nr + 1, np.int64)
             np.cumsum(sums[:, 0], out=edge_lo[1:])
             e = int(edge_lo[-1])
             nbr, row, col, new_ids, new_type = (np.empty(e, np.int64) for _ in range(5))
+            new_lo = np.zeros(nt + 1, np.int64)
             before = size.copy()
-            n_new = k.typed_fill(g.indices, g.rel_src, fan, us, firsts[g.rel_dst], row_lo, edge_lo, start, deg,
-                                 count, drawn, sums, g.type_off, g.pos, size, nbr, row, col, new_ids, new_type)
-            new_ids, new_type = new_ids[:n_new], new_type[:n_new]
+            k.typed_fill(g.indices, g.rel_src, fan, u, u_lo, firsts[g.rel_dst], row_lo, edge_lo, start, deg, count,
+                         drawn, sums, g.type_off, g.pos, size, nbr, row, col, new_ids, new_type, new_lo)
             for r in range(nr):
                 rows[r].append(row[edge_lo[r]:edge_lo[r + 1]])
                 cols[r].append(col[edge_lo[r]:edge_lo[r + 1]])
                 n_edges[r].append(int(edge_lo[r + 1] - edge_lo[r]))
             for t in range(nt):
-                added = new_ids[new_type == t] if nt > 1 else new_ids
+                added = new_ids[new_lo[t]:new_lo[t + 1]]
                 nodes[t].append(added)
                 n_nodes[t].append(int(size[t] - before[t]))
                 fronts[t], firsts[t] = added, before[t]
