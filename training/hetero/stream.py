@@ -97,12 +97,21 @@ def to_graph(source: HeteroSource) -> HeteroGraph:
                        source.splits)
 
 
+def _reporter(progress: Progress | None) -> Progress:
+    """``progress``, or a callable that reports nowhere."""
+    return progress if progress is not None else _silent
+
+
+def _silent(stage: str, done: int, total: int | None, /) -> None:
+    pass
+
+
 def _relation_csr(w: DatasetWriter, key: EdgeType, chunks: EdgeChunks, num_src: int, num_dst: int,
                   prefix: str) -> int:
     """Build one relation's CSR files in the writer's directory (:mod:`training.csr`'s passes); its edge count."""
     checked = edge_chunks(chunks, num_dst, w.chunk_edges, drop_self_loops=key[0] == key[2], num_src=num_src,
                           where=f"relation {key}: ")
-    report = w._report
+    report = _reporter(w.progress)
     indptr = count_rows(checked, num_dst, report)
     raw = w.tmp_dir / f"{prefix}_indices.unsorted.npy"
     idt = index_dtype(num_src)
@@ -185,7 +194,7 @@ def _write_union(w: DatasetWriter, schema: HeteroSchema, prefixes: list[str]) ->
             src, et = _union_block(schema, ips, ixs, v, hi)
             out_ix.append(src)
             out_et.append(et)
-            w._report("merging relations", int(indptr[hi]), total)
+            _reporter(w.progress)("merging relations", int(indptr[hi]), total)
             v = hi
     finally:
         out_ix.close()
