@@ -53,3 +53,15 @@ def test_per_relation_fanouts_and_the_map_reset(hd):
         s = torch.arange(i * 30, i * 30 + 30)
         _same(a.sample("paper", s), b.sample("paper", s))
     assert (a._typed.pos == -1).all()  # the position map is reset after every batch
+
+
+def test_repeated_seeds_are_refused_on_both_paths_and_leave_the_map_clean(hd):
+    from training.sampler import SamplerError
+
+    for compiled in (True, False):
+        s = HeteroNeighborSampler(hd, [3], seed=0, compiled=compiled)
+        with pytest.raises(SamplerError, match="repeat a node"):
+            s.sample("author", [4, 7, 4])
+        if compiled:
+            assert (s._typed.pos == -1).all()
+        assert s.sample("author", [4, 7]).n_id["author"][:2].tolist() == [4, 7]

@@ -25,6 +25,10 @@ import torch
 
 from training.compiled_sampler import available
 from training.hetero.schema import EdgeType, HeteroSchema
+from training.sampler import SamplerError
+
+#: the error of a batch whose seeds repeat a node
+REPEATED_SEEDS = "`seeds` repeat a node; give each once"
 
 #: what :func:`sample_compiled` returns: ``HeteroBatch``'s n_id, edge_index, num_sampled_nodes, num_sampled_edges
 Sampled = tuple[dict[str, torch.Tensor], dict[EdgeType, torch.Tensor], dict[str, list[int]], dict[EdgeType, list[int]]]
@@ -87,17 +91,28 @@ def _draws(g: TypedCsr, fan: np.ndarray, sums: np.ndarray, generator: torch.Gene
 
 def sample_compiled(g: TypedCsr, generator: torch.Generator, seed_type: str, s: torch.Tensor) -> Sampled:
     """:meth:`training.hetero.sampler.HeteroNeighborSampler.sample` on the compiled path (seeds ``s``, int64,
-    checked already): the batch's ``n_id``, ``edge_index``, ``num_sampled_nodes``, ``num_sampled_edges``."""
+    in range): the batch's ``n_id``, ``edge_index``, ``num_sampled_nodes``, ``num_sampled_edges``.
+
+    Raises
+    ------
+    SamplerError
+        A seed is repeated (found through the position map: a later copy overwrites the first's
+        position, linear where ``torch.unique`` sorts).
+    """
     k = _kernels()
     nt, nr = len(g.names), len(g.keys)
     st = g.names.index(seed_type)
     seeds = s.numpy()
+    at, order = g.type_off[st] + seeds, np.arange(seeds.size)
+    g.pos[at] = order
+    if not np.array_equal(g.pos[at], order):
+        g.pos[at] = -1
+        raise SamplerError(REPEATED_SEEDS)
     size = np.zeros(nt, np.int64)
     size[st] = seeds.size
     nodes: list[list[np.ndarray]] = [[seeds] if t == st else [] for t in range(nt)]
     fronts: list[np.ndarray] = [seeds if t == st else seeds[:0] for t in range(nt)]
     firsts = np.zeros(nt, np.int64)
-    g.pos[g.type_off[st] + seeds] = np.arange(seeds.size)
     rows: list[list[np.ndarray]] = [[] for _ in range(nr)]
     cols: list[list[np.ndarray]] = [[] for _ in range(nr)]
     n_nodes = [[int(size[t])] for t in range(nt)]
@@ -145,4 +160,4 @@ def sample_compiled(g: TypedCsr, generator: torch.Generator, seed_type: str, s: 
             {key: n_edges[r] for r, key in enumerate(g.keys)})
 
 
-__all__ = ["Sampled", "TypedCsr", "applies", "sample_compiled"]
+__all__ = ["REPEATED_SEEDS", "Sampled", "TypedCsr", "applies", "sample_compiled"]

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from training.hetero.compiled import TypedCsr, applies, sample_compiled
+from training.hetero.compiled import REPEATED_SEEDS, TypedCsr, applies, sample_compiled
 from training.hetero.schema import EdgeType
 from training.hetero.store import HeteroDataset
 from training.sampler import SamplerError, _as_tensor, sample_neighbors
@@ -98,10 +98,10 @@ class HeteroNeighborSampler:
         s = _as_tensor(seeds, "seeds").to(torch.int64).reshape(-1)
         if s.numel() and (int(s.min()) < 0 or int(s.max()) >= self.count[seed_type]):
             raise SamplerError(f"a seed is outside [0, {self.count[seed_type]}) of {seed_type!r}")
-        if torch.unique(s).numel() != s.numel():
-            raise SamplerError("`seeds` repeat a node; give each once")
-        if self._typed is not None:
+        if self._typed is not None:  # checks for repeats through its position map
             return HeteroBatch(seed_type, int(s.numel()), *sample_compiled(self._typed, self.generator, seed_type, s))
+        if torch.unique(s).numel() != s.numel():
+            raise SamplerError(REPEATED_SEEDS)
         nodes = {t: [s] if t == seed_type else [] for t in self.count}
         size = {t: (s.numel() if t == seed_type else 0) for t in self.count}
         self._pos[seed_type].index_copy_(0, s, torch.arange(s.numel()))
