@@ -16,8 +16,9 @@ placing cursors (:mod:`training.csr`: about 32 bytes a node of that type), the l
 target type (8 bytes a node), and the temporaries of one chunk of ``chunk_edges`` edges (about
 90 bytes an edge at the sort's peak: ~370 MiB at the default 4 Mi edges). Measured
 (tools/bench_hetero_write.py, ogbn-mag-shaped): 388 MiB at 10^7 edges (1.0 M nodes), 686 MiB
-at 10^8 (10.2 M nodes), about 34 bytes a node more (the writer's per-node arrays and the
-generator's own labels, class index and splits). The relations' files are written
+at 10^8 (10.2 M nodes), 432 MiB at 10^8 with a 1 Mi-edge chunk: about 35 bytes a node (the
+writer's per-node arrays and the generator's own labels, class index and splits) plus about
+85 bytes an edge of the chunk. The relations' files are written
 through memory maps, whose pages the kernel takes back; the union is appended with ``pwrite``.
 """
 
