@@ -27,13 +27,16 @@ _FORMAT_OPTIONS = {
     "train_per_class": ("npz",),
     "valid_per_class": ("npz",),
     "seed": ("npz", "edgelist"),
-    "split_name": ("ogb",),
-    "igb_classes": ("igb",),
+    "split_name": ("ogb", "ogb-hetero"),
+    "igb_classes": ("igb", "igb-hetero"),
+    "no_reverse": ("ogb-hetero", "igb-hetero"),
     "features": ("edgelist",),
     "feature_dim": ("edgelist",),
     "no_relabel": ("edgelist",),
 }
-_KWARG = {"igb_classes": "classes", "no_relabel": "relabel", "hdf5_key": "keys"}
+_KWARG = {"igb_classes": "classes", "no_relabel": "relabel", "hdf5_key": "keys", "no_reverse": "reverse"}
+#: flags that turn a default off: the keyword gets the opposite
+_NEGATED = ("no_relabel", "no_reverse")
 
 
 def _import_command(args: argparse.Namespace) -> int:
@@ -52,8 +55,8 @@ def _import_command(args: argparse.Namespace) -> int:
         if fmt not in formats:
             flag = "--" + dest.replace("_", "-")
             raise CommandError(f"{flag} does not apply to --format {fmt} (it is for {', '.join(formats)})")
-        options[_KWARG.get(dest, dest)] = (not value) if dest == "no_relabel" else value
-    if fmt == "igb" and "classes" in options:
+        options[_KWARG.get(dest, dest)] = (not value) if dest in _NEGATED else value
+    if fmt in ("igb", "igb-hetero") and "classes" in options:
         options["classes"] = str(options["classes"])
     if "keys" in options:
         options["keys"] = _hdf5_keys(options["keys"])
@@ -64,6 +67,10 @@ def _import_command(args: argparse.Namespace) -> int:
         dst = import_dataset(Path(args.src), Path(args.dst), format=fmt, name=args.name, overwrite=args.force,
                              feature_dtype=args.feature_dtype, progress=bars, **options)
     ds = open_dataset(dst, validate=False)
+    if "hetero" in ds.meta:
+        print(f"imported {args.src} ({fmt}) to {dst}: {ds.num_nodes:,} nodes, {ds.num_edges:,} CSR edges; "
+              + "; ".join(f"{k}: {v}" for k, v in _hetero_rows(ds.meta)))
+        return 0
     splits = " / ".join(f"{getattr(ds, s).shape[0]:,}" for s in ("train_idx", "valid_idx", "test_idx")
                         if getattr(ds, s) is not None)
     # plain text, one line: easy to grep, and never wrapped mid-number
@@ -124,6 +131,27 @@ def _hdf5_keys(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def _hetero_rows(meta) -> list[tuple[str, str]]:
+    """What ``moment data info`` and ``import`` say of a heterogeneous dataset: its node types (count, feature
+    table), relations (edge count) and target type, from ``meta.json``'s ``hetero`` section."""
+    from momentbase.units import format_size
+    from training.hetero.schema import HeteroSchema
+
+    schema = HeteroSchema.from_json(meta["hetero"], "meta.json")
+    types = []
+    for t in schema.node_types:
+        feat = "no features"
+        if t.feature_dim:
+            import numpy as np
+
+            size = format_size(t.count * t.feature_dim * np.dtype(t.feature_dtype).itemsize)
+            feat = f"{t.feature_file}.npy {t.feature_dim} × {t.feature_dtype} = {size}"
+        types.append(f"{t.name} {t.count:,} ({feat})")
+    rels = [f"{r.src} -{r.rel}-> {r.dst} {r.num_edges:,}" for r in schema.relations]
+    return [("node types", ", ".join(types)), ("relations", ", ".join(rels)),
+            ("target type", schema.target or "none")]
+
+
 def _info_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -145,12 +173,14 @@ def _info_command(args: argparse.Namespace) -> int:
         if code is not None:
             return code
     with Bars(quiet=args.json, transient=True) as bars:
-        info = dataset_info(open_dataset(args.dir, verify="none" if verified else "sample", progress=bars),
-                            progress=bars)
+        ds = open_dataset(args.dir, verify="none" if verified else "sample", progress=bars)
+        info = dataset_info(ds, progress=bars)
     if verified:
         info = replace(info, integrity=verified)
+    hetero = _hetero_rows(ds.meta) if "hetero" in ds.meta else []
     if args.json:
-        sys.stdout.write(json.dumps(info.to_dict(), indent=2) + "\n")
+        out = info.to_dict() | ({"hetero": ds.meta["hetero"]} if hetero else {})
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
         return 0
     t = Table(title=f"{info.name}  ({args.dir})", title_justify="left", show_header=False)
     t.add_column("what")
@@ -163,8 +193,12 @@ def _info_command(args: argparse.Namespace) -> int:
     t.add_row("isolated nodes", f"{info.isolated_nodes:,}")
     t.add_row("skew", f"top 1% of vertices hold {100 * info.top1pct_endpoint_share:.1f}% of edge endpoints "
                       f"· Gini {info.gini:.3f}")
-    t.add_row("features", f"{info.feature_dim} × {info.feature_dtype} = {format_size(info.feature_bytes)}"
-              if info.feature_dim else "none")
+    if hetero:  # per-type feature tables instead of one features.npy
+        for what, value in hetero:
+            t.add_row(what, value)
+    else:
+        t.add_row("features", f"{info.feature_dim} × {info.feature_dtype} = {format_size(info.feature_bytes)}"
+                  if info.feature_dim else "none")
     t.add_row("graph (indptr + indices)", format_size(info.graph_bytes))
     t.add_row("labels", f"{info.num_classes} classes, {info.labelled_nodes:,} labelled nodes"
               if info.num_classes else "none")
@@ -236,13 +270,16 @@ def register(subparsers) -> None:
     g.add_argument("--train-per-class", type=int, metavar="K", help="npz: training nodes per class (default 20)")
     g.add_argument("--valid-per-class", type=int, metavar="K", help="npz: validation nodes per class (default 30)")
     g.add_argument("--seed", type=int, help="npz: split seed; edgelist: random-feature seed (default 0)")
-    g.add_argument("--split-name", metavar="NAME", help="ogb: split/NAME when there are several")
-    g.add_argument("--igb-classes", choices=("19", "2K"), help="igb: label set (default 19)")
+    g.add_argument("--split-name", metavar="NAME", help="ogb/ogb-hetero: split/NAME when there are several")
+    g.add_argument("--igb-classes", choices=("19", "2K"), help="igb/igb-hetero: label set (default 19)")
     g.add_argument("--features", choices=("none", "random", "degree"),
                    help="edgelist: features to generate (default none)")
     g.add_argument("--feature-dim", type=int, metavar="F", help="edgelist: width of generated features")
     g.add_argument("--no-relabel", action="store_true",
                    help="edgelist: keep node ids as they are (num_nodes = max id + 1)")
+    g.add_argument("--no-reverse", action="store_true",
+                   help="ogb-hetero/igb-hetero: do not add the rev_<rel> relations (default: add them, as PyG's "
+                        "ToUndirected does)")
     g.add_argument("--hdf5-key", action="append", metavar="KEY=PATH",
                    help="hdf5: where a dataset of the layout lives in the file, e.g. features=/node/x "
                         "(keys: indptr, indices, edge_index, src, dst, features, labels, train, valid, test; "

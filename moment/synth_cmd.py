@@ -53,11 +53,56 @@ def _share(text: str, option: str) -> float:
     return value
 
 
+def _synth_hetero(args: argparse.Namespace, chunk: int) -> int:
+    """``--hetero``: an ogbn-mag-shaped graph of about ``--edges`` edges, streamed (training.hetero.synth)."""
+    from moment.bars import Bars
+    from moment.outputs import check_dir
+    from training.hetero.stream import write_hetero_stream
+    from training.hetero.synth import EDGES_PER_PAPER, synth_mag_stream
+
+    if args.nodes is not None:
+        raise CommandError("--nodes does not apply with --hetero: --edges sets the size (papers = edges / "
+                           f"{EDGES_PER_PAPER}; authors, institutions and fields follow ogbn-mag's proportions)")
+    papers = _count(args.edges, "--edges") // EDGES_PER_PAPER
+    if papers < 1:
+        raise CommandError(f"--edges {args.edges}: expected at least {EDGES_PER_PAPER} with --hetero (one paper)")
+    homophily = _share(args.homophily, "--homophily")
+    if not 0 <= homophily <= 1:
+        raise CommandError(f"--homophily {args.homophily}: expected a share in [0, 1]")
+    classes = _count(args.classes, "--classes")
+    if classes < 1:
+        raise CommandError(f"--classes {args.classes}: expected 1 or more")
+    check_dir(args.dst, "DST", what="the dataset")
+    started = time.perf_counter()
+    source = synth_mag_stream(papers=papers, num_classes=classes, seed=_count(args.seed, "--seed"),
+                              homophily=homophily)
+    with Bars(quiet=args.quiet, transient=True) as bars:
+        write_hetero_stream(args.dst, source, overwrite=args.force, chunk_edges=chunk, progress=bars,
+                            meta_source={"generator": "synth_mag_stream", "papers": papers, "classes": classes,
+                                         "homophily": homophily, "seed": _count(args.seed, "--seed")})
+    if not args.quiet:
+        from training.data import open_dataset
+
+        ds = open_dataset(args.dst, validate=False)
+        types = ", ".join(f"{t} {n:,}" for t, n in source.num_nodes.items())
+        print(f"{args.dst}: heterogeneous, {ds.num_nodes:,} nodes ({types}), {ds.num_edges:,} edges stored in "
+              f"{len(source.edges)} relations, {classes} classes on paper; written in "
+              f"{time.perf_counter() - started:.1f} s")
+    return 0
+
+
 def _synth_command(args: argparse.Namespace) -> int:
     from moment.bars import Bars
     from training.synth import SynthSpec
     from training.synth_run import synthesize
 
+    chunk = _count(args.chunk_edges, "--chunk-edges")
+    if chunk < 1:
+        raise CommandError(f"--chunk-edges {args.chunk_edges}: expected a positive whole number")
+    if args.hetero:
+        return _synth_hetero(args, chunk)
+    if args.nodes is None:
+        raise CommandError("--nodes is required (without --hetero)")
     spec = SynthSpec(
         num_nodes=_count(args.nodes, "--nodes"),
         num_edges=_count(args.edges, "--edges"),
@@ -74,9 +119,6 @@ def _synth_command(args: argparse.Namespace) -> int:
         undirected=args.undirected,
         seed=_count(args.seed, "--seed"),
     ).validate()
-    chunk = _count(args.chunk_edges, "--chunk-edges")
-    if chunk < 1:
-        raise CommandError(f"--chunk-edges {args.chunk_edges}: expected a positive whole number")
 
     from moment.outputs import check_dir
 
@@ -117,11 +159,12 @@ def register_synth(data_subparsers) -> argparse.ArgumentParser:
             "The same --seed gives byte-identical files."
         ),
         **examples("moment data synth graph --nodes 1e6 --edges 1e7 --undirected",
-                   "moment data synth g2 --nodes 1e5 --edges 1e6 --generator chung-lu --skew 0.9 --feature-dim 64"),
+                   "moment data synth g2 --nodes 1e5 --edges 1e6 --generator chung-lu --skew 0.9 --feature-dim 64",
+                   "moment data synth mag --hetero --edges 1e8   # ogbn-mag-shaped, streamed"),
     )
     p.add_argument("dst", metavar="DST", help="dataset directory to create")
     g = p.add_argument_group("graph")
-    g.add_argument("--nodes", required=True, metavar="N", help="number of nodes (1e6 and 10**6 work)")
+    g.add_argument("--nodes", metavar="N", help="number of nodes (1e6 and 10**6 work); required without --hetero")
     g.add_argument("--edges", required=True, metavar="M",
                    help="edges to generate; with --undirected each is stored both ways")
     g.add_argument("--generator", default="rmat", metavar="rmat|chung-lu",
@@ -130,6 +173,11 @@ def register_synth(data_subparsers) -> argparse.ArgumentParser:
                    help="R-MAT: the quadrant probability a, in [0.25, 1) (default 0.57, Graph500); "
                         "Chung-Lu: the weight exponent, w_i = (i+1)^-S, in [0, 2] (default 0.7)")
     g.add_argument("--undirected", action="store_true", help="store every edge in both directions")
+    g.add_argument("--hetero", action="store_true",
+                   help="a heterogeneous graph shaped like ogbn-mag instead (paper, author, institution, "
+                        "field_of_study; 7 relations with the reverse ones; float32/float16/uint8 features): "
+                        "--edges sets its size, --classes, --homophily and --seed apply, the other graph and "
+                        "feature options do not")
     g.add_argument("--homophily", default="0.7", metavar="H",
                    help="share of edges whose target is redrawn from the source's class (default 0.7)")
     f = p.add_argument_group("features and labels")

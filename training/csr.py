@@ -35,26 +35,30 @@ def _quiet(stage: str, done: int, total: int | None) -> None:
 
 
 def edge_chunks(chunks: Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]], num_nodes: int, chunk_edges: int, *,
-                undirected: bool = False, drop_self_loops: bool = True) -> EdgeChunks:
+                undirected: bool = False, drop_self_loops: bool = True, num_src: int | None = None,
+                where: str = "") -> EdgeChunks:
     """The checked ``(src, dst)`` int64 chunks of ``chunks()``, each of at most ``chunk_edges`` edges, afresh per call.
 
     Ids must lie in ``[0, num_nodes)`` (a :class:`~training.data.DatasetError`
-    names the first that does not); ``undirected`` yields every edge in both
+    names the first that does not, after ``where``); sources in ``[0, num_src)`` when given (a
+    bipartite relation's, :mod:`training.hetero.stream`). ``undirected`` yields every edge in both
     directions, ``drop_self_loops`` drops ``v -> v``.
     """
     from training.data import DatasetError
 
     n = num_nodes
+    ns = n if num_src is None else num_src
 
     def directed() -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for src, dst in chunks():
             src = np.asarray(src).astype(np.int64, copy=False).ravel()
             dst = np.asarray(dst).astype(np.int64, copy=False).ravel()
             if src.shape != dst.shape:
-                raise DatasetError(f"edge chunk with {src.size} sources but {dst.size} targets")
-            if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
-                bad = next(int(x) for x in (src.min(), src.max(), dst.min(), dst.max()) if x < 0 or x >= n)
-                raise DatasetError(f"edge endpoint {bad} is outside [0, {n}) (num_nodes={n})")
+                raise DatasetError(f"{where}edge chunk with {src.size} sources but {dst.size} targets")
+            if src.size and (min(src.min(), dst.min()) < 0 or src.max() >= ns or dst.max() >= n):
+                bad, m = next((int(x), m) for x, m in ((src.min(), ns), (src.max(), ns), (dst.min(), n),
+                                                       (dst.max(), n)) if x < 0 or x >= m)
+                raise DatasetError(f"{where}edge endpoint {bad} is outside [0, {m}) (num_nodes={m})")
             if drop_self_loops:
                 keep = src != dst
                 src, dst = src[keep], dst[keep]
@@ -117,15 +121,18 @@ def place_edges(chunks: EdgeChunks, indptr: np.ndarray, path: Path, idt: np.dtyp
     raw.flush()
 
 
-def sort_rows(raw_path: Path, indptr: np.ndarray, out: Path, chunk_edges: int, report: Report = _quiet) -> np.ndarray:
+def sort_rows(raw_path: Path, indptr: np.ndarray, out: Path, chunk_edges: int, report: Report = _quiet, *,
+              num_cols: int | None = None) -> np.ndarray:
     """Pass 3: sort and de-duplicate every row of ``raw_path``, written to ``out``; the new row pointers.
 
     Rows are compacted leftwards in place (the write position never passes
     the read position) in row blocks of about ``chunk_edges``, then copied to
-    a file of the final size.
+    a file of the final size. ``num_cols``: the bound of the column ids when it is not the
+    row count (a bipartite relation's CSR, :mod:`training.hetero.stream`).
     """
     raw = np.load(raw_path, mmap_mode="r+")
     n, total = indptr.size - 1, int(indptr[-1])
+    m = max(n, num_cols or 0, 1)  # the packed key's radix: above every column id
     new_indptr = np.zeros(n + 1, dtype=np.int64)
     write = v = 0
     while v < n:
@@ -134,10 +141,10 @@ def sort_rows(raw_path: Path, indptr: np.ndarray, out: Path, chunk_edges: int, r
         a, b = int(indptr[v]), int(indptr[hi])
         cols = np.asarray(raw[a:b]).astype(np.int64)
         rows = np.repeat(np.arange(hi - v, dtype=np.int64), np.diff(indptr[v : hi + 1]))
-        if n < 2**31:  # one int64 key per entry: (row, col) packed, one sort
-            key = rows * n + cols
+        if m < 2**31:  # one int64 key per entry: (row, col) packed, one sort
+            key = rows * m + cols
             key.sort()
-            rows, cols = key // n, key % n
+            rows, cols = key // m, key % m
         else:  # row * n could overflow int64
             order = np.lexsort((cols, rows))
             rows, cols = rows[order], cols[order]

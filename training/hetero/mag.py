@@ -12,20 +12,25 @@ Layout (OGB's ``read_csv_heterograph_raw``)::
 
 Node types keep ``num-node-dict``'s column order as id ranges. ``reverse`` adds PyG's
 ``rev_<rel>`` relations (what PyG's ``OGB_MAG(transform=ToUndirected())`` trains on). Edge
-files are read in memory (one relation at a time); features in blocks.
+and feature files are read in blocks of text as the streamed writer asks for them (an edge file
+twice: counting, then placing); only the target type's labels and splits are held whole.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from training.data import DatasetError
-from training.hetero.graph import HeteroGraph, add_reverse
-from training.hetero.store import write_hetero
+from planner.progress import Progress
+from training.data import DEFAULT_CHUNK_EDGES, DatasetError
+from training.hetero.schema import EdgeType
+from training.hetero.store import FeatureBlocks
+from training.hetero.stream import EdgeChunks, HeteroSource, add_reverse_chunks, write_hetero_stream
 from training.importers._text import DEFAULT_CHUNK_BYTES, iter_rows, open_binary
 from training.importers.ogb_splits import raw_file, read_splits
 
@@ -46,16 +51,29 @@ def _header_table(raw: Path, stem: str) -> dict[str, str]:
 
 
 def _table(path: Path, dtype, chunk_bytes: int) -> np.ndarray:
+    """A whole small table (labels: one value a node of one type)."""
+    parts = list(iter_rows(path, ncols=_ncols(path), dtype=dtype, delimiter=",", chunk_bytes=chunk_bytes))
+    return np.concatenate(parts) if parts else np.zeros((0, 1), dtype)
+
+
+def _ncols(path: Path) -> int:
     with open_binary(path) as f:
         first = f.readline().decode().strip()
-    ncols = len(first.split(",")) if first else 1
-    parts = list(iter_rows(path, ncols=ncols, dtype=dtype, delimiter=",", chunk_bytes=chunk_bytes))
-    return np.concatenate(parts) if parts else np.zeros((0, ncols), dtype)
+    return len(first.split(",")) if first else 1
 
 
-def read_ogb_hetero(src: str | Path, *, split_name: str | None = None, reverse: bool = True,
-                    chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> HeteroGraph:
-    """Read OGB's heterogeneous raw directory ``src`` (see the module docstring) into a :class:`HeteroGraph`.
+def _edges(path: Path, chunk_bytes: int) -> EdgeChunks:
+    """``edge.csv.gz``'s ``src,dst`` rows as chunks of one block of text each (read afresh per call)."""
+    def gen() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for b in iter_rows(path, ncols=2, dtype=np.int64, delimiter=",", chunk_bytes=chunk_bytes):
+            yield b[:, 0], b[:, 1]
+    return gen
+
+
+def ogb_hetero_source(src: str | Path, *, split_name: str | None = None, reverse: bool = True,
+                      feature_dtype: str | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> HeteroSource:
+    """OGB's heterogeneous raw directory ``src`` (see the module docstring) as a streamed :class:`HeteroSource`:
+    edges and features are read in blocks of text when the writer asks; labels and splits whole.
 
     Raises
     ------
@@ -72,7 +90,7 @@ def read_ogb_hetero(src: str | Path, *, split_name: str | None = None, reverse: 
     trip_file = raw_file(raw, "triplet-type-list")
     if trip_file is None:
         raise DatasetError(f"{raw}: triplet-type-list.csv.gz is missing; not OGB's heterogeneous raw layout")
-    edges = {}
+    edges: dict[EdgeType, EdgeChunks] = {}
     for row in _csv_rows(trip_file):
         if len(row) != 3:
             raise DatasetError(f"{trip_file}: row {row} is not 'src,rel,dst'")
@@ -80,13 +98,14 @@ def read_ogb_hetero(src: str | Path, *, split_name: str | None = None, reverse: 
         efile = raw_file(raw / "relations" / "___".join(key), "edge")
         if efile is None:
             raise DatasetError(f"{raw / 'relations' / '___'.join(key)}: edge.csv.gz is missing")
-        edges[key] = _table(efile, np.int64, chunk_bytes).T.reshape(2, -1)
-    features = {}
+        edges[key] = _edges(efile, chunk_bytes)
+    features: dict[str, np.ndarray | FeatureBlocks] = {}
     for t in counts:
         f = raw_file(raw / "node-feat" / t, "node-feat")
         if f is not None:
-            x = _table(f, np.float32, chunk_bytes)
-            features[t] = x
+            ncols = _ncols(f)
+            features[t] = FeatureBlocks(ncols, feature_dtype or "float32", partial(
+                iter_rows, f, ncols=ncols, dtype=np.float32, delimiter=",", chunk_bytes=chunk_bytes))
     has_label = raw_file(raw, "nodetype-has-label")
     labelled = [t for t, v in _header_table(raw, "nodetype-has-label").items() if v.strip().lower() == "true"] \
         if has_label is not None else []
@@ -101,22 +120,37 @@ def read_ogb_hetero(src: str | Path, *, split_name: str | None = None, reverse: 
         labels = np.where(np.isnan(labels), -1, labels).astype(np.int64)
         num_classes = int(labels.max()) + 1 if labels.size else 0
         _, splits = read_splits(src / "split", split_name, counts[target], chunk_bytes, node_type=target)
-    graph = HeteroGraph(counts, edges, features, target, labels, num_classes, splits)
-    return add_reverse(graph) if reverse else graph
+    return HeteroSource(counts, add_reverse_chunks(edges) if reverse else edges, features, target, labels,
+                        num_classes, splits)
 
 
-def import_ogb_hetero(src: str | Path, dst: str | Path, *, split_name: str | None = None, reverse: bool = True,
-                      overwrite: bool = False, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Path:
+def detect(src: Path) -> bool:
+    """OGB's heterogeneous raw layout: ``raw/num-node-dict.csv(.gz)`` and ``raw/triplet-type-list.csv(.gz)``."""
+    raw = src / "raw"
+    return src.is_dir() and raw_file(raw, "num-node-dict") is not None and raw_file(
+        raw, "triplet-type-list") is not None
+
+
+def import_ogb_hetero(src: str | Path, dst: str | Path, *, name: str | None = None, split_name: str | None = None,
+                      reverse: bool = True, feature_dtype: str | None = None, overwrite: bool = False,
+                      progress: Progress | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                      chunk_edges: int = DEFAULT_CHUNK_EDGES) -> Path:
     """Convert OGB's heterogeneous raw directory ``src`` into the heterogeneous dataset ``dst``; returns ``dst``.
+
+    Streamed (:func:`training.hetero.stream.write_hetero_stream`): every edge file is read twice
+    in blocks, never whole.
 
     Raises
     ------
     DatasetError
-        As :func:`read_ogb_hetero` and :func:`training.hetero.store.write_hetero` list.
+        As :func:`ogb_hetero_source` and :func:`training.hetero.stream.write_hetero_stream` list.
     """
-    graph = read_ogb_hetero(src, split_name=split_name, reverse=reverse, chunk_bytes=chunk_bytes)
-    return write_hetero(dst, graph, name=Path(src).name, overwrite=overwrite,
-                        source={"format": "ogb-hetero", "path": str(src), "split": split_name, "reverse": reverse})
+    source = ogb_hetero_source(src, split_name=split_name, reverse=reverse, feature_dtype=feature_dtype,
+                               chunk_bytes=chunk_bytes)
+    return write_hetero_stream(dst, source, name=name or Path(src).name, overwrite=overwrite, progress=progress,
+                               chunk_edges=chunk_edges,
+                               meta_source={"format": "ogb-hetero", "path": str(src), "split": split_name,
+                                            "reverse": reverse})
 
 
-__all__ = ["import_ogb_hetero", "read_ogb_hetero"]
+__all__ = ["detect", "import_ogb_hetero", "ogb_hetero_source"]

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from training.hetero.compiled import REPEATED_SEEDS, TypedCsr, applies, sample_compiled
 from training.hetero.schema import EdgeType
 from training.hetero.store import HeteroDataset
 from training.sampler import SamplerError, _as_tensor, sample_neighbors
@@ -49,11 +50,12 @@ class HeteroNeighborSampler:
 
     ``fanouts``: one list for every relation (PyG's ``num_neighbors=[15, 10]``) or a mapping from
     every relation to its list, all of one length (the hop count). ``seed`` makes batches
-    repeatable.
+    repeatable. ``compiled``: sample on :mod:`training.hetero.compiled`'s numba path where it
+    applies (the same batches, tensor for tensor), else the torch path below.
     """
 
     def __init__(self, data: HeteroDataset, fanouts: Sequence[int] | Mapping[EdgeType, Sequence[int]], *,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, compiled: bool = True) -> None:
         keys = data.schema.keys()
         if isinstance(fanouts, Mapping):
             missing = [k for k in keys if tuple(k) not in {tuple(f) for f in fanouts}]
@@ -74,6 +76,10 @@ class HeteroNeighborSampler:
         self.generator = torch.Generator()
         if seed is not None:
             self.generator.manual_seed(seed)
+        self._typed = TypedCsr(data.schema, self.fanouts, data.rel_indptr, data.rel_indices) \
+            if compiled and applies(data.rel_indices) else None
+        if self._typed is not None:
+            return
         # local id -> position in this batch's n_id, -1 when absent; reset after each batch
         self._pos = {t: torch.full((n,), -1, dtype=torch.int64) for t, n in self.count.items()}
         # scratch: local id -> first edge position it appears at in a hop, _UNSET between uses
@@ -92,8 +98,10 @@ class HeteroNeighborSampler:
         s = _as_tensor(seeds, "seeds").to(torch.int64).reshape(-1)
         if s.numel() and (int(s.min()) < 0 or int(s.max()) >= self.count[seed_type]):
             raise SamplerError(f"a seed is outside [0, {self.count[seed_type]}) of {seed_type!r}")
+        if self._typed is not None:  # checks for repeats through its position map
+            return HeteroBatch(seed_type, int(s.numel()), *sample_compiled(self._typed, self.generator, seed_type, s))
         if torch.unique(s).numel() != s.numel():
-            raise SamplerError("`seeds` repeat a node; give each once")
+            raise SamplerError(REPEATED_SEEDS)
         nodes = {t: [s] if t == seed_type else [] for t in self.count}
         size = {t: (s.numel() if t == seed_type else 0) for t in self.count}
         self._pos[seed_type].index_copy_(0, s, torch.arange(s.numel()))

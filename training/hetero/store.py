@@ -17,12 +17,14 @@ All listed in ``files`` and under the checksums; ``meta.json`` gains ``"hetero"`
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from momentbase.jsontypes import JsonValue
+from momentbase.space import write_all
 from training.data import Dataset, DatasetError, _check_range, index_dtype, open_dataset, open_paged_npy
 from training.hetero.graph import HeteroGraph
 from training.hetero.schema import EdgeType, HeteroSchema, NodeType, Relation, check_name
@@ -44,25 +46,104 @@ def relation_csr(edges: np.ndarray, num_src: int, num_dst: int, *,
     return indptr, src.astype(index_dtype(num_src))
 
 
-def _schema_of(graph: HeteroGraph, counts: dict[EdgeType, int]) -> HeteroSchema:
+@dataclass(frozen=True)
+class FeatureBlocks:
+    """A feature table given as row blocks (in row order) of ``dim`` columns of ``dtype``, afresh per call."""
+
+    dim: int
+    dtype: str
+    blocks: Callable[[], Iterable[np.ndarray]]
+
+
+def schema_for(num_nodes: Mapping[str, int], widths: Mapping[str, tuple[int, str]], target: str | None,
+               counts: Mapping[EdgeType, int], where: str) -> HeteroSchema:
+    """The schema of types ``num_nodes`` (in id-range order) with features ``widths[t] = (dim, dtype)`` and
+    relations of ``counts`` edges (in that order), checked.
+
+    Raises
+    ------
+    DatasetError
+        A name is not a valid type or relation name, or the schema is inconsistent
+        (:meth:`HeteroSchema.check`).
+    """
     types, at = [], 0
-    for name, n in graph.num_nodes.items():
-        x = graph.features.get(name)
-        types.append(NodeType(check_name(name, "node type", "write_hetero"), at, int(n),
-                              0 if x is None else int(x.shape[1]), None if x is None else np.dtype(x.dtype).name))
-        at += int(n)
-    rels = tuple(Relation(s, check_name(r, "relation", "write_hetero"), d, counts[(s, r, d)])
-                 for (s, r, d) in counts)
-    schema = HeteroSchema(tuple(types), rels, graph.target)
-    schema.check("write_hetero")
+    for t, c in num_nodes.items():
+        dim, dtype = widths.get(t, (0, None))
+        types.append(NodeType(check_name(t, "node type", where), at, int(c), int(dim), dtype))
+        at += int(c)
+    rels = tuple(Relation(s, check_name(r, "relation", where), d, int(k)) for (s, r, d), k in counts.items())
+    schema = HeteroSchema(tuple(types), rels, target)
+    schema.check(where)
     return schema
+
+
+def array_blocks(x: np.ndarray, rows: int = 1 << 16) -> Iterator[np.ndarray]:
+    """The rows of ``x`` (a memory map, say) in blocks of ``rows``, each read into memory."""
+    return (np.asarray(x[a:a + rows]) for a in range(0, x.shape[0], rows))
+
+
+def _feature_blocks(x: np.ndarray | FeatureBlocks) -> Iterable[np.ndarray]:
+    return x.blocks() if isinstance(x, FeatureBlocks) else array_blocks(x)
+
+
+def _write_features(w: DatasetWriter, t: NodeType, x: np.ndarray | FeatureBlocks) -> None:
+    """``feat_<type>.npy`` from ``x``'s row blocks, with ``pwrite`` (the written pages never count in RSS)."""
+    fpath = w.tmp_dir / f"{t.feature_file}.npy"
+    out = open_paged_npy(fpath, np.dtype(t.feature_dtype), (t.count, t.feature_dim))
+    at, row_bytes = out.offset, t.feature_dim * out.dtype.itemsize
+    del out
+    row, fd = 0, os.open(fpath, os.O_WRONLY)
+    try:
+        for block in _feature_blocks(x):
+            block = np.ascontiguousarray(block, dtype=t.feature_dtype)
+            if block.ndim != 2 or block.shape[1] != t.feature_dim or row + block.shape[0] > t.count:
+                raise DatasetError(f"features of {t.name!r}: a block of shape {list(block.shape)} at row {row} "
+                                   f"does not fit [{t.count}, {t.feature_dim}]")
+            write_all(fd, block.reshape(-1).data.cast("B"), fpath, at + row * row_bytes)
+            row += block.shape[0]
+    finally:
+        os.close(fd)
+    if row != t.count:
+        raise DatasetError(f"features of {t.name!r}: {row} rows for {t.count} nodes")
+    w.record_file(t.feature_file, str(t.feature_dtype), (t.count, t.feature_dim))
+
+
+def write_node_data(w: DatasetWriter, schema: HeteroSchema, features: Mapping[str, np.ndarray | FeatureBlocks],
+                    labels: np.ndarray | None, num_classes: int, splits: Mapping[str, np.ndarray]) -> None:
+    """Write the per-type feature tables (in row blocks), the global labels and the splits (global ids).
+
+    Raises
+    ------
+    DatasetError
+        A feature table's blocks do not add up to its type's count or have another width, the
+        labels or splits come without a target type, do not fit it, or name an id outside it.
+    """
+    for t in schema.node_types:
+        if t.feature_dim:
+            _write_features(w, t, features[t.name])
+    if (labels is not None or splits) and schema.target is None:
+        raise DatasetError("labels and splits need a target node type; none is given")
+    tgt = schema.node_type(str(schema.target)) if schema.target is not None else None
+    if labels is not None and tgt is not None:
+        if len(labels) != tgt.count:
+            raise DatasetError(f"labels: {len(labels)} of them for {tgt.count} {tgt.name} nodes")
+        full = np.full(schema.num_nodes, -1, dtype=np.int64)
+        full[tgt.offset:tgt.offset + tgt.count] = labels
+        w.write_labels(full, num_classes=num_classes or None)
+    if splits and tgt is not None:
+        for k, ids in splits.items():
+            ids = np.asarray(ids)
+            if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= tgt.count):
+                raise DatasetError(f"{k}: a {tgt.name} id is outside [0, {tgt.count})")
+        w.write_splits(**{k.removesuffix("_idx"): np.asarray(v, np.int64) + tgt.offset for k, v in splits.items()})
 
 
 def write_hetero(path: str | os.PathLike, graph: HeteroGraph, *, name: str | None = None,
                  source: dict[str, JsonValue] | None = None, overwrite: bool = False) -> Path:
     """Write ``graph`` as a heterogeneous dataset directory at ``path`` (atomically); returns the path.
 
-    Memory: the edges of all relations at once (in-memory step one; a streamed writer is next).
+    Memory: the edges of all relations at once; :func:`training.hetero.stream.write_hetero_stream` writes
+    the same directory with bounded memory.
 
     Raises
     ------
@@ -74,7 +155,9 @@ def write_hetero(path: str | os.PathLike, graph: HeteroGraph, *, name: str | Non
     csrs = {}
     for (s, r, d), e in graph.edges.items():
         csrs[(s, r, d)] = relation_csr(e, graph.num_nodes[s], graph.num_nodes[d], same_type=s == d)
-    schema = _schema_of(graph, {k: int(ip[-1]) for k, (ip, _) in csrs.items()})
+    widths = {t: (int(x.shape[1]), np.dtype(x.dtype).name) for t, x in graph.features.items()}
+    schema = schema_for(graph.num_nodes, widths, graph.target, {k: int(ip[-1]) for k, (ip, _) in csrs.items()},
+                        "write_hetero")
     off = {t.name: t.offset for t in schema.node_types}
     n = schema.num_nodes
     # the union CSR in global ids: every relation's (dst, src, type), sorted by dst, then src, then type
@@ -93,22 +176,7 @@ def write_hetero(path: str | os.PathLike, graph: HeteroGraph, *, name: str | Non
             ip, ix = csrs[rel.key]
             _save(w, f"{rel.file_prefix}_indptr", ip)
             _save(w, f"{rel.file_prefix}_indices", ix)
-        for t in schema.node_types:
-            if t.feature_dim:
-                out = open_paged_npy(w.tmp_dir / f"{t.feature_file}.npy", np.dtype(t.feature_dtype),
-                                     (t.count, t.feature_dim))
-                out[:] = graph.features[t.name]
-                out.flush()
-                w.record_file(t.feature_file, out.dtype, out.shape)
-        if graph.target is not None and graph.labels is not None:
-            labels = np.full(n, -1, dtype=np.int64)
-            tgt = schema.node_type(graph.target)
-            labels[tgt.offset:tgt.offset + tgt.count] = graph.labels
-            w.write_labels(labels, num_classes=graph.num_classes or None)
-        if graph.splits:
-            tgt = schema.node_type(str(graph.target))
-            w.write_splits(**{k.removesuffix("_idx"): np.asarray(v, np.int64) + tgt.offset
-                              for k, v in graph.splits.items()})
+        write_node_data(w, schema, graph.features, graph.labels, graph.num_classes, graph.splits)
         w.set_meta(hetero=schema.to_json())
     return Path(path)
 
@@ -221,4 +289,5 @@ def _validate(hd: HeteroDataset) -> None:
                                f"{schema.target!r}; re-import the dataset")
 
 
-__all__ = ["HeteroDataset", "open_hetero", "relation_csr", "write_hetero"]
+__all__ = ["FeatureBlocks", "HeteroDataset", "array_blocks", "open_hetero", "relation_csr", "schema_for",
+           "write_hetero", "write_node_data"]

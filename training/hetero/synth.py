@@ -13,6 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from training.hetero.graph import HeteroGraph
+from training.hetero.schema import EdgeType
+from training.hetero.store import FeatureBlocks
+from training.hetero.stream import EdgeChunks, HeteroSource, add_reverse_chunks
 
 
 def _within_class(rng: np.random.Generator, cls_of_src: np.ndarray, pool_cls: np.ndarray, homophily: float
@@ -64,4 +67,92 @@ def synth_mag(*, papers: int = 400, authors: int = 200, institutions: int = 20, 
     )
 
 
-__all__ = ["synth_mag"]
+
+
+#: edges per paper of :func:`synth_mag_stream` with reverse relations (cites 4, writes 3 + 3, has_topic 2 + 2,
+#: affiliated_with 1 + 1 per author at one author per two papers)
+EDGES_PER_PAPER = 15
+
+
+def synth_mag_stream(*, papers: int, authors: int | None = None, institutions: int | None = None,
+                     fields: int | None = None, num_classes: int = 4, seed: int = 0, homophily: float = 0.8,
+                     block_nodes: int = 1 << 18, reverse: bool = True) -> HeteroSource:
+    """:func:`synth_mag`'s shape at any size, as a :class:`~training.hetero.stream.HeteroSource` whose edges
+    and features are drawn in blocks of ``block_nodes`` nodes (the same on every call, seeded per block).
+
+    Every paper cites 4 papers (mostly of its class), is written by 3 authors and has 2 topics
+    (mostly fields of its class); every author is affiliated with one institution. Defaults:
+    ``papers / 2`` authors, ``papers / 100`` institutions, ``papers / 50`` fields. With
+    ``reverse``, ``rev_<rel>`` relations for the relations between types (about
+    :data:`EDGES_PER_PAPER` edges a paper). Memory: the labels and the class index of the
+    papers and fields (16 bytes a paper) and one block.
+    """
+    authors = max(papers // 2, 1) if authors is None else authors
+    institutions = max(papers // 100, 1) if institutions is None else institutions
+    fields = max(papers // 50, 1) if fields is None else fields
+    y = np.random.default_rng([seed, 0]).integers(0, num_classes, papers)
+    field_cls = np.arange(fields) % num_classes
+    pools = {"paper": _ClassPool(y), "field_of_study": _ClassPool(field_cls)}
+
+    def blocks(count: int, rel: int, draw):
+        def gen():
+            for i, a in enumerate(range(0, count, block_nodes)):
+                ids = np.arange(a, min(a + block_nodes, count))
+                yield draw(np.random.default_rng([seed, rel, i]), ids)
+        return gen
+
+    def near(pool: str, k: int):
+        def draw(rng, ids):
+            d = np.repeat(ids, k)
+            return pools[pool].draw(rng, y[d], homophily), d
+        return draw
+
+    def topic(rng, ids):
+        s = np.repeat(ids, 2)
+        return s, pools["field_of_study"].draw(rng, y[s], homophily)
+
+    edges: dict[EdgeType, EdgeChunks] = {
+        ("author", "writes", "paper"): blocks(papers, 1, lambda rng, ids: (rng.integers(0, authors, 3 * ids.size),
+                                                                           np.repeat(ids, 3))),
+        ("paper", "cites", "paper"): blocks(papers, 2, near("paper", 4)),
+        ("paper", "has_topic", "field_of_study"): blocks(papers, 3, topic),
+        ("author", "affiliated_with", "institution"): blocks(authors, 4, lambda rng, ids: (
+            ids, rng.integers(0, institutions, ids.size))),
+    }
+    centroids = np.random.default_rng([seed, 5]).normal(size=(num_classes, 16)) * 1.5
+    feats = {
+        "paper": FeatureBlocks(16, "float32", blocks(papers, 6, lambda rng, ids: (
+            centroids[y[ids]] + rng.normal(size=(ids.size, 16))).astype(np.float32))),
+        "author": FeatureBlocks(8, "float16", blocks(authors, 7, lambda rng, ids: rng.normal(
+            size=(ids.size, 8)).astype(np.float16))),
+        "institution": FeatureBlocks(4, "uint8", blocks(institutions, 8, lambda rng, ids: rng.integers(
+            0, 256, (ids.size, 4)).astype(np.uint8))),
+    }
+    perm = np.random.default_rng([seed, 9]).permutation(papers)
+    a, b = int(0.6 * papers), int(0.8 * papers)
+    return HeteroSource(
+        {"paper": papers, "author": authors, "institution": institutions, "field_of_study": fields},
+        add_reverse_chunks(edges) if reverse else edges, feats, "paper", y.astype(np.int64), num_classes,
+        {"train_idx": np.sort(perm[:a]), "valid_idx": np.sort(perm[a:b]), "test_idx": np.sort(perm[b:])})
+
+
+class _ClassPool:
+    """Members of a pool sorted by class, to draw one of a given class in O(1)."""
+
+    def __init__(self, cls: np.ndarray) -> None:
+        self.n = len(cls)
+        self.by_cls = np.argsort(cls, kind="stable")
+        self.starts = np.searchsorted(cls[self.by_cls], np.arange(int(cls.max(initial=0)) + 2))
+
+    def draw(self, rng: np.random.Generator, want: np.ndarray, homophily: float) -> np.ndarray:
+        """One member per entry of ``want``: of class ``want[i]`` with probability ``homophily``, else uniform."""
+        out = rng.integers(0, self.n, want.size)
+        same = rng.random(want.size) < homophily
+        c = want[same]
+        lo, size = self.starts[c], self.starts[c + 1] - self.starts[c]
+        ok = size > 0
+        out[np.flatnonzero(same)[ok]] = self.by_cls[lo[ok] + (rng.random(int(ok.sum())) * size[ok]).astype(np.int64)]
+        return out
+
+
+__all__ = ["EDGES_PER_PAPER", "synth_mag", "synth_mag_stream"]

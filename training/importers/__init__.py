@@ -11,6 +11,10 @@ npz        gnn-benchmark ``.npz`` file                  :mod:`training.importers
 ogb        OGB node-property directory (raw/, split/;  :mod:`training.importers.ogb`,
            CSV or papers100M's binary raw/data.npz)     :mod:`training.importers.ogb_binary`
 igb        IGB directory (processed/paper/...)          :mod:`training.importers.igb`
+ogb-hetero OGB heterogeneous raw directory (ogbn-mag:    :mod:`training.hetero.mag`
+           raw/num-node-dict, relations/, split/)
+igb-hetero IGBH directory (processed/<type>/node_feat,   :mod:`training.hetero.igbh`
+           processed/<src>__<rel>__<dst>/edge_index)
 hdf5       HDF5 file (CSR or edge list, features, ...)  :mod:`training.importers.hdf5`
 edgelist   SNAP text edge list, optionally gzipped      :mod:`training.importers.edgelist`
 webgraph   WebGraph BV graph (BASENAME.graph/.properties) :mod:`training.importers.webgraph`
@@ -29,6 +33,9 @@ from typing import Any
 #: format name -> (module, import function); detection tries them in this order
 FORMATS: dict[str, tuple[str, str]] = {
     "planetoid": ("training.importers.planetoid", "import_planetoid"),
+    # the heterogeneous layouts first: IGBH holds IGB's paper__cites__paper too
+    "ogb-hetero": ("training.hetero.mag", "import_ogb_hetero"),
+    "igb-hetero": ("training.hetero.igbh", "import_igbh"),
     "ogb": ("training.importers.ogb", "import_ogb"),
     "igb": ("training.importers.igb", "import_igb"),
     "npz": ("training.importers.npz", "import_npz"),
@@ -49,8 +56,9 @@ def detect_format(src: str | Path) -> str:
         if importlib.import_module(mod).detect(src):
             return fmt
     raise DatasetError(
-        f"{src}: cannot tell its format (expected ind.<name>.* files, an OGB raw/ + split/ directory, an IGB "
-        "processed/ directory, a gnn-benchmark .npz, an HDF5 file, a text edge list or a WebGraph BASENAME); "
+        f"{src}: cannot tell its format (expected ind.<name>.* files, an OGB raw/ + split/ directory (ogbn-mag's "
+        "heterogeneous one with raw/num-node-dict.csv.gz), an IGB or IGBH processed/ directory, a gnn-benchmark "
+        ".npz, an HDF5 file, a text edge list or a WebGraph BASENAME); "
         f"pass `format={{{','.join(FORMATS)}}}`"
     )
 
