@@ -248,3 +248,17 @@ def test_a_store_open_before_a_move_checks_and_reads_its_own_files_after_the_com
         assert torch.equal(store.gather(torch.arange(len(x))), torch.from_numpy(x))
     with _open(x, tmp_path)(load_placement(tmp_path)) as store:
         assert torch.equal(store.gather(torch.arange(len(x))), torch.from_numpy(x))
+
+
+@pytest.mark.slow
+def test_the_training_benchmark_runs_both_sides_and_writes_its_figures(tmp_path):
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, str(REPO / "tools" / "bench_replace.py"), "--train", "--nodes", "6000",
+                        "--batches", "6", "--window", "1500", "--shift", "400", "--epochs", "3", "--repeats", "1",
+                        "--hidden", "8", "--batch", "128", "--dir", str(tmp_path), "--json", str(out)],
+                       cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    figs = json.loads(out.read_text())["figures"]
+    assert [f["bench"] for f in figs] == ["replace_train", "replace_train"]
+    assert all(f["reference"] > 0 and f["ours"] > 0 for f in figs)
+    assert "static cache %" in r.stdout and "moved" in r.stdout

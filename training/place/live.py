@@ -137,7 +137,8 @@ class LiveReplacement:
         self._epochs = 0
         self._totals = store.totals()
         self._predicted: float | None = None  # the fast-tier share the last move swapped in predicted
-        self._swaps = 0  # moves put in service since the last epoch record
+        self._gathers = 0  # gathers since the last epoch record
+        self._swapped_at: list[int] = []  # after how many of them each move went into service
 
     # -- the store of the moment -------------------------------------------------------------------
     @property
@@ -171,7 +172,7 @@ class LiveReplacement:
                 new.tier_of(b.id).counters[b.id] = old.store.tier_of(b.id).counters[b.id]
             self._live, self.placement = _Live(new), placement
             self._predicted = rec["predicted_share"]
-            self._swaps += 1
+            self._swapped_at.append(self._gathers)
             old.retired = True
             idle = old.users == 0
         if idle:
@@ -183,6 +184,7 @@ class LiveReplacement:
     def gather_landing(self, ids: torch.Tensor, *, dtype: torch.dtype | None = None) -> Gathered:
         """Rows of ``ids`` from one store, old or new, never both; the ids counted (sampled)."""
         live = self._acquire()
+        self._gathers += 1
         try:
             out = live.store.gather_landing(ids, dtype=dtype)
         finally:
@@ -228,10 +230,11 @@ class LiveReplacement:
         self._epochs += 1
         with self._lock:
             moves, self._reports = self._reports, []
-            swaps, self._swaps = self._swaps, 0
+            swapped_at, self._swapped_at, gathers, self._gathers = self._swapped_at, [], self._gathers, 0
             running = self._ready is not None or (self._thread is not None and self._thread.is_alive())
         rec = {"fast_share": _fast_share(since), "predicted_fast_share": self._predicted, "moves": moves,
-               "swaps": swaps, "count_bytes": self.reads.nbytes, "moving": running}
+               "swaps": len(swapped_at), "swapped_at_gather": swapped_at, "gathers": gathers,
+               "count_bytes": self.reads.nbytes, "moving": running}
         if not running and self._epochs % self.options.every_epochs == 0:
             hotness = self.reads.take()
             self._thread = threading.Thread(target=self._move, args=(hotness, self._epochs),
