@@ -23,6 +23,7 @@ from planner.policies import place_items
 from tests.conftest import graph_fixture
 from training.data import open_dataset
 from training.importers import import_dataset
+from training.metrics import Predictor
 from training.place.live import LiveReplacement, ReplaceOptions
 from training.place.replace import apply_replacement, plan_replacement
 
@@ -132,6 +133,18 @@ def test_the_caches_are_refilled_from_the_new_placement(cora, tmp_path):
         assert torch.equal(held[torch.from_numpy(new.row_of[verts])], torch.from_numpy(x[verts]))
     moved_in = cold[new.bin_of[cold] < 2]
     assert live.store.tier_rows(moved_in).get("ssd", (0, 0))[0] == 0  # served by the caches now
+    # the prediction re-checked after the move: the trainer's predictor takes the new placement's shares
+    [move] = [m for m in live.epoch_record()["replacement"]["moves"] if "rechecked_share" in m]
+    tiers, ssd_bins = live.expected_shares()
+    bins = move["predicted_bin_shares"]
+    assert tiers == pytest.approx({"gpu": bins[0], "cpu": bins[1], "ssd": bins[2] + bins[3]})
+    assert tiers["gpu"] + tiers["cpu"] == pytest.approx(move["predicted_share"])
+    assert [r for _, r in ssd_bins] == new.rows_per_bin()[2:].tolist()
+    predictor = Predictor(live, {"ssd": 1.0}, x.shape[1] * 4, {}, [(1.0, len(x))])
+    predictor.start()
+    _epoch(live, cold, x)
+    pred = predictor.finish(0, 8)
+    assert pred.tier("cpu").predicted_share == pytest.approx(tiers["cpu"])
     live.close()
 
 

@@ -105,6 +105,15 @@ class _Live:
     retired: bool = False
 
 
+def _expected(placement: Placement, bin_shares: Sequence[float]) -> tuple[dict[str, float], list[tuple[float, int]]]:
+    """Per tier the shares ``bin_shares`` (one per bin) add to, and ``(share, rows)`` per SSD bin of ``placement``."""
+    tiers: dict[str, float] = {}
+    for b, share in zip(placement.bins, bin_shares, strict=True):
+        tiers[b.kind] = tiers.get(b.kind, 0.0) + float(share)
+    rows = placement.rows_per_bin()
+    return tiers, [(float(bin_shares[b.id]), int(rows[b.id])) for b in placement.bins if b.kind == "ssd"]
+
+
 def _fast_share(totals: dict[str, tuple[int, int]]) -> float | None:
     rows = sum(r for r, _ in totals.values())
     return sum(r for k, (r, _) in totals.items() if k != "ssd") / rows if rows else None
@@ -137,6 +146,7 @@ class LiveReplacement:
         self._epochs = 0
         self._totals = store.totals()
         self._predicted: float | None = None  # the fast-tier share the last move swapped in predicted
+        self._expected: tuple[dict[str, float], list[tuple[float, int]]] | None = None
         self._gathers = 0  # gathers since the last epoch record
         self._swapped_at: list[int] = []  # after how many of them each move went into service
 
@@ -172,6 +182,7 @@ class LiveReplacement:
                 new.tier_of(b.id).counters[b.id] = old.store.tier_of(b.id).counters[b.id]
             self._live, self.placement = _Live(new), placement
             self._predicted = rec["predicted_share"]
+            self._expected = _expected(placement, rec["predicted_bin_shares"])
             self._swapped_at.append(self._gathers)
             old.retired = True
             idle = old.users == 0
@@ -211,12 +222,23 @@ class LiveReplacement:
         return self.store.concurrent_gathers()
 
     @property
+    def backend(self):
+        """The SSD read backend of the store in service (what :class:`training.metrics.Predictor` asks)."""
+        return self.store.backend
+
+    @property
     def notes(self) -> list[str]:
         return self.store.notes
 
     @property
     def feature_dtype(self) -> str | None:
         return self.store.feature_dtype
+
+    def expected_shares(self) -> tuple[dict[str, float], list[tuple[float, int]]] | None:
+        """After a move: the share of reads per tier the placement in service was planned for (on the epoch
+        it counted), and ``(share, rows)`` per SSD bin: what :class:`training.metrics.Predictor` predicts
+        with instead of ``place.json``'s. None before any move."""
+        return self._expected
 
     # -- between epochs ----------------------------------------------------------------------------
     def epoch_record(self) -> dict:
