@@ -93,9 +93,9 @@ def write_moved_bin(directory: str | os.PathLike[str], b: Bin, rows: np.ndarray,
         out = np.zeros((stop - start, info.row_bytes), np.uint8)
         have = min(stop, info.rows)
         if have > start:
-            if checker is not None:  # the bytes copied are the bytes the sums vouch for
+            out[:have - start] = read(start, have)  # from the device into the page cache...
+            if checker is not None:  # ...where the check reads the same bytes (then drops them): raised, no commit
                 checker.check_rows(np.arange(start, have, dtype=np.int64))
-            out[:have - start] = read(start, have)
         a, e = np.searchsorted(srows, [start, stop])
         out[srows[a:e] - start] = sdata[a:e]
         return out

@@ -275,3 +275,22 @@ def test_the_training_benchmark_runs_both_sides_and_writes_its_figures(tmp_path)
     assert [f["bench"] for f in figs] == ["replace_train", "replace_train"]
     assert all(f["reference"] > 0 and f["ours"] > 0 for f in figs)
     assert "static cache %" in r.stdout and "moved" in r.stdout
+
+
+def test_a_damaged_live_bin_stops_the_move_before_anything_is_committed(cora, tmp_path):
+    from iostack.errors import StoreError
+
+    x = np.array(cora.features)
+    old = _placed(x, tmp_path, seed=4)
+    rep = plan_replacement(old, _hot(len(x), 8), TARGETS, pool=10)
+    target = next(b for b in BINS[2:] if (rep.new_bin == b.id).any())
+    with open(tmp_path / target.path, "r+b") as f:  # a byte of the live bin flipped on the device
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(StoreError, match="corrupt|does not match"):  # the open check, or a block's as copied
+        apply_replacement(rep, tmp_path, x, fsync=False)
+    after = load_placement(tmp_path)
+    assert np.array_equal(after.bin_of, old.bin_of) and np.array_equal(after.row_of, old.row_of)
+    assert not list(tmp_path.glob("*.new*")) and not (tmp_path / COMMIT).exists()

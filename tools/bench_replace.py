@@ -222,6 +222,7 @@ def report_trained(a, runs: dict[str, list[list[dict]]], load0, load1) -> int:
              if f["moved"] else "no move")
     ahead = (f"; a move's predicted share minus the next epoch's measured one: {min(f['ahead']):.1f} to "
              f"{max(f['ahead']):.1f} points" if f["ahead"] else "")
+    overlap = min(f["sps_r"]) <= max(f["sps_s"]) and min(f["sps_s"]) <= max(f["sps_r"])
     figures = [
         Figure("replace_train", f"{what}: share of rows served by the caches, --replace-every 1 vs static DDAK",
                "% rows", 100 * statistics.median(f["share_r"]), 100 * statistics.median(f["share_s"]),
@@ -232,8 +233,9 @@ def report_trained(a, runs: dict[str, list[list[dict]]], load0, load1) -> int:
         Figure("replace_train", f"{what}: training seeds/s, --replace-every 1 vs static DDAK", "seeds/s",
                statistics.median(f["sps_r"]), statistics.median(f["sps_s"]), "static DDAK",
                note=f"median of {a.repeats} repeats (re-placed {min(f['sps_r']):,.0f}-{max(f['sps_r']):,.0f}, "
-                    f"static {min(f['sps_s']):,.0f}-{max(f['sps_s']):,.0f}); CPU only, SSD rows by the posix "
-                    "backend; the move's copy and the new store's fill share the cores with training"),
+                    f"static {min(f['sps_s']):,.0f}-{max(f['sps_s']):,.0f}"
+                    f"{': the ranges overlap, no difference shown' if overlap else ''}); CPU only, SSD rows by "
+                    "the posix backend; the move's copy and the new store's fill share the cores with training"),
     ]
     print(f"cache share epochs 1-{a.epochs - 1} (median of repeats): static "
           f"{100 * statistics.median(f['share_s']):.1f} %, re-placed {100 * statistics.median(f['share_r']):.1f} %; "
