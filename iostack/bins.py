@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from iostack.checksums import BlockCrcs, BlockSums, block_sums, crc32_of
+from iostack.checksums import BlockCrcs, BlockSums, crc32_of
 from iostack.errors import StoreError
 from iostack.placement import Bin, Placement
 from planner.progress import Progress
@@ -350,57 +350,6 @@ def open_bin(directory: str | os.PathLike[str], b: Bin, *, dtype: np.dtype | str
                 f"{path}: bin {b.id} is corrupt (CRC-32 {crc:#010x}, manifest says {info.crc32:#010x}); {fix}"
             )
     return info
-
-
-def write_rows(directory: str | os.PathLike[str], b: Bin, rows: np.ndarray, data: np.ndarray, *,
-               fsync: bool = True) -> BinFile:
-    """Write ``data`` (``(n, row_bytes)`` uint8, stored rows) at rows ``rows`` of SSD bin ``b``'s file, in place.
-
-    Only those rows' bytes change (the file grows, zero-filled, when a row lies past its end); the
-    manifest is then recomputed from the file (its CRC-32, first-block CRC and block sums: one
-    sequential read, no rewrite) and replaced atomically. For a re-placement that moves a few rows
-    (:mod:`training.place.replace`) instead of writing the bin again. Returns the new :class:`BinFile`.
-
-    Raises
-    ------
-    StoreError
-        The bin's file or manifest is missing or damaged, ``data`` is not rows of its width, or
-        the write fails.
-    """
-    info = open_bin(directory, b)
-    rows = np.asarray(rows, np.int64)
-    data = np.ascontiguousarray(data, np.uint8)
-    if data.shape != (rows.size, info.row_bytes):
-        raise StoreError(f"bin {b.id}: {data.shape} bytes to write, expected ({rows.size}, {info.row_bytes})")
-    if rows.size and (rows.min() < 0 or rows.max() >= b.capacity_rows):
-        raise StoreError(f"bin {b.id}: a row outside 0..{b.capacity_rows - 1}")
-    path = Path(info.path)
-    n_rows = max(info.rows, int(rows.max()) + 1 if rows.size else 0)
-    size = file_bytes_for(n_rows, info.row_bytes)
-    order = np.argsort(rows, kind="stable")  # front to back
-    offsets = info.offsets(rows)
-    try:
-        fd = os.open(path, os.O_RDWR)
-        try:
-            if size > info.file_bytes:
-                os.ftruncate(fd, size)  # the new rows' pages, zeros until written
-            for i in order.tolist():
-                os.pwrite(fd, data[i].tobytes(), int(offsets[i]))
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        sums = block_sums(path, info.block_sums.block_bytes if info.block_sums is not None else SUM_BLOCK_BYTES)
-        new = replace(info, rows=n_rows, file_bytes=size, crc32=crc32_of(path),
-                      crc32_first_block=crc32_of(path, 0, BLOCK_BYTES), block_sums=sums)
-        man = _manifest_path(path)
-        tmp = man.with_name(man.name + ".tmp")
-        extra = json.loads(man.read_text()).get("placement_dir")
-        tmp.write_text(_manifest_text(new, **({"placement_dir": extra} if extra else {})))
-        os.replace(tmp, man)
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot write rows of bin {b.id}: {exc.strerror or exc}") from None
-    return new
 
 
 # --- a feature file as a bin, in place -------------------------------------------------------

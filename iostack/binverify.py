@@ -87,6 +87,12 @@ class BlockChecker:
         if info.block_sums is None:
             raise ValueError(f"{info.path}: no block sums to check against")
         self.info, self.sums = info, info.block_sums
+        # the file as opened now, as the reads' handles opened it: a re-placement may rename a new bin over
+        # this name (training.place.replace), and its blocks are not the ones these sums describe
+        try:
+            self._fd: int | None = os.open(info.path, os.O_RDONLY)
+        except OSError:
+            self._fd = None  # said when a check reads it
         self.verified = np.zeros(self.sums.blocks, np.bool_)
         self.left = self.sums.blocks  #: blocks not verified yet (0: every read is free)
         bb = self.sums.block_bytes
@@ -135,16 +141,26 @@ class BlockChecker:
         if todo.size:
             self._verify(todo)
 
+    def close(self) -> None:
+        """Close the file it checks (idempotent; a check after it reads the file by its name)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
     def _verify(self, blocks: np.ndarray) -> None:
-        bad = read_bad_blocks(self.info.path, self.sums, blocks)
+        bad = read_bad_blocks(self.info.path, self.sums, blocks, fd=self._fd)
         if bad:
             raise StoreError(corrupt_message(self.info, bad))
         self.verified[blocks] = True
         self.left = int(self.sums.blocks - np.count_nonzero(self.verified))
 
 
-def read_bad_blocks(path: str, sums: BlockSums, blocks: np.ndarray) -> list[int]:
-    """The blocks among ``blocks`` (sorted, distinct) whose bytes in ``path`` do not match ``sums``.
+def read_bad_blocks(path: str, sums: BlockSums, blocks: np.ndarray, *, fd: int | None = None) -> list[int]:
+    """The blocks among ``blocks`` (sorted, distinct) whose bytes in ``path`` (read through ``fd`` when given,
+    an open file of it) do not match ``sums``.
 
     Runs of consecutive blocks are read in one sequential pass each, then dropped
     from the page cache (what a direct-I/O backend reads next must come from the
@@ -157,8 +173,10 @@ def read_bad_blocks(path: str, sums: BlockSums, blocks: np.ndarray) -> list[int]
     """
     bad = []
     per = max(1, MAX_READ_BYTES // sums.block_bytes)  # blocks per read: bounded memory whatever the run
+    own = fd is None
     try:
-        fd = os.open(path, os.O_RDONLY)
+        if fd is None:
+            fd = os.open(path, os.O_RDONLY)
     except OSError as exc:
         raise StoreError(f"{path}: cannot read it to check its blocks ({exc.strerror or exc})") from None
     try:
@@ -178,7 +196,8 @@ def read_bad_blocks(path: str, sums: BlockSums, blocks: np.ndarray) -> list[int]
     except OSError as exc:
         raise StoreError(f"{path}: cannot read it to check its blocks ({exc.strerror or exc})") from None
     finally:
-        os.close(fd)
+        if own:
+            os.close(fd)
     return bad
 
 

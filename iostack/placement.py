@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from iostack.commit import finish as finish_commit
 from iostack.errors import StoreError
 from momentbase.jsontypes import JsonValue
 
@@ -192,8 +193,13 @@ def save_json(path: Path, data: object) -> None:
 
 
 def load_placement(directory: str | os.PathLike[str]) -> Placement:
-    """The placement :meth:`Placement.save` wrote to ``directory`` (:class:`StoreError` if unreadable)."""
+    """The placement :meth:`Placement.save` wrote to ``directory`` (:class:`StoreError` if unreadable).
+
+    A re-placement a crash interrupted after its commit (:mod:`iostack.commit`) is finished first, so the
+    index read matches the bins.
+    """
     d = Path(directory)
+    finish_commit(d)
     man = d / MANIFEST
     try:
         data = json.loads(man.read_text())

@@ -133,6 +133,8 @@ class SsdTier(Tier):
             return
         for h in self.handles.values():
             self.backend.close_handle(h)
+        for c in self.checkers.values():
+            c.close()
         self.backend.close()
         self.handles.clear()
         self.closed = True

@@ -94,7 +94,9 @@ class FeatureStore:
     bins hold; ``row_bytes`` is the stored row's size (what the tiers hold and
     move), ``dtype`` the gather's result type, ``storage_dtype`` the bins'.
     ``feature_dtype`` (a :data:`~iostack.vocab.STORAGE_DTYPES` name): the
-    storage type the caller expects; another is refused.
+    storage type the caller expects; another is refused. ``transfer``: the
+    :class:`~iostack.transfer.Transfer` to reach the device through (a store that
+    replaces another shares its copy stream and counts), instead of a new one.
     """
 
     def __init__(self, placement: Placement, bin_dir: str | os.PathLike[str] | None = None, *,
@@ -102,10 +104,12 @@ class FeatureStore:
                  backend_options: dict[str, Any] | None = None, device: str | torch.device = "cpu",
                  memory: DeviceMemory | None = None, local_gpu_bins: Sequence[int] | None = None,
                  share_key: str | None = None, full_check: bool = False,
-                 feature_dtype: str | None = None, tiers: Sequence[Tier] = ()) -> None:
+                 feature_dtype: str | None = None, tiers: Sequence[Tier] = (),
+                 transfer: Transfer | None = None) -> None:
         self.placement = placement
         self.codec = placement.codec
-        self.transfer = Transfer(memory if memory is not None else memory_for(device))
+        self.transfer = transfer if transfer is not None else Transfer(memory if memory is not None
+                                                                       else memory_for(device))
         self.memory = self.transfer.memory
         self.device = self.memory.device
         # numpy, not torch: grouping a gather's ids by bin is a 16-bit radix sort on one thread

@@ -48,7 +48,9 @@ def _spec(args: argparse.Namespace):
                   node_shared_reads=not args.no_node_shared_reads, exchange=args.exchange,
                   remote_cache_bytes=_size(args.remote_cache, "--remote-cache"),
                   remote_cache_dir=args.remote_cache_dir, cache_policy=_cache_policy(args),
-                  dynamic_cache_bytes=_size(args.dynamic_cache, "--dynamic-cache"), check_dataset=args.check_dataset),
+                  dynamic_cache_bytes=_size(args.dynamic_cache, "--dynamic-cache"), check_dataset=args.check_dataset,
+                  replace_every=args.replace_every, replace_count_every=args.replace_count_every,
+                  replace_min_gain=args.replace_min_gain),
         distributed=DistributedSpec(timeout_s=args.timeout),
         run=RunSpec(epochs=args.epochs, seed=args.seed, lr=args.lr, weight_decay=args.weight_decay,
                     eval_every_epochs=args.eval_every, checkpoint_dir=args.checkpoint,
@@ -290,6 +292,14 @@ def _cache_options(p: argparse.ArgumentParser) -> None:
                         "warm-started with the placement's GPU and CPU bins")
     r.add_argument("--dynamic-cache", default="0", metavar="SIZE",
                    help="the size of that cache, e.g. 2GiB (default 0: none)")
+    m = p.add_argument_group("re-placement while training (the hot rows drift)")
+    m.add_argument("--replace-every", type=int, default=0, metavar="K",
+                   help="after every K-th epoch re-run DDAK on the rows the run read and move the rows whose bin "
+                        "changes, in the background, swapping the placement between two gathers (default 0: never)")
+    m.add_argument("--replace-count-every", type=int, default=1, metavar="N",
+                   help="count the rows of every N-th batch (default 1; 4 bytes a vertex whatever N)")
+    m.add_argument("--replace-min-gain", type=float, default=0.01, metavar="F",
+                   help="move only when the caches' predicted share of the reads rises by F (default 0.01)")
     n = p.add_argument_group("several nodes (a placement from `moment place --nodes N`)")
     n.add_argument("--exchange", choices=EXCHANGES, default="alltoall",
                    help="how remote rows travel: one all_to_all per step on its own group (default), or "

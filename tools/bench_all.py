@@ -73,6 +73,10 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
                  ["--nodes", "50000", "--batches", "10", "--window", "5000", "--shift", "2500", "--repeats", "1"]),
     # re-placement between epochs against static DDAK on a drifting hot set: cache share, seeds/s, rows moved
     "replace": ("bench_replace.py", ["--repeats", "3"], ["--nodes", "30000", "--batches", "10", "--repeats", "1"]),
+    # the same inside the trainer: moment train's --replace-every 1 (the move in the background) against static DDAK
+    "replace_train": ("bench_replace.py", ["--train", "--batches", "60", "--repeats", "3"],
+                      ["--train", "--nodes", "30000", "--batches", "20", "--window", "6000", "--shift", "1500",
+                       "--epochs", "4", "--repeats", "1", "--hidden", "16"]),
     # replica groups (DDStore's width) at N = 4, W = 1, 2, 4: memory per node and remote share vs hot-row replication
     "replica_groups": ("bench_replica_groups.py", ["--seeds", "3"], ["--nodes-graph", "20000", "--edges", "200000",
                                                                     "--seeds", "1"]),

@@ -17,7 +17,8 @@ the share of rows the caches served (the tier counters of the store), the rows m
 took, seeds/s of the gathers; and the plan's prediction re-checked after the move (the cache share the counted
 reads have on the placement read back from disk, against the plan's). Sides interleaved per repeat; shares
 are the same every repeat (same batches), seeds/s medians and ranges. The move runs between epochs here, not
-yet in a background thread beside training.
+yet in a background thread beside training: ``--train`` runs the trainer with the move in the background
+(``tools/bench_replace_train.py``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from _results import Figure, write  # noqa: E402
 from bench_dyncache import drift_arguments, drifting_graph, epoch_seeds  # noqa: E402
+from bench_replace_train import report_train, run_train  # noqa: E402
 
 from iostack.bins import write_bins  # noqa: E402
 from iostack.placement import Bin, Placement, load_placement  # noqa: E402
@@ -58,6 +60,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dir", help="where the bins go (default: a temporary directory under /var/tmp)")
+    ap.add_argument("--train", action="store_true",
+                    help="train GraphSAGE with the trainer, static against --replace-every 1 (bench_replace_train.py)")
+    ap.add_argument("--hidden", type=int, default=64, help="--train: the model's width")
+    ap.add_argument("--min-gain", type=float, default=0.01, help="--train: replace_min_gain")
     ap.add_argument("--json")
     return ap.parse_args(argv)
 
@@ -134,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     for n_id in batches(0, a.seed + 1000):
         hot[n_id] += 1
     first, targets = _placement(a, hot)
+    if a.train:
+        seeds = [epoch_seeds(a.nodes, e, a.window, a.shift, a.batches, a.batch, a.seed) for e in range(a.epochs)]
+        with tempfile.TemporaryDirectory(dir=a.dir or "/var/tmp", prefix="moment-bench-replace-") as tmp:
+            truns = run_train(a, Path(tmp), indptr, indices, feats, first, seeds)
+        return report_trained(a, truns, load0, os.getloadavg())
     epochs = [batches(e, a.seed + e) for e in range(a.epochs)]
     runs: dict[str, list[list[dict]]] = {"static": [], "replaced": []}
     with tempfile.TemporaryDirectory(dir=a.dir or "/var/tmp", prefix="moment-bench-replace-") as tmp:
@@ -189,10 +200,47 @@ def report(a, runs: dict[str, list[list[dict]]], load0, load1) -> int:
     figures[0] = dataclasses.replace(figures[0], note=figures[0].note + f"; the plan's predicted share minus the "
                                      f"next epoch's measured one: {min(ahead):.1f} to {max(ahead):.1f} points (the "
                                      f"drift in one epoch); on the counted reads it holds to {100 * err:.2g} points")
+    return _finish(a, figures, load0, load1)
+
+
+def _finish(a, figures: list[Figure], load0, load1) -> int:
+    """The load before and after, and the figures written (``--json``)."""
     print(f"load average {' '.join(f'{x:.2f}' for x in load0)} -> {' '.join(f'{x:.2f}' for x in load1)}; "
           f"{os.cpu_count()} cores shared with other jobs")
     write(a.json, "bench_replace", figures, " ".join(sys.argv))
     return 0
+
+
+def report_trained(a, runs: dict[str, list[list[dict]]], load0, load1) -> int:
+    """``--train``: the table and the figures of the trainer's runs."""
+    f, lines = report_train(a, runs)
+    print("\n".join(lines))
+    what = (f"trainer (GraphSAGE), drifting graph {a.nodes:,} nodes, caches {a.gpu_share:.0%} GPU + "
+            f"{a.cpu_share:.0%} CPU of the rows, epochs 1-{a.epochs - 1}")
+    moves = (f"moved {min(f['moved']):,}-{max(f['moved']):,} rows a time, {statistics.median(f['move_s']):.2f} s "
+             f"median ({min(f['move_s']):.2f}-{max(f['move_s']):.2f}) per move in the background"
+             if f["moved"] else "no move")
+    ahead = (f"; a move's predicted share minus the next epoch's measured one: {min(f['ahead']):.1f} to "
+             f"{max(f['ahead']):.1f} points" if f["ahead"] else "")
+    overlap = min(f["sps_r"]) <= max(f["sps_s"]) and min(f["sps_s"]) <= max(f["sps_r"])
+    figures = [
+        Figure("replace_train", f"{what}: share of rows served by the caches, --replace-every 1 vs static DDAK",
+               "% rows", 100 * statistics.median(f["share_r"]), 100 * statistics.median(f["share_s"]),
+               "static DDAK (placed once from epoch 0)", target="re-placement inside training wins back the caches",
+               note=f"median over {a.repeats} repeats of the mean over epochs (re-placed "
+                    f"{100 * min(f['share_r']):.1f}-{100 * max(f['share_r']):.1f}, static "
+                    f"{100 * min(f['share_s']):.1f}-{100 * max(f['share_s']):.1f}); {moves}{ahead}"),
+        Figure("replace_train", f"{what}: training seeds/s, --replace-every 1 vs static DDAK", "seeds/s",
+               statistics.median(f["sps_r"]), statistics.median(f["sps_s"]), "static DDAK",
+               note=f"median of {a.repeats} repeats (re-placed {min(f['sps_r']):,.0f}-{max(f['sps_r']):,.0f}, "
+                    f"static {min(f['sps_s']):,.0f}-{max(f['sps_s']):,.0f}"
+                    f"{': the ranges overlap, no difference shown' if overlap else ''}); CPU only, SSD rows by "
+                    "the posix backend; the move's copy and the new store's fill share the cores with training"),
+    ]
+    print(f"cache share epochs 1-{a.epochs - 1} (median of repeats): static "
+          f"{100 * statistics.median(f['share_s']):.1f} %, re-placed {100 * statistics.median(f['share_r']):.1f} %; "
+          f"{moves}{ahead}")
+    return _finish(a, figures, load0, load1)
 
 
 if __name__ == "__main__":

@@ -151,7 +151,8 @@ def open_store(placement: Any, placement_dir: str | os.PathLike[str], features: 
     choice = choose_backend(backend, cuda=isinstance(transfer.memory, CudaMemory), capacities=caps,
                             paths=[str(bin_path(placement_dir, b)) for b in placement.bins if b.kind == "ssd"])
     store = FeatureStore(placement, placement_dir, features=features, backend=choice.name,
-                         memory=transfer.memory, local_gpu_bins=local_gpu_bins, share_key=share_key)
+                         memory=transfer.memory, local_gpu_bins=local_gpu_bins, share_key=share_key,
+                         transfer=transfer)
     store.notes.insert(0, f"SSD reads: {choice.name} ({choice.reason})")
     return store
 

@@ -108,7 +108,11 @@ def open_run_features(spec: TrainSpec, ds: Dataset, world: World, memory: Device
                                  share_key=share_key_of(ds, io.placement)
                                  if io.placement and world.local_size > 1 else None,
                                  capacities=io.capacities)
-        if io.cache_policy != "static":
+        if io.replace_every:
+            from training.place.live import live_for_run
+
+            features = live_for_run(features, io, ds, world.size)
+        elif io.cache_policy != "static":
             from training.cached_features import CachedFeatures, static_fill
 
             features = CachedFeatures(features, ds.num_nodes, io.dynamic_cache_bytes, io.cache_policy,

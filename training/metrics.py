@@ -209,8 +209,11 @@ class Predictor:
         requests: dict[str, float] = {}
         for b, dev, _, _ in self.ssd_targets:
             requests[dev] = requests.get(dev, 0.0) + per_bin.get(b, 0.0)
-        return predict_epoch(epoch, self.shares, measured, row_bytes=self.row_bytes, rates=self.rates,
-                             steps=steps, ssd_bins=self.ssd_bins, readers=self.readers, shared=self.shared,
+        # a placement re-placed while training (training.place.live) predicts with its new shares
+        replaced = getattr(self.store, "expected_shares", lambda: None)()
+        shares, ssd_bins = replaced if replaced is not None else (self.shares, self.ssd_bins)
+        return predict_epoch(epoch, shares, measured, row_bytes=self.row_bytes, rates=self.rates,
+                             steps=steps, ssd_bins=ssd_bins, readers=self.readers, shared=self.shared,
                              ssd_devices=[dev for _, dev, _, _ in self.ssd_targets], device_rates=self.device_rates,
                              # node-shared reads go bin by bin (iostack.nodeshare's tier), whatever the backend
                              concurrent_bins=self.concurrent_bins and not self.shared,

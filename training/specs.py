@@ -176,7 +176,10 @@ class IOSpec:
     ``dynamic_cache_bytes`` that fills on access, warm-started with the static fill
     (:mod:`training.cached_features`). ``check_dataset``: ``background`` (the default) checks every
     block of the dataset arrays training reads against their CRC-32s while it runs
-    (:mod:`training.background_verify`); ``open`` only the sample checked on opening."""
+    (:mod:`training.background_verify`); ``open`` only the sample checked on opening. ``replace_every``: re-place
+    the placement in the background after every that many epochs (0 = never), on the rows of every
+    ``replace_count_every``-th batch, when the caches' predicted share of reads rises by ``replace_min_gain``
+    (:mod:`training.place.live`)."""
 
     placement: str | None = None
     backend: str = "auto"
@@ -189,6 +192,9 @@ class IOSpec:
     cache_policy: str = "static"
     dynamic_cache_bytes: int = 0
     check_dataset: str = "background"
+    replace_every: int = 0
+    replace_count_every: int = 1
+    replace_min_gain: float = 0.01
 
     def __post_init__(self) -> None:
         _path(self, "placement", "capacities", "remote_cache_dir")
@@ -206,7 +212,13 @@ class IOSpec:
             # kvikio reads SSD bins into GPU memory; without a placement the rows come from memory
             raise TrainError("`backend=kvikio` reads a placement's SSD bins: give `placement` "
                              "(a `moment place` output), or leave `backend` at auto")
-        _non_negative(self, "prefetch")
+        _non_negative(self, "prefetch", "replace_every")
+        if int(self.replace_count_every) < 1 or not 0 <= float(self.replace_min_gain) < 1:
+            raise TrainError(f"`replace_count_every` {self.replace_count_every}, `replace_min_gain` "
+                             f"{self.replace_min_gain}: expected a whole number >= 1 and a fraction in [0, 1)")
+        if self.replace_every and (self.placement is None or self.cache_policy != "static"):
+            raise TrainError("`replace_every` re-places a placement's own caches and bins: give `placement`, "
+                             "and leave `cache_policy` at static")
         if self.exchange not in EXCHANGES:
             raise TrainError(f"`exchange` {self.exchange!r}: expected one of {', '.join(EXCHANGES)}")
         if int(self.remote_cache_bytes) < 0:
@@ -264,7 +276,7 @@ RECORD_FIELDS = (
     "seed", "prefetch", "eval_every_epochs", "metrics_path", "checkpoint_dir", "checkpoint_every_steps", "resume",
     "server", "backend", "server_timeout_s", "sample_on", "capacities", "timeout_s", "exchange", "remote_cache",
     "remote_cache_dir", "node_shared_reads", "graph_on", "graph_cache", "cache_policy", "dynamic_cache",
-    "check_dataset", "precision", "partition")
+    "check_dataset", "precision", "partition", "replace_every", "replace_count_every", "replace_min_gain")
 
 _GROUPS: dict[str, type] = {"model": ModelSpec, "sampling": SamplingSpec, "io": IOSpec,
                             "distributed": DistributedSpec, "run": RunSpec}

@@ -10,21 +10,19 @@ filled for the first epochs serves less and less. Here:
 * :func:`plan_replacement` re-runs the placement policy (DDAK) on that hotness
   with the placement's own bins and targets. A vertex whose bin is unchanged
   keeps its bin *and* row; a vertex whose bin changes takes, in its new bin, a
-  row the old placement leaves unused (one it never used first, so a store
-  still reading through the old placement never reads a row being written;
-  rows vacated by this move only when the bin has no other room). That alone
-  does not make the move safe beside a live store: its block checks
-  (:mod:`iostack.binverify`) hold the old per-block CRCs, so a store must be
-  reopened after the move (a move in the background needs arrivals in blocks
-  no old row shares: not done yet). The plan says
+  row this move vacates there first, then one the old placement never used
+  (lowest first), so an SSD bin does not grow with every move. The plan says
   the traffic per bin the new hotness puts on the old placement and on the new
   one (the prediction, checked after the move by :func:`bin_traffic`).
-* :func:`apply_replacement` writes the moved rows that land in SSD bins, in place
-  (:func:`iostack.bins.write_rows`: only those rows' bytes change), from the
-  dataset's features through the placement's codec (the bytes
-  :func:`iostack.bins.write_bins` would write), then saves the new placement
-  (its manifest last). GPU and CPU bins are filled from the features when a
-  store opens, so rows moving into them need no write.
+* :func:`apply_replacement` makes the new placement the directory's, beside a
+  store still reading the old one: the SSD bins receiving rows are copied with
+  them to staged files (:mod:`iostack.binmove`: every block of the live file
+  checked as it is copied, the copy's block sums computed from what is written),
+  the index staged, and one commit renames them all (:mod:`iostack.commit`). A
+  live store's open files and block sums stay those of the old bins until it is
+  replaced by a store of the new placement (:mod:`training.place.live` does that
+  between two gathers, while training goes on). GPU and CPU bins are filled from
+  the features when a store opens, so rows moving into them need no write.
 
 >>> import numpy as np
 >>> from iostack.placement import simple_placement
@@ -33,28 +31,37 @@ filled for the first epochs serves less and less. Here:
 ([0, 0, 1, 1, 1, 1], [0, 1, 0, 1, 2, 3])
 >>> r = plan_replacement(p, np.array([0, 0, 1, 1, 9, 9], np.float32), [1.0, 0.0001], pool=1)
 >>> r.moved.tolist(), r.placement.bin_of.tolist(), r.placement.row_of.tolist()
-([0, 1, 4, 5], [1, 1, 1, 1, 0, 0], [4, 5, 0, 1, 0, 1])
+([0, 1, 4, 5], [1, 1, 1, 1, 0, 0], [2, 3, 0, 1, 0, 1])
 >>> r.static_traffic.tolist(), r.predicted_traffic.tolist()
 ([0.0, 20.0], [18.0, 2.0])
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from iostack.bins import write_rows
-from iostack.placement import Placement
+from iostack.binmove import write_moved_bin
+from iostack.bins import bin_path, discard_staged, staged_path
+from iostack.commit import commit
+from iostack.placement import MANIFEST, Placement
 from planner.placement import DdakBin
 from planner.policies import place_items
 from training.place.bins import PlacingError
 
-__all__ = ["Replacement", "RowReads", "apply_replacement", "bin_traffic", "plan_replacement"]
+if TYPE_CHECKING:
+    from torch import Tensor
+
+__all__ = ["STAGED_INDEX", "Replacement", "RowReads", "apply_replacement", "bin_traffic", "discard", "plan_replacement",
+           "staged_placement"]
 
 
 class RowReads:
@@ -72,13 +79,17 @@ class RowReads:
         self._batches = 0
         self._lock = threading.Lock()
 
-    def observe(self, ids: np.ndarray) -> None:
-        """One batch's gathered vertex ids (duplicates count once each)."""
+    def observe(self, ids: np.ndarray | Tensor) -> None:
+        """One batch's gathered vertex ids (duplicates count once each; a tensor, on a device too, is
+        copied to the host only when its batch is counted)."""
         with self._lock:
             self._batches += 1
             if (self._batches - 1) % self.every:
                 return
-            np.add.at(self._counts, np.asarray(ids, np.int64), 1)
+        to_host = getattr(ids, "cpu", None)
+        a = np.asarray(to_host().numpy() if to_host is not None else ids, np.int64).reshape(-1)
+        with self._lock:
+            np.add.at(self._counts, a, 1)
 
     def take(self) -> np.ndarray:
         """The reads counted since the last call, scaled to every batch (float32 ``(num_vertices,)``); resets."""
@@ -103,7 +114,7 @@ class Replacement:
     """A re-placement: the new ``placement``; ``moved`` (int64), the vertices whose bin changes, with their
     ``old_bin`` and ``new_bin``; per bin (float64): ``static_traffic`` (the new hotness on the old
     placement), ``predicted_traffic`` (on the new one) and ``target`` (the targets rescaled to its total);
-    ``reused_rows``: rows vacated by this move that arrivals took (a bin without other room)."""
+    ``reused_rows``: rows vacated by this move that arrivals took."""
 
     placement: Placement
     moved: np.ndarray
@@ -123,15 +134,15 @@ class Replacement:
 
 def _slots(used: np.ndarray, vacated: np.ndarray, n: int, capacity: int) -> tuple[np.ndarray, int]:
     """``n`` rows of a bin whose rows ``used`` the old placement holds (``vacated``: those this move frees):
-    never-used rows first, lowest first, then vacated ones; and how many vacated ones were taken."""
-    top = min(capacity, int(used.max()) + 1 + n if used.size else n)
+    vacated ones first, lowest first, then rows never used; and how many vacated ones were taken."""
+    extra = np.sort(vacated)[:n]
+    need = n - extra.size
+    if not need:
+        return extra, int(extra.size)
+    top = min(capacity, int(used.max()) + 1 + need if used.size else need)
     taken = np.zeros(top, bool)
     taken[used] = True
-    fresh = np.flatnonzero(~taken)[:n]
-    if fresh.size == n:
-        return fresh, 0
-    extra = np.sort(vacated)[: n - fresh.size]
-    return np.concatenate([fresh, extra]), int(extra.size)
+    return np.concatenate([extra, np.flatnonzero(~taken)[:need]]), int(extra.size)
 
 
 def plan_replacement(placement: Placement, hotness: np.ndarray, targets: Sequence[float], *, pool: int = 100,
@@ -169,35 +180,71 @@ def plan_replacement(placement: Placement, hotness: np.ndarray, targets: Sequenc
                        np.asarray(res.target_per_bin, np.float64), reused)
 
 
+#: the subdirectory of a placement where a re-placement stages its index until the commit
+STAGED_INDEX = ".replace-staged"
+
+
+def staged_placement(rep: Replacement, directory: str | os.PathLike[str]) -> Placement:
+    """``rep.placement`` with the SSD bins :func:`apply_replacement` writes named by their staged files (absolute
+    paths): a store opened on it before the commit reads the new bins, and keeps them open across the rename."""
+    written = {int(b) for b in np.unique(rep.new_bin)}
+    bins = tuple(dataclasses.replace(b, path=str(staged_path(bin_path(directory, b).resolve())))
+                 if b.kind == "ssd" and b.id in written else b for b in rep.placement.bins)
+    p = rep.placement
+    return Placement(bins, p.bin_of, p.row_of, codec=p.codec, dataset_fingerprint=p.dataset_fingerprint)
+
+
+def discard(rep: Replacement, directory: str | os.PathLike[str]) -> None:
+    """Remove what :func:`apply_replacement` staged for ``rep`` and did not commit (a move given up)."""
+    discard_staged(rep.placement, directory)
+    shutil.rmtree(Path(directory) / STAGED_INDEX, ignore_errors=True)
+
+
 def apply_replacement(rep: Replacement, directory: str | os.PathLike[str], features: np.ndarray, *,
-                      fsync: bool = True) -> dict[str, int]:
-    """Write ``rep``'s moved rows that land in SSD bins of the placement in ``directory``, then save
-    ``rep.placement`` there (``bin_of``, ``row_of``, the manifest last). ``features``: the dataset's
-    ``(V, dim)`` rows (array or memmap; only the moved rows are read). Returns ``rows_written``,
-    ``bytes_written`` and ``bins_written``.
+                      fsync: bool = True, before_commit: Callable[[Placement], None] | None = None) -> dict[str, int]:
+    """Make ``rep.placement`` the placement in ``directory``, all at once: the SSD bins that receive moved
+    rows are copied with them to staged files (:func:`iostack.binmove.write_moved_bin`, every block of
+    the live file checked as it is copied), the new index saved under :data:`STAGED_INDEX`, then one commit
+    renames them all into place (:mod:`iostack.commit`). Until the commit the old placement is untouched
+    (a crash leaves it valid; the staged files are removed by the next move or ignored); from it on, the new
+    one is (a crash mid-renames is finished by the next :func:`~iostack.placement.load_placement`).
+    ``features``: the dataset's ``(V, dim)`` rows (array or memmap; only the moved rows are read), encoded
+    by the placement's codec. ``before_commit(placement)``: called with :func:`staged_placement` once all
+    is staged (a live store opens the new bins there); what it raises gives the move up. Returns
+    ``rows_written``, ``bytes_written`` and ``bins_written``.
 
     Raises
     ------
     StoreError
-        A bin file is missing or damaged, or a write fails (the placement is then not saved: the
-        old one stays in force, and the rows written went only to rows it does not use unless
-        ``rep.reused_rows``).
+        A bin file is missing or damaged, or a write fails: nothing is committed, the old placement stays.
     """
-    p, codec = rep.placement, rep.placement.codec
+    p, codec, d = rep.placement, rep.placement.codec, Path(directory)
     rows_written = bytes_written = bins_written = 0
-    for b in p.bins:
-        if b.kind != "ssd":
-            continue
-        ids = rep.moved[rep.new_bin == b.id]
-        if not ids.size:
-            continue
-        ids = np.sort(ids)  # a memmap read front to back
-        x = np.asarray(features[ids])
-        stored = np.ascontiguousarray(x if codec is None else codec.encode(x))
-        data = stored.view(np.uint8).reshape(ids.size, -1)
-        write_rows(directory, b, p.row_of[ids], data, fsync=fsync)
-        rows_written += int(ids.size)
-        bytes_written += int(data.nbytes)
-        bins_written += 1
-    p.save(Path(directory))
+    pairs: list[tuple[str, str]] = []
+    discard(rep, d)  # a crashed move's leftovers
+    try:
+        for b in p.bins:
+            ids = rep.moved[rep.new_bin == b.id]
+            if b.kind != "ssd" or not ids.size:
+                continue
+            ids = np.sort(ids)  # a memmap read front to back
+            x = np.asarray(features[ids])
+            data = np.ascontiguousarray(x if codec is None else codec.encode(x)).view(np.uint8).reshape(ids.size, -1)
+            info = write_moved_bin(d, b, p.row_of[ids], data, fsync=fsync)
+            final = Path(info.path)
+            pairs += [(str(staged_path(final)), str(final)),
+                      (str(staged_path(final)) + ".json", str(final) + ".json")]
+            rows_written += int(ids.size)
+            bytes_written += int(data.nbytes)
+            bins_written += 1
+        p.save(d / STAGED_INDEX)
+        # the index last: placement.json is what readers open first
+        pairs += [(f"{STAGED_INDEX}/{n}", n) for n in ("bin_of.npy", "row_of.npy", MANIFEST)]
+        if before_commit is not None:
+            before_commit(staged_placement(rep, d))
+        commit(d, pairs, fsync=fsync)
+    except BaseException:
+        discard(rep, d)
+        raise
+    shutil.rmtree(d / STAGED_INDEX, ignore_errors=True)
     return {"rows_written": rows_written, "bytes_written": bytes_written, "bins_written": bins_written}
