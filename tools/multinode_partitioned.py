@@ -50,8 +50,15 @@ def _nbytes(path: Path) -> int:
     return int(a.nbytes)
 
 
-def memory_figures(g: Path, p: Path, man: dict) -> list[Figure]:
-    """Bytes a rank opens of the graph and of the dataset (the arrays' sizes), against the whole dataset's."""
+def opened_anon(runs: list) -> float:
+    """Anonymous memory (PSS) a rank's training added by its start record (what opening the feed allocated:
+    the feature rows copied in, the label and id tables), the mean over the ranks of the first run."""
+    return statistics.mean(r["start_mem"]["Pss_Anon"] - r["before"]["Pss_Anon"] for r in runs[0])
+
+
+def memory_figures(g: Path, p: Path, man: dict, measured: str) -> list[Figure]:
+    """Bytes a rank opens of the graph and of the dataset (the arrays' sizes), against the whole dataset's;
+    ``measured``: the processes' own figure, for the note."""
     n = int(man["num_nodes"])
     shared = _nbytes(p / "indptr.npy") + _nbytes(p / "old_ids.npy")
     labels_view = 8 * n  # the rank's [N] labels, its range filled (training.partition.rank)
@@ -77,7 +84,7 @@ def memory_figures(g: Path, p: Path, man: dict) -> list[Figure]:
         Figure("multinode", f"dataset bytes per node, {parts} partitioned nodes (graph, own feature rows, labels) vs "
                             "one node with all of it", "bytes", statistics.mean(data), whole, "one node, whole dataset",
                higher_is_better=False, target=f"about 1/{parts} plus the shared index",
-               note=f"max node {max(data) / whole:.3f} of the whole; halo rows are exchanged, not stored"),
+               note=f"max node {max(data) / whole:.3f} of the whole; halo rows are exchanged, not stored; {measured}"),
     ]
 
 
@@ -115,7 +122,6 @@ def bench_partitioned(args, work: Path, run_job: Callable, last: Callable) -> li
                "--undirected", "--feature-dim", str(args.feature_dim), "--train-share", args.train_share,
                "--valid-share", "0.005", "--test-share", "0.005", "--seed", "3", "--quiet")
     man = _partition(g, work / "graph-p2", 2)
-    figs = memory_figures(g, work / "graph-p2", man)
     base = dict(dataset=str(g), model="sage", fanouts=[10, 5], batch_size=args.batch_size, epochs=args.epochs,
                 eval_every_epochs=0, hidden=128, seed=0, prefetch=2)
     part, one = [], []
@@ -134,6 +140,9 @@ def bench_partitioned(args, work: Path, run_job: Callable, last: Callable) -> li
         return statistics.median(s["step_s"] for r in runs for s in next(x for x in r if x["rank"] == 0)["steps"]
                                  if s["epoch"] == ep)
     nodes = last(part[0])["nodes"]
+    measured = (f"measured: opening the feed added {opened_anon(part) / 2**20:.0f} MiB of anonymous memory (PSS) per "
+                f"partitioned rank vs {opened_anon(one) / 2**20:.0f} MiB for the whole-graph rank")
+    figs = memory_figures(g, work / "graph-p2", man, measured)
     figs.append(Figure("multinode", "seeds/s, 2 partitioned nodes x 1 rank vs one node x 1 rank with the whole graph",
                        "seeds/s", statistics.median(sp), statistics.median(so), "one node, one rank, whole graph",
                        note=f"median of {len(sp)}; ranges {min(sp):,.0f}-{max(sp):,.0f} vs {min(so):,.0f}-"

@@ -42,8 +42,9 @@ why. Epoch records count the host→device copies by source memory
 
 Evaluation: validation and test vertices are sampled with ``eval_fanouts``
 (default: the training fan-outs; ``-1`` = full neighbourhoods), split over the
-ranks, counts all-reduced. Train accuracy is measured on the training steps'
-own outputs (dropout on).
+ranks, counts all-reduced; over a partitioned graph (``partition``, no placement:
+:mod:`training.partition.rank`) each rank evaluates its own partition's vertices.
+Train accuracy is measured on the training steps' own outputs (dropout on).
 
 Records (dicts) go to ``progress`` on every rank and, from rank 0, as JSON lines
 to ``metrics_path``: ``kind`` ``"start"``, ``"step"``, ``"epoch"``. Times are
