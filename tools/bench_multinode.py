@@ -187,7 +187,7 @@ def main() -> int:
         elif args.partitioned:
             from multinode_partitioned import bench_partitioned
 
-            figures = bench_partitioned(args, work, run_job, last)
+            figures = bench_partitioned(args, work, run_job, last, graph)
             for f in figures:
                 print(f"{f.figure:90} ours {f.ours}  ref {f.reference}  ratio {f.ratio}  {f.note}")
         else:

@@ -114,13 +114,10 @@ def _accuracy(work: Path, name: str, fixture: Path, run_job: Callable, last: Cal
                    note=note)]
 
 
-def bench_partitioned(args, work: Path, run_job: Callable, last: Callable) -> list[Figure]:
-    """The partitioned figures (see the module doc); ``run_job``/``last`` are bench_multinode's."""
-    g = work / "graph"
-    if not (g / "meta.json").exists():
-        moment("data", "synth", str(g), "--nodes", args.nodes, "--edges", args.edges, "--generator", "chung-lu",
-               "--undirected", "--feature-dim", str(args.feature_dim), "--train-share", args.train_share,
-               "--valid-share", "0.005", "--test-share", "0.005", "--seed", "3", "--quiet")
+def bench_partitioned(args, work: Path, run_job: Callable, last: Callable, graph: Callable) -> list[Figure]:
+    """The partitioned figures (see the module doc); ``run_job``, ``last`` and ``graph`` (the Chung-Lu data set of
+    ``args``) are bench_multinode's."""
+    g = graph(args, work)
     man = _partition(g, work / "graph-p2", 2)
     base = dict(dataset=str(g), model="sage", fanouts=[10, 5], batch_size=args.batch_size, epochs=args.epochs,
                 eval_every_epochs=0, hidden=128, seed=0, prefetch=2)
