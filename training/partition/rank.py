@@ -87,7 +87,7 @@ def open_rank_view(dataset: str | os.PathLike[str], path: str | os.PathLike[str]
     whole = open_partition(path)
     _check_fits(whole, meta, dataset, path, world_size)
     part = whole.part(rank)
-    if part.features is None or part.labels is None:
+    if part.features is None or part.labels is None or int(meta.get("num_classes", 0)) < 1:
         raise TrainError(f"`partition` {path}: partition {rank} has no feature rows or labels; partition a dataset "
                          "with features and labels")
     train_file = Path(dataset) / "train_idx.npy"
