@@ -27,7 +27,8 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from training.distsample import DistributedNeighbours, Heartbeats, PartitionLayout  # noqa: E402
+from training.distsample import DistributedNeighbours, PartitionLayout  # noqa: E402
+from training.heartbeats import Heartbeats  # noqa: E402
 from training.launcher import bind_to_launcher  # noqa: E402
 from training.sampler import NeighborSampler  # noqa: E402
 from training.sharded.exchange import PeerLostError  # noqa: E402

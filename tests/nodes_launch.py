@@ -62,3 +62,27 @@ def wait_all(procs: list[list[subprocess.Popen]], timeout: float = 240) -> list[
 
 def log(logs: Path, node: int, local_rank: int = 0) -> str:
     return (logs / f"n{node}r{local_rank}.txt").read_text()
+
+
+def kill_mid_run(argv: Sequence[str], metrics: Path, logs: Path, steps: int = 25) -> str:
+    """Two nodes of ``argv``; node 1 killed (SIGKILL) once ``metrics`` holds ``steps`` step records.
+
+    Returns node 0's last line of output, after checking that it stopped with exit code 2.
+    """
+    import json
+    import signal
+    import time
+
+    procs = launch([argv, argv], logs=logs)
+    deadline = time.time() + 120
+
+    def done() -> int:
+        return sum(json.loads(x)["kind"] == "step" for x in metrics.read_text().splitlines()) if metrics.exists() else 0
+
+    while done() < steps:
+        assert time.time() < deadline and procs[0][0].poll() is None, log(logs, 0)[-2000:]
+        time.sleep(0.05)
+    procs[1][0].send_signal(signal.SIGKILL)
+    assert procs[0][0].wait(timeout=60) == 2, log(logs, 0)[-2000:]
+    wait_all(procs)
+    return log(logs, 0).strip().splitlines()[-1]

@@ -107,7 +107,8 @@ def _worker(rank: int, d: str, size: int) -> None:
 
     import torch.distributed as dist
 
-    from training.distsample import DistributedNeighbours, Heartbeats, sample_batches
+    from training.distsample import DistributedNeighbours, sample_batches
+    from training.heartbeats import Heartbeats
     from training.sampler import NeighborSampler
 
     dist.init_process_group("gloo", init_method=f"file://{d}/init", rank=rank, world_size=size,
@@ -219,7 +220,8 @@ def _dying_worker(rank: int, d: str, size: int) -> None:
 
     import torch.distributed as dist
 
-    from training.distsample import DistributedNeighbours, Heartbeats
+    from training.distsample import DistributedNeighbours
+    from training.heartbeats import Heartbeats
     from training.sampler import NeighborSampler
     from training.sharded.exchange import PeerLostError
 
@@ -396,20 +398,29 @@ def test_a_partition_that_does_not_fit_the_job_is_one_line(cora_ds, tmp_path, ca
 @pytest.mark.heavy  # two node processes that import torch and train Cora (~20 s)
 def test_two_nodes_over_a_partition_train_what_one_process_trains(cora_ds, tmp_path):
     """Full neighbourhoods: each step's batch holds the single process's vertices and edges, so the losses agree
-    up to float rounding (the neighbours' order within a row follows the new ids)."""
+    up to float rounding (the neighbours' order within a row follows the new ids), and so do the valid and test
+    accuracies, each rank evaluating its own partition's vertices. The ranks train on a copy of the dataset whose
+    global features, indices and labels are deleted: a rank reads its partition's rows and lists alone."""
     from tests.conftest import flat_spec
     from tests.nodes_launch import launch, log, wait_all
     from training.trainer import train
 
     part = _dataset_partition(cora_ds, tmp_path / "p2", 2)
+    bare = tmp_path / "bare"
+    shutil.copytree(cora_ds, bare)
+    for name in ("features", "indices", "labels"):
+        (bare / f"{name}.npy").unlink()
     m = tmp_path / "m.jsonl"
-    argv = ["train", "--dataset", str(cora_ds), "--partition", str(part), *TRAIN, "--metrics", str(m)]
+    argv = ["train", "--dataset", str(bare), "--partition", str(part), *TRAIN, "--metrics", str(m)]
     procs = launch([argv, argv], logs=tmp_path / "logs")
     assert wait_all(procs) == [[0], [0]], log(tmp_path / "logs", 0)[-2000:] + log(tmp_path / "logs", 1)[-2000:]
-    ours = _losses([json.loads(line) for line in m.read_text().splitlines()])
+    recs = [json.loads(line) for line in m.read_text().splitlines()]
     one: list[dict] = []
     train(flat_spec(dataset=str(cora_ds), **TRAIN_CFG), progress=one.append)
-    np.testing.assert_allclose(ours, _losses(one), rtol=1e-5)
+    np.testing.assert_allclose(_losses(recs), _losses(one), rtol=1e-5)
+    ours, theirs = ([r for r in x if r["kind"] == "epoch"][-1] for x in (recs, one))
+    assert ours["valid_acc"] == theirs["valid_acc"] and ours["test_acc"] == theirs["test_acc"], (ours, theirs)
+    assert 0 < ours["nodes"]["remote_share"] < 1  # rows of the other partition came through the exchange
 
 
 @pytest.mark.heavy  # two node processes, one killed mid-epoch, then both restarted (~40 s)
@@ -417,24 +428,15 @@ def test_a_node_that_dies_in_partitioned_training_is_named_and_the_job_resumes(c
     """kill -9 of node 1 mid-epoch: node 0 stops with one line naming rank 1 (whichever collective met the death
     first: the heartbeats name it for all) and the resume path; a restart with --resume finishes the run."""
     import re
-    import signal
 
-    from tests.nodes_launch import launch, log, wait_all
+    from tests.nodes_launch import kill_mid_run, launch, log, wait_all
 
     part = _dataset_partition(cora_ds, tmp_path / "p2", 2)
     m, ck = tmp_path / "m.jsonl", tmp_path / "ck"
     argv = ["train", "--dataset", str(cora_ds), "--partition", str(part), "--fanouts=-1,-1", "--hidden", "16",
             "--batch-size", "7", "--epochs", "3", "--eval-every", "0", "--metrics", str(m), "--checkpoint", str(ck),
             "--checkpoint-every", "4"]
-    procs = launch([argv, argv], logs=tmp_path / "a")
-    deadline = time.time() + 120
-    while not (m.exists() and len(_losses([json.loads(x) for x in m.read_text().splitlines()])) >= 25):
-        assert time.time() < deadline and procs[0][0].poll() is None, log(tmp_path / "a", 0)[-2000:]
-        time.sleep(0.05)
-    procs[1][0].send_signal(signal.SIGKILL)
-    assert procs[0][0].wait(timeout=60) == 2
-    wait_all(procs)
-    last = log(tmp_path / "a", 0).strip().splitlines()[-1]
+    last = kill_mid_run(argv, m, tmp_path / "a")
     assert re.match(r"moment train: error: epoch \d+(, step \d+)?: .*rank 1 died or stopped answering", last), last
     assert "--resume" in last
     procs = launch([[*argv, "--resume"]] * 2, logs=tmp_path / "b")

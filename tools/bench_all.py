@@ -48,6 +48,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     # replica groups' whole jobs at N = 4, W = 1, 2, 4: seeds/s, remote share, bytes per step beside hot-row replication
     "multinode_groups": ("bench_multinode.py", ["--replica-groups", "1,2,4", "--batch-size", "250"],
                          ["--quick", "--replica-groups", "1,2,4"]),
+    # the graph partitioned over 2 nodes (moment data partition, train --partition) vs one node with all of it
+    "multinode_partitioned": ("bench_multinode.py", ["--partitioned"], ["--partitioned", "--quick"]),
     # METIS vs streaming LDG, partition vs hash/random ownership; the scale runs measure the writer's memory
     "partition": ("bench_partition.py", ["--scale-edges", "1e6", "1e7"], ["--quick", "--scale-edges", "1e6"]),
     # ownership by the partitions vs hash with and without the halo cache: remote share per step, memory per node,

@@ -2,6 +2,7 @@
 
     python tools/bench_multinode.py [--quick] [--json out.json]
     python tools/bench_multinode.py --replica-groups 1,2,4 [--batch-size 250] [--json out.json]
+    python tools/bench_multinode.py --partitioned [--quick] [--json out.json]   # the graph partitioned too
 
 Nodes are separate process groups on localhost: one ``torchrun --nnodes N
 --nproc-per-node L --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT`` per
@@ -167,6 +168,9 @@ def main() -> int:
                     help="with --dir: take the runs finished there (same configuration) instead of running them")
     ap.add_argument("--replica-groups", help="only the replica groups' runs: widths W (comma-separated, e.g. 1,2,4) "
                                              "at 4 nodes, each beside hot-row replication at the same memory")
+    ap.add_argument("--partitioned", action="store_true",
+                    help="only the partitioned graph's figures (tools/multinode_partitioned.py): moment data "
+                         "partition over 2 nodes against one node holding the whole graph")
     args = ap.parse_args()
     global REUSE
     REUSE = args.reuse
@@ -180,6 +184,12 @@ def main() -> int:
             from _multinode_groups import bench_groups
 
             figures = bench_groups(args, work)
+        elif args.partitioned:
+            from multinode_partitioned import bench_partitioned
+
+            figures = bench_partitioned(args, work, run_job, last, graph)
+            for f in figures:
+                print(f"{f.figure:90} ours {f.ours}  ref {f.reference}  ratio {f.ratio}  {f.note}")
         else:
             figures = _bench(args, work)
     finally:

@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -25,6 +25,9 @@ from iostack.transfer import DeviceMemory
 from momentbase.errors import MomentError
 from training.devices import bus_address_in, partition_of_rank, rank_devices
 from training.launcher import Launcher, bind_to_launcher
+
+if TYPE_CHECKING:
+    from training.heartbeats import Heartbeats
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,19 @@ class World:
     group: Any = None
     #: the process that launched the ranks, which they do not outlive (None: one process, or not bound)
     launcher: Launcher | None = None
+    #: this rank's heartbeat in the job's store (:class:`training.heartbeats.Heartbeats`): a lost-peer error
+    #: names the dead rank (None: one process)
+    beats: Heartbeats | None = None
+
+    def end(self) -> None:
+        """Stop the heartbeat, and destroy the default group when :func:`open_world` started it."""
+        if self.beats is not None:
+            self.beats.close()
+        if self.owns_group:
+            import torch.distributed as dist
+
+            with contextlib.suppress(RuntimeError, ValueError):  # a broken group (a dead peer) goes anyway
+                dist.destroy_process_group()
 
     def whole(self) -> bool:
         """Whether the job is still whole: its launcher lives (a killed launcher's ranks are orphans)."""
@@ -172,7 +188,13 @@ def open_world(placement_dir: str | None = None, memory: DeviceMemory | None = N
         from datetime import timedelta
 
         group = dist.new_group(timeout=timedelta(seconds=float(timeout_s)))
-    return World(dist.get_rank(), dist.get_world_size(), device, owns, local, local_size, gpu_bins, group, launcher)
+    from training.heartbeats import Heartbeats
+
+    # every multi-rank job beats, so that whichever collective meets a death names the rank (not only a
+    # partitioned job's sampler): a thread adding to a store key twice a second
+    beats = Heartbeats.for_job()
+    return World(dist.get_rank(), dist.get_world_size(), device, owns, local, local_size, gpu_bins, group, launcher,
+                 beats)
 
 
 def param_spread(params: Sequence[Tensor], world: World, epoch: int = 0) -> float:

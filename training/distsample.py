@@ -61,10 +61,11 @@ from torch import Tensor
 
 from training.batches import LocalBatchSource, _mix, epoch_seeds
 from training.errors import TrainError
+from training.heartbeats import Heartbeats, job_heartbeats
 from training.sampler import NeighborSampler, SampledBatch, SamplerError
-from training.sharded.exchange import PeerLostError, name_lost_peers_with
+from training.sharded.exchange import PeerLostError
 
-__all__ = ["DistributedNeighbours", "ExchangeStats", "Heartbeats", "PartitionLayout", "PartitionedBatchSource",
+__all__ = ["DistributedNeighbours", "ExchangeStats", "PartitionLayout", "PartitionedBatchSource",
            "open_partitioned_source", "sample_batches"]
 
 #: the count a finished rank sends every peer (see :meth:`DistributedNeighbours.finish`)
@@ -142,74 +143,6 @@ class ExchangeStats:
     def as_dict(self) -> dict[str, float]:
         """The figures as a dict."""
         return dict(self.__dict__)
-
-
-class Heartbeats:
-    """Every rank's beat in a key-value store, to name the ranks that died when a collective fails.
-
-    A daemon thread sets ``moment/beat/<rank>`` to a counter every ``every_s`` seconds; after a
-    failure, :meth:`stopped` reads every peer's counter twice, ``3 × every_s`` apart: a rank whose
-    counter did not move is gone (or frozen). ``store``: a ``torch.distributed.Store`` (the
-    group's: torchrun's agent store or the ``init_method``'s).
-    """
-
-    def __init__(self, store: Any, rank: int, size: int, every_s: float = 0.5) -> None:  # Any: a c10d Store
-        self.store, self.rank, self.size, self.every_s = store, rank, size, float(every_s)
-        self._stop = threading.Event()
-        self._names_job = False
-        self._beat()
-        self._thread = threading.Thread(target=self._run, name="moment-distsample-beat", daemon=True)
-        self._thread.start()
-
-    @classmethod
-    def for_job(cls, every_s: float = 0.5) -> Heartbeats:
-        """Beats in the job's store (torchrun's agent store, or the ``init_method``'s) for this rank.
-
-        The store is torch's private ``_get_default_store()``: torch exposes no public handle to the
-        store the default group was made from.
-        """
-        import torch.distributed as dist
-
-        beats = cls(dist.distributed_c10d._get_default_store(), dist.get_rank(), dist.get_world_size(), every_s)
-        name_lost_peers_with(beats.stopped)  # every lost-peer error of the job names the dead, not just ours
-        beats._names_job = True
-        return beats
-
-    def _key(self, rank: int) -> str:
-        return f"moment/beat/{rank}"
-
-    def _beat(self) -> None:
-        self.store.add(self._key(self.rank), 1)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                self._beat()
-            except RuntimeError:  # the store's host is gone: nothing left to tell
-                return
-
-    def _read(self) -> list[int | None]:
-        out: list[int | None] = []
-        for r in range(self.size):
-            try:
-                out.append(self.store.add(self._key(r), 0))  # add 0: a read that never blocks on a missing key
-            except RuntimeError:
-                out.append(None)
-        return out
-
-    def stopped(self) -> list[int]:
-        """The ranks (other than this one) whose beat stopped, waiting ``3 × every_s`` to tell."""
-        before = self._read()
-        if all(b is None for b in before):
-            return []  # the store itself is unreachable: no one to name
-        time.sleep(3 * self.every_s)
-        after = self._read()
-        return [r for r in range(self.size) if r != self.rank and (after[r] is None or after[r] == before[r])]
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._names_job:
-            name_lost_peers_with(None)
 
 
 class DistributedNeighbours:
@@ -390,7 +323,7 @@ def sample_batches(sampler: NeighborSampler, seed_batches: Sequence[Tensor], sou
 
 
 class PartitionedBatchSource:
-    """A rank's training batches over a partitioned graph, in the dataset's own vertex ids.
+    """A rank's training batches over a partitioned graph, in the dataset's own vertex ids (or the partition's).
 
     A :class:`~training.batches.BatchSource`: the trainer keeps its ids (labels, features,
     splits), the sampler works in the partition's. ``train_idx`` (the dataset's ids) is mapped
@@ -412,7 +345,8 @@ class PartitionedBatchSource:
     Args:
         indptr: the relabelled global ``indptr``.
         indices: this rank's :class:`DistributedNeighbours` (or, one partition, its ``indices``).
-        old_ids: int64 ``[N]`` new id -> the dataset's id.
+        old_ids: int64 ``[N]`` new id -> the dataset's id; ``None``: the trainer works in the new ids
+            (:mod:`training.partition.rank`), ``train_idx`` is in new ids and ``n_id`` stays in them.
         train_idx: the training vertices, the dataset's ids.
         batch_size, fanouts, rank, world_size, seed: as :func:`training.batches.local_source`.
         group: a process group :meth:`close` destroys (the one made for the exchange), or None.
@@ -420,7 +354,7 @@ class PartitionedBatchSource:
         node_offsets: the partition's vertex ranges, for ``split="owned"`` (None: one partition).
     """
 
-    def __init__(self, indptr: np.ndarray | Tensor, indices: Tensor | DistributedNeighbours, old_ids: np.ndarray,
+    def __init__(self, indptr: np.ndarray | Tensor, indices: Tensor | DistributedNeighbours, old_ids: np.ndarray | None,
                  train_idx: np.ndarray, batch_size: int, fanouts: Sequence[int], *, rank: int = 0,
                  world_size: int = 1, seed: int = 0,
                  group: Any = None,  # Any: a torch ProcessGroup
@@ -429,12 +363,14 @@ class PartitionedBatchSource:
             raise SamplerError(f"split: expected 'owned' or 'even', got {split!r}")
         self.indices, self.group, self.split = indices, group, split
         self.rank, self.world_size, self.seed, self.batch_size = rank, world_size, seed, int(batch_size)
-        offsets = node_offsets if node_offsets is not None else (0, len(old_ids))
+        offsets = node_offsets if node_offsets is not None else (0, len(indptr) - 1)
         self.own = (int(offsets[rank]), int(offsets[rank + 1])) if split == "owned" else None
-        self.old_ids = torch.from_numpy(np.asarray(old_ids, dtype=np.int64))
-        new_of_old = torch.empty_like(self.old_ids)
-        new_of_old[self.old_ids] = torch.arange(self.old_ids.numel())
-        train_new = new_of_old.index_select(0, torch.as_tensor(np.asarray(train_idx), dtype=torch.int64).view(-1))
+        train_new = torch.as_tensor(np.asarray(train_idx), dtype=torch.int64).view(-1)
+        self.old_ids = None if old_ids is None else torch.from_numpy(np.asarray(old_ids, dtype=np.int64))
+        if self.old_ids is not None:
+            new_of_old = torch.empty_like(self.old_ids)
+            new_of_old[self.old_ids] = torch.arange(self.old_ids.numel())
+            train_new = new_of_old.index_select(0, train_new)
         self.sampler = NeighborSampler(indptr, indices, fanouts, seed=seed)
         # validates the seeds and the batch size once, and is the "even" split's walk
         self.inner = LocalBatchSource(self.sampler, train_new, batch_size, rank=rank, world_size=world_size, seed=seed)
@@ -446,6 +382,9 @@ class PartitionedBatchSource:
     def batches(self, epoch: int, start_step: int = 0) -> Iterator[SampledBatch]:
         """This rank's batches of ``epoch`` from ``start_step`` on, ``n_id`` in the dataset's ids (collective)."""
         for b in self.inner.batches(epoch, start_step) if self.own is None else self._owned(epoch, start_step):
+            if self.old_ids is None:  # the trainer works in the partition's ids
+                yield b
+                continue
             yield SampledBatch(self.old_ids.index_select(0, b.n_id), b.batch_size, b.edge_index,
                                b.num_sampled_nodes, b.num_sampled_edges)
 
@@ -471,8 +410,11 @@ class PartitionedBatchSource:
 
 def open_partitioned_source(path: str | Path, num_nodes: int, train_idx: np.ndarray, batch_size: int,
                             fanouts: Sequence[int], *, rank: int, world_size: int, seed: int,
-                            timeout_s: float | None = None) -> PartitionedBatchSource:
+                            timeout_s: float | None = None, new_ids: bool = False) -> PartitionedBatchSource:
     """This rank's :class:`PartitionedBatchSource` over partition ``rank`` of ``path`` (every rank calls it).
+
+    ``new_ids``: ``train_idx`` is in the partition's ids and the batches stay in them (the trainer of
+    :mod:`training.partition.rank`); else both are the dataset's.
 
     Opens ``path`` with :func:`training.partition.read.open_partition` (the global ``indptr`` and
     ``old_ids``, this rank's ``indices``, memory-mapped) and, with several ranks, makes the exchange
@@ -497,12 +439,15 @@ def open_partitioned_source(path: str | Path, num_nodes: int, train_idx: np.ndar
                          f"{num_nodes}: partition this dataset (`moment data partition`)")
     layout = PartitionLayout(tuple(int(x) for x in whole.node_offsets), tuple(int(x) for x in whole.edge_offsets))
     local = whole.part(rank).indices
+    old_ids = None if new_ids else whole.old_ids
     if world_size == 1:
-        return PartitionedBatchSource(whole.indptr, torch.from_numpy(np.asarray(local)), whole.old_ids, train_idx,
+        return PartitionedBatchSource(whole.indptr, torch.from_numpy(np.asarray(local)), old_ids, train_idx,
                                       batch_size, fanouts, seed=seed, node_offsets=layout.node_offsets)
     import torch.distributed as dist
 
     group = dist.new_group(backend="gloo", timeout=None if timeout_s is None else timedelta(seconds=timeout_s))
-    source = DistributedNeighbours(local, layout, group=group, heartbeats=Heartbeats.for_job())
-    return PartitionedBatchSource(whole.indptr, source, whole.old_ids, train_idx, batch_size, fanouts, rank=rank,
+    # the job's heartbeat names a dead peer (training.distributed.open_world starts one); else one of our own
+    source = DistributedNeighbours(local, layout, group=group,
+                                   heartbeats=None if job_heartbeats() is not None else Heartbeats.for_job())
+    return PartitionedBatchSource(whole.indptr, source, old_ids, train_idx, batch_size, fanouts, rank=rank,
                                   world_size=world_size, seed=seed, group=group, node_offsets=layout.node_offsets)

@@ -27,13 +27,15 @@ from training.batches import BatchSource, _mix, epoch_seeds
 from training.data import Dataset
 from training.diskcsr import DiskNeighbours
 from training.distributed import World
+from training.distsample import DistributedNeighbours
 from training.features import FeatureSource, open_features, open_store, share_key_of
 from training.nodeshare import NodeReads, setup_node_shared_reads
+from training.partition.rank import RankView
 from training.pipeline import Lookups, Prepared, csr_on, open_source, prefetch_workers, preparer, sampling
 from training.sampler import NeighborSampler, SampledBatch
 from training.specs import IOSpec, TrainSpec
 
-__all__ = ["Feed", "eval_batches", "open_feed", "open_run_features"]
+__all__ = ["Feed", "eval_batches", "open_feed", "open_partition_feed", "open_run_features"]
 
 
 @dataclass
@@ -51,13 +53,19 @@ class Feed:
     source: BatchSource
     shared: NodeReads
     lookups: Lookups
-    csr: tuple[Tensor, Tensor | DiskNeighbours]
+    csr: tuple[Tensor, Tensor | DiskNeighbours | DistributedNeighbours]
     sample_dev: torch.device
     why: str
     owns_features: bool
     owns_source: bool
     #: whether the training batches follow a socket-aware placement's split (training.socket_batches), or why not
     socket_split: JsonObject = field(default_factory=lambda: {"used": False, "why_not": "a batch source handed in"})
+    #: a partitioned job's rank view (training.partition.rank): new ids, evaluation of the rank's own vertices
+    view: RankView | None = None
+
+    def eval_steps(self, split: str, batch_size: int) -> int | None:
+        """Batches every rank evaluates ``split`` in when each evaluates its own partition's vertices, else None."""
+        return None if self.view is None else self.view.eval_steps(split, batch_size)
 
     def training_prepare(self, normalize: bool, dtype: torch.dtype = torch.float32
                          ) -> tuple[Callable[[SampledBatch, float], Prepared], int]:
@@ -78,7 +86,7 @@ class Feed:
             self.source.close()
         if self.owns_features:
             self.features.close()
-        if not isinstance(self.csr[1], Tensor):
+        if isinstance(self.csr[1], DiskNeighbours):
             self.csr[1].close()  # neighbour lists on disk: their file and reader
 
 
@@ -125,12 +133,16 @@ def open_run_features(spec: TrainSpec, ds: Dataset, world: World, memory: Device
 
 def open_feed(spec: TrainSpec, ds: Dataset, labels: np.ndarray, seeds: np.ndarray, world: World,
               memory: DeviceMemory, *, source: BatchSource | None = None,
-              features: FeatureSource | None = None) -> Feed:
+              features: FeatureSource | None = None, view: RankView | None = None) -> Feed:
     """This rank's feed for ``spec`` over the training vertices ``seeds`` (see the module doc).
 
     ``source`` / ``features``: the caller's, used instead of the spec's (the caller closes them).
-    Every rank calls it at the same point: it makes collective calls when there are several.
+    ``view``: a partitioned job's rank view (``ds`` is its dataset, ``seeds`` in its new ids): see
+    :func:`open_partition_feed`. Every rank calls it at the same point: it makes collective calls
+    when there are several.
     """
+    if view is not None:
+        return open_partition_feed(spec, view, labels, seeds, world, memory)
     owned: list = []  # what this call opened, closed again if a later part fails
     csr: tuple[Tensor, Tensor | DiskNeighbours] | None = None
     own_features, own_source = features is None, source is None
@@ -169,13 +181,20 @@ def open_feed(spec: TrainSpec, ds: Dataset, labels: np.ndarray, seeds: np.ndarra
                 owns_features=own_features, owns_source=own_source, socket_split=split)
 
 
-def eval_batches(sampler: NeighborSampler, idx: np.ndarray, batch_size: int, seed: int, world: World
-                 ) -> tuple[int, Iterator[SampledBatch]]:
+def eval_batches(sampler: NeighborSampler, idx: np.ndarray, batch_size: int, seed: int, world: World, *,
+                 steps: int | None = None) -> tuple[int, Iterator[SampledBatch]]:
     """This rank's evaluation batches of ``idx`` (in order, unshuffled): their number and the batches.
 
+    ``steps``: ``idx`` is this rank's own (a partitioned job's vertices), cut into ``steps`` batches of
+    ``batch_size``, the last ones empty where this rank has fewer (every rank joins as many
+    exchanges); None: ``idx`` is the whole split, divided over the ranks.
     The sampler is reseeded per batch from ``(seed, rank, batch)``: the same sample whatever the epoch.
     """
-    parts = epoch_seeds(idx, 0, batch_size, rank=world.rank, world_size=world.size, shuffle=False)
+    if steps is None:
+        parts = epoch_seeds(idx, 0, batch_size, rank=world.rank, world_size=world.size, shuffle=False)
+    else:
+        own = torch.as_tensor(np.asarray(idx), dtype=torch.int64).view(-1)
+        parts = [own[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
 
     def batches() -> Iterator[SampledBatch]:
         for i, part in enumerate(parts):
@@ -183,3 +202,40 @@ def eval_batches(sampler: NeighborSampler, idx: np.ndarray, batch_size: int, see
             yield sampler.sample(part)
 
     return len(parts), batches()
+
+
+def open_partition_feed(spec: TrainSpec, view: RankView, labels: np.ndarray, seeds: np.ndarray, world: World,
+                        memory: DeviceMemory) -> Feed:
+    """A partitioned job's feed in the partition's new ids (:mod:`training.partition.rank`): this partition's
+    feature rows and the feature exchange, the distributed sampler over its neighbour lists, sampled on the host.
+
+    The evaluation sampler (``csr``) reads through the same :class:`~training.distsample.DistributedNeighbours`
+    as the training batches (one after the other: the training prefetcher is closed before evaluation starts).
+    """
+    from training.distsample import open_partitioned_source
+    from training.partition.features import open_partition_features
+    from training.pipeline import _readonly_tensor
+
+    timeout_s = spec.distributed.timeout_s
+    assert view.part.features is not None  # open_rank_view refuses a partition without feature rows
+    owned: list = []
+    try:
+        features = open_partition_features(view.part.features, view.node_offsets, world.rank, world.size,
+                                           timeout_s=timeout_s, transfer=Transfer(memory))
+        owned.append(features)
+        source = open_partitioned_source(view.whole.path, view.dataset.num_nodes, seeds, spec.sampling.batch_size,
+                                         spec.sampling.fanouts, rank=world.rank, world_size=world.size,
+                                         seed=spec.run.seed, timeout_s=timeout_s, new_ids=True)
+        owned.append(source)
+        indptr = _readonly_tensor(np.asarray(view.whole.indptr, np.int64))
+        lookups = Lookups(_readonly_tensor(labels), indptr if spec.model.global_degrees else None)
+        shared = setup_node_shared_reads(spec.io.node_shared_reads, world, features, source.steps(0), timeout_s)
+    except BaseException:
+        for obj in reversed(owned):
+            obj.close()
+        raise
+    why = "a partitioned graph (`partition`): sampled on the host over the ranks' neighbour lists"
+    return Feed(features, source, shared, lookups, (indptr, source.indices), torch.device("cpu"), why,
+                owns_features=True, owns_source=True,
+                socket_split={"used": False, "why_not": "the batches come from the partitioned sampler (`partition`)"},
+                view=view)

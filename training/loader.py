@@ -247,10 +247,7 @@ class MomentLoader:
             self._progress({"rank": self.world.rank, "world_size": self.world.size, **rec})
 
     def _end_world(self) -> None:
-        if self.world.owns_group:  # a group this loader started (you had not initialised one)
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+        self.world.end()  # the heartbeat, and a group this loader started (you had not initialised one)
 
     def close(self) -> None:
         """Close what the loader opened (the store, the batch source; the process group it started)."""

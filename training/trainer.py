@@ -42,8 +42,9 @@ why. Epoch records count the host→device copies by source memory
 
 Evaluation: validation and test vertices are sampled with ``eval_fanouts``
 (default: the training fan-outs; ``-1`` = full neighbourhoods), split over the
-ranks, counts all-reduced. Train accuracy is measured on the training steps'
-own outputs (dropout on).
+ranks, counts all-reduced; over a partitioned graph (``partition``, no placement:
+:mod:`training.partition.rank`) each rank evaluates its own partition's vertices.
+Train accuracy is measured on the training steps' own outputs (dropout on).
 
 Records (dicts) go to ``progress`` on every rank and, from rank 0, as JSON lines
 to ``metrics_path``: ``kind`` ``"start"``, ``"step"``, ``"epoch"``. Times are
@@ -100,6 +101,7 @@ from training.memplan import check_host_memory
 from training.metrics import JsonlWriter, Predictor, Sums, add_step, epoch_record, moved_since
 from training.models import build_model
 from training.nodeshare import ssd_reads
+from training.partition.rank import RankView, open_rank_view
 from training.pipeline import (
     Prefetcher,
     Prepared,
@@ -179,22 +181,27 @@ def train(spec: TrainSpec, *, source: BatchSource | None = None, features: Featu
     DatasetError
         Another run is writing checkpoints into ``spec.run.checkpoint_dir`` (naming it).
     """
-    ds = open_dataset(spec.dataset, validate=False)
-    train_idx, labels = _check_dataset(ds)
+    # a partitioned graph without a placement trains in the partition's ids, on the rank's share alone
+    in_view = bool(spec.sampling.partition) and spec.io.placement is None and source is None and features is None
+    if not in_view:
+        ds = open_dataset(spec.dataset, validate=False)
+        train_idx, labels = _check_dataset(ds)
     world = open_world(spec.io.placement, memory, spec.distributed.timeout_s)
     if memory is None:
         memory = memory_for(world.device)
-    watch = _dataset_watch(spec, ds, world, features)
+    watch, view = None, None
     try:
+        if in_view:  # which share is this rank's is known once the world is
+            view = open_rank_view(spec.dataset, str(spec.sampling.partition), world.rank, world.size)
+            ds, train_idx, labels = view.dataset, view.train_order, np.asarray(view.dataset.labels)
+        else:
+            watch = _dataset_watch(spec, ds, world, features)
         with checkpoint_lock(spec.run.checkpoint_dir, world.rank):  # one run writes a checkpoint directory
-            return _train(spec, ds, train_idx, labels, world, memory, _Given(source, features, watch), progress)
+            return _train(spec, ds, train_idx, labels, world, memory, _Given(source, features, watch, view), progress)
     finally:
         if watch is not None:
             watch.close()
-        if world.owns_group:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+        world.end()
 
 
 @dataclass(frozen=True)
@@ -205,6 +212,8 @@ class _Given:
     features: FeatureSource | None = None
     #: the background check of the dataset's arrays (None: not this rank's, or not asked for)
     watch: DatasetWatch | None = None
+    #: a partitioned job's rank view (training.partition.rank), or None
+    view: RankView | None = None
 
 
 def _dataset_watch(spec: TrainSpec, ds: Dataset, world: World, features: FeatureSource | None) -> DatasetWatch | None:
@@ -235,7 +244,8 @@ def _train(spec: TrainSpec, ds: Dataset, train_idx: np.ndarray, labels: np.ndarr
         memory_note = check_host_memory(spec.io, spec.sampling, ds, hidden=spec.model.hidden,
                                         gpu_bins_on_host=world.device.type == "cpu",
                                         ranks=world.local_size) if world.rank == 0 and given.features is None else None
-        feed = open_feed(spec, ds, labels, train_idx, world, memory, source=given.source, features=given.features)
+        feed = open_feed(spec, ds, labels, train_idx, world, memory, source=given.source, features=given.features,
+                         view=given.view)
         shared = feed.shared
         predictor = Predictor.for_run(spec.io, feed.features, ds)
         if predictor is not None:  # the node's other ranks read the same SSDs in the same steps
@@ -297,7 +307,7 @@ def _set_up(spec: TrainSpec, ds: Dataset, world: World, feed: Feed, n_train: int
                feed.source, feed.source.steps(0), int(n_train), ckpt_path, emit, predictor,
                NeighborSampler(*feed.csr, spec.sampling.evaluation_fanouts, seed=spec.run.seed),
                feed.eval_prepare(normalize, rows),  # evaluation reads privately
-               workers, StepScaler(precision))
+               workers, StepScaler(precision), eval_steps=feed.eval_steps)
     return run, resumed
 
 
@@ -343,6 +353,8 @@ class _Run:
     amp: StepScaler = field(default_factory=lambda: StepScaler(Precision()))  # autocast, loss scaling
     losses: list[float] = field(default_factory=list)  # this run's epochs' mean losses (training.divergence)
     watch: DatasetWatch | None = None  # the background check of the dataset's arrays
+    #: (split, batch size) -> batches every rank evaluates its own vertices in (a partitioned job), else None
+    eval_steps: Callable[[str, int], int | None] = lambda split, bs: None
 
     def start_record(self, resumed: Resumed | None, sampled_on: str, why: str) -> dict:
         features, store = self.features, getattr(self.features, "store", None)
@@ -432,10 +444,11 @@ class _Run:
             t_eval = time.perf_counter()
             for split in ("valid", "test"):
                 idx = getattr(self.ds, f"{split}_idx")
-                if idx is not None and len(idx):
+                steps = self.eval_steps(split, self.spec.sampling.eval_batch_size)  # None: idx split over ranks
+                if idx is not None and (len(idx) if steps is None else steps):
                     rec[f"{split}_acc"] = _evaluate(self.model, np.asarray(idx, np.int64), self.eval_sampler,
                                                     self.eval_prepare, world, self.spec, self.features.transfer,
-                                                    self.amp.precision)
+                                                    self.amp.precision, steps)
             rec["eval_s"] = time.perf_counter() - t_eval
         if world.size > 1:
             rec["param_spread"] = param_spread(self.params, world, epoch)
@@ -541,10 +554,11 @@ def _refuse_non_finite(flat: Tensor, epoch: int, step: int) -> None:
 @torch.no_grad()
 def _evaluate(model: torch.nn.Module, idx: np.ndarray, sampler: NeighborSampler,
               prepare: Callable[[SampledBatch, float], Prepared], world: World, spec: TrainSpec,
-              transfer: Transfer, precision: Precision | None = None) -> float:
-    """Accuracy on ``idx``, every rank evaluating its share; the same sample whatever the epoch."""
+              transfer: Transfer, precision: Precision | None = None, steps: int | None = None) -> float:
+    """Accuracy on ``idx``, every rank evaluating its share (``steps``: ``idx`` is its own, in that many batches:
+    :func:`training.feed.eval_batches`), hits and counts summed exactly; the same sample whatever the epoch."""
     model.eval()
-    _, batches = eval_batches(sampler, idx, spec.sampling.eval_batch_size, spec.run.seed, world)
+    _, batches = eval_batches(sampler, idx, spec.sampling.eval_batch_size, spec.run.seed, world, steps=steps)
     hits = torch.zeros(2, dtype=torch.float64, device=world.device)
     pre = Prefetcher(batches, prepare, spec.io.prefetch, transfer)
     try:

@@ -55,7 +55,7 @@ Serve = Callable[[Tensor], Tensor]
 
 
 #: what names the ranks that died after a failed collective: set while the job keeps heartbeats
-#: (:meth:`training.distsample.Heartbeats.for_job`); gloo's error names a socket, not a rank
+#: (:meth:`training.heartbeats.Heartbeats.for_job`); gloo's error names a socket, not a rank
 _LOST_PEERS: list[Callable[[], list[int]]] = []
 
 

@@ -300,12 +300,8 @@ class ShardedFeatures:
         now = {"local_rows": c["local"][0], "cache_rows": c["remote-cache"][0], "remote_rows": c["remote"][0],
                "remote_bytes": c["remote"][1], "served_rows": ex.get("rows_served", 0),
                "exchange_calls": ex.get("calls", 0), "exchange_s": ex.get("seconds", 0.0)}
-        keys = list(now)
-        delta = torch.tensor([now[k] - self._epoch_mark.get(k, 0) for k in keys], dtype=torch.float64)
+        d = summed_since(now, self._epoch_mark, self._all_reduce)
         self._epoch_mark = now
-        if self._all_reduce is not None:
-            delta = self._all_reduce(delta)
-        d = dict(zip(keys, delta.tolist(), strict=True))
         rows = d["local_rows"] + d["cache_rows"] + d["remote_rows"]
         return {"nodes": {**{k: (int(v) if k != "exchange_s" else v) for k, v in d.items()},
                           "exchange": self.exchange.name, "remote_share": d["remote_rows"] / rows if rows else 0.0,
@@ -413,6 +409,15 @@ def _gather_objects(peers: Peers) -> Callable[[Any], list[Any]]:
         return out
 
     return gather
+
+
+def summed_since(now: dict[str, float], mark: dict[str, float],
+                 all_reduce: Callable[[Tensor], Tensor] | None) -> dict[str, float]:
+    """``now - mark`` per key (a missing mark counts 0), summed over the ranks by ``all_reduce`` (None: this rank's)."""
+    delta = torch.tensor([now[k] - mark.get(k, 0) for k in now], dtype=torch.float64)
+    if all_reduce is not None:
+        delta = all_reduce(delta)
+    return dict(zip(now, delta.tolist(), strict=True))
 
 
 def _all_reduce_sum(t: Tensor) -> Tensor:
@@ -583,5 +588,5 @@ def _fill_cache_ssd(feats: ShardedFeatures, ids: np.ndarray, directory: str, lay
 
 __all__ = [
     "NodeError", "Peers", "Membership", "ShardedFeatures", "ShardedOptions", "check_dataset",
-    "is_sharded", "join", "node_directory", "open_sharded"
+    "is_sharded", "join", "node_directory", "open_sharded", "summed_since"
 ]
