@@ -3,13 +3,19 @@ and the placement's rows; evaluation covers a split once and its metrics are tho
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 import torch
 
+from tests.conftest import REPO
 from training.data import open_dataset
 from training.errors import TrainError
-from training.link.batches import LinkSteps
+from training.link.batches import LinkSteps, world_step_pairs
 from training.link.edgeset import EdgeSet
 from training.link.loader import open_link_loader
 from training.link.metrics import link_metrics
@@ -68,3 +74,35 @@ def test_evaluation_covers_each_split_once_and_scores_the_whole_split(cora_links
             assert loader.link_metrics(scores, labels) == link_metrics(scores.numpy()[y], scores.numpy()[~y])
         with pytest.raises(TrainError, match="`split`"):
             next(loader.evaluation("train"))
+
+
+@pytest.mark.heavy  # two torch processes under torchrun (~30 s)
+def test_torchrun_two_ranks_take_their_parts_and_gather_the_metrics(cora_links, placed_cora_links, tmp_path):
+    """Each step's two parts are the world's pairs (every training edge once, each rank's own negatives); the
+    gathered metrics are the whole split's on both ranks; the user's DDP keeps the parameters equal."""
+    torchrun = shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([torchrun, "--nproc-per-node", "2", str(REPO / "tests" / "link_loader_ranks.py"),
+                           str(cora_links), str(placed_cora_links), str(tmp_path)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    data = open_link_data(open_dataset(cora_links))
+    ds = data.ds
+    negatives = NegativeSampler(EdgeSet.from_csr(ds.indptr, ds.indices, ds.num_nodes),
+                                degree=np.diff(np.asarray(ds.indptr)))
+    world = world_step_pairs(LinkSteps(data.train_pos, negatives, 1000, 1.0, seed=2, world_size=2), 0)
+    assert all(r["world_size"] == 2 and len(r["steps"]) == len(world) == 5 for r in ranks)
+    for step, (pos, neg) in enumerate(world):
+        parts = [np.array(r["steps"][step]["pairs"]) for r in ranks]
+        labels = [np.array(r["steps"][step]["labels"]) > 0.5 for r in ranks]
+        np.testing.assert_array_equal(np.concatenate([p[:, y] for p, y in zip(parts, labels, strict=True)], 1), pos)
+        np.testing.assert_array_equal(np.concatenate([p[:, ~y] for p, y in zip(parts, labels, strict=True)], 1), neg)
+    feats = np.asarray(ds.features, np.float32)
+    pos, neg = data.pairs("test")
+    score = lambda p: (feats[p[0]] * feats[p[1]]).sum(1)  # noqa: E731
+    want = link_metrics(score(pos), score(neg))
+    for r in ranks:
+        assert r["metrics"].keys() == want.keys()
+        assert all(r["metrics"][k] == pytest.approx(v, abs=1e-9) for k, v in want.items())
+    assert ranks[0]["param_sum"] == ranks[1]["param_sum"]
