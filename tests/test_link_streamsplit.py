@@ -59,3 +59,20 @@ def test_csr_membership_is_the_edge_keys(g, chunk, seed):
     s, d = np.concatenate([s, src[:50]]), np.concatenate([d, dst[:50]])  # some queries are edges
     want = EdgeSet.from_csr(indptr, indices, n).contains(s, d)
     assert np.array_equal(CsrEdges(indptr, indices, chunk).contains(s, d), want)
+
+
+def test_the_split_benchmark_runs_both_splits_and_finds_them_equal(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    out = tmp_path / "split.json"
+    proc = subprocess.run([sys.executable, str(REPO / "tools" / "bench_split_edges.py"), "--edges", "20000",
+                           "--chunk-edges", "3000", "--json", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "same output: yes" in proc.stdout
+    figures = json.loads(out.read_text())["figures"]
+    assert len(figures) == 2 and all(f["reference"] > 0 for f in figures)

@@ -61,9 +61,39 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+class AnonPeak:
+    """The peak of this process's anonymous resident memory (``RssAnon``: its own arrays, not mapped files'
+    pages, which the kernel may drop), sampled every 20 ms on a thread."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def now() -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, self.now())
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return max(self.peak, self.now())
+
+
 def child(mode: str, graph: Path, chunk: int) -> dict:
-    """One split in this process: its seconds, peak RSS and output digests."""
+    """One split in this process: its seconds, peak RSS (all, and anonymous) and output digests."""
     import numpy as np
+
+    anon = AnonPeak()
 
     indptr = np.load(graph / "indptr.npy", mmap_mode="r")
     indices = np.load(graph / "indices.npy", mmap_mode="r")
@@ -77,10 +107,10 @@ def child(mode: str, graph: Path, chunk: int) -> dict:
     elif mode == "streamed":
         split = split_edges_streamed(indptr, indices, graph / "scratch", undirected=True, seed=1, chunk_edges=chunk)
     seconds = time.perf_counter() - t0
-    peak = _peak_rss()
+    peak, anon_peak = _peak_rss(), anon.stop()
     digests = {} if split is None else {
         f: hashlib.sha256(np.ascontiguousarray(getattr(split, f)).tobytes()).hexdigest() for f in FIELDS}
-    return {"seconds": seconds, "peak_bytes": peak, "digests": digests}
+    return {"seconds": seconds, "peak_bytes": peak, "anon_peak_bytes": anon_peak, "digests": digests}
 
 
 def run_child(mode: str, graph: Path, chunk: int) -> dict:
@@ -112,13 +142,19 @@ def main(argv: list[str] | None = None) -> int:
         agree &= same
         gib = 2.0 ** 30
         per_edge = [(r["peak_bytes"] - base["peak_bytes"]) / e for r in (mem, streamed)]
+        anon = [(r["anon_peak_bytes"] - base["anon_peak_bytes"]) / e for r in (mem, streamed)]
         print(f"{e:.0e} edges: peak RSS in memory {mem['peak_bytes'] / gib:.2f} GiB ({mem['seconds']:.1f} s), "
               f"streamed {streamed['peak_bytes'] / gib:.2f} GiB ({streamed['seconds']:.1f} s), base "
               f"{base['peak_bytes'] / gib:.2f} GiB; per CSR edge above base: {per_edge[0]:.1f} B vs "
-              f"{per_edge[1]:.1f} B; same output: {'yes' if same else 'NO'}", flush=True)
+              f"{per_edge[1]:.1f} B; anonymous (the arrays, not mapped files' pages) {anon[0]:.1f} B vs "
+              f"{anon[1]:.1f} B; same output: {'yes' if same else 'NO'}", flush=True)
+        figures.append(Figure("split_edges", f"edge split of {e:.0e} CSR edges, anonymous peak RSS above the base",
+                              "bytes per CSR edge", anon[1], anon[0], "the in-memory split_edges",
+                              higher_is_better=False, target="less memory per edge, equal output",
+                              note=f"same output: {same}; load {' '.join(load)}"))
         figures.append(Figure("split_edges", f"edge split of {e:.0e} CSR edges, peak RSS above the base process",
                               "bytes per CSR edge", per_edge[1], per_edge[0], "the in-memory split_edges",
-                              higher_is_better=False, target="bounded memory, equal output",
+                              higher_is_better=False, target="less memory per edge, equal output",
                               note=f"seconds {streamed['seconds']:.1f} (streamed) vs {mem['seconds']:.1f} (in memory); "
                                    f"same output: {same}; load {' '.join(load)}"))
     write(args.json, "bench_split_edges", figures, " ".join(sys.argv))
