@@ -1,6 +1,7 @@
 """``moment train --task link``: link prediction on an edge-split dataset, its epoch lines and summary.
 
-Runs :func:`training.link.train.train_link` through :data:`training.tasks.TASKS` and prints one line per
+Runs :func:`training.link.train.train_link` through :data:`training.tasks.TASKS` (under ``torchrun`` one
+data-parallel rank per process; rank 0 prints) and prints one line per
 epoch (loss, validation and test AUC / MRR / Hits@50) and a summary table; ``--json`` prints the records.
 """
 
@@ -38,18 +39,23 @@ def run_link(args: argparse.Namespace, spec, err, out) -> int:
         raise CommandError(f"{', '.join(unsupported)}: not available with --task link yet")
 
     def progress(rec: dict) -> None:
+        if rec["rank"] != 0:  # under torchrun only rank 0 prints
+            return
         if rec["kind"] == "start":
             err.print(f"link prediction: {spec.model.arch} encoder, {args.decoder} decoder, "
                       f"{rec['num_train']:,} training edges, {rec['steps_per_epoch']} steps per epoch, "
-                      f"device {rec['device']}", markup=False)
+                      f"{rec['world_size']} rank(s), device {rec['device']}", markup=False)
         elif rec["kind"] == "epoch":
             err.print(_line(rec), markup=False)
 
     options = {"decoder": args.decoder, "negatives": args.negatives, "neg_ratio": args.neg_ratio,
                "embed_dim": args.embed_dim}
     result = TASKS.get("link")(spec, options, progress=progress)
+    if result.rank != 0:
+        return 0
     if args.json:
-        sys.stdout.write(json.dumps({"schema": "moment.train", "version": 1, "task": "link", "world_size": 1,
+        sys.stdout.write(json.dumps({"schema": "moment.train", "version": 1, "task": "link",
+                                     "world_size": result.world_size,
                                      "resumed_from": None, "epochs": list(result.epochs)},
                                     indent=2, default=str) + "\n")
         return 0

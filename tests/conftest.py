@@ -94,6 +94,32 @@ def disk(tmp_path):
 
 
 @pytest.fixture(scope="session")
+def cora_links(tmp_path_factory) -> Path:
+    """Cora imported and its edges split for link prediction (``moment data split-edges --seed 1``); the
+    edge-split dataset directory."""
+    from moment.cli import main
+
+    root = tmp_path_factory.mktemp("cora-links")
+    assert main(["data", "import", str(graph_fixture("cora")), str(root / "cora")]) == 0
+    assert main(["data", "split-edges", str(root / "cora"), str(root / "links"), "--seed", "1"]) == 0
+    return root / "links"
+
+
+@pytest.fixture(scope="session")
+def placed_cora_links(cora_links, tmp_path_factory) -> Path:
+    """``cora_links`` placed by ``moment place`` for moment-b (GPU, CPU and SSD bins; GPU bins on the host
+    without CUDA); the placement directory."""
+    from moment.cli import main
+
+    root = tmp_path_factory.mktemp("placed-cora-links")
+    ssd = [a for _ in range(8) for a in ("--ssd", str(root / "ssd"))]
+    assert main(["place", "--dataset", str(cora_links), "--machine", "moment-b", "--gpu-cache", "128KiB",
+                 "--cpu-cache", "1MiB", *ssd, "--fanouts", "10,10", "--batch-size", "512",
+                 "--out", str(root / "place")]) == 0
+    return root / "place"
+
+
+@pytest.fixture(scope="session")
 def placed_cora(tmp_path_factory) -> Path:
     """Cora imported and placed by the commands a user runs (``moment data import``, ``moment place`` for
     moment-b: GPU, CPU and SSD bins; GPU bins live on the host without CUDA); the dataset directory, with

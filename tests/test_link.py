@@ -4,7 +4,6 @@ counts, the link-level sampler, link-level pre-sampling, and `moment train --tas
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,16 +173,6 @@ def test_link_presample_counts_every_batch_vertex_once():
         order = rng.permutation(40)
         total += sum(link.sample(pairs[:, order[a:a + 16]]).batch.n_id.numel() for a in range(0, 40, 16))
     assert counts.sum() == total
-
-
-@pytest.fixture(scope="module")
-def cora_links(tmp_path_factory) -> Path:
-    from moment.cli import main
-
-    root = tmp_path_factory.mktemp("cora-links")
-    assert main(["data", "import", str(graph_fixture("cora")), str(root / "cora")]) == 0
-    assert main(["data", "split-edges", str(root / "cora"), str(root / "links"), "--seed", "1"]) == 0
-    return root / "links"
 
 
 def test_split_edges_writes_a_dataset_the_pipeline_reads(cora_links):

@@ -39,6 +39,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "accuracy": ("bench_accuracy.py", [], ["--seeds", "1", "--epochs", "100"]),
     # Cora link prediction beside PyG's examples/link_pred.py and the published GAE AUC
     "link": ("bench_link.py", ["--seeds", "3"], ["--seeds", "1", "--epochs", "30"]),
+    # the edge split read in chunks beside the in-memory split: peak memory per CSR edge, equal output
+    "split_edges": ("bench_split_edges.py", ["--edges", "1e7", "3e7"], ["--edges", "1e6"]),
     "train": ("bench_train.py", [], ["--quick"]),
     "serve": ("bench_serve.py", [], ["--nodes", "50000", "--edges", "500000", "--rounds", "1", "--steps", "10"]),
     "gpu": ("bench_gpu.py", [], ["--quick"]),

@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -58,7 +59,7 @@ from iostack.transfer import DeviceMemory, memory_for
 from momentbase.jsontypes import JsonObject
 from training.batches import global_batch
 from training.data import open_dataset
-from training.distributed import open_world
+from training.distributed import World, open_world
 from training.errors import TrainError
 from training.features import FeatureSource
 from training.feed import eval_batches, open_feed
@@ -68,13 +69,83 @@ from training.pipeline import Prefetcher, Prepared
 from training.sampler import NeighborSampler
 from training.specs import IOSpec, RunSpec, SamplingSpec, TrainSpec
 
-__all__ = ["MomentLoader", "open_loader"]
+__all__ = ["BatchMeter", "LoaderFront", "MomentLoader", "loader_spec", "open_loader"]
 
 Progress = Callable[[dict], None]
 SPLITS = ("train", "valid", "test")
+_Loader = TypeVar("_Loader", bound="LoaderFront")
 
 
-class MomentLoader:
+class LoaderFront:
+    """What the loaders share: the rank's world, where batches land, the cost of the batches, the progress
+    records, closing what was opened (a context manager). A loader sets ``world``, ``_meter``, ``_progress``
+    and ``_closed``, and says how its feature rows are reached and what else it closes."""
+
+    world: World
+    _meter: BatchMeter
+    _progress: Progress | None
+    _closed: bool
+    _epoch: int
+
+    @property
+    def features(self) -> FeatureSource:
+        """The feature rows batches are gathered from (a tiered store with a placement)."""
+        raise NotImplementedError
+
+    @property
+    def device(self) -> torch.device:
+        """Where the batches land."""
+        return self.world.device
+
+    @property
+    def rank(self) -> int:
+        return self.world.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.world.size
+
+    @property
+    def num_features(self) -> int:
+        """Width of a feature row."""
+        return int(self.features.dim)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle the next iteration as epoch ``epoch`` (its order depends only on the seed and ``epoch``)."""
+        self._epoch = int(epoch)
+
+    def metrics(self, *, reset: bool = False) -> JsonObject:
+        """What the batches cost since the loader opened (or the last ``reset``), on this rank
+        (:meth:`BatchMeter.report`)."""
+        return self._meter.report(reset=reset)
+
+    def _emit(self, rec: dict) -> None:
+        if self._progress is not None:
+            self._progress({"rank": self.world.rank, "world_size": self.world.size, **rec})
+
+    def _end_world(self) -> None:
+        self.world.end()  # the heartbeat, and a group this loader started (you had not initialised one)
+
+    def _close_own(self) -> None:
+        """Close what the loader opened besides the process group."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close what the loader opened (the store, the batch source; the process group it started)."""
+        if not self._closed:
+            self._closed = True
+            self._close_own()
+            self._end_world()
+
+    def __enter__(self: _Loader) -> _Loader:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+                 ) -> None:
+        self.close()
+
+
+class MomentLoader(LoaderFront):
     """This rank's training batches of ``spec`` (see the module doc); a context manager and an iterable.
 
     Of ``spec`` it reads the dataset, ``sampling`` (fan-outs, batch sizes, where to sample),
@@ -114,8 +185,7 @@ class MomentLoader:
         self._closed = False
         try:
             self._prepare, self._workers = self._feed.training_prepare(spec.model.normalize_features)
-            self._epoch, self._sums, self._steps = 0, Sums(), 0
-            self._since = self._snapshot()
+            self._epoch, self._meter = 0, BatchMeter(self.features)
             self._emit({"kind": "start", "device": str(self.world.device), "features": type(self.features).__name__,
                         "sampling": {"device": str(self._feed.sample_dev), "why": self._feed.why},
                         "node_shared_reads": self._feed.shared.to_dict(), "prefetch_workers": self._workers,
@@ -130,31 +200,9 @@ class MomentLoader:
         return self._feed.features
 
     @property
-    def device(self) -> torch.device:
-        """Where the batches land."""
-        return self.world.device
-
-    @property
-    def rank(self) -> int:
-        return self.world.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.world.size
-
-    @property
     def num_classes(self) -> int:
         """Classes of the dataset's labels (0 without labels)."""
         return self.dataset.num_classes
-
-    @property
-    def num_features(self) -> int:
-        """Width of a feature row."""
-        return int(self.features.dim)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Shuffle the next iteration as epoch ``epoch`` (the order depends only on ``(seed, epoch)``)."""
-        self._epoch = int(epoch)
 
     def __len__(self) -> int:
         """Steps of an epoch: the same on every rank."""
@@ -210,19 +258,38 @@ class MomentLoader:
             pre.close()
 
     def _record(self, epoch: int, step: int, steps: int, item: Prepared, waited: float) -> None:
+        self._emit(self._meter.record(epoch, step, steps, item, waited))
+
+    def _close_own(self) -> None:
+        self._feed.close()
+
+
+
+class BatchMeter:
+    """What a loader's batches cost: steps, seeds, times, rows and bytes per tier, copies, SSD reads.
+
+    ``features``: the rows the batches are gathered from.
+    """
+
+    def __init__(self, features: FeatureSource) -> None:
+        self.features = features
+        self._sums, self._steps, self._since = Sums(), 0, self._snapshot()
+
+    def _snapshot(self) -> tuple:
+        return self.features.transfer.counts(), ssd_reads(self.features), time.perf_counter()
+
+    def record(self, epoch: int, step: int, steps: int, item: Prepared, waited: float) -> dict:
+        """The step record of ``item`` (``waited``: seconds the loop waited for it), added to the sums."""
         rec = {"kind": "step", "epoch": epoch, "step": step, "steps": steps, "seeds": item.batch.batch_size,
                "sample_s": item.sample_s, "gather_s": item.gather_s, "io_wait_s": waited,
                "share_wait_s": item.share_wait_s,
                "tiers": {k: {"rows": r, "bytes": n} for k, (r, n) in item.tiers.items()}}
         add_step(self._sums, rec, item.tiers, 0.0, 0.0)  # the loss and hits are your loop's
         self._steps += 1
-        self._emit(rec)
+        return rec
 
-    def _snapshot(self) -> tuple:
-        return self.features.transfer.counts(), ssd_reads(self.features), time.perf_counter()
-
-    def metrics(self, *, reset: bool = False) -> JsonObject:
-        """What the batches cost since the loader opened (or the last ``reset``), on this rank.
+    def report(self, *, reset: bool = False) -> JsonObject:
+        """What the batches cost since the meter started (or the last ``reset``).
 
         ``steps``, ``seeds``; seconds spent sampling (``sample_s``), gathering (``gather_s``), waiting for
         the next batch (``io_wait_s``: the prefetch did not keep up) and waiting for the node's other ranks
@@ -242,27 +309,6 @@ class MomentLoader:
             self._sums, self._steps, self._since = Sums(), 0, self._snapshot()
         return out
 
-    def _emit(self, rec: dict) -> None:
-        if self._progress is not None:
-            self._progress({"rank": self.world.rank, "world_size": self.world.size, **rec})
-
-    def _end_world(self) -> None:
-        self.world.end()  # the heartbeat, and a group this loader started (you had not initialised one)
-
-    def close(self) -> None:
-        """Close what the loader opened (the store, the batch source; the process group it started)."""
-        if not self._closed:
-            self._closed = True
-            self._feed.close()
-            self._end_world()
-
-    def __enter__(self) -> MomentLoader:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-                 ) -> None:
-        self.close()
-
 
 def open_loader(dataset_dir: str | Path, placement_dir: str | Path | None = None, *,
                 fanouts: Sequence[int] = (25, 10), batch_size: int = 1024, device: str | torch.device | None = None,
@@ -281,10 +327,24 @@ def open_loader(dataset_dir: str | Path, placement_dir: str | Path | None = None
     TrainError
         A bad setting (named), or a dataset without a training split.
     """
+    spec = loader_spec(dataset_dir, placement_dir, fanouts=fanouts, batch_size=batch_size, seed=seed,
+                       prefetch=prefetch, backend=backend, eval_fanouts=eval_fanouts, eval_batch_size=eval_batch_size)
+    return MomentLoader(spec, progress=progress, memory=memory_for(device) if device is not None else None)
+
+
+def loader_spec(dataset_dir: str | Path, placement_dir: str | Path | None, *, fanouts: Sequence[int],
+                batch_size: int, seed: int, prefetch: int, backend: str, eval_fanouts: Sequence[int] | None,
+                eval_batch_size: int) -> TrainSpec:
+    """The :class:`~training.specs.TrainSpec` of a loader opened with these settings (the rest defaults).
+
+    Raises
+    ------
+    TrainError
+        A bad setting (named).
+    """
     sampling = SamplingSpec(fanouts=tuple(fanouts), batch_size=batch_size, eval_batch_size=eval_batch_size,
                             eval_fanouts=tuple(eval_fanouts) if eval_fanouts is not None else None)
-    spec = TrainSpec(str(dataset_dir), sampling=sampling,
+    return TrainSpec(str(dataset_dir), sampling=sampling,
                      io=IOSpec(placement=str(placement_dir) if placement_dir is not None else None, backend=backend,
                                prefetch=prefetch),
                      run=RunSpec(seed=seed))
-    return MomentLoader(spec, progress=progress, memory=memory_for(device) if device is not None else None)

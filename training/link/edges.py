@@ -20,7 +20,7 @@ import numpy as np
 from training.link.edgeset import EdgeSet, LinkSplitError, csr_edges
 from training.link.negatives import NegativeSampler
 
-__all__ = ["LinkSplit", "split_edges", "with_edges"]
+__all__ = ["LinkSplit", "split_count", "split_edges", "with_edges"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,7 +42,14 @@ class LinkSplit:
     indices: np.ndarray
 
 
-def _count(share: float | int, total: int, what: str) -> int:
+def split_count(share: float | int, total: int, what: str) -> int:
+    """Edges of a split out of ``total`` candidates: ``int(share * total)`` for a float share, else the count.
+
+    Raises
+    ------
+    LinkSplitError
+        A share outside ``[0, 1)`` or a negative count (named by ``what``).
+    """
     if isinstance(share, float):
         if not 0.0 <= share < 1.0:
             raise LinkSplitError(f"`{what}` {share}: a share of the edges must lie in [0, 1)")
@@ -116,7 +123,7 @@ def split_edges(indptr: np.ndarray, indices: np.ndarray, *, undirected: bool, nu
     cand = np.flatnonzero(src <= dst) if undirected else np.arange(src.shape[0])
     rng = np.random.default_rng(seed)
     perm = cand[rng.permutation(cand.shape[0])]
-    n_val, n_test = _count(num_val, perm.shape[0], "num_val"), _count(num_test, perm.shape[0], "num_test")
+    n_val, n_test = split_count(num_val, perm.shape[0], "num_val"), split_count(num_test, perm.shape[0], "num_test")
     n_train = perm.shape[0] - n_val - n_test
     if n_train <= 0:
         raise LinkSplitError(f"{perm.shape[0]} candidate edges leave none to train on after {n_val} validation "

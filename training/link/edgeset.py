@@ -10,12 +10,13 @@ negative sampler both test pairs against.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from training.errors import TrainingError
 
-__all__ = ["EdgeSet", "LinkSplitError", "csr_edges"]
+__all__ = ["EdgeSet", "LinkSplitError", "PairMembership", "csr_edges"]
 
 
 class LinkSplitError(TrainingError):
@@ -32,6 +33,16 @@ def csr_edges(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.n
 def _keys(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> np.ndarray:
     # one int64 per directed pair: num_nodes**2 < 2**63 for every graph whose ids fit in int32 or up to 3e9
     return np.asarray(src, np.int64) * int(num_nodes) + np.asarray(dst, np.int64)
+
+
+class PairMembership(Protocol):
+    """What answers whether pairs are edges: :class:`EdgeSet`, or a CSR's rows
+    (:class:`training.link.streamsplit.CsrEdges`)."""
+
+    @property
+    def num_nodes(self) -> int: ...
+
+    def contains(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from training.models import ModelError, build_model
 from training.vocab import LINK_DECODERS
 
-__all__ = ["LinkPredictor"]
+__all__ = ["LinkPredictor", "pair_loss"]
 
 
 class LinkPredictor(nn.Module):
@@ -70,8 +70,11 @@ class LinkPredictor(nn.Module):
         return self.decode(z, pair_index.to(z.device))
 
 
-def bce(logits: Tensor, positives: int) -> Tensor:
-    """Mean binary cross-entropy of logits whose first ``positives`` are edges and the rest negatives."""
+def pair_loss(logits: Tensor, positives: int) -> Tensor:
+    """Summed binary cross-entropy of pair logits ``[k]`` whose first ``positives`` are edges, the rest negatives.
+
+    Summed, not averaged: a data-parallel step scales it by ``world_size / the world's pairs``.
+    """
     target = torch.zeros_like(logits)
     target[:positives] = 1.0
-    return nn.functional.binary_cross_entropy_with_logits(logits, target)
+    return nn.functional.binary_cross_entropy_with_logits(logits, target, reduction="sum")

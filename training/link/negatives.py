@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.link.edgeset import EdgeSet, LinkSplitError
+from training.link.edgeset import LinkSplitError, PairMembership
 from training.vocab import NEGATIVE_METHODS
 
 __all__ = ["DEGREE_POWER", "NegativeSampler"]
@@ -35,7 +35,7 @@ class NegativeSampler:
 
     Parameters
     ----------
-    exclude : EdgeSet
+    exclude : PairMembership
         The edges a negative may not be (both directions of an undirected graph).
     method : str
         ``"uniform"`` or ``"degree"`` (:data:`training.vocab.NEGATIVE_METHODS`).
@@ -50,7 +50,7 @@ class NegativeSampler:
         An unknown method, or ``"degree"`` without degrees.
     """
 
-    def __init__(self, exclude: EdgeSet, *, method: str = "uniform", degree: np.ndarray | None = None,
+    def __init__(self, exclude: PairMembership, *, method: str = "uniform", degree: np.ndarray | None = None,
                  max_rounds: int = 20) -> None:
         if method not in NEGATIVE_METHODS:
             raise LinkSplitError(f"`negatives` {method!r}: expected one of {', '.join(NEGATIVE_METHODS)}")

@@ -1,8 +1,8 @@
 """An edge-split dataset on disk: a dataset directory whose graph is the training graph, with its edge splits.
 
-``moment data split-edges SRC OUT`` writes it (:func:`write_link_dataset`): an ordinary dataset
-(``docs/dataset-format.md``; the features, labels and node splits copied from ``SRC``) whose CSR is
-the training graph of :func:`training.link.edges.split_edges` (held-out edges removed in both
+``moment data split-edges SRC OUT`` writes it (:func:`write_link_dataset`, reading ``SRC``'s CSR in
+chunks): an ordinary dataset (``docs/dataset-format.md``; the features, labels and node splits copied
+from ``SRC``) whose CSR is the training graph of :func:`training.link.edges.split_edges` (held-out edges removed in both
 directions), so the sampler, the hotness and ``moment place`` work on it unchanged. Beside it, in the
 same directory and under the same checksums, the pairs (int64 ``[2, k]``, row 0 sources)::
 
@@ -15,14 +15,16 @@ negatives are drawn once and stored, so every run and every model is scored on t
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
 
 from planner.progress import Progress
 from training.data import Dataset, open_dataset
-from training.link.edges import LinkSplit, split_edges
+from training.link.edges import LinkSplit
 from training.link.edgeset import LinkSplitError
+from training.link.streamsplit import split_edges_streamed
 from training.writer import DatasetWriter
 
 __all__ = ["LINK_FILES", "LinkData", "is_link_dataset", "open_link_data", "write_link_dataset"]
@@ -83,12 +85,15 @@ def open_link_data(ds: Dataset) -> LinkData:
 
 def write_link_dataset(source: str | os.PathLike[str], out: str | os.PathLike[str], *, num_val: float | int = 0.05,
                        num_test: float | int = 0.1, seed: int = 0, negatives: str = "uniform",
-                       neg_ratio: float = 1.0, overwrite: bool = False,
+                       neg_ratio: float = 1.0, overwrite: bool = False, chunk_edges: int = 1 << 22,
                        progress: Progress | None = None) -> tuple[Dataset, LinkSplit]:
-    """Split ``source``'s edges (:func:`~training.link.edges.split_edges`) and write the edge-split dataset ``out``.
+    """Split ``source``'s edges and write the edge-split dataset ``out``.
 
-    Undirected datasets keep both directions of an edge in one split. Returns the dataset written
-    and the split.
+    The split is :func:`~training.link.edges.split_edges`'s, read in chunks of ``chunk_edges`` edges
+    (:func:`~training.link.streamsplit.split_edges_streamed`: the same output, without the edge list in
+    memory; its large arrays are files in the output's temporary directory until written). Undirected
+    datasets keep both directions of an edge in one split. Returns the dataset written and the split's
+    counts (:class:`LinkSplit` with its pair arrays; the large ones read from ``out``).
 
     Raises
     ------
@@ -98,10 +103,12 @@ def write_link_dataset(source: str | os.PathLike[str], out: str | os.PathLike[st
         ``source`` is not a dataset, or ``out`` exists and ``overwrite`` is not set.
     """
     src = open_dataset(source, validate=False)
-    split = split_edges(src.indptr, src.indices, undirected=not src.directed, num_val=num_val,
-                        num_test=num_test, seed=seed, negatives=negatives, neg_ratio=neg_ratio)
     with DatasetWriter(out, num_nodes=src.num_nodes, name=f"{src.name}-links", overwrite=overwrite,
                        progress=progress) as w:
+        scratch = w.tmp_dir / ".split-scratch"
+        split = split_edges_streamed(src.indptr, src.indices, scratch, undirected=not src.directed,
+                                     num_val=num_val, num_test=num_test, seed=seed, negatives=negatives,
+                                     neg_ratio=neg_ratio, chunk_edges=chunk_edges)
         w.write_csr(split.indptr, split.indices, directed=src.directed)
         if src.features is not None:
             w.write_features(src.features)
@@ -116,4 +123,10 @@ def write_link_dataset(source: str | os.PathLike[str], out: str | os.PathLike[st
                          "num_val": num_val, "num_test": num_test, "negatives": negatives,
                          "neg_ratio": float(neg_ratio),
                          "counts": {k: int(getattr(split, k).shape[1]) for k in LINK_FILES}})
-    return open_dataset(out, validate=False), split
+        del split  # its memory maps of the scratch files
+        shutil.rmtree(scratch)
+    ds = open_dataset(out, validate=False)
+    data = open_link_data(ds)
+    return ds, LinkSplit(num_nodes=ds.num_nodes, undirected=data.undirected, train_pos=data.train_pos,
+                         valid_pos=data.valid_pos, test_pos=data.test_pos, valid_neg=data.valid_neg,
+                         test_neg=data.test_neg, indptr=np.asarray(ds.indptr), indices=np.asarray(ds.indices))

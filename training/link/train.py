@@ -11,28 +11,40 @@ training graph plus the validation edges (PyG's split), with ``eval_fanouts``, a
 and Hits@K (:mod:`training.link.metrics`); ``test_at_best`` holds the test metrics of the epoch with
 the best validation AUC so far (the example's model selection).
 
-One process trains (no ``torchrun`` ranks yet); the records follow :mod:`training.trainer`'s
-(``kind`` ``"start"``, ``"step"``, ``"epoch"``; seconds and bytes), with pairs where it counts seeds.
+Under ``torchrun`` (``WORLD_SIZE > 1``) the ranks train data-parallel as the node task does
+(:func:`training.distributed.open_world`, DDP on the world's step group): each rank takes its part of
+every step's positives (:mod:`training.link.batches`: every positive once per epoch across the
+ranks, the same number of steps on each) and draws its own negatives from a stream of its own;
+the loss is the rank's summed cross-entropy scaled by ``world_size / pairs of the step over all
+ranks`` (one all-reduce of the count), so DDP's averaged gradient is the gradient of the mean over
+the world's pairs, what one process computes on the ranks' pairs together. Evaluation scores each
+rank's share of the stored pairs and gathers the scores in order before the metrics, so they are
+computed on the same numbers as in one process. The records follow :mod:`training.trainer`'s
+(``kind`` ``"start"``, ``"step"``, ``"epoch"``; seconds and bytes), with pairs where it counts seeds;
+rank 0 writes ``metrics_path``.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from iostack.transfer import memory_for
 from training.data import open_dataset
+from training.distributed import World, data_parallel, open_world
 from training.errors import TrainError
-from training.features import FeatureSource, open_features
+from training.features import FeatureSource
+from training.feed import open_run_features
+from training.link.batches import LinkSteps
 from training.link.edges import with_edges
 from training.link.edgeset import EdgeSet
 from training.link.metrics import link_metrics
-from training.link.model import LinkPredictor, bce
+from training.link.model import LinkPredictor, pair_loss
 from training.link.negatives import NegativeSampler
 from training.link.sampler import LinkSampler
 from training.link.store import LinkData, open_link_data
@@ -42,7 +54,7 @@ from training.specs import TrainSpec
 from training.trainer import TrainResult
 from training.vocab import LINK_DECODERS, NEGATIVE_METHODS
 
-__all__ = ["LinkSpec", "train_link"]
+__all__ = ["LinkSpec", "build_link_model", "pair_logits", "train_link"]
 
 Progress = Callable[[dict], None]
 
@@ -86,24 +98,34 @@ class _Rows:
         return x.to(self.device), self.deg[n_id].to(self.device)
 
 
-def _scores(model: LinkPredictor, sampler: LinkSampler, rows: _Rows, pairs: np.ndarray, batch: int) -> np.ndarray:
-    out = []
-    for a in range(0, pairs.shape[1], batch):
-        b = sampler.sample(pairs[:, a:a + batch])
-        x, deg = rows.rows(b.batch.n_id)
-        ei = [e.to(rows.device) for e in b.batch.edge_index_per_layer]
-        out.append(model(x, ei, b.batch.batch_size, b.pair_index, deg=deg).float().cpu().numpy())
-    return np.concatenate(out) if out else np.zeros(0)
+def pair_logits(model: nn.Module, sampler: LinkSampler, rows: _Rows, pairs: np.ndarray) -> Tensor:
+    """Logits ``[k]`` of ``pairs`` (``[2, k]``): their endpoints' subgraph sampled, its rows gathered, ``model`` run."""
+    b = sampler.sample(pairs)
+    x, deg = rows.rows(b.batch.n_id)
+    ei = [e.to(rows.device) for e in b.batch.edge_index_per_layer]
+    out: Tensor = model(x, ei, b.batch.batch_size, b.pair_index, deg=deg)
+    return out
+
+
+def _scores(model: LinkPredictor, sampler: LinkSampler, rows: _Rows, pairs: np.ndarray, batch: int,
+            world: World) -> np.ndarray:
+    """Scores of ``pairs``: this rank's contiguous share in batches of ``batch``, every rank's gathered in order."""
+    share = np.array_split(np.arange(pairs.shape[1]), world.size)[world.rank]
+    lo, hi = (int(share[0]), int(share[-1]) + 1) if share.size else (0, 0)
+    out = [pair_logits(model, sampler, rows, pairs[:, a:min(a + batch, hi)]).float().cpu().numpy()
+           for a in range(lo, hi, batch)]
+    mine = np.concatenate(out) if out else np.zeros(0, np.float32)
+    return np.concatenate(world.gather_objects(mine, "gathering the evaluation scores"))
 
 
 @torch.no_grad()
-def _evaluate(model: LinkPredictor, evals: dict, batch: int, seed: int) -> dict[str, float]:
-    """Metrics of the stored validation and test pairs; the samplers restart at ``seed`` (the same sample each time)."""
+def _evaluate(model: LinkPredictor, evals: dict, batch: int, seed: int, world: World) -> dict[str, float]:
+    """Metrics of the stored validation and test pairs (every rank's scores); the samplers restart at ``seed``."""
     model.eval()
     rec: dict[str, float] = {}
     for split, (sampler, rows, pos, neg) in evals.items():
         sampler.sampler.reseed(seed)
-        both = _scores(model, sampler, rows, np.concatenate([pos, neg], axis=1), batch)
+        both = _scores(model, sampler, rows, np.concatenate([pos, neg], axis=1), batch, world)
         for k, v in link_metrics(both[: pos.shape[1]], both[pos.shape[1]:]).items():
             rec[f"{split}_{k}"] = v
     return rec
@@ -119,7 +141,8 @@ def _eval_parts(spec: TrainSpec, data: LinkData, features: FeatureSource, device
                      _Rows(features, test_ptr, norm, device), *data.pairs("test"))}
 
 
-def _model(spec: TrainSpec, link: LinkSpec, dim: int, device: torch.device) -> LinkPredictor:
+def build_link_model(spec: TrainSpec, link: LinkSpec, dim: int, device: torch.device) -> LinkPredictor:
+    """The run's link predictor for ``dim``-wide rows on ``device``, initialised from ``spec.run.seed``."""
     m = spec.model
     torch.manual_seed(spec.run.seed)
     return LinkPredictor(m.arch, dim, link.embed_dim, len(spec.sampling.fanouts), decoder=link.decoder,
@@ -129,107 +152,116 @@ def _model(spec: TrainSpec, link: LinkSpec, dim: int, device: torch.device) -> L
 
 
 def train_link(spec: TrainSpec, link: LinkSpec | None = None, *, progress: Progress | None = None) -> TrainResult:
-    """Train a link predictor on ``spec.dataset``, an edge-split dataset (see the module doc).
+    """Train a link predictor on ``spec.dataset``, an edge-split dataset (see the module doc); under ``torchrun``
+    this rank's part of a data-parallel run.
 
     Raises
     ------
     TrainError
-        Several ranks, a dataset without features or placement, a placement of another dataset.
+        A dataset without features or placement, a placement of another dataset.
     LinkSplitError
         The dataset has no edge splits (``moment data split-edges`` makes them).
     """
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise TrainError("link prediction trains in one process; run it without torchrun")
     link = link or LinkSpec()
     ds = open_dataset(spec.dataset, validate=False)
     data = open_link_data(ds)
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    features = open_features(ds, spec.io.placement, spec.io.backend, capacities=spec.io.capacities)
-    metrics_file = JsonlWriter(spec.run.metrics_path) if spec.run.metrics_path else None
+    world = open_world(spec.io.placement, None, spec.distributed.timeout_s)
+    features: FeatureSource | None = None
+    metrics_file = JsonlWriter(spec.run.metrics_path) if world.rank == 0 and spec.run.metrics_path else None
 
     def emit(rec: dict) -> None:
-        rec = {"rank": 0, "world_size": 1, "task": "link", **rec}
+        rec = {"rank": world.rank, "world_size": world.size, "task": "link", **rec}
         if metrics_file is not None:
             metrics_file.write(rec)
         if progress is not None:
             progress(rec)
 
     try:
-        return _run(spec, link, data, features, device, emit)
+        features = open_run_features(spec, ds, world, memory_for(world.device))
+        return _run(spec, link, data, features, world, emit)
     finally:
-        features.close()
+        if features is not None:
+            features.close()
         if metrics_file is not None:
             metrics_file.close()
+        if world.owns_group:  # a group this run started (torchrun's ranks without one of the caller's)
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
 
 
-def _run(spec: TrainSpec, link: LinkSpec, data: LinkData, features: FeatureSource, device: torch.device,
+def _run(spec: TrainSpec, link: LinkSpec, data: LinkData, features: FeatureSource, world: World,
          emit: Callable[[dict], None]) -> TrainResult:
-    ds, run, bs = data.ds, spec.run, spec.sampling.batch_size
-    model = _model(spec, link, features.dim, device)
+    ds, run, device = data.ds, spec.run, world.device
+    net = build_link_model(spec, link, features.dim, device)
+    model = data_parallel(net, world)
     opt = torch.optim.Adam(model.parameters(), lr=run.lr, weight_decay=run.weight_decay)
-    rng = np.random.default_rng(run.seed)
-    sampler = LinkSampler(NeighborSampler(ds.indptr, ds.indices, spec.sampling.fanouts, seed=run.seed))
+    sampler = LinkSampler(NeighborSampler(ds.indptr, ds.indices, spec.sampling.fanouts,
+                                          seed=run.seed + world.rank))  # each rank's neighbour draws its own
     rows = _Rows(features, ds.indptr, spec.model.normalize_features, device)
     negatives = NegativeSampler(EdgeSet.from_csr(ds.indptr, ds.indices, ds.num_nodes), method=link.negatives,
                                 degree=np.diff(np.asarray(ds.indptr)))
+    steps = LinkSteps(data.train_pos, negatives, spec.sampling.batch_size, link.neg_ratio, seed=run.seed,
+                      rank=world.rank, world_size=world.size)
     evals = _eval_parts(spec, data, features, device)
-    pos_all = data.train_pos
-    steps = -(-pos_all.shape[1] // bs)
-    emit({"kind": "start", "config": {**spec.to_dict(), "link": link.to_dict()}, "steps_per_epoch": steps,
-          "num_train": int(pos_all.shape[1]), "device": str(device), "features": type(features).__name__,
-          "parameters": sum(p.numel() for p in model.parameters()), "start_epoch": 0, "start_step": 0})
+    emit({"kind": "start", "config": {**spec.to_dict(), "link": link.to_dict()}, "steps_per_epoch": len(steps),
+          "num_train": int(data.train_pos.shape[1]), "device": str(device), "features": type(features).__name__,
+          "parameters": sum(p.numel() for p in net.parameters()), "start_epoch": 0, "start_step": 0})
+    world.barrier()  # everyone set up: the steps' short timeouts start from here
     records: list[dict] = []
     best: tuple[float, dict] = (-1.0, {})
     for epoch in range(run.epochs):
-        rec = _epoch(model, opt, sampler, rows, negatives, pos_all, bs, link.neg_ratio, rng, epoch, steps, emit)
+        rec = _epoch(model, opt, sampler, rows, steps, world, epoch, emit)
         if epoch == run.epochs - 1 or (run.eval_every_epochs and (epoch + 1) % run.eval_every_epochs == 0):
             t = time.perf_counter()
-            rec.update(_evaluate(model, evals, spec.sampling.eval_batch_size, run.seed))
+            rec.update(_evaluate(net, evals, spec.sampling.eval_batch_size, run.seed, world))
             rec["eval_s"] = time.perf_counter() - t
             if rec["valid_auc"] > best[0]:
                 best = (rec["valid_auc"], {k[5:]: v for k, v in rec.items() if k.startswith("test_")})
             rec["test_at_best"] = dict(best[1])
         records.append(rec)
         emit(rec)
-    return TrainResult(model=model, epochs=tuple(records), resumed_from=None, world_size=1, rank=0)
+    return TrainResult(model=net, epochs=tuple(records), resumed_from=None, world_size=world.size, rank=world.rank)
 
 
-def _epoch(model: LinkPredictor, opt: torch.optim.Optimizer, sampler: LinkSampler, rows: _Rows,
-           negatives: NegativeSampler, pos_all: np.ndarray, bs: int, ratio: float, rng: np.random.Generator,
-           epoch: int, steps: int, emit: Callable[[dict], None]) -> dict:
-    """One epoch of steps; its record (the step records emitted)."""
+def _epoch(model: nn.Module, opt: torch.optim.Optimizer, sampler: LinkSampler, rows: _Rows, steps: LinkSteps,
+           world: World, epoch: int, emit: Callable[[dict], None]) -> dict:
+    """One epoch of this rank's steps; its record over the world (the step records emitted, this rank's)."""
     t_epoch = time.perf_counter()
-    order = rng.permutation(pos_all.shape[1])
     before = rows.features.totals()
-    loss_sum = pairs = 0.0
+    sums = torch.zeros(2, dtype=torch.float64)  # the summed loss and the pairs of this rank
     times = {"sample_s": 0.0, "gather_s": 0.0, "compute_s": 0.0}
+    n = len(steps)
     model.train()
-    for step in range(steps):
+    for step, (pos, neg) in enumerate(steps.epoch(epoch)):
         t0 = time.perf_counter()
-        pos = pos_all[:, order[step * bs:(step + 1) * bs]]
-        neg = negatives.sample(int(pos.shape[1] * ratio), rng)
         b = sampler.sample(np.concatenate([pos, neg], axis=1))
+        k = pos.shape[1] + neg.shape[1]
+        # the world's pairs of the step (a rank's negatives may fall short): the loss is their mean
+        total = float(world.all_reduce(torch.tensor([float(k)], dtype=torch.float64),
+                                       during=f"epoch {epoch} step {step}: counting the pairs")[0])
         t1 = time.perf_counter()
         x, deg = rows.rows(b.batch.n_id)
         ei = [e.to(rows.device) for e in b.batch.edge_index_per_layer]
         t2 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = bce(model(x, ei, b.batch.batch_size, b.pair_index, deg=deg), pos.shape[1])
-        loss.backward()
+        loss = pair_loss(model(x, ei, b.batch.batch_size, b.pair_index, deg=deg), pos.shape[1])
+        (loss * (world.size / max(total, 1.0))).backward()  # DDP averages: the gradient of the world's mean
         opt.step()
         t3 = time.perf_counter()
-        k, value = pos.shape[1] + neg.shape[1], float(loss.detach())
-        loss_sum += value * k
-        pairs += k
+        value = float(loss.detach())
+        sums += torch.tensor([value, k], dtype=torch.float64)
         times["sample_s"] += t1 - t0
         times["gather_s"] += t2 - t1
         times["compute_s"] += t3 - t2
-        emit({"kind": "step", "epoch": epoch, "step": step, "steps": steps, "seeds": int(k),
-              "loss": value, "step_s": t3 - t0})
+        emit({"kind": "step", "epoch": epoch, "step": step, "steps": n, "seeds": int(k), "world_pairs": int(total),
+              "loss": value / k if k else 0.0, "loss_sum": value, "step_s": t3 - t0})
     after = rows.features.totals()
-    tiers = {k: {"rows": r - before.get(k, (0, 0))[0], "bytes": n - before.get(k, (0, 0))[1]}
-             for k, (r, n) in after.items()}
+    tiers = {k: {"rows": r - before.get(k, (0, 0))[0], "bytes": b - before.get(k, (0, 0))[1]}
+             for k, (r, b) in after.items()}
+    rank_pairs = int(sums[1])
+    world.all_reduce(sums, during=f"epoch {epoch}: summing the loss")
     epoch_s = time.perf_counter() - t_epoch
-    return {"kind": "epoch", "epoch": epoch, "steps": steps, "loss": loss_sum / max(pairs, 1.0), "pairs": int(pairs),
-            "epoch_s": epoch_s, "pairs_per_s": pairs / epoch_s if epoch_s > 0 else 0.0, "tiers": tiers, **times}
-
+    return {"kind": "epoch", "epoch": epoch, "steps": n, "loss": float(sums[0] / max(float(sums[1]), 1.0)),
+            "pairs": int(sums[1]), "rank_pairs": rank_pairs, "epoch_s": epoch_s,
+            "pairs_per_s": float(sums[1]) / epoch_s if epoch_s > 0 else 0.0, "tiers": tiers, **times}
