@@ -137,6 +137,17 @@ class Prefetcher:
         return False
 
     def _run(self, k: int = 0, n: int = 1) -> None:
+        self._work(k, n)
+        # Held until close(), not ended with the batches: a thread's exit frees its OpenMP team, and
+        # libgomp then counts no more busy threads than cores and lets the training thread's team
+        # spin-wait at every barrier instead of sleeping (GOMP_SPINCOUNT's full count, not the throttled
+        # one). On cores shared with other work each barrier then waits out a preempted spinner: the
+        # epoch's last `depth` steps took 0.8 s (0.2-1.2) against 0.1 s for the others and with this wait
+        # (docs/design-notes.md, "The epoch's slow tail").
+        self._stop.wait()
+
+    def _work(self, k: int, n: int) -> None:
+        """Worker ``k`` of ``n``: its batches prepared and handed over, or its error."""
         try:
             if self._transfer is None:
                 self._loop(k, n)
@@ -149,13 +160,6 @@ class Prefetcher:
                         self._transfer.finish_thread()  # a later thread's stream must not overtake this one's work
         except BaseException as exc:  # handed to the trainer, which raises it
             self._put(exc)
-        # Held until close(), not ended with the batches: a thread's exit frees its OpenMP team, and
-        # libgomp then counts no more busy threads than cores and lets the training thread's team
-        # spin-wait at every barrier instead of sleeping (GOMP_SPINCOUNT's full count, not the throttled
-        # one). On cores shared with other work each barrier then waits out a preempted spinner: the
-        # epoch's last `depth` steps took 0.3-1.1 s against 0.05-0.2 s (docs/design-notes.md,
-        # "The epoch's slow tail").
-        self._stop.wait()
 
     def _loop(self, k: int = 0, n: int = 1) -> None:
         s = k
