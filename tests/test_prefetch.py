@@ -228,3 +228,22 @@ def _drain_open(pre: Prefetcher) -> list:
         if item is None:
             return out
         out.append(item[0])
+
+
+def test_the_tail_bench_reads_each_epochs_last_prefetch_steps_but_not_the_first_epochs():
+    """tools/bench_prefetch_tail.py's figures from a metrics file: per epoch after the first, the mean of its last
+    ``prefetch`` (2) steps, the median of the others, the epoch's seeds/s."""
+    from tests.conftest import REPO
+
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        from bench_prefetch_tail import PREFETCH, epoch_figures
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    assert PREFETCH == 2
+    times = {0: [9.0, 1.0, 1.0, 1.0, 5.0], 1: [0.2, 0.1, 0.3, 0.8, 1.2]}
+    records = [{"kind": "start"}]
+    for ep, ts in times.items():  # steps out of order: the figures go by step number
+        records += [{"kind": "step", "epoch": ep, "step": s, "step_s": ts[s]} for s in (3, 0, 4, 1, 2)]
+        records.append({"kind": "epoch", "epoch": ep, "seeds_per_s": 100.0 * (ep + 1)})
+    assert epoch_figures(records) == [(pytest.approx(1.0), pytest.approx(0.2), 200.0)]
