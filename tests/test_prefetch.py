@@ -191,3 +191,59 @@ def test_two_workers_only_for_host_gathers_with_node_shared_reads(store):
     assert prefetch_workers(s, node_shared=True) == 2
     assert prefetch_workers(s, node_shared=False) == 1
     assert prefetch_workers(MemoryFeatures(feats), node_shared=True) == 1
+
+
+def _prefetch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("moment-prefetch")]
+
+
+@pytest.mark.parametrize("workers,fail", [(1, False), (2, False), (1, True)])
+def test_the_threads_stay_until_close_after_the_last_batch(workers, fail):
+    """The prefetch threads outlive the epoch's batches (and a failure) until ``close()``: a thread that ended
+    early freed its OpenMP team and let the training thread's team spin at every barrier for the epoch's
+    last steps (docs/design-notes.md, "The epoch's slow tail")."""
+    assert not _prefetch_threads()
+    pre = Prefetcher(Draws(6), _slow_prepare(fail_at=3 if fail else None), 2, workers=workers)
+    try:
+        got = _drain_open(pre)
+        assert got == ([0, 1, 2] if fail else list(range(6)))
+        threads = _prefetch_threads()
+        assert len(threads) == workers
+        for t in threads:
+            t.join(timeout=0.5)  # an ended thread joins at once
+            assert t.is_alive()
+    finally:
+        pre.close()
+    assert not _prefetch_threads()
+
+
+def _drain_open(pre: Prefetcher) -> list:
+    """The batches up to the end or the first error, leaving ``pre`` open."""
+    out = []
+    while True:
+        try:
+            item, _ = pre.get()
+        except ValueError:
+            return out
+        if item is None:
+            return out
+        out.append(item[0])
+
+
+def test_the_tail_bench_reads_each_epochs_last_prefetch_steps_but_not_the_first_epochs():
+    """tools/bench_prefetch_tail.py's figures from a metrics file: per epoch after the first, the mean of its last
+    ``prefetch`` (2) steps, the median of the others, the epoch's seeds/s."""
+    from tests.conftest import REPO
+
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        from bench_prefetch_tail import PREFETCH, epoch_figures
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    assert PREFETCH == 2
+    times = {0: [9.0, 1.0, 1.0, 1.0, 5.0], 1: [0.2, 0.1, 0.3, 0.8, 1.2]}
+    records = [{"kind": "start"}]
+    for ep, ts in times.items():  # steps out of order: the figures go by step number
+        records += [{"kind": "step", "epoch": ep, "step": s, "step_s": ts[s]} for s in (3, 0, 4, 1, 2)]
+        records.append({"kind": "epoch", "epoch": ep, "seeds_per_s": 100.0 * (ep + 1)})
+    assert epoch_figures(records) == [(pytest.approx(1.0), pytest.approx(0.2), 200.0)]

@@ -42,6 +42,8 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     # the edge split read in chunks beside the in-memory split: peak memory per CSR edge, equal output
     "split_edges": ("bench_split_edges.py", ["--edges", "1e7", "3e7"], ["--edges", "1e6"]),
     "train": ("bench_train.py", [], ["--quick"]),
+    # the epoch's last prefetch steps with the prefetch threads held until close() vs ended with their batches
+    "prefetch_tail": ("bench_prefetch_tail.py", ["--repeat", "3"], ["--repeat", "1", "--epochs", "2"]),
     "serve": ("bench_serve.py", [], ["--nodes", "50000", "--edges", "500000", "--rounds", "1", "--steps", "10"]),
     "gpu": ("bench_gpu.py", [], ["--quick"]),
     "integrity": ("bench_integrity.py", ["--nodes", "1e6", "--repeats", "5"], ["--nodes", "2e5", "--repeats", "2"]),

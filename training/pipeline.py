@@ -70,9 +70,10 @@ class Prefetcher:
 
     ``get()`` returns the next :class:`Prepared` (``None`` after the last) and how many
     seconds it blocked. ``depth == 0`` prepares inline in ``get()``. Errors in a
-    thread are raised by ``get()``. Always ``close()`` (joins the threads). With a
-    ``transfer`` on a GPU the thread makes the training device current (a new
-    thread starts on device 0) and runs all its device work on its own copy stream.
+    thread are raised by ``get()``. Always ``close()`` (joins the threads; they stay
+    until then, after the last batch too). With a ``transfer`` on a GPU the thread
+    makes the training device current (a new thread starts on device 0) and runs
+    all its device work on its own copy stream.
 
     ``workers > 1`` threads prepare batches side by side (``prepare`` must allow
     it; host gathers only): worker ``k`` takes batches ``k, k + workers, ...``,
@@ -136,16 +137,27 @@ class Prefetcher:
         return False
 
     def _run(self, k: int = 0, n: int = 1) -> None:
+        self._work(k, n)
+        # Held until close(), not ended with the batches: a thread's exit frees its OpenMP team, and
+        # libgomp then counts no more busy threads than cores and lets the training thread's team
+        # spin-wait at every barrier instead of sleeping (GOMP_SPINCOUNT's full count, not the throttled
+        # one). On cores shared with other work each barrier then waits out a preempted spinner: the
+        # epoch's last `depth` steps took 0.8 s (0.2-1.2) against 0.1 s for the others and with this wait
+        # (docs/design-notes.md, "The epoch's slow tail").
+        self._stop.wait()
+
+    def _work(self, k: int, n: int) -> None:
+        """Worker ``k`` of ``n``: its batches prepared and handed over, or its error."""
         try:
             if self._transfer is None:
                 self._loop(k, n)
-                return
-            self._transfer.memory.set_device()
-            with self._transfer.on_thread_stream():
-                try:
-                    self._loop(k, n)
-                finally:
-                    self._transfer.finish_thread()  # a later thread's stream must not overtake this one's work
+            else:
+                self._transfer.memory.set_device()
+                with self._transfer.on_thread_stream():
+                    try:
+                        self._loop(k, n)
+                    finally:
+                        self._transfer.finish_thread()  # a later thread's stream must not overtake this one's work
         except BaseException as exc:  # handed to the trainer, which raises it
             self._put(exc)
 
