@@ -4,6 +4,13 @@
 rows); :class:`RemoteCache` holds them in node-shared host memory or an SSD
 bin and serves them by vertex id. :mod:`training.sharded.features` fills it at start
 and reads it before asking the holders.
+
+With a cache policy other than ``static`` (``cache_policy``), :class:`DynamicRemoteCache`
+takes the static fill as its warm start and from then on fills on access: the rows a
+step fetched from other nodes go in after the step's exchange (:meth:`DynamicRemoteCache.admit`,
+one vectorised insert per batch), victims chosen by the policy
+(:data:`iostack.cachepolicy.CACHE_POLICIES`), as the host cache of a single-node run
+(:mod:`training.cached_features`) does with its reads through the store.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+
+from iostack.dyncache import RowCache
 
 
 def cache_rows(hotness: np.ndarray, held: np.ndarray, budget_rows: int) -> np.ndarray:
@@ -53,6 +62,9 @@ class RemoteCache:
         else:
             out.copy_(self.store.gather(slots, device="cpu"))
 
+    def admit(self, ids: Tensor, rows: Tensor) -> None:
+        """A static cache admits nothing (the rows ``ids`` a step fetched stay remote)."""
+
     def nbytes(self) -> int:
         return 0 if self.rows is None else self.rows.numel() * self.rows.element_size()
 
@@ -70,4 +82,56 @@ class RemoteCache:
             self.store = None
 
 
-__all__ = ["RemoteCache", "cache_rows"]
+class DynamicRemoteCache:
+    """Rows of other nodes, filled on access: a :class:`~iostack.dyncache.RowCache` of ``capacity_rows`` rows in
+    this rank's host memory, warm-started with ``static``'s rows (hottest first), evicting by ``policy``.
+
+    It serves :class:`training.sharded.features.ShardedFeatures` as :class:`RemoteCache` does (``index``: vertex →
+    slot, -1 where not cached, a view of the cache's slot table, so it follows every insert; :meth:`take`), and
+    :meth:`admit` takes the rows a step fetched from their holders. ``static`` stays open until :meth:`close`
+    (a node-shared fill's segment is unlinked through it, after every rank mapped it).
+
+    Raises
+    ------
+    StoreError
+        ``policy`` is not a cache policy.
+    """
+
+    def __init__(self, static: RemoteCache, capacity_rows: int, num_vertices: int, dim: int, dtype: torch.dtype,
+                 policy: str) -> None:
+        def from_static(ids: np.ndarray) -> Tensor:
+            out = torch.empty((ids.size, dim), dtype=dtype)
+            static.take(static.index[torch.from_numpy(ids)].to(torch.int64), out)
+            return out
+
+        self.static = static
+        self.cache = RowCache(capacity_rows, num_vertices, dim, fallback=from_static, policy=policy, dtype=dtype)
+        self.cache.warm(static.ids)
+        self.cache.reset_counts()
+        self.index = torch.from_numpy(self.cache.slot_of)
+        self.where = f"this rank's host memory, filled on access ({policy}; warm start: {len(static):,} rows " \
+                     f"of {static.where})"
+
+    def __len__(self) -> int:
+        return int(self.cache.capacity)
+
+    def take(self, slots: Tensor, out: Tensor) -> None:
+        """Rows at ``slots`` into ``out`` (host); the policy counts them as read."""
+        self.cache.read_hits(slots.numpy(), out)
+
+    def admit(self, ids: Tensor, rows: Tensor) -> None:
+        """Rows ``ids`` (remote, not cached; repeats allowed) fetched this step, ``rows`` theirs: into the cache."""
+        uniq, first = np.unique(ids.numpy(), return_index=True)
+        self.cache.admit(uniq, rows.cpu()[torch.from_numpy(first)])
+
+    def nbytes(self) -> int:
+        return self.cache.row_bytes() + self.cache.bookkeeping_bytes()
+
+    def unlink_shared(self) -> None:
+        self.static.unlink_shared()
+
+    def close(self) -> None:
+        self.static.close()
+
+
+__all__ = ["DynamicRemoteCache", "RemoteCache", "cache_rows"]
