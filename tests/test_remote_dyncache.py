@@ -12,6 +12,7 @@ of one process.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -155,3 +156,26 @@ def test_two_nodes_with_a_remote_cache_filled_on_access_train_what_one_process_t
     nodes = [r for r in map(json.loads, m.read_text().splitlines()) if r["kind"] == "epoch"][-1]["nodes"]
     assert nodes["remote_rows"] > 0 and nodes["cache_rows"] > 0
     assert "filled on access (lru" in " ".join(log(tmp_path / "logs", 0).split())
+
+
+def test_a_policy_on_a_sharded_run_without_its_remote_cache_is_one_line(cora, shards, capsys):  # noqa: F811
+    from moment.cli import main
+
+    base = ["train", "--dataset", str(cora), "--placement", str(shards / "node0"), "--epochs", "1"]
+    assert main([*base, "--cache-policy", "lru", "--dynamic-cache", "1MiB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("moment train: error:") and "--remote-cache" in err and "\n" not in err, err
+
+
+@pytest.mark.heavy  # two nodes of two ranks (~40 s)
+def test_two_ranks_a_node_warm_start_from_the_node_shared_fill_and_unlink_it(cora, shards, tmp_path):  # noqa: F811
+    """Each rank's cache fills on its own; the node's shared static fill (the warm start) leaves no name behind."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    args = ["--batch-size", "35", "--epochs", "1", "--remote-cache", "64KiB", "--cache-policy", "s3fifo"]
+    procs = launch([_train(shards / f"node{k}", *args, cora=cora) for k in range(2)], local_size=2,
+                   logs=tmp_path / "logs", env={"MOMENT_SHM_DIR": str(shm)})
+    assert wait_all(procs) == [[0, 0], [0, 0]], log(tmp_path / "logs", 0)[-2000:]
+    text = " ".join(log(tmp_path / "logs", 0).split())
+    assert "filled on access (s3fifo" in text and "node-shared" in text, text[-2000:]
+    assert os.listdir(shm) == []

@@ -171,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     return report(a, policies, shares, rates, speeds, capacity, load0, load1)
 
 
+OVERLAP = " (the ranges overlap: no difference shown)"
+
+
+def _overlap(x: list[float], y: list[float]) -> bool:
+    return min(x) <= max(y) and min(y) <= max(x)
+
+
 def report(a: argparse.Namespace, policies: tuple[str, ...] | list[str], shares: dict[str, list[float]],
            rates: dict[str, list[float]], speeds: dict[str, list[float]], capacity: int, load0: list[str],
            load1: list[str]) -> int:
@@ -203,8 +210,8 @@ def report(a: argparse.Namespace, policies: tuple[str, ...] | list[str], shares:
         figs.append(Figure("dyncache_remote", f"{where}, {p}: gather seeds/s in one process (median of {a.repeats})",
                            "seeds/s", med[p], med["static"], "static fill", True, "",
                            f"range {min(speeds[p]):,.0f}–{max(speeds[p]):,.0f} vs {min(speeds['static']):,.0f}–"
-                           f"{max(speeds['static']):,.0f}; no network (in-process exchange); {when}; load "
-                           f"{' '.join(load0)}"))
+                           f"{max(speeds['static']):,.0f}" + (OVERLAP if _overlap(speeds[p], speeds["static"]) else "")
+                           + f"; no network (in-process exchange); {when}; load {' '.join(load0)} → {' '.join(load1)}"))
     write(a.json, "dyncache_remote", figs, " ".join(sys.argv))
     return 0
 
