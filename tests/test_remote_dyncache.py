@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from iostack.dyncache import RowCache
+from iostack.errors import StoreError
 from iostack.placement import load_placement
 from iostack.store import FeatureStore
 from planner.handoff import PlanTargets, StoreTarget
@@ -29,7 +30,7 @@ from training.errors import TrainError
 from training.place.nodes import place_sharded
 from training.place.specs import PolicySpec, ShardSpec, TierSpec
 from training.sharded.features import NodeError, ShardedFeatures, ShardedOptions
-from training.sharded.remote_cache import DynamicRemoteCache, RemoteCache, cache_rows
+from training.sharded.remote_cache import DynamicRemoteCache, RemoteCache, cache_rows, with_policy
 from training.specs import IOSpec
 from training.trainer import train
 
@@ -88,7 +89,7 @@ def test_remote_cache_filled_on_access_gathers_exact_rows_and_evicts_as_its_poli
     feats, nodes = _two_nodes(tmp_path, hot)
     try:
         f = nodes[0]
-        f.cache = DynamicRemoteCache(_static(f, hot), BUDGET, V, DIM, torch.float32, policy)
+        f.cache = DynamicRemoteCache(_static(f, hot), BUDGET, policy)
         held = f._local.numpy() >= 0
         mirror = RowCache(BUDGET, V, DIM, policy=policy, fallback=lambda ids: torch.from_numpy(feats[ids]))
         mirror.warm(f.cache.static.ids)
@@ -118,8 +119,7 @@ def test_under_drift_the_cache_that_fills_on_access_leaves_fewer_rows_remote(tmp
         f = nodes[0]
         for policy in ("static", "lru"):
             static = _static(f, hot)
-            f.cache = static if policy == "static" else DynamicRemoteCache(static, BUDGET, V, DIM, torch.float32,
-                                                                            policy)
+            f.cache = with_policy(static, BUDGET, policy)
             before = f.totals()["remote"][0]
             for epoch in _epochs():
                 for ids in epoch:
@@ -139,6 +139,12 @@ def test_a_policy_for_the_remote_cache_needs_its_budget_in_host_memory():
     assert IOSpec(cache_policy="s3fifo", remote_cache_bytes=1 << 20).cache_policy == "s3fifo"  # no dynamic_cache
     with pytest.raises(TrainError, match="`remote_cache_bytes`"):
         IOSpec(cache_policy="s3fifo")
+    ssd = RemoteCache(np.arange(3), V, store=object())  # a static fill in an SSD bin: no rows in host memory
+    assert with_policy(ssd, 3, "static") is ssd
+    with pytest.raises(StoreError, match="`remote_cache_dir`"):
+        with_policy(ssd, 3, "lru")
+    with pytest.raises(StoreError, match="lfu"):
+        with_policy(RemoteCache(np.arange(3), V, rows=torch.zeros((3, DIM))), 3, "lfu")
 
 
 @pytest.mark.heavy  # two node processes (~15 s)

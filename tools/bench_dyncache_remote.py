@@ -42,7 +42,7 @@ from training.place.nodes import place_sharded
 from training.place.specs import PolicySpec, ShardSpec, TierSpec
 from training.sampler import NeighborSampler
 from training.sharded.features import ShardedFeatures
-from training.sharded.remote_cache import DynamicRemoteCache, RemoteCache, cache_rows
+from training.sharded.remote_cache import RemoteCache, cache_rows, with_policy
 
 TARGETS = PlanTargets("bench", gpus=(("gpu0", "s0"),), stores=(StoreTarget("mem0", "cpu", "mem0", "s0", 1.0),))
 
@@ -89,8 +89,7 @@ def run_config(policy: str, nodes: list[ShardedFeatures], warm: list[np.ndarray]
     epoch, seeds/s over all epochs."""
     for f, ids in zip(nodes, warm, strict=True):
         static = RemoteCache(ids, f.layout.num_vertices, rows=f.fetch_remote(torch.from_numpy(ids)).clone())
-        f.cache = static if policy == "static" else DynamicRemoteCache(static, capacity, f.layout.num_vertices,
-                                                                        f.dim, f.dtype, policy)
+        f.cache = with_policy(static, capacity, policy)
     shares, rates, seconds, seeds = [], [], 0.0, 0
 
     def counts() -> np.ndarray:

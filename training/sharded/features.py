@@ -48,7 +48,7 @@ from momentbase.errors import MomentError
 from training.errors import TrainingError
 from training.sharded.exchange import PeerLostError, RowExchange
 from training.sharded.groups import exchange_peers
-from training.sharded.remote_cache import DynamicRemoteCache, RemoteCache, cache_rows
+from training.sharded.remote_cache import DynamicRemoteCache, RemoteCache, cache_rows, with_policy
 from training.vocab import EXCHANGES
 
 #: rows fetched per round when the locality cache is filled at start
@@ -394,9 +394,7 @@ def open_sharded(ds: Any, placement_dir: str, peers: Peers, options: ShardedOpti
                            f"exchange {feats.exchange.name}{within}")
         if options.remote_cache_bytes:
             feats.cache = _fill_cache(feats, node_dir, layout, options, peers, share_key)
-            if options.cache_policy != "static":  # the static fill is the warm start
-                feats.cache = DynamicRemoteCache(feats.cache, options.remote_cache_bytes // feats.row_bytes,
-                                                 layout.num_vertices, feats.dim, feats.dtype, options.cache_policy)
+            feats.cache = with_policy(feats.cache, options.remote_cache_bytes // feats.row_bytes, options.cache_policy)
             feats.notes.append(f"locality cache: {len(feats.cache):,} remote rows in {feats.cache.where}")
         return feats
     except BaseException:

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from iostack.dyncache import RowCache
+from iostack.errors import StoreError
 
 
 def cache_rows(hotness: np.ndarray, held: np.ndarray, budget_rows: int) -> np.ndarray:
@@ -94,11 +95,15 @@ class DynamicRemoteCache:
     Raises
     ------
     StoreError
-        ``policy`` is not a cache policy.
+        ``policy`` is not a cache policy, or ``static`` is in an SSD bin (no rows in host memory).
     """
 
-    def __init__(self, static: RemoteCache, capacity_rows: int, num_vertices: int, dim: int, dtype: torch.dtype,
-                 policy: str) -> None:
+    def __init__(self, static: RemoteCache, capacity_rows: int, policy: str) -> None:
+        if static.rows is None:  # the static fill in an SSD bin: a host cache would not keep to its budget
+            raise StoreError("the remote cache filled on access warm-starts from rows in host memory: leave "
+                             "`remote_cache_dir` unset")
+        dim, dtype, num_vertices = static.rows.shape[1], static.rows.dtype, static.index.numel()
+
         def from_static(ids: np.ndarray) -> Tensor:
             out = torch.empty((ids.size, dim), dtype=dtype)
             static.take(static.index[torch.from_numpy(ids)].to(torch.int64), out)
@@ -134,4 +139,16 @@ class DynamicRemoteCache:
         self.static.close()
 
 
-__all__ = ["DynamicRemoteCache", "RemoteCache", "cache_rows"]
+def with_policy(static: RemoteCache, capacity_rows: int, policy: str) -> RemoteCache | DynamicRemoteCache:
+    """``static`` itself for the ``static`` policy, else a :class:`DynamicRemoteCache` of ``capacity_rows`` rows
+    warm-started with it.
+
+    Raises
+    ------
+    StoreError
+        ``policy`` is not a cache policy, or ``static`` is in an SSD bin.
+    """
+    return static if policy == "static" else DynamicRemoteCache(static, capacity_rows, policy)
+
+
+__all__ = ["DynamicRemoteCache", "RemoteCache", "cache_rows", "with_policy"]
