@@ -129,6 +129,29 @@ class RowCache:
         self.counts = CacheCounts(c.hits + int(at_hit.size), c.misses + int(miss.size), c.inserted + inserted)
         return out[torch.from_numpy(inverse.reshape(-1)).to(dev)]
 
+    def admit(self, ids: np.ndarray, rows: torch.Tensor) -> int:
+        """Rows read elsewhere (``ids``: distinct, none cached; ``rows``: theirs, in order) go in, counted as misses.
+
+        For a cache whose misses are fetched by its owner, not through a fallback (the remote-row cache of a
+        sharded run, whose misses come in the step's exchange): the same insert as :meth:`gather`'s. Returns how
+        many went in.
+        """
+        ids = np.asarray(ids, np.int64)
+        inserted = self._insert(ids, rows) if ids.size else 0
+        c = self.counts
+        self.counts = CacheCounts(c.hits, c.misses + int(ids.size), c.inserted + inserted)
+        return inserted
+
+    def read_hits(self, slots: np.ndarray, out: torch.Tensor) -> None:
+        """Rows at ``slots`` (found by ``slot_of``; repeats allowed) into ``out``; the policy told of the distinct
+        ones, counted as hits."""
+        distinct = np.unique(np.asarray(slots, np.int64))
+        self.policy.hit(distinct)
+        torch.index_select(self.rows, 0, torch.from_numpy(np.asarray(slots, np.int64)).to(self.rows.device),
+                           out=out)
+        c = self.counts
+        self.counts = CacheCounts(c.hits + int(distinct.size), c.misses, c.inserted)
+
     def reset_counts(self) -> None:
         """Counts from zero (the cached rows stay)."""
         self.counts = CacheCounts()

@@ -289,7 +289,8 @@ def _cache_options(p: argparse.ArgumentParser) -> None:
                    help="static: the placement's caches as filled at start (the default without --dynamic-cache); "
                         "or a host cache of --dynamic-cache SIZE in front of the rows that fills on access, evicting "
                         f"by this policy (default {DEFAULT_POLICY}, the best in tools/bench_dyncache.py), "
-                        "warm-started with the placement's GPU and CPU bins")
+                        "warm-started with the placement's GPU and CPU bins; on a placement sharded across nodes, "
+                        "the --remote-cache fills on access by this policy, warm-started with its static fill")
     r.add_argument("--dynamic-cache", default="0", metavar="SIZE",
                    help="the size of that cache, e.g. 2GiB (default 0: none)")
     m = p.add_argument_group("re-placement while training (the hot rows drift)")

@@ -77,6 +77,10 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
     "mixed_precision": ("bench_mixed_precision.py", [], ["--quick"]),
     "dyncache": ("bench_dyncache.py", ["--repeats", "3"],
                  ["--nodes", "50000", "--batches", "10", "--window", "5000", "--shift", "2500", "--repeats", "1"]),
+    # the remote-row cache of a sharded run filling on access vs its static fill, in-process nodes, drifting hot set
+    "dyncache_remote": ("bench_dyncache_remote.py", ["--repeats", "3"],
+                        ["--parts", "2", "--nodes", "20000", "--batches", "5", "--window", "3000", "--shift", "1500",
+                         "--epochs", "4", "--repeats", "1"]),
     # re-placement between epochs against static DDAK on a drifting hot set: cache share, seeds/s, rows moved
     "replace": ("bench_replace.py", ["--repeats", "3"], ["--nodes", "30000", "--batches", "10", "--repeats", "1"]),
     # the same inside the trainer: moment train's --replace-every 1 (the move in the background) against static DDAK

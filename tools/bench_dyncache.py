@@ -138,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     return report(a, policies, rates, speeds, book, capacity, load0, load1)
 
 
+def per_epoch_note(ours: list[float], static: list[float]) -> str:
+    """A figure's note: a share per epoch, ours then the static fill's."""
+    return "per epoch " + " ".join(f"{r:.3f}" for r in ours) + "; static " + " ".join(f"{r:.3f}" for r in static)
+
+
 def report(a: argparse.Namespace, policies: list[str] | tuple[str, ...], rates: dict[str, list[float]],
            speeds: dict[str, list[list[float]]], book: dict[str, int], capacity: int, load0: list[str],
            load1: list[str]) -> int:
@@ -162,8 +167,7 @@ def report(a: argparse.Namespace, policies: list[str] | tuple[str, ...], rates: 
             continue
         figs.append(Figure("dyncache", f"{p}: hit rate, mean of epochs 1..{a.epochs - 1}", "share", after[p],
                            after["static"], "static fill", True, "above static",
-                           "per epoch " + " ".join(f"{r:.3f}" for r in rates[p]) + "; static "
-                           + " ".join(f"{r:.3f}" for r in rates["static"])))
+                           per_epoch_note(rates[p], rates["static"])))
         figs.append(Figure("dyncache", f"{p}: seeds/s of the gathers (median of {a.repeats})", "seeds/s", med[p],
                            med["static"], "static fill", True, "",
                            f"range {min(whole[p]):,.0f}–{max(whole[p]):,.0f}; bookkeeping "

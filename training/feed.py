@@ -95,7 +95,8 @@ def _open_sharded(io: IOSpec, placement: str, timeout_s: float, ds: Dataset, wor
     """This node's shard of a placement sharded across nodes (:mod:`training.sharded.features`)."""
     from training.sharded.features import Peers, ShardedOptions, open_sharded
 
-    options = ShardedOptions(io.exchange, timeout_s, int(io.remote_cache_bytes), io.remote_cache_dir)
+    options = ShardedOptions(io.exchange, timeout_s, int(io.remote_cache_bytes), io.remote_cache_dir,
+                             io.cache_policy)  # a policy other than static: the remote cache fills on access
     peers = Peers.from_env(world.rank, world.size, world.local_rank, world.local_size)
     return open_sharded(ds, placement, peers, options, transfer=Transfer(memory), open_store=open_store,
                         share_key=lambda d: share_key_of(ds, str(d)),

@@ -174,8 +174,10 @@ class IOSpec:
     sharded across nodes (:mod:`training.sharded.features`). ``cache_policy``: ``static`` (the placement's caches
     as filled at start), or a policy of :data:`iostack.cachepolicy.CACHE_POLICIES` for a host cache of
     ``dynamic_cache_bytes`` that fills on access, warm-started with the static fill
-    (:mod:`training.cached_features`). ``check_dataset``: ``background`` (the default) checks every
-    block of the dataset arrays training reads against their CRC-32s while it runs
+    (:mod:`training.cached_features`); on a sharded placement it is the remote cache (``remote_cache_bytes``)
+    that fills on access (:class:`training.sharded.remote_cache.DynamicRemoteCache`). ``check_dataset``:
+    ``background`` (the default) checks every block of the dataset arrays training reads against their CRC-32s
+    while it runs
     (:mod:`training.background_verify`); ``open`` only the sample checked on opening. ``replace_every``: re-place
     the placement in the background after every that many epochs (0 = never), on the rows of every
     ``replace_count_every``-th batch, when the caches' predicted share of reads rises by ``replace_min_gain``
@@ -203,9 +205,9 @@ class IOSpec:
         if self.cache_policy not in CACHE_POLICIES.names():
             raise TrainError(f"`cache_policy` {self.cache_policy!r}: expected one of "
                              f"{', '.join(CACHE_POLICIES.names())}")
-        if self.cache_policy != "static" and int(self.dynamic_cache_bytes) <= 0:
+        if self.cache_policy != "static" and int(self.dynamic_cache_bytes) <= 0 and int(self.remote_cache_bytes) <= 0:
             raise TrainError(f"`cache_policy` {self.cache_policy}: give `dynamic_cache_bytes`, the size of the cache "
-                             "that fills on access (> 0)")
+                             "that fills on access (> 0), or on a sharded placement `remote_cache_bytes`")
         if self.backend not in backend_choices():
             raise TrainError(f"`backend` {self.backend!r}: expected one of {', '.join(backend_choices())}")
         if self.backend == "kvikio" and self.placement is None:

@@ -48,7 +48,7 @@ from momentbase.errors import MomentError
 from training.errors import TrainingError
 from training.sharded.exchange import PeerLostError, RowExchange
 from training.sharded.groups import exchange_peers
-from training.sharded.remote_cache import RemoteCache, cache_rows
+from training.sharded.remote_cache import DynamicRemoteCache, RemoteCache, cache_rows, with_policy
 from training.vocab import EXCHANGES
 
 #: rows fetched per round when the locality cache is filled at start
@@ -185,7 +185,7 @@ class ShardedFeatures:
         self.exchange = exchange
         #: where exchanged rows live: the host (gloo, RPC), or this rank's GPU (NCCL)
         self.exchange_device = torch.device("cpu")
-        self.cache: RemoteCache | None = None
+        self.cache: RemoteCache | DynamicRemoteCache | None = None
         self._all_reduce = all_reduce
         self.notes = list(store.notes) + list(notes)
         self._c = {"local": [0, 0], "remote": [0, 0], "remote-cache": [0, 0]}  # this rank's own batches
@@ -270,6 +270,8 @@ class ShardedFeatures:
             if not on_host and pos_r.numel():
                 out.index_copy_(0, idx[nl + m:], tb.keep(fetched))
             result = tb.cast(out, dtype)
+        if self.cache is not None and pos_r.numel():  # after the hits were read: the new rows may evict them
+            self.cache.admit(ids_h[pos_r], fetched)
         self._c["local"][0] += pos_l.numel()
         self._c["local"][1] += pos_l.numel() * self.row_bytes
         self._c["remote"][0] += pos_r.numel()
@@ -333,12 +335,13 @@ class ShardedFeatures:
 
 @dataclass(frozen=True)
 class ShardedOptions:
-    """How a node takes part: exchange kind, timeout, locality cache budget (bytes) and where it lives."""
+    """How a node takes part: exchange kind, timeout, locality cache budget (bytes), where it lives, its policy."""
 
     exchange: str = "alltoall"
     timeout_s: float = 30.0
     remote_cache_bytes: int = 0
     remote_cache_dir: str | None = None
+    cache_policy: str = "static"
 
     def __post_init__(self) -> None:
         if self.exchange not in EXCHANGES:
@@ -347,6 +350,9 @@ class ShardedOptions:
             raise NodeError(f"timeout: expected a positive number of seconds, got {self.timeout_s}")
         if self.remote_cache_bytes < 0:
             raise NodeError(f"remote cache: expected a size >= 0, got {self.remote_cache_bytes}")
+        if self.cache_policy != "static" and (not self.remote_cache_bytes or self.remote_cache_dir):
+            raise NodeError(f"`cache_policy` {self.cache_policy} fills a sharded run's remote cache in host memory: "
+                            "give `remote_cache_bytes`, without `remote_cache_dir`")
 
 
 def open_sharded(ds: Any, placement_dir: str, peers: Peers, options: ShardedOptions, *, transfer: Transfer,
@@ -388,6 +394,7 @@ def open_sharded(ds: Any, placement_dir: str, peers: Peers, options: ShardedOpti
                            f"exchange {feats.exchange.name}{within}")
         if options.remote_cache_bytes:
             feats.cache = _fill_cache(feats, node_dir, layout, options, peers, share_key)
+            feats.cache = with_policy(feats.cache, options.remote_cache_bytes // feats.row_bytes, options.cache_policy)
             feats.notes.append(f"locality cache: {len(feats.cache):,} remote rows in {feats.cache.where}")
         return feats
     except BaseException:
