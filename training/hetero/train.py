@@ -9,8 +9,9 @@ GPU, host and SSD tiers) or, without one, from the dataset's memory maps. Intege
 metrics file and the checkpoint follow the homogeneous trainer's: a ``start`` record, one per
 step, one per epoch (loss, accuracy, seeds/s, rows and bytes per tier), ``checkpoint.pt``
 at every epoch end, ``resume`` from it. Under ``torchrun`` the ranks train data-parallel, the
-global batch one process's (:mod:`training.hetero.ranks`). Not yet: a GPU (the model and the
-gathers stay on the CPU), prefetching and copy overlap, mixed precision.
+global batch one process's (:mod:`training.hetero.ranks`). ``prefetch`` batches are sampled and
+gathered ahead on a background thread (:mod:`training.hetero.prefetch`; the same batches).
+Not yet: a GPU (the model and the gathers stay on the CPU), mixed precision.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch_geometric.data import HeteroData
 
 from iostack.transfer import memory_for
 from training.batches import num_steps
@@ -29,6 +31,7 @@ from training.checkpoint import checkpoint_path, load_checkpoint, save_checkpoin
 from training.distributed import World, open_world, param_spread
 from training.errors import TrainError
 from training.hetero.model import build_model, split_ids, to_hetero_data
+from training.hetero.prefetch import ahead
 from training.hetero.ranks import global_batch, rank_parts, rank_seed, reduced_accuracy, summed_tiers, train_step, wrap
 from training.hetero.sampler import HeteroNeighborSampler
 from training.hetero.store import HeteroDataset, open_hetero
@@ -167,7 +170,7 @@ def _run(spec: TrainSpec, model_name: str, data: HeteroDataset, rows: FeatureRow
     world.barrier()  # everyone set up: the steps' short timeouts start from here
     records = []
     for epoch in range(start, run.epochs):
-        rec = _epoch(ddp, opt, data, sampler, rows, train, bs, (world, run.seed), epoch, emit)
+        rec = _epoch(ddp, opt, data, sampler, rows, train, bs, (world, run.seed, spec.io.prefetch), epoch, emit)
         if epoch == run.epochs - 1 or (run.eval_every_epochs and (epoch + 1) % run.eval_every_epochs == 0):
             for split in ("valid", "test"):
                 if data.split(f"{split}_idx") is not None:
@@ -188,36 +191,44 @@ def _run(spec: TrainSpec, model_name: str, data: HeteroDataset, rows: FeatureRow
 
 
 def _epoch(model: nn.Module, opt: torch.optim.Optimizer, data: HeteroDataset, sampler: HeteroNeighborSampler,
-           rows: FeatureRows, train: Tensor, bs: int, world_seed: tuple[World, int], epoch: int,
+           rows: FeatureRows, train: Tensor, bs: int, world_seed: tuple[World, int, int], epoch: int,
            emit: Callable[[dict], None]) -> dict:
-    """One epoch over the target type's training nodes, this rank's part of each global batch; its record."""
-    world, seed = world_seed
+    """One epoch over the target type's training nodes, this rank's part of each global batch; its record.
+
+    ``world_seed``: the world, the run's seed and how many batches are made ahead (``prefetch``).
+    """
+    world, seed, prefetch = world_seed
     target = str(data.schema.target)
     t_epoch = time.perf_counter()
     parts = rank_parts(train, epoch, bs, world, seed)
     before = rows.tiers()
     rows.seconds = 0.0
     loss_sum = seeds = 0.0
-    sample_s = 0.0
     model.train()
-    for step, part in enumerate(parts):
+    timing = {"sample_s": 0.0}
+
+    def make(step: int) -> HeteroData:  # on the prefetch thread when `prefetch` > 0, in step order
         t0 = time.perf_counter()
-        b = sampler.sample(target, part)
-        sample_s += time.perf_counter() - t0
+        b = sampler.sample(target, parts[step])
+        timing["sample_s"] += time.perf_counter() - t0
+        return to_hetero_data(b, data, rows)
+
+    t0 = time.perf_counter()
+    for step, batch in enumerate(ahead(make, len(parts), prefetch)):
         global_bs = global_batch(train, step, bs)
-        loss, n = train_step(model, opt, world, to_hetero_data(b, data, rows), target, global_bs,
-                             f"epoch {epoch}, step {step}")
+        loss, n = train_step(model, opt, world, batch, target, global_bs, f"epoch {epoch}, step {step}")
         loss_sum += loss
         seeds += n
         emit({"kind": "step", "epoch": epoch, "step": step, "steps": len(parts), "seeds": int(n),
               "loss": loss / max(n, 1.0), "step_s": time.perf_counter() - t0})
+        t0 = time.perf_counter()
     after = rows.tiers()
     tiers = {k: {"rows": int(v["rows"] - before.get(k, {}).get("rows", 0)),
                  "bytes": int(v["bytes"] - before.get(k, {}).get("bytes", 0))} for k, v in after.items()}
     epoch_s = time.perf_counter() - t_epoch
     return {"kind": "epoch", "epoch": epoch, "steps": len(parts), "loss": loss_sum / max(seeds, 1.0),
             "seeds": int(seeds), "epoch_s": epoch_s, "seeds_per_s": seeds / epoch_s if epoch_s > 0 else 0.0,
-            "tiers": summed_tiers(tiers, world) if world.size > 1 else tiers, "sample_s": sample_s,
+            "tiers": summed_tiers(tiers, world) if world.size > 1 else tiers, "sample_s": timing["sample_s"],
             "gather_s": rows.seconds}
 
 
