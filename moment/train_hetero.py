@@ -38,7 +38,7 @@ def run_hetero(args: argparse.Namespace, spec, err, out) -> int:
                            f"--model {' or '.join(HETERO_MODEL_NAMES)}")
     unsupported = [flag for flag, on in (("--task link", args.task == "link"), ("--server", args.server),
                                          ("--graph-on disk", args.graph_on == "disk"),
-                                         ("--precision", args.precision != "32"), ("--partition", args.partition),
+                                         ("--partition", args.partition),
                                          ("--sample-on gpu", args.sample_on == "gpu"),
                                          ("--dynamic-cache", spec.io.dynamic_cache_bytes),
                                          ("--remote-cache", spec.io.remote_cache_bytes)) if on]

@@ -7,7 +7,7 @@ of steps (a part may be empty on a short last step: the model then runs over zer
 parameter still takes part in DDP's all-reduce). Each rank sums its part's loss and scales it by
 ``W / global batch``: DDP's average of the gradients is then the gradient of the global batch's
 mean loss, what one process computes. With full neighbourhoods (fan-out ``-1``) the batches'
-outputs per seed are the one process's, so the losses agree to float rounding; with sampled
+outputs per seed are the one process's, so the losses agree to float rounding (in float32); with sampled
 fan-outs each rank draws from its own stream (the expectation agrees, the draws do not).
 
 The models hold lazy input widths (``Linear(-1, ...)``, ``SAGEConv((-1, -1), ...)``): they are set
@@ -29,6 +29,7 @@ from training.distributed import World, peer_errors
 from training.hetero.model import Rows, to_hetero_data
 from training.hetero.sampler import HeteroNeighborSampler
 from training.hetero.store import HeteroDataset
+from training.precision import Precision, StepScaler
 
 
 def wrap(model: nn.Module, world: World) -> nn.Module:
@@ -56,26 +57,29 @@ def global_batch(train: Tensor, step: int, batch_size: int) -> int:
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, world: World, batch: HeteroData, target: str,
-               global_bs: int, during: str) -> tuple[float, float]:
+               global_bs: int, during: str, amp: StepScaler | None = None) -> tuple[float, float]:
     """One step on this rank's part ``batch``; the global batch's summed loss and the world's seeds.
 
-    ``model``: the DDP wrapper under several ranks.
+    ``model``: the DDP wrapper under several ranks. ``amp``: the run's precision (the forward under
+    autocast, the loss in float32, float16's loss scaling); default float32.
     """
+    amp = amp if amp is not None else StepScaler(Precision())
     n = batch[target].batch_size
-    out = model(batch)[target][:n]
-    loss = nn.functional.cross_entropy(out, batch[target].y[:n], reduction="sum")
+    with amp.precision.autocast():
+        out = model(batch)[target][:n]
+    loss = nn.functional.cross_entropy(out.float(), batch[target].y[:n], reduction="sum")
     opt.zero_grad()
     with peer_errors(during):  # DDP's bucketed all-reduce runs inside backward
-        (loss * (world.size / global_bs)).backward()
+        amp.backward(loss * (world.size / global_bs))
     stats = world.all_reduce(torch.stack([loss.detach().double(), torch.tensor(float(n), dtype=torch.float64)]),
                              during=during)
-    opt.step()
+    amp.step(opt)
     return float(stats[0]), float(stats[1])
 
 
 @torch.no_grad()
 def reduced_accuracy(model: nn.Module, data: HeteroDataset, sampler: HeteroNeighborSampler, ids: Tensor,
-                     batch_size: int, rows: Rows | None, world: World) -> float:
+                     batch_size: int, rows: Rows | None, world: World, precision: Precision | None = None) -> float:
     """Share of ``ids`` (target local ids) classified right, each rank classifying its part of them.
 
     The hits and counts are summed across ranks exactly (integers in float64), so the answer is
@@ -89,7 +93,9 @@ def reduced_accuracy(model: nn.Module, data: HeteroDataset, sampler: HeteroNeigh
     for at in range(0, len(mine), batch_size):
         batch = to_hetero_data(sampler.sample(target, mine[at:at + batch_size]), data, rows)
         n = batch[target].batch_size
-        right += int((model(batch)[target][:n].argmax(1) == batch[target].y[:n]).sum())
+        with (precision or Precision()).autocast():
+            out = model(batch)[target][:n]
+        right += int((out.argmax(1) == batch[target].y[:n]).sum())
     hits = world.all_reduce(torch.tensor([right, len(mine)], dtype=torch.float64), during="evaluation")
     return float(hits[0] / hits[1]) if hits[1] else 0.0
 

@@ -11,7 +11,9 @@ step, one per epoch (loss, accuracy, seeds/s, rows and bytes per tier), ``checkp
 at every epoch end, ``resume`` from it. Under ``torchrun`` the ranks train data-parallel, the
 global batch one process's (:mod:`training.hetero.ranks`). ``prefetch`` batches are sampled and
 gathered ahead on a background thread (:mod:`training.hetero.prefetch`; the same batches).
-Not yet: a GPU (the model and the gathers stay on the CPU), mixed precision.
+``precision`` (``bf16-mixed``, ``16-mixed``): the forward and evaluation under CPU autocast, the rows
+gathered as float32 (autocast narrows them in the first matrix product). Not yet: a GPU (the model
+and the gathers stay on the CPU).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from training.hetero.sampler import HeteroNeighborSampler
 from training.hetero.store import HeteroDataset, open_hetero
 from training.hetero.tiered import HeteroFeatureStore
 from training.metrics import JsonlWriter
+from training.precision import Precision, StepScaler
 from training.specs import TrainSpec
 from training.trainer import TrainResult
 from training.vocab import HETERO_MODEL_NAMES
@@ -160,6 +163,7 @@ def _run(spec: TrainSpec, model_name: str, data: HeteroDataset, rows: FeatureRow
         opt.load_state_dict(state["optimizer"])
         start = int(state["epoch"]) + 1
     ddp = wrap(model, world)
+    amp = StepScaler(Precision.of(run.precision, "cpu"))  # autocast to bfloat16 or float16 on the CPU
     train = split_ids(data, "train_idx")
     steps = num_steps(len(train), bs)
     emit({"kind": "start", "config": spec.to_dict(), "model": model_name, "steps_per_epoch": steps,
@@ -170,12 +174,13 @@ def _run(spec: TrainSpec, model_name: str, data: HeteroDataset, rows: FeatureRow
     world.barrier()  # everyone set up: the steps' short timeouts start from here
     records = []
     for epoch in range(start, run.epochs):
-        rec = _epoch(ddp, opt, data, sampler, rows, train, bs, (world, run.seed, spec.io.prefetch), epoch, emit)
+        rec = _epoch(ddp, opt, data, sampler, rows, train, bs, (world, run.seed, spec.io.prefetch, amp), epoch, emit)
         if epoch == run.epochs - 1 or (run.eval_every_epochs and (epoch + 1) % run.eval_every_epochs == 0):
             for split in ("valid", "test"):
                 if data.split(f"{split}_idx") is not None:
                     rec[f"{split}_acc"] = reduced_accuracy(model, data, eval_sampler, split_ids(data, f"{split}_idx"),
-                                                           spec.sampling.eval_batch_size, rows, world)
+                                                           spec.sampling.eval_batch_size, rows, world,
+                                                           amp.precision)
         if world.size > 1:
             rec["param_spread"] = param_spread(list(model.parameters()), world, epoch)
         if ckpt is not None:
@@ -191,13 +196,13 @@ def _run(spec: TrainSpec, model_name: str, data: HeteroDataset, rows: FeatureRow
 
 
 def _epoch(model: nn.Module, opt: torch.optim.Optimizer, data: HeteroDataset, sampler: HeteroNeighborSampler,
-           rows: FeatureRows, train: Tensor, bs: int, world_seed: tuple[World, int, int], epoch: int,
+           rows: FeatureRows, train: Tensor, bs: int, how: tuple[World, int, int, StepScaler], epoch: int,
            emit: Callable[[dict], None]) -> dict:
     """One epoch over the target type's training nodes, this rank's part of each global batch; its record.
 
-    ``world_seed``: the world, the run's seed and how many batches are made ahead (``prefetch``).
+    ``how``: the world, the run's seed, how many batches are made ahead (``prefetch``), the precision.
     """
-    world, seed, prefetch = world_seed
+    world, seed, prefetch, amp = how
     target = str(data.schema.target)
     t_epoch = time.perf_counter()
     parts = rank_parts(train, epoch, bs, world, seed)
@@ -216,7 +221,7 @@ def _epoch(model: nn.Module, opt: torch.optim.Optimizer, data: HeteroDataset, sa
     t0 = time.perf_counter()
     for step, batch in enumerate(ahead(make, len(parts), prefetch)):
         global_bs = global_batch(train, step, bs)
-        loss, n = train_step(model, opt, world, batch, target, global_bs, f"epoch {epoch}, step {step}")
+        loss, n = train_step(model, opt, world, batch, target, global_bs, f"epoch {epoch}, step {step}", amp)
         loss_sum += loss
         seeds += n
         emit({"kind": "step", "epoch": epoch, "step": step, "steps": len(parts), "seeds": int(n),
