@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -33,7 +35,7 @@ from training.checkpoint import checkpoint_path, load_checkpoint, save_checkpoin
 from training.distributed import World, open_world, param_spread
 from training.errors import TrainError
 from training.hetero.model import build_model, split_ids, to_hetero_data
-from training.hetero.prefetch import ahead
+from training.hetero.prefetch import ahead, worker
 from training.hetero.ranks import global_batch, rank_parts, rank_seed, reduced_accuracy, summed_tiers, train_step, wrap
 from training.hetero.sampler import HeteroNeighborSampler
 from training.hetero.store import HeteroDataset, open_hetero
@@ -172,37 +174,54 @@ def _run(spec: TrainSpec, model_name: str, data: HeteroDataset, rows: FeatureRow
     eval_sampler = sampler if spec.sampling.eval_fanouts is None else HeteroNeighborSampler(
         data, spec.sampling.eval_fanouts, seed=rank_seed(run.seed, world.rank))
     world.barrier()  # everyone set up: the steps' short timeouts start from here
-    records = []
-    for epoch in range(start, run.epochs):
-        rec = _epoch(ddp, opt, data, sampler, rows, train, bs, (world, run.seed, spec.io.prefetch, amp), epoch, emit)
-        if epoch == run.epochs - 1 or (run.eval_every_epochs and (epoch + 1) % run.eval_every_epochs == 0):
-            for split in ("valid", "test"):
-                if data.split(f"{split}_idx") is not None:
-                    rec[f"{split}_acc"] = reduced_accuracy(model, data, eval_sampler, split_ids(data, f"{split}_idx"),
-                                                           spec.sampling.eval_batch_size, rows, world,
-                                                           amp.precision)
-        if world.size > 1:
-            rec["param_spread"] = param_spread(list(model.parameters()), world, epoch)
-        if ckpt is not None:
-            if world.rank == 0:
-                save_checkpoint(ckpt, {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
-                                       "arch": model_name}, whole=world.whole)
-            world.barrier()  # no rank runs ahead of the checkpoint it could resume from
-            rec["checkpoint"] = str(ckpt)
-        records.append(rec)
-        emit(rec)
+    with worker() as pool:
+        records = [_epoch_and_eval(spec, model_name, (model, ddp, opt, amp, pool), data, (sampler, eval_sampler),
+                                   rows, train, world, ckpt, epoch, emit) for epoch in range(start, run.epochs)]
     return TrainResult(model=model, epochs=tuple(records), resumed_from=(start, 0) if run.resume else None,
                        world_size=world.size, rank=world.rank)
 
 
+def _epoch_and_eval(spec: TrainSpec, model_name: str,
+                    parts: tuple[nn.Module, nn.Module, torch.optim.Optimizer, StepScaler, Executor],
+                    data: HeteroDataset,
+                    samplers: tuple[HeteroNeighborSampler, HeteroNeighborSampler], rows: FeatureRows, train: Tensor,
+                    world: World, ckpt: Path | None, epoch: int, emit: Callable[[dict], None]) -> dict:
+    """Epoch ``epoch``, its evaluation when due, the checkpoint; its record (emitted).
+
+    ``parts``: the bare model, its DDP wrapper, the optimiser, the precision's step scaler, the prefetch thread.
+    """
+    run, bs = spec.run, spec.sampling.batch_size
+    model, ddp, opt, amp, pool = parts
+    sampler, eval_sampler = samplers
+    rec = _epoch(ddp, opt, data, sampler, rows, train, bs, (world, run.seed, spec.io.prefetch, amp, pool), epoch,
+                 emit)
+    if epoch == run.epochs - 1 or (run.eval_every_epochs and (epoch + 1) % run.eval_every_epochs == 0):
+        for split in ("valid", "test"):
+            if data.split(f"{split}_idx") is not None:
+                rec[f"{split}_acc"] = reduced_accuracy(model, data, eval_sampler, split_ids(data, f"{split}_idx"),
+                                                       spec.sampling.eval_batch_size, rows, world,
+                                                       amp.precision)
+    if world.size > 1:
+        rec["param_spread"] = param_spread(list(model.parameters()), world, epoch)
+    if ckpt is not None:
+        if world.rank == 0:
+            save_checkpoint(ckpt, {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch,
+                                   "arch": model_name}, whole=world.whole)
+        world.barrier()  # no rank runs ahead of the checkpoint it could resume from
+        rec["checkpoint"] = str(ckpt)
+    emit(rec)
+    return rec
+
+
 def _epoch(model: nn.Module, opt: torch.optim.Optimizer, data: HeteroDataset, sampler: HeteroNeighborSampler,
-           rows: FeatureRows, train: Tensor, bs: int, how: tuple[World, int, int, StepScaler], epoch: int,
+           rows: FeatureRows, train: Tensor, bs: int, how: tuple[World, int, int, StepScaler, Executor], epoch: int,
            emit: Callable[[dict], None]) -> dict:
     """One epoch over the target type's training nodes, this rank's part of each global batch; its record.
 
-    ``how``: the world, the run's seed, how many batches are made ahead (``prefetch``), the precision.
+    ``how``: the world, the run's seed, how many batches are made ahead (``prefetch``), the precision, the
+    prefetch thread.
     """
-    world, seed, prefetch, amp = how
+    world, seed, prefetch, amp, pool = how
     target = str(data.schema.target)
     t_epoch = time.perf_counter()
     parts = rank_parts(train, epoch, bs, world, seed)
@@ -219,7 +238,7 @@ def _epoch(model: nn.Module, opt: torch.optim.Optimizer, data: HeteroDataset, sa
         return to_hetero_data(b, data, rows)
 
     t0 = time.perf_counter()
-    for step, batch in enumerate(ahead(make, len(parts), prefetch)):
+    for step, batch in enumerate(ahead(make, len(parts), prefetch, pool)):
         global_bs = global_batch(train, step, bs)
         loss, n = train_step(model, opt, world, batch, target, global_bs, f"epoch {epoch}, step {step}", amp)
         loss_sum += loss
