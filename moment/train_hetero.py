@@ -38,7 +38,7 @@ def run_hetero(args: argparse.Namespace, spec, err, out) -> int:
                            f"--model {' or '.join(HETERO_MODEL_NAMES)}")
     unsupported = [flag for flag, on in (("--task link", args.task == "link"), ("--server", args.server),
                                          ("--graph-on disk", args.graph_on == "disk"),
-                                         ("--precision", args.precision != "32"), ("--partition", args.partition),
+                                         ("--partition", args.partition),
                                          ("--sample-on gpu", args.sample_on == "gpu"),
                                          ("--dynamic-cache", spec.io.dynamic_cache_bytes),
                                          ("--remote-cache", spec.io.remote_cache_bytes)) if on]
@@ -46,16 +46,22 @@ def run_hetero(args: argparse.Namespace, spec, err, out) -> int:
         raise CommandError(f"{', '.join(unsupported)}: not available for a heterogeneous dataset yet")
 
     def progress(rec: dict) -> None:
+        if rec["rank"] != 0:  # only rank 0 prints
+            return
         if rec["kind"] == "start":
             err.print(f"training {rec['model']} on {rec['num_train']:,} seeds of the target type, "
+                      f"{rec['world_size']} rank(s), "
                       f"{rec['steps_per_epoch']} steps per epoch, features from {rec['features']}"
                       + (f", from epoch {rec['start_epoch']}" if rec["start_epoch"] else ""), markup=False)
         elif rec["kind"] == "epoch":
             err.print(_line(rec), markup=False)
 
     result = TASKS.get("hetero")(spec, {}, progress=progress)
+    if result.rank != 0:
+        return 0
     if args.json:
-        sys.stdout.write(json.dumps({"schema": "moment.train", "version": 1, "task": "hetero", "world_size": 1,
+        sys.stdout.write(json.dumps({"schema": "moment.train", "version": 1, "task": "hetero",
+                                     "world_size": result.world_size,
                                      "resumed_from": result.resumed_from, "epochs": list(result.epochs)},
                                     indent=2, default=str) + "\n")
         return 0

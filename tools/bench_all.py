@@ -92,6 +92,9 @@ BENCHES: dict[str, tuple[str, list[str], list[str]]] = {
                                                                     "--seeds", "1"]),
     # heterogeneous rows: DDAK sized by each type's row bytes vs rows padded to the widest type (synth_mag, moment-b)
     "hetero_place": ("bench_hetero_place.py", ["--repeats", "5"], ["--papers", "20000", "--repeats", "2"]),
+    # heterogeneous training: seeds/s at 2 torchrun ranks vs 1 process, the same global batch (synth_mag, CPU, gloo)
+    "hetero_train": ("bench_hetero_train.py", ["--papers", "100000", "--repeats", "3"],
+                     ["--papers", "2000", "--batch-size", "256", "--epochs", "2", "--repeats", "1"]),
     "startup": ("bench_startup.py", ["--repeats", "15"], ["--repeats", "5"]),
     # the step alone, flat all-reduce and DDP interleaved (the whole run against an old tree: --reference)
     "ddp": ("bench_ddp.py", ["--exchange", "--steps", "150"], ["--exchange", "--steps", "40"]),
