@@ -150,3 +150,13 @@ def test_training_with_the_gpu_cache_equals_the_host_cache(cora, monkeypatch):
         assert torch.equal(v, fake.model.state_dict()[k]), k
     assert fake.final["valid_acc"] == host.final["valid_acc"] and fake.final["steps"] == host.final["steps"]
     reset_driver()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a run without an accelerator")
+def test_cli_gpu_cache_on_a_cpu_only_run_is_one_line(cora, capsys):
+    from moment.cli import main
+
+    assert main(["train", "--dataset", str(cora), "--fanouts", "5", "--batch-size", "64", "--epochs", "1",
+                 "--hidden", "8", "--dynamic-cache", "64KiB", "--dynamic-cache-on", "gpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--dynamic-cache-on" in err and "no accelerator" in err, err
