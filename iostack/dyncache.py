@@ -60,7 +60,9 @@ class RowCache:
 
     ``policy``: a name of :data:`~iostack.cachepolicy.CACHE_POLICIES` (``static``
     caches only what :meth:`warm` put in). ``dtype``, ``device``: the cached rows'
-    type and where they live (the fallback's rows are converted to them).
+    type and where they live (the fallback's rows are converted to them); ``allocate``:
+    ``allocate(shape, dtype)`` makes the rows tensor instead (a
+    :meth:`iostack.transfer.DeviceMemory.empty`: device memory the transfer layer knows).
 
     Raises
     ------
@@ -69,13 +71,15 @@ class RowCache:
     """
 
     def __init__(self, capacity: int, num_rows: int, dim: int, *, fallback: Fallback, policy: str = "s3fifo",
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                 allocate: Callable[[tuple[int, int], torch.dtype], torch.Tensor] | None = None) -> None:
         if capacity < 0 or num_rows < 0:
             raise StoreError(f"`capacity` {capacity}, `num_rows` {num_rows}: expected sizes >= 0")
         self.capacity, self.num_rows, self.fallback = min(int(capacity), int(num_rows)), int(num_rows), fallback
         self.policy: EvictionPolicy = CACHE_POLICIES.get(policy)(self.capacity)
         self.policy_name = policy
-        self.rows = torch.zeros((self.capacity, dim), dtype=dtype, device=device)
+        self.rows = (torch.zeros((self.capacity, dim), dtype=dtype, device=device) if allocate is None
+                     else allocate((self.capacity, dim), dtype).zero_())
         self.slot_of = np.full(self.num_rows, -1, np.int32 if self.num_rows < 2**31 else np.int64)
         self.id_of = np.full(self.capacity, -1, np.int64)
         self.counts = CacheCounts()

@@ -19,6 +19,7 @@ from moment.errors import CommandError
 from training.tasks import TASKS
 from training.vocab import (
     DATASET_CHECKS,
+    DYNAMIC_CACHE_ON,
     EXCHANGES,
     GRAPH_ON,
     LINK_DECODERS,
@@ -48,7 +49,8 @@ def _spec(args: argparse.Namespace):
                   node_shared_reads=not args.no_node_shared_reads, exchange=args.exchange,
                   remote_cache_bytes=_size(args.remote_cache, "--remote-cache"),
                   remote_cache_dir=args.remote_cache_dir, cache_policy=_cache_policy(args),
-                  dynamic_cache_bytes=_size(args.dynamic_cache, "--dynamic-cache"), check_dataset=args.check_dataset,
+                  dynamic_cache_bytes=_size(args.dynamic_cache, "--dynamic-cache"),
+                  dynamic_cache_on=args.dynamic_cache_on, check_dataset=args.check_dataset,
                   replace_every=args.replace_every, replace_count_every=args.replace_count_every,
                   replace_min_gain=args.replace_min_gain),
         distributed=DistributedSpec(timeout_s=args.timeout),
@@ -293,6 +295,9 @@ def _cache_options(p: argparse.ArgumentParser) -> None:
                         "the --remote-cache fills on access by this policy, warm-started with its static fill")
     r.add_argument("--dynamic-cache", default="0", metavar="SIZE",
                    help="the size of that cache, e.g. 2GiB (default 0: none)")
+    r.add_argument("--dynamic-cache-on", choices=DYNAMIC_CACHE_ON, default="host",
+                   help="where that cache holds its rows: host (default; its hits go to the GPU with the misses) "
+                        "or gpu (the rank's GPU: hits read there, only the misses copied; needs an accelerator)")
     m = p.add_argument_group("re-placement while training (the hot rows drift)")
     m.add_argument("--replace-every", type=int, default=0, metavar="K",
                    help="after every K-th epoch re-run DDAK on the rows the run read and move the rows whose bin "

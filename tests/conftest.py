@@ -133,3 +133,17 @@ def placed_cora(tmp_path_factory) -> Path:
                  "--cpu-cache", "1MiB", *ssd, "--fanouts", "10,5", "--batch-size", "35",
                  "--out", str(root / "place")]) == 0
     return root / "cora"
+
+
+@pytest.fixture
+def mem():
+    """The deferred fake accelerator (:mod:`tests.fake_cuda`), entered; on leaving, no ordering violation may
+    have gone unnoticed."""
+    from tests.fake_cuda import FakeDeviceMemory, reset_driver
+
+    reset_driver()
+    m = FakeDeviceMemory(deferred=True)
+    with m:
+        yield m
+    m.check()
+    reset_driver()

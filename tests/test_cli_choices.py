@@ -61,6 +61,7 @@ def _library_tables() -> dict[tuple[str, str], tuple[str, ...]]:
     from training.vocab import (
         DATASET_CHECKS,
         DATASET_FEATURE_DTYPES,
+        DYNAMIC_CACHE_ON,
         EXCHANGES,
         GPU_MODES,
         GRAPH_ON,
@@ -83,6 +84,7 @@ def _library_tables() -> dict[tuple[str, str], tuple[str, ...]]:
         ("moment train", "--graph-on"): GRAPH_ON,
         ("moment train", "--exchange"): EXCHANGES,
         ("moment train", "--check-dataset"): DATASET_CHECKS,
+        ("moment train", "--dynamic-cache-on"): DYNAMIC_CACHE_ON,
         ("moment train", "--precision"): PRECISIONS,
         ("moment place", "--gpu-cache-mode"): GPU_MODES,
         ("moment place", "--feature-dtype"): STORAGE_DTYPES,
@@ -117,7 +119,7 @@ def test_the_heavy_modules_check_against_the_light_tables():
              (data.DATASET_FEATURE_DTYPES, vocab.DATASET_FEATURE_DTYPES),
              (devices.SAMPLE_ON, vocab.SAMPLE_ON), (placing.GPU_MODES, vocab.GPU_MODES),
              (specs.GRAPH_ON, vocab.GRAPH_ON), (specs.EXCHANGES, vocab.EXCHANGES),
-             (specs.DATASET_CHECKS, vocab.DATASET_CHECKS),
+             (specs.DATASET_CHECKS, vocab.DATASET_CHECKS), (specs.DYNAMIC_CACHE_ON, vocab.DYNAMIC_CACHE_ON),
              (sharded.EXCHANGES, vocab.EXCHANGES), (specs.PRECISIONS, vocab.PRECISIONS),
              (precision.PRECISIONS, vocab.PRECISIONS), (negatives.NEGATIVE_METHODS, vocab.NEGATIVE_METHODS),
              (link_model.LINK_DECODERS, vocab.LINK_DECODERS)]

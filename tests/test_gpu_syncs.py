@@ -20,16 +20,6 @@ from iostack.transfer import Transfer
 from tests.fake_cuda import DRIVER, FakeCudaError, FakeDeviceMemory, reset_driver
 
 
-@pytest.fixture
-def mem():
-    reset_driver()
-    m = FakeDeviceMemory(deferred=True)
-    with m:
-        yield m
-    m.check()  # no ordering violation went unnoticed
-    reset_driver()
-
-
 def _batch(t, values, name="rows", slots=None):
     with t.batch() as b:
         stage = b.staging(name, tuple(values.shape), values.dtype)

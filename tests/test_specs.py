@@ -73,8 +73,8 @@ def test_record_is_the_flat_dict_it_always_was():
     """Metrics' start records and checkpoints hold the run's settings under these names, in this order."""
     d = TrainSpec("ds").to_dict()
     # 36 until cache_policy, dynamic_cache; then check_dataset, precision; then partition; then the three
-    # of re-placement while training (replace_every, replace_count_every, replace_min_gain)
-    assert tuple(d) == RECORD_FIELDS and len(RECORD_FIELDS) == 44
+    # of re-placement while training (replace_every, replace_count_every, replace_min_gain); then dynamic_cache_on
+    assert tuple(d) == RECORD_FIELDS and len(RECORD_FIELDS) == 45
     assert d["model"] == "sage" and d["remote_cache"] == 0 and d["fanouts"] == [25, 10]
     json.dumps(d)  # JSON as it is
     spec_fields = sum(len(dataclasses.fields(c)) for c in (ModelSpec, SamplingSpec, IOSpec, DistributedSpec, RunSpec))

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: where the library's sync points may be
 PACKAGES = ("iostack", "training", "moment", "hwprofile")
 #: the tests that exercise the GPU path on the deferred fake
-GPU_TESTS = ("tests/test_gpu_syncs.py",)
+GPU_TESTS = ("tests/test_gpu_syncs.py", "tests/test_gpu_cache.py")
 MARK = re.compile(r"#\s*sync-point:\s*([a-z][a-z0-9-]*)")
 
 

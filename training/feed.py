@@ -125,7 +125,7 @@ def open_run_features(spec: TrainSpec, ds: Dataset, world: World, memory: Device
             from training.cached_features import CachedFeatures, static_fill
 
             features = CachedFeatures(features, ds.num_nodes, io.dynamic_cache_bytes, io.cache_policy,
-                                      static_fill(io.placement))
+                                      static_fill(io.placement), on=io.dynamic_cache_on)
     if world.size > 1 and world.local_size > 1 and hasattr(features, "unlink_shared"):
         world.barrier()  # every rank of the node has mapped the shared tiers: no name need stay
         features.unlink_shared()

@@ -42,7 +42,15 @@ from iostack.cachepolicy import CACHE_POLICIES
 from momentbase.jsontypes import JsonObject, JsonValue
 from training.errors import TrainError
 from training.models import MODELS
-from training.vocab import DATASET_CHECKS, EXCHANGES, GRAPH_ON, HETERO_MODEL_NAMES, PRECISIONS, SAMPLE_ON
+from training.vocab import (
+    DATASET_CHECKS,
+    DYNAMIC_CACHE_ON,
+    EXCHANGES,
+    GRAPH_ON,
+    HETERO_MODEL_NAMES,
+    PRECISIONS,
+    SAMPLE_ON,
+)
 
 __all__ = ["RECORD_FIELDS", "DistributedSpec", "IOSpec", "ModelSpec", "RunSpec", "SamplingSpec", "TrainSpec"]
 
@@ -174,7 +182,8 @@ class IOSpec:
     sharded across nodes (:mod:`training.sharded.features`). ``cache_policy``: ``static`` (the placement's caches
     as filled at start), or a policy of :data:`iostack.cachepolicy.CACHE_POLICIES` for a host cache of
     ``dynamic_cache_bytes`` that fills on access, warm-started with the static fill
-    (:mod:`training.cached_features`); on a sharded placement it is the remote cache (``remote_cache_bytes``)
+    (:mod:`training.cached_features`), its rows in host memory or, ``dynamic_cache_on`` ``gpu``, on the rank's
+    accelerator; on a sharded placement it is the remote cache (``remote_cache_bytes``)
     that fills on access (:class:`training.sharded.remote_cache.DynamicRemoteCache`). ``check_dataset``:
     ``background`` (the default) checks every block of the dataset arrays training reads against their CRC-32s
     while it runs
@@ -193,6 +202,7 @@ class IOSpec:
     remote_cache_dir: str | None = None
     cache_policy: str = "static"
     dynamic_cache_bytes: int = 0
+    dynamic_cache_on: str = "host"
     check_dataset: str = "background"
     replace_every: int = 0
     replace_count_every: int = 1
@@ -208,6 +218,12 @@ class IOSpec:
         if self.cache_policy != "static" and int(self.dynamic_cache_bytes) <= 0 and int(self.remote_cache_bytes) <= 0:
             raise TrainError(f"`cache_policy` {self.cache_policy}: give `dynamic_cache_bytes`, the size of the cache "
                              "that fills on access (> 0), or on a sharded placement `remote_cache_bytes`")
+        if self.dynamic_cache_on not in DYNAMIC_CACHE_ON:
+            raise TrainError(f"`dynamic_cache_on` {self.dynamic_cache_on!r}: expected one of "
+                             f"{', '.join(DYNAMIC_CACHE_ON)}")
+        if self.dynamic_cache_on != "host" and int(self.dynamic_cache_bytes) <= 0:
+            raise TrainError(f"`dynamic_cache_on` {self.dynamic_cache_on}: give `dynamic_cache_bytes`, the size of "
+                             "the cache that fills on access (> 0)")
         if self.backend not in backend_choices():
             raise TrainError(f"`backend` {self.backend!r}: expected one of {', '.join(backend_choices())}")
         if self.backend == "kvikio" and self.placement is None:
@@ -278,7 +294,8 @@ RECORD_FIELDS = (
     "seed", "prefetch", "eval_every_epochs", "metrics_path", "checkpoint_dir", "checkpoint_every_steps", "resume",
     "server", "backend", "server_timeout_s", "sample_on", "capacities", "timeout_s", "exchange", "remote_cache",
     "remote_cache_dir", "node_shared_reads", "graph_on", "graph_cache", "cache_policy", "dynamic_cache",
-    "check_dataset", "precision", "partition", "replace_every", "replace_count_every", "replace_min_gain")
+    "check_dataset", "precision", "partition", "replace_every", "replace_count_every", "replace_min_gain",
+    "dynamic_cache_on")
 
 _GROUPS: dict[str, type] = {"model": ModelSpec, "sampling": SamplingSpec, "io": IOSpec,
                             "distributed": DistributedSpec, "run": RunSpec}

@@ -8,8 +8,9 @@ implementations (tests/test_startup.py), and a new word is added here once.
 
 from __future__ import annotations
 
-__all__ = ["DATASET_CHECKS", "DATASET_FEATURE_DTYPES", "EXCHANGES", "GPU_MODES", "GRAPH_ON", "HETERO_MODEL_NAMES",
-           "LINK_DECODERS", "MODEL_NAMES", "TRAIN_MODEL_NAMES", "NEGATIVE_METHODS", "PRECISIONS", "SAMPLE_ON"]
+__all__ = ["DATASET_CHECKS", "DATASET_FEATURE_DTYPES", "DYNAMIC_CACHE_ON", "EXCHANGES", "GPU_MODES", "GRAPH_ON",
+           "HETERO_MODEL_NAMES", "LINK_DECODERS", "MODEL_NAMES", "TRAIN_MODEL_NAMES", "NEGATIVE_METHODS", "PRECISIONS",
+           "SAMPLE_ON"]
 
 #: the GNNs :data:`training.models.MODELS` builds, by name
 MODEL_NAMES = ("sage", "gat", "gcn")
@@ -32,6 +33,10 @@ EXCHANGES = ("alltoall", "rpc")
 #: the arithmetic a run trains in (:mod:`training.precision`): ``32`` (float32, the default),
 #: ``bf16-mixed`` (autocast to bfloat16), ``16-mixed`` (autocast to float16, loss scaled); names as Lightning's
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+
+#: where the cache that fills on access (:mod:`training.cached_features`) holds its rows: host memory or the
+#: rank's GPU
+DYNAMIC_CACHE_ON = ("host", "gpu")
 
 #: how the GPUs' caches split the hot rows: each GPU holds them all, or its share
 GPU_MODES = ("replicate", "partition")
