@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 import statistics
 from pathlib import Path
+from types import ModuleType
 
-import bench_multinode as bm
 from _results import Figure
 
 NODES = 4
@@ -43,7 +43,7 @@ def _spec(kind: str, w: int):
     return ShardSpec(nodes=NODES, replicas=NODES if h else 1, hot_rows=h)
 
 
-def _place(args, work: Path, widths: list[int]) -> tuple[Path, dict[str, Path], object]:
+def _place(args, work: Path, widths: list[int], bm: ModuleType) -> tuple[Path, dict[str, Path], object]:
     from planner.handoff import PlanTargets, StoreTarget
     from training.data import open_dataset
     from training.hotness import HotnessSpec, get_hotness
@@ -67,7 +67,7 @@ def _place(args, work: Path, widths: list[int]) -> tuple[Path, dict[str, Path], 
     return g, dirs, ds
 
 
-def _summary(runs: list[list[dict]]) -> dict:
+def _summary(runs: list[list[dict]], bm: ModuleType) -> dict:
     """Seeds/s (median, range) over the runs; the first run's remote share, bytes per step, s/exchange, memory."""
     sps = [bm.seeds_per_s(r) for r in runs]
     nodes = bm.last(runs[0]).get("nodes") or {}
@@ -80,14 +80,16 @@ def _summary(runs: list[list[dict]]) -> dict:
             "node_bytes": max(per_node), "exchange": nodes.get("exchange")}
 
 
-def bench_groups(args, work: Path) -> list[Figure]:
-    """Every width of ``args.replica_groups`` as groups and as hot-row replication; the figures, printed too."""
+def bench_groups(args, work: Path, bm: ModuleType) -> list[Figure]:
+    """Every width of ``args.replica_groups`` as groups and as hot-row replication; the figures, printed too.
+
+    ``bm``: the running ``bench_multinode`` module (its ``graph``, ``run_job``, ``seeds_per_s``, ``last``,
+    ``node_host_bytes``), passed in rather than imported so the two files do not import each other."""
     widths = sorted({int(w) for w in str(args.replica_groups).split(",")})
     bad = [w for w in widths if w < 1 or NODES % w]
     if bad:
         raise SystemExit(f"--replica-groups {args.replica_groups}: widths must divide {NODES} (the nodes)")
-    bm.REUSE = args.reuse  # this module sees bench_multinode as an import, not as __main__
-    g, dirs, ds = _place(args, work, widths)
+    g, dirs, ds = _place(args, work, widths, bm)
     full = ds.num_nodes * ds.row_bytes
     base = dict(dataset=str(g), model="sage", fanouts=[10, 5], batch_size=args.batch_size, epochs=args.epochs,
                 eval_every_epochs=0, hidden=128, seed=0, backend="posix", prefetch=2)
@@ -98,7 +100,7 @@ def bench_groups(args, work: Path) -> list[Figure]:
         for name, d in dirs.items():
             print(f"  {name} ({i + 1}/{args.repeat}) ...", flush=True)
             runs[name].append(bm.run_job(work, f"rg-{name}-{i}", base, [str(d / f"node{k}") for k in range(NODES)]))
-    res = {name: _summary(r) for name, r in runs.items()}
+    res = {name: _summary(r, bm) for name, r in runs.items()}
     print(f"\n{'layout':12}{'seeds/s (median, range)':>30}{'node MiB':>10}{'remote share':>14}{'MiB/step':>10}"
           f"{'s/exchange':>12}  (load {os.getloadavg()[0]:.2f})")
     for name, s in res.items():

@@ -183,7 +183,7 @@ def main() -> int:
         if args.replica_groups:  # its own mode: the replica groups' whole jobs (tools/_multinode_groups.py)
             from _multinode_groups import bench_groups
 
-            figures = bench_groups(args, work)
+            figures = bench_groups(args, work, sys.modules[__name__])
         elif args.partitioned:
             from multinode_partitioned import bench_partitioned
 
