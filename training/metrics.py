@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +90,35 @@ class JsonlWriter:
 
     def close(self) -> None:
         self._f.close()
+
+
+class RankRecords:
+    """A run's records as every task's trainer emits them: each gains ``rank``, ``world_size`` and ``task``; rank 0
+    appends them to ``metrics_path`` (None: no file), and every rank passes them to ``progress``.
+
+    >>> seen = []
+    >>> emit = RankRecords(None, rank=1, world_size=2, task="link", progress=seen.append)
+    >>> emit({"kind": "epoch", "epoch": 0}); emit.close()
+    >>> seen
+    [{'rank': 1, 'world_size': 2, 'task': 'link', 'kind': 'epoch', 'epoch': 0}]
+    """
+
+    def __init__(self, metrics_path: str | os.PathLike | None, *, rank: int, world_size: int, task: str,
+                 progress: Callable[[dict], None] | None = None) -> None:
+        self._file = JsonlWriter(metrics_path) if metrics_path and rank == 0 else None
+        self._tags = {"rank": rank, "world_size": world_size, "task": task}
+        self._progress = progress
+
+    def __call__(self, rec: dict) -> None:
+        rec = {**self._tags, **rec}
+        if self._file is not None:
+            self._file.write(rec)
+        if self._progress is not None:
+            self._progress(rec)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
 
 
 class Sums:
@@ -242,4 +272,4 @@ def epoch_record(epoch: int, steps: int, sums: Sums, epoch_s: float) -> dict:
             "tiers": {k: {"rows": r, "bytes": n} for k, (r, n) in sums.tiers.items()}}
 
 
-__all__ = ["JsonlWriter", "new_run_id", "Predictor", "Sums", "add_step", "epoch_record", "moved_since"]
+__all__ = ["JsonlWriter", "RankRecords", "new_run_id", "Predictor", "Sums", "add_step", "epoch_record", "moved_since"]

@@ -40,7 +40,7 @@ from training.hetero.ranks import global_batch, rank_parts, rank_seed, reduced_a
 from training.hetero.sampler import HeteroNeighborSampler
 from training.hetero.store import HeteroDataset, open_hetero
 from training.hetero.tiered import HeteroFeatureStore
-from training.metrics import JsonlWriter
+from training.metrics import RankRecords
 from training.precision import Precision, StepScaler
 from training.specs import TrainSpec
 from training.trainer import TrainResult
@@ -125,26 +125,15 @@ def train_hetero(spec: TrainSpec, *, progress: Callable[[dict], None] | None = N
     # the model and the gathers stay on the CPU: a CPU world (gloo) whatever accelerator the host has
     world = open_world(None, memory_for("cpu"), spec.distributed.timeout_s)
     store = HeteroFeatureStore(data, spec.io.placement, backend=spec.io.backend) if spec.io.placement else None
-    metrics = JsonlWriter(spec.run.metrics_path) if spec.run.metrics_path and world.rank == 0 else None
-
-    def emit(rec: dict) -> None:
-        rec = {"rank": world.rank, "world_size": world.size, "task": "hetero", **rec}
-        if metrics is not None:
-            metrics.write(rec)
-        if progress is not None:
-            progress(rec)
-
+    emit = RankRecords(spec.run.metrics_path, rank=world.rank, world_size=world.size, task="hetero",
+                       progress=progress)
     try:
         return _run(spec, model, data, FeatureRows(data, store), world, emit)
     finally:
         if store is not None:
             store.close()
-        if metrics is not None:
-            metrics.close()
-        if world.owns_group:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+        emit.close()
+        world.end()  # the heartbeat, and a group this run started
 
 
 def _run(spec: TrainSpec, model_name: str, data: HeteroDataset, rows: FeatureRows, world: World,

@@ -48,7 +48,7 @@ from training.link.model import LinkPredictor, pair_loss
 from training.link.negatives import NegativeSampler
 from training.link.sampler import LinkSampler
 from training.link.store import LinkData, open_link_data
-from training.metrics import JsonlWriter
+from training.metrics import RankRecords
 from training.sampler import NeighborSampler
 from training.specs import TrainSpec
 from training.trainer import TrainResult
@@ -167,27 +167,15 @@ def train_link(spec: TrainSpec, link: LinkSpec | None = None, *, progress: Progr
     data = open_link_data(ds)
     world = open_world(spec.io.placement, None, spec.distributed.timeout_s)
     features: FeatureSource | None = None
-    metrics_file = JsonlWriter(spec.run.metrics_path) if world.rank == 0 and spec.run.metrics_path else None
-
-    def emit(rec: dict) -> None:
-        rec = {"rank": world.rank, "world_size": world.size, "task": "link", **rec}
-        if metrics_file is not None:
-            metrics_file.write(rec)
-        if progress is not None:
-            progress(rec)
-
+    emit = RankRecords(spec.run.metrics_path, rank=world.rank, world_size=world.size, task="link", progress=progress)
     try:
         features = open_run_features(spec, ds, world, memory_for(world.device))
         return _run(spec, link, data, features, world, emit)
     finally:
         if features is not None:
             features.close()
-        if metrics_file is not None:
-            metrics_file.close()
-        if world.owns_group:  # a group this run started (torchrun's ranks without one of the caller's)
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
+        emit.close()
+        world.end()  # the heartbeat, and a group this run started (torchrun's ranks without one of the caller's)
 
 
 def _run(spec: TrainSpec, link: LinkSpec, data: LinkData, features: FeatureSource, world: World,
