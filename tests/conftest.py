@@ -60,6 +60,26 @@ def flat_spec(**fields):
 
 
 @pytest.fixture
+def load_tool(monkeypatch):
+    """``load_tool("bench_x")``: the module of ``tools/bench_x.py``, imported as its own script would be (``tools/``
+    on the path, ``sys.argv`` naming it), so a test can call its ``main(argv)``."""
+    import importlib.util
+    import sys
+
+    tools = Path(__file__).resolve().parents[1] / "tools"
+    monkeypatch.syspath_prepend(str(tools))
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, tools / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        monkeypatch.setattr(sys, "argv", [f"{name}.py"])
+        return mod
+
+    return load
+
+
+@pytest.fixture
 def disk(tmp_path):
     """``disk(kind, size="64k")``: a small tmpfs that is ``full`` (0 bytes free), ``tight`` (4 KiB free), ``ro``
     or ``empty``; ``keep`` names files written on it first. Skips where mount is refused (needs root)."""

@@ -331,17 +331,9 @@ def test_one_hotness_spans_every_type_in_global_ids(mag):
         hetero_presample_counts(hd, [2], batch_size=0)
 
 
-def test_the_sampling_benchmark_writes_its_figure(tmp_path, monkeypatch):
-    import importlib.util
-    import sys
-    from pathlib import Path
-    tools = Path(__file__).resolve().parents[1] / "tools"
-    monkeypatch.syspath_prepend(str(tools))
-    spec = importlib.util.spec_from_file_location("bench_hetero_sample", tools / "bench_hetero_sample.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_the_sampling_benchmark_writes_its_figure(tmp_path, load_tool):
+    mod = load_tool("bench_hetero_sample")
     out = tmp_path / "b.json"
-    monkeypatch.setattr(sys, "argv", ["bench_hetero_sample.py"])
     assert mod.main(["--papers", "2000", "--batches", "2", "--repeats", "1", "--batch-size", "64",
                      "--json", str(out)]) == 0
     fig = json.loads(out.read_text())["figures"][0]

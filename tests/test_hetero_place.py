@@ -94,19 +94,11 @@ def test_byte_cache_shares_and_errors(mag) -> None:
         place_hetero(mag, np.ones(mag.schema.num_nodes), _bins(10**6, 0, 0), sizing="wide")
 
 
-def test_the_placement_benchmark_writes_its_figures(tmp_path, monkeypatch) -> None:
-    import importlib.util
+def test_the_placement_benchmark_writes_its_figures(tmp_path, load_tool) -> None:
     import json
-    import sys
-    from pathlib import Path
 
-    tools = Path(__file__).resolve().parents[1] / "tools"
-    monkeypatch.syspath_prepend(str(tools))
-    spec = importlib.util.spec_from_file_location("bench_hetero_place", tools / "bench_hetero_place.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_tool("bench_hetero_place")
     out = tmp_path / "b.json"
-    monkeypatch.setattr(sys, "argv", ["bench_hetero_place.py"])
     assert mod.main(["--papers", "3000", "--batches", "2", "--repeats", "1", "--batch-size", "64",
                      "--dir", str(tmp_path / "scratch"), "--json", str(out)]) == 0
     figs = json.loads(out.read_text())["figures"]
